@@ -1,0 +1,48 @@
+# profi: build, test and demo. `make build` needs only Go: the BPF object
+# is generated ahead of time and committed (internal/bpfobj/*_bpfel.*).
+
+GO       ?= go
+BIN      := bin/profi
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# Pinned for reproducible BPF objects: Debian 12's clang.
+CLANG    ?= clang-14
+export BPF_CLANG := $(CLANG)
+
+.PHONY: all build test test-unit generate lint fmt demo bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/profi
+
+# The full suite: unit tests plus the end-to-end tests that load and attach
+# real BPF programs (root needed; PROFI_E2E=1 turns their skip into a failure).
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-unit:
+	$(GO) test -count=1 -short ./internal/...
+
+generate:
+	cd internal/bpfobj && $(GO) generate ./...
+
+lint:
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt: files above need formatting" && exit 1)
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: skipped"; fi
+	@if command -v clang-format >/dev/null; then clang-format --dry-run --Werror bpf/*.c bpf/*.h; else echo "clang-format not installed: skipped"; fi
+
+fmt:
+	gofmt -w .
+	@if command -v clang-format >/dev/null; then clang-format -i bpf/*.c bpf/*.h; fi
+
+# Builds profi and the stub workload, runs both, prints a live table.
+demo: build
+	./scripts/demo.sh
+
+bench: build
+	./bench/overhead.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,141 @@
+// Command profi is the node agent: it finds processes that map CUDA
+// libraries, attaches uprobes to those libraries, and serves the
+// aggregated calls as Prometheus metrics. This file only wires packages
+// together; see docs/ARCHITECTURE.md for the data flow.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/collector"
+	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	cfg, warnings, err := config.Parse(os.Args[1:], os.Getenv, config.WithVersion(version))
+	switch {
+	case errors.Is(err, config.ErrHelp), errors.Is(err, config.ErrVersion):
+		return
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "profi: invalid configuration:\n%v\n", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	if unsupported := cfg.Unsupported(); len(unsupported) > 0 {
+		for _, u := range unsupported {
+			log.Error(u)
+		}
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("profi stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	started := time.Now()
+	objs, err := bpfobj.Load(bpfobj.Sizes{
+		Aggregated:  cfg.AggregatedSize,
+		LaunchAgg:   cfg.LaunchAggSize,
+		Inflight:    cfg.EntriesSize,
+		MallocSizes: cfg.MallocSizesSize,
+	})
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	log.Info("BPF objects loaded", "kernel_mode", cfg.KernelMode, "pid_filter", cfg.PID)
+
+	self := collector.NewSelf()
+	attacher := attach.New(attach.Options{
+		Programs: map[string]*ebpf.Program{
+			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
+			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
+			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
+		},
+		KernelMode: cfg.KernelMode,
+		PID:        cfg.PID,
+		RetryBase:  cfg.RefreshInterval,
+		RetryMax:   5 * time.Minute,
+		Logger:     log,
+	})
+	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
+
+	agg := aggregate.New(aggregate.Options{
+		Source:           aggregate.MapSource{Objects: objs},
+		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
+		Interval:         time.Second,
+		MaxTimeSeries:    cfg.MaxTimeSeries,
+		MaxStreamsPerPID: cfg.MaxStreamsPerPID,
+		Logger:           log,
+		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },
+	})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector.New(collector.Data{Snapshot: agg.Snapshot, Attach: attacher.Counters, Started: started}))
+	reg.MustRegister(self.Collectors()...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var beat atomic.Int64
+	beat.Store(time.Now().UnixNano())
+	srv, err := server.Listen(server.Options{
+		Listen:   cfg.Listen,
+		Gatherer: reg,
+		Status: func() any {
+			return collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
+		},
+		Ready:     func() bool { return true }, // BPF is loaded before the server exists
+		Heartbeat: func() time.Time { return time.Unix(0, beat.Load()) },
+		Encode:    func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return attacher.Run(ctx, attach.LoopOptions{
+			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID},
+			ProcRoot: cfg.ProcPath,
+			Interval: cfg.RefreshInterval,
+			Observe:  func(d time.Duration) { self.ScanDuration.Observe(d.Seconds()) },
+			Beat:     &beat,
+		})
+	})
+	g.Go(func() error { return agg.Run(ctx) })
+	g.Go(func() error { return srv.Run(ctx) })
+	if cfg.ReportInterval > 0 {
+		g.Go(func() error { return collector.Report(ctx, os.Stdout, agg.Snapshot, cfg.ReportInterval) })
+	}
+	err = g.Wait()
+	log.Info("profi stopped")
+	return err
+}

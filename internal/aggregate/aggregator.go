@@ -1,0 +1,396 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// Source reads the BPF maps. Values are summed over CPUs.
+type Source interface {
+	Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error
+	Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error
+	Drops() ([bpfobj.NumDrops]uint64, error)
+	// DeletePIDs removes every key of these processes from every map.
+	DeletePIDs(pids map[uint32]bool) error
+}
+
+// Procs tells who a PID is and whether it is still the same live process.
+type Procs interface {
+	// Lookup returns the command name and start time of a live process.
+	Lookup(pid int) (comm string, start uint64, ok bool)
+	Alive(pid int, start uint64) bool
+}
+
+// Options configure an Aggregator.
+type Options struct {
+	Source           Source
+	Procs            Procs
+	Interval         time.Duration // drain period
+	MaxTimeSeries    int           // --max-time-series
+	MaxStreamsPerPID int           // --max-streams-per-pid
+	Logger           *slog.Logger
+	// Observe receives each drain's duration (self metric); may be nil.
+	Observe func(time.Duration)
+}
+
+type procState struct {
+	meta    Meta
+	start   uint64
+	streams map[uint64]bool // admitted stream handles
+}
+
+type family uint8
+
+const (
+	famCalls family = iota
+	famErrors
+	famMemcpy
+	famMemory // malloc bytes and active memory of a process
+	famLaunch
+	famHist
+)
+
+// tuple identifies one exported label tuple for the --max-time-series cap.
+type tuple struct {
+	fam  family
+	pid  int
+	a, b string
+	c    string
+}
+
+// Aggregator drains the maps into Snapshots.
+type Aggregator struct {
+	opts Options
+	log  *slog.Logger
+	snap atomic.Pointer[Snapshot]
+
+	// Owned by the drain goroutine.
+	procs        map[int]*procState
+	retired      map[HistKey]*Hist // histogram data of exited processes
+	retiredCalls uint64
+	admitted     map[tuple]struct{}
+	refused      map[tuple]struct{}
+	cardDrops    uint64
+}
+
+// New returns an Aggregator with an empty snapshot published.
+func New(opts Options) *Aggregator {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	a := &Aggregator{
+		opts:     opts,
+		log:      opts.Logger.With("component", "aggregate"),
+		procs:    map[int]*procState{},
+		retired:  map[HistKey]*Hist{},
+		admitted: map[tuple]struct{}{},
+		refused:  map[tuple]struct{}{},
+	}
+	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}})
+	return a
+}
+
+// Snapshot returns the latest published snapshot; never nil.
+func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
+
+// Run drains every interval until ctx ends.
+func (a *Aggregator) Run(ctx context.Context) error {
+	t := time.NewTicker(a.opts.Interval)
+	defer t.Stop()
+	for {
+		if err := a.Drain(); err != nil {
+			a.log.Warn("drain failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+type pidData struct {
+	agg    map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
+	launch map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
+}
+
+// Drain reads the maps once and publishes a new Snapshot. Only the Run
+// goroutine (or a test) may call it.
+func (a *Aggregator) Drain() error {
+	began := time.Now()
+	byPID := map[int]*pidData{}
+	get := func(pid uint32) *pidData {
+		d := byPID[int(pid)]
+		if d == nil {
+			d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}}
+			byPID[int(pid)] = d
+		}
+		return d
+	}
+	if err := a.opts.Source.Aggregated(func(k bpfobj.ProfiAggKey, v *bpfobj.ProfiAggVal) { get(k.Pid).agg[k] = *v }); err != nil {
+		return fmt.Errorf("read aggregated map: %w", err)
+	}
+	if err := a.opts.Source.Launches(func(k bpfobj.ProfiLaunchKey, v *bpfobj.ProfiLaunchVal) { get(k.Pid).launch[k] = *v }); err != nil {
+		return fmt.Errorf("read launch map: %w", err)
+	}
+	drops, err := a.opts.Source.Drops()
+	if err != nil {
+		return fmt.Errorf("read drops map: %w", err)
+	}
+
+	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, Drops: drops}
+	dead := map[uint32]bool{}
+	pids := make([]int, 0, len(byPID))
+	for pid := range byPID {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	for _, pid := range pids {
+		d := byPID[pid]
+		ps := a.process(pid)
+		if ps == nil {
+			// Exited: keep what the histograms need, drop the rest.
+			a.retire(pid, d)
+			dead[uint32(pid)] = true
+			continue
+		}
+		snap.Processes = append(snap.Processes, a.build(ps, d, snap))
+	}
+	// Processes known from an earlier drain that have no keys any more.
+	for pid := range a.procs {
+		if _, ok := byPID[pid]; !ok {
+			a.forget(pid)
+		}
+	}
+	if len(dead) > 0 {
+		if err := a.opts.Source.DeletePIDs(dead); err != nil {
+			a.log.Warn("delete keys of exited processes", "pids", len(dead), "err", err)
+		}
+	}
+	for k, h := range a.retired {
+		if !a.admit(tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}) {
+			continue
+		}
+		cp := *h
+		snap.Hists[k] = &cp
+	}
+	for _, p := range snap.Processes {
+		for op, h := range p.hists {
+			k := HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}
+			if !a.admit(tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}) {
+				continue
+			}
+			if snap.Hists[k] == nil {
+				snap.Hists[k] = &Hist{}
+			}
+			snap.Hists[k].add(h)
+		}
+		p.hists = nil
+	}
+	snap.Events = a.retiredCalls
+	for _, p := range snap.Processes {
+		snap.Events += p.events
+	}
+	if prev := a.snap.Load(); prev != nil && !prev.Time.IsZero() {
+		if dt := began.Sub(prev.Time).Seconds(); dt > 0 && drops[bpfobj.DropEventsRing] >= prev.Drops[bpfobj.DropEventsRing] {
+			snap.RingDropRate = float64(drops[bpfobj.DropEventsRing]-prev.Drops[bpfobj.DropEventsRing]) / dt
+		}
+	}
+	snap.CardinalityDrops = a.cardDrops
+	snap.Series = len(a.admitted)
+	snap.DrainDuration = time.Since(began)
+	a.snap.Store(snap)
+	if a.opts.Observe != nil {
+		a.opts.Observe(snap.DrainDuration)
+	}
+	return nil
+}
+
+// process returns the state of a live process, reading its metadata at
+// first sight; nil when it has exited (or its PID was reused).
+func (a *Aggregator) process(pid int) *procState {
+	if ps, ok := a.procs[pid]; ok {
+		if a.opts.Procs.Alive(pid, ps.start) {
+			return ps
+		}
+		return nil
+	}
+	comm, start, ok := a.opts.Procs.Lookup(pid)
+	if !ok {
+		return nil
+	}
+	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]bool{}}
+	a.procs[pid] = ps
+	return ps
+}
+
+// retire folds an exited process's latency data into the retained
+// histograms and forgets the process.
+func (a *Aggregator) retire(pid int, d *pidData) {
+	var meta Meta
+	if ps, ok := a.procs[pid]; ok {
+		meta = ps.meta
+	}
+	for k, v := range d.agg {
+		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
+		h := a.retired[hk]
+		if h == nil {
+			h = &Hist{}
+			a.retired[hk] = h
+		}
+		h.add(histOf(&v))
+		a.retiredCalls += v.Count
+	}
+	for _, v := range d.launch {
+		a.retiredCalls += v.Count
+	}
+	a.forget(pid)
+}
+
+func (a *Aggregator) forget(pid int) {
+	delete(a.procs, pid)
+	for t := range a.admitted {
+		if t.pid == pid && t.fam != famHist {
+			delete(a.admitted, t)
+		}
+	}
+	for t := range a.refused {
+		if t.pid == pid {
+			delete(a.refused, t)
+		}
+	}
+}
+
+// admit applies --max-time-series: a tuple seen before stays; a new one
+// is admitted only below the cap. A refused tuple's data is dropped,
+// never added to another series.
+func (a *Aggregator) admit(t tuple) bool {
+	if _, ok := a.admitted[t]; ok {
+		return true
+	}
+	if len(a.admitted) < a.opts.MaxTimeSeries || a.opts.MaxTimeSeries <= 0 {
+		a.admitted[t] = struct{}{}
+		return true
+	}
+	if _, ok := a.refused[t]; !ok {
+		a.refused[t] = struct{}{}
+		a.cardDrops++
+	}
+	return false
+}
+
+// stream maps a stream handle to its label, collapsing handles beyond
+// --max-streams-per-pid into "other" (never into "default").
+func (a *Aggregator) stream(ps *procState, h uint64) string {
+	if h == 0 || ps.streams[h] {
+		return bpfobj.StreamLabel(h)
+	}
+	if len(ps.streams) < a.opts.MaxStreamsPerPID || a.opts.MaxStreamsPerPID <= 0 {
+		ps.streams[h] = true
+		return bpfobj.StreamLabel(h)
+	}
+	return "other"
+}
+
+func histOf(v *bpfobj.ProfiAggVal) *Hist {
+	h := &Hist{SumNs: v.DurationNs, Count: v.Count}
+	copy(h.Buckets[:], v.Buckets[:])
+	return h
+}
+
+// directions are the `direction` labels of cudaMemcpyKind 0..4.
+var directions = [...]string{"h2h", "h2d", "d2h", "d2d", "default"}
+
+// Direction returns the direction label of a cudaMemcpyKind.
+func Direction(kind uint32) string {
+	if int(kind) < len(directions) {
+		return directions[kind]
+	}
+	return "unknown"
+}
+
+func isMemcpy(op uint32) bool {
+	return op == uint32(bpfobj.OpCudaMemcpy) || op == uint32(bpfobj.OpCudaMemcpyAsync)
+}
+
+func isMalloc(op uint32) bool {
+	return op == uint32(bpfobj.OpCudaMalloc) || op == uint32(bpfobj.OpCudaMallocAsync)
+}
+
+func isFree(op uint32) bool {
+	return op == uint32(bpfobj.OpCudaFree) || op == uint32(bpfobj.OpCudaFreeAsync)
+}
+
+// build turns one process's map values into its exported Process.
+func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
+	pid := ps.meta.PID
+	p := &Process{
+		Meta:     ps.meta,
+		Calls:    map[OpStream]uint64{},
+		Errors:   map[OpCode]uint64{},
+		Memcpy:   map[DirStream]uint64{},
+		Launches: map[string]Launch{},
+		hists:    map[string]*Hist{},
+	}
+	if a.admit(tuple{fam: famMemory, pid: pid}) {
+		p.memory = true
+	}
+	for k, v := range d.agg {
+		op := bpfobj.OpName(k.Op)
+		stream := a.stream(ps, k.Stream)
+		p.events += v.Count
+		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
+			p.Calls[cs] += v.Count
+		}
+		if k.Err != 0 {
+			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, a: oc.Op, b: oc.Code}) {
+				p.Errors[oc] += v.Count
+			}
+		}
+		if isMemcpy(k.Op) && v.Bytes > 0 {
+			if ds := (DirStream{Direction(k.Kind), stream}); a.admit(tuple{fam: famMemcpy, pid: pid, a: ds.Direction, b: ds.Stream}) {
+				p.Memcpy[ds] += v.Bytes
+			}
+		}
+		if p.memory && isMalloc(k.Op) {
+			p.MallocBytes += v.Bytes
+		}
+		if p.memory && isFree(k.Op) {
+			p.FreedBytes += v.Bytes
+		}
+		h := p.hists[op]
+		if h == nil {
+			h = &Hist{}
+			p.hists[op] = h
+		}
+		h.add(histOf(&v))
+	}
+	for k, v := range d.launch {
+		op := bpfobj.OpName(k.Op)
+		stream := a.stream(ps, k.Stream)
+		p.events += v.Count
+		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
+			p.Calls[cs] += v.Count
+		}
+		const kernel = "anonymous" // names arrive with full mode
+		if a.admit(tuple{fam: famLaunch, pid: pid, a: kernel}) {
+			l := p.Launches[kernel]
+			l.Count += v.Count
+			l.GridBlocks += v.GridBlocks
+			l.BlockThreads += v.BlockThreads
+			l.SharedBytes += v.SharedBytes
+			p.Launches[kernel] = l
+		}
+	}
+	return p
+}

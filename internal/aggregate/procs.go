@@ -1,0 +1,24 @@
+package aggregate
+
+import "github.com/profi-dev/profi/internal/discover"
+
+// ProcFS answers Procs from a procfs tree.
+type ProcFS struct{ Root string }
+
+// Lookup reads the process's comm and start time.
+func (p ProcFS) Lookup(pid int) (string, uint64, bool) {
+	start, err := discover.ReadStartTime(p.Root, pid)
+	if err != nil {
+		return "", 0, false
+	}
+	comm, err := discover.ReadComm(p.Root, pid)
+	if err != nil {
+		return "", 0, false
+	}
+	return comm, start, true
+}
+
+// Alive reports whether pid is still the process that started at start.
+func (p ProcFS) Alive(pid int, start uint64) bool {
+	return discover.Alive(p.Root, pid, start)
+}

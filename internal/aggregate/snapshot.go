@@ -1,0 +1,102 @@
+package aggregate
+
+import (
+	"time"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// Meta are the labels that describe a process. Pod, GPU and container
+// fields stay empty until enrichment fills them.
+type Meta struct {
+	PID       int
+	Comm      string
+	Namespace string
+	Pod       string
+	Container string
+	GPU       string
+	GPUUUID   string
+}
+
+// OpStream keys calls by operation and stream label.
+type OpStream struct{ Op, Stream string }
+
+// OpCode keys errors by operation and error code label.
+type OpCode struct{ Op, Code string }
+
+// DirStream keys memcpy bytes by direction and stream label.
+type DirStream struct{ Direction, Stream string }
+
+// Launch holds kernel launch totals for one kernel label.
+type Launch struct {
+	Count        uint64
+	GridBlocks   uint64
+	BlockThreads uint64
+	SharedBytes  uint64
+}
+
+// Process is everything exported about one live process.
+type Process struct {
+	Meta        Meta
+	Calls       map[OpStream]uint64
+	Errors      map[OpCode]uint64
+	Memcpy      map[DirStream]uint64
+	MallocBytes uint64            // device memory allocated (cudaMalloc, cudaMallocAsync)
+	FreedBytes  uint64            // tracked device memory freed
+	Launches    map[string]Launch // by kernel label
+	// Memory reports whether the malloc/active-memory series were admitted.
+	memory bool
+	events uint64
+	hists  map[string]*Hist // by operation; merged into Snapshot.Hists
+}
+
+// HasMemory reports whether the process's memory series are exported
+// (false when --max-time-series refused them).
+func (p *Process) HasMemory() bool { return p.memory }
+
+// ActiveBytes is device memory allocated minus freed since attach; frees
+// of allocations made before attach are never subtracted.
+func (p *Process) ActiveBytes() uint64 {
+	if p.FreedBytes > p.MallocBytes {
+		return 0
+	}
+	return p.MallocBytes - p.FreedBytes
+}
+
+// HistKey are the labels of the latency histograms.
+type HistKey struct{ Op, Namespace, Pod, GPU string }
+
+// Hist is a latency histogram with non-cumulative buckets; the last bucket is +Inf.
+type Hist struct {
+	Buckets [len(bpfobj.LatencyBoundsNs) + 1]uint64
+	SumNs   uint64
+	Count   uint64
+}
+
+func (h *Hist) add(o *Hist) {
+	for i := range h.Buckets {
+		h.Buckets[i] += o.Buckets[i]
+	}
+	h.SumNs += o.SumNs
+	h.Count += o.Count
+}
+
+// Snapshot is one consistent view of the aggregated data. Never mutated
+// after publication.
+type Snapshot struct {
+	Time      time.Time
+	Processes []*Process // sorted by PID
+	Hists     map[HistKey]*Hist
+	// Drops are the BPF drop counters, indexed by bpfobj.Drop.
+	Drops [bpfobj.NumDrops]uint64
+	// RingDropRate is events ring-buffer drops per second since the previous drain.
+	RingDropRate float64
+	// CardinalityDrops counts label tuples refused at --max-time-series.
+	CardinalityDrops uint64
+	// Series is the number of label tuples currently exported.
+	Series int
+	// Events is the number of calls counted so far (live and exited processes).
+	Events uint64
+	// DrainDuration is how long building this snapshot took.
+	DrainDuration time.Duration
+}

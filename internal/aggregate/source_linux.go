@@ -1,0 +1,116 @@
+//go:build linux
+
+package aggregate
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// MapSource reads the loaded BPF maps.
+type MapSource struct {
+	Objects *bpfobj.Objects
+}
+
+// Aggregated sums each key's per-CPU values.
+func (s MapSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error {
+	var (
+		k    bpfobj.ProfiAggKey
+		cpus []bpfobj.ProfiAggVal
+	)
+	it := s.Objects.Aggregated.Iterate()
+	for it.Next(&k, &cpus) {
+		var sum bpfobj.ProfiAggVal
+		for i := range cpus {
+			c := &cpus[i]
+			sum.Count += c.Count
+			sum.DurationNs += c.DurationNs
+			sum.Bytes += c.Bytes
+			for b := range sum.Buckets {
+				sum.Buckets[b] += c.Buckets[b]
+			}
+		}
+		fn(k, &sum)
+	}
+	return it.Err()
+}
+
+// Launches sums each key's per-CPU values.
+func (s MapSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error {
+	var (
+		k    bpfobj.ProfiLaunchKey
+		cpus []bpfobj.ProfiLaunchVal
+	)
+	it := s.Objects.LaunchAgg.Iterate()
+	for it.Next(&k, &cpus) {
+		var sum bpfobj.ProfiLaunchVal
+		for i := range cpus {
+			sum.Count += cpus[i].Count
+			sum.GridBlocks += cpus[i].GridBlocks
+			sum.BlockThreads += cpus[i].BlockThreads
+			sum.SharedBytes += cpus[i].SharedBytes
+		}
+		fn(k, &sum)
+	}
+	return it.Err()
+}
+
+// Drops sums the per-CPU drop counters.
+func (s MapSource) Drops() ([bpfobj.NumDrops]uint64, error) {
+	var out [bpfobj.NumDrops]uint64
+	for i := range out {
+		var cpus []uint64
+		if err := s.Objects.Drops.Lookup(uint32(i), &cpus); err != nil {
+			return out, fmt.Errorf("lookup drop counter %d: %w", i, err)
+		}
+		for _, v := range cpus {
+			out[i] += v
+		}
+	}
+	return out, nil
+}
+
+// DeletePIDs removes the keys of exited processes from every map. It
+// runs only when a process has exited, so the full scan of malloc_sizes
+// is not paid on every drain.
+func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
+	var errs []error
+	errs = append(errs, deleteWhere(s.Objects.Aggregated, func(k *bpfobj.ProfiAggKey) bool { return pids[k.Pid] }))
+	errs = append(errs, deleteWhere(s.Objects.LaunchAgg, func(k *bpfobj.ProfiLaunchKey) bool { return pids[k.Pid] }))
+	errs = append(errs, deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] }))
+	return errors.Join(errs...)
+}
+
+// deleteWhere collects matching keys first and deletes them afterwards,
+// because deleting the current key would restart a NextKey walk.
+func deleteWhere[K any](m *ebpf.Map, match func(*K) bool) error {
+	var (
+		keys      []K
+		cur, next K
+		prev      any // nil asks for the first key
+	)
+	for range m.MaxEntries() + 1 {
+		err := m.NextKey(prev, &next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("walk %s: %w", m, err)
+		}
+		if match(&next) {
+			keys = append(keys, next)
+		}
+		cur = next
+		prev = &cur
+	}
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete from %s: %w", m, err)
+		}
+	}
+	return nil
+}

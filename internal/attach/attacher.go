@@ -1,0 +1,367 @@
+package attach
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// Reasons of profi_system_attach_failures_total (interface.md 5.7).
+const (
+	ReasonSymbolNotFound    = "symbol_not_found"
+	ReasonProcessExited     = "process_exited"
+	ReasonOpenFailed        = "open_failed"
+	ReasonNotELF            = "not_elf"
+	ReasonUnsupportedKernel = "unsupported_kernel"
+	ReasonOther             = "other"
+)
+
+// FileKey identifies a library file: the uprobe lives on the inode.
+type FileKey struct {
+	Dev   uint64
+	Inode uint64
+}
+
+func (k FileKey) String() string {
+	return fmt.Sprintf("%x:%x/%d", unix.Major(k.Dev), unix.Minor(k.Dev), k.Inode)
+}
+
+// Target is a library file that some processes map.
+type Target struct {
+	Key  FileKey
+	Lib  discover.Library
+	Path string // as the mapping process sees it
+	PIDs []int  // processes that map it
+	// Open opens the file for reading its symbols and attaching, e.g.
+	// inside the process's root. The file is closed after the attach.
+	Open func() (*os.File, error)
+}
+
+// Options configure an Attacher.
+type Options struct {
+	Programs   map[string]*ebpf.Program // by program name
+	KernelMode string
+	PID        int           // uprobe PID filter; 0 = every process
+	RetryBase  time.Duration // first retry delay after a failure
+	RetryMax   time.Duration // cap of the exponential backoff
+	Logger     *slog.Logger
+	Now        func() time.Time // for tests; time.Now when nil
+}
+
+type attached struct {
+	target     Target
+	links      []link.Link // in creation order: a return probe before its entry
+	probes     []Probe
+	missing    []string
+	attachedAt time.Time
+}
+
+type failure struct {
+	target   Target
+	reason   string
+	err      error
+	attempts int
+	next     time.Time
+}
+
+type failureKey struct{ lib, reason string }
+
+// Attacher owns every uprobe link.
+type Attacher struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	files    map[FileKey]*attached
+	failed   map[FileKey]*failure
+	static   []Target
+	counts   map[failureKey]uint64
+	closed   bool
+	lastSync time.Time
+	// scanProblems counts malformed or unreadable per-process procfs data.
+	scanProblems uint64
+}
+
+// New returns an Attacher; it attaches nothing until Sync.
+func New(opts Options) *Attacher {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = time.Second
+	}
+	if opts.RetryMax < opts.RetryBase {
+		opts.RetryMax = 5 * time.Minute
+	}
+	return &Attacher{
+		opts:   opts,
+		log:    opts.Logger.With("component", "attach"),
+		files:  map[FileKey]*attached{},
+		failed: map[FileKey]*failure{},
+		counts: map[failureKey]uint64{},
+	}
+}
+
+// AddStatic registers a library path in the agent's own mount namespace
+// (--cudart). It stays attached for the agent's life, whether or not a
+// process maps it. A missing or unreadable file is counted and logged; it
+// never counts as attached.
+func (a *Attacher) AddStatic(lib discover.Library, path string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		a.counts[failureKey{string(lib), ReasonOpenFailed}]++
+		a.log.Info("static library not attached", "lib", lib, "path", path, "err", err)
+		return
+	}
+	a.static = append(a.static, Target{
+		Key:  FileKey{Dev: st.Dev, Inode: st.Ino},
+		Lib:  lib,
+		Path: path,
+		Open: func() (*os.File, error) { return os.Open(path) },
+	})
+}
+
+// Sync makes the links match targets: attaches files not attached yet
+// (unless they wait for a retry) and releases files no target maps any
+// more. Static targets are always kept.
+func (a *Attacher) Sync(targets []Target) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	now := a.opts.Now()
+	a.lastSync = now
+	seen := make(map[FileKey]bool, len(targets)+len(a.static))
+	for _, t := range append(slices.Clone(a.static), targets...) {
+		if seen[t.Key] {
+			a.merge(t)
+			continue
+		}
+		seen[t.Key] = true
+		if f, ok := a.files[t.Key]; ok {
+			f.target.PIDs = t.PIDs
+			continue
+		}
+		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
+			fl.target.PIDs = t.PIDs
+			continue
+		}
+		a.attach(t, now)
+	}
+	for key, f := range a.files {
+		if !seen[key] {
+			a.log.Info("library unmapped by every process, detaching", "lib", f.target.Lib, "path", f.target.Path, "file", key)
+			closeLinks(f.links)
+			delete(a.files, key)
+		}
+	}
+	for key := range a.failed {
+		if !seen[key] {
+			delete(a.failed, key)
+		}
+	}
+}
+
+// merge adds the PIDs of a second target for an already seen file.
+func (a *Attacher) merge(t Target) {
+	if f, ok := a.files[t.Key]; ok {
+		f.target.PIDs = append(f.target.PIDs, t.PIDs...)
+	} else if fl, ok := a.failed[t.Key]; ok {
+		fl.target.PIDs = append(fl.target.PIDs, t.PIDs...)
+	}
+}
+
+func (a *Attacher) attach(t Target, now time.Time) {
+	att, reason, err := a.attachFile(t)
+	if err != nil {
+		fl := a.failed[t.Key]
+		if fl == nil {
+			fl = &failure{}
+			a.failed[t.Key] = fl
+		}
+		fl.target, fl.reason, fl.err = t, reason, err
+		fl.attempts++
+		delay := a.opts.RetryBase << min(fl.attempts-1, 20)
+		fl.next = now.Add(min(delay, a.opts.RetryMax))
+		a.counts[failureKey{string(t.Lib), reason}]++
+		a.log.Warn("attach failed", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "reason", reason, "attempt", fl.attempts, "retry_in", fl.next.Sub(now), "err", err)
+		return
+	}
+	delete(a.failed, t.Key)
+	att.attachedAt = now
+	a.files[t.Key] = att
+	if len(att.missing) > 0 {
+		a.counts[failureKey{string(t.Lib), ReasonSymbolNotFound}] += uint64(len(att.missing))
+		a.log.Warn("library attached without some symbols", "lib", t.Lib, "path", t.Path, "missing", att.missing)
+	}
+	a.log.Info("library attached", "lib", t.Lib, "path", t.Path, "file", t.Key, "pids", t.PIDs, "probes", len(att.probes))
+}
+
+// attachFile attaches every probe whose symbol the file defines. It is
+// all or nothing for the symbols present: on any error the links made so
+// far are closed.
+func (a *Attacher) attachFile(t Target) (*attached, string, error) {
+	f, err := t.Open()
+	if err != nil {
+		if errors.Is(err, discover.ErrProcessGone) {
+			return nil, ReasonProcessExited, fmt.Errorf("open %s: %w", t.Path, err)
+		}
+		return nil, ReasonOpenFailed, fmt.Errorf("open %s: %w", t.Path, err)
+	}
+	defer f.Close()
+
+	syms, err := definedFuncs(f)
+	if err != nil {
+		return nil, ReasonNotELF, fmt.Errorf("read symbols of %s: %w", t.Path, err)
+	}
+	// The kernel resolves this magic link to the file already opened safely
+	// inside the process's root, so symlinks in the container cannot
+	// redirect the probe to another file.
+	fdPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	ex, err := link.OpenExecutable(fdPath)
+	if err != nil {
+		return nil, ReasonNotELF, fmt.Errorf("open executable %s: %w", t.Path, err)
+	}
+
+	att := &attached{target: t}
+	for _, p := range Probes(t.Lib, a.opts.KernelMode) {
+		if !syms[p.Symbol] {
+			att.missing = append(att.missing, p.Symbol)
+			continue
+		}
+		opts := &link.UprobeOptions{PID: a.opts.PID, Cookie: uint64(p.Op)}
+		// Return probe first: an entry without its return would leave
+		// in-flight state behind; a return without entry is tolerated
+		// and counted in BPF.
+		if p.Return != "" {
+			l, err := ex.Uretprobe(p.Symbol, a.opts.Programs[p.Return], opts)
+			if err != nil {
+				closeLinks(att.links)
+				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
+			}
+			att.links = append(att.links, l)
+		}
+		l, err := ex.Uprobe(p.Symbol, a.opts.Programs[p.Entry], opts)
+		if err != nil {
+			closeLinks(att.links)
+			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
+		}
+		att.links = append(att.links, l)
+		att.probes = append(att.probes, p)
+	}
+	if len(att.probes) == 0 {
+		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
+	}
+	return att, "", nil
+}
+
+// definedFuncs returns the function symbols a shared object defines in
+// .dynsym, the table the dynamic linker (and so every caller) uses.
+func definedFuncs(f *os.File) (map[string]bool, error) {
+	var magic [4]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
+		return nil, errors.New("not an ELF file")
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse ELF: %w", err)
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	out := make(map[string]bool, len(syms))
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+			out[s.Name] = true
+		}
+	}
+	return out, nil
+}
+
+func classify(err error) string {
+	switch {
+	case errors.Is(err, syscall.ESRCH), errors.Is(err, os.ErrNotExist):
+		return ReasonProcessExited
+	case errors.Is(err, link.ErrNoSymbol):
+		return ReasonSymbolNotFound
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return ReasonUnsupportedKernel
+	default:
+		return ReasonOther
+	}
+}
+
+// closeLinks closes in reverse creation order, so each return probe goes
+// after its entry probe.
+func closeLinks(links []link.Link) {
+	for i := len(links) - 1; i >= 0; i-- {
+		_ = links[i].Close() // closing a perf-event link fails only if already closed
+	}
+}
+
+// Close detaches everything. The Attacher is unusable afterwards.
+func (a *Attacher) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, f := range a.files {
+		closeLinks(f.links)
+		delete(a.files, key)
+	}
+	a.closed = true
+	return nil
+}
+
+// Counters are cumulative failure counts and the current attach state.
+type Counters struct {
+	// Failures by library and reason (profi_system_attach_failures_total).
+	Failures map[[2]string]uint64
+	// Attached library files by library (profi_system_discovery_attached_libraries).
+	Attached map[discover.Library]int
+	// TrackedPIDs are the processes, seen at the last scan, that map an attached library.
+	TrackedPIDs []int
+	// ScanProblems counts per-process procfs problems (malformed maps lines, unreadable files).
+	ScanProblems uint64
+}
+
+// Counters returns a copy of the counters.
+func (a *Attacher) Counters() Counters {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems}
+	for k, v := range a.counts {
+		c.Failures[[2]string{k.lib, k.reason}] = v
+	}
+	pids := map[int]bool{}
+	for _, f := range a.files {
+		c.Attached[f.target.Lib]++
+		for _, p := range f.target.PIDs {
+			pids[p] = true
+		}
+	}
+	for p := range pids {
+		c.TrackedPIDs = append(c.TrackedPIDs, p)
+	}
+	sort.Ints(c.TrackedPIDs)
+	return c
+}

@@ -1,0 +1,112 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// Scanner is the discovery pass the loop runs (discover.Scanner).
+type Scanner interface {
+	Scan() (*discover.Result, error)
+}
+
+// LoopOptions configure Run.
+type LoopOptions struct {
+	Scanner  Scanner
+	ProcRoot string
+	Interval time.Duration       // --refresh-interval
+	Observe  func(time.Duration) // duration of each pass; may be nil
+	Beat     *atomic.Int64       // unix nanos of the last pass, for /health; may be nil
+	Trigger  <-chan struct{}     // extra passes on demand; may be nil
+}
+
+// Run is the discovery loop and the only goroutine that changes links:
+// scan, Sync, wait. It returns after closing every link when ctx ends.
+func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
+	defer a.Close()
+	t := time.NewTicker(o.Interval)
+	defer t.Stop()
+	for {
+		began := time.Now()
+		a.Pass(o.Scanner, o.ProcRoot)
+		if o.Observe != nil {
+			o.Observe(time.Since(began))
+		}
+		if o.Beat != nil {
+			o.Beat.Store(time.Now().UnixNano())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-o.Trigger:
+		}
+	}
+}
+
+// Pass runs one discovery pass and syncs the links with its result.
+func (a *Attacher) Pass(s Scanner, procRoot string) {
+	res, err := s.Scan()
+	if err != nil {
+		// Listing procfs failed: keep the current links rather than
+		// detaching everything on a transient error.
+		a.log.Warn("discovery scan failed", "err", err)
+		return
+	}
+	for _, p := range res.Problems {
+		a.log.Debug("discovery problem", "pid", p.PID, "err", p.Err)
+	}
+	a.mu.Lock()
+	a.scanProblems += uint64(len(res.Problems))
+	a.mu.Unlock()
+	a.Sync(Targets(res, procRoot))
+}
+
+// Targets groups a scan's mappings by library file. Each target opens the
+// file inside the root of one of its processes, trying the next when a
+// process has exited meanwhile.
+func Targets(res *discover.Result, procRoot string) []Target {
+	byKey := map[FileKey]*Target{}
+	var order []FileKey
+	for _, p := range res.Processes {
+		for _, m := range p.Libs {
+			key := FileKey{Dev: m.Dev, Inode: m.Inode}
+			t := byKey[key]
+			if t == nil {
+				t = &Target{Key: key, Lib: m.Lib, Path: m.Path}
+				byKey[key] = t
+				order = append(order, key)
+			}
+			t.PIDs = append(t.PIDs, p.PID)
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].Dev != order[j].Dev {
+			return order[i].Dev < order[j].Dev
+		}
+		return order[i].Inode < order[j].Inode
+	})
+	out := make([]Target, 0, len(order))
+	for _, key := range order {
+		t := byKey[key]
+		pids, path := t.PIDs, t.Path
+		t.Open = func() (*os.File, error) {
+			var err error
+			for _, pid := range pids {
+				var f *os.File
+				if f, err = discover.OpenInRoot(procRoot, pid, path); err == nil || !errors.Is(err, discover.ErrProcessGone) {
+					return f, err
+				}
+			}
+			return nil, err
+		}
+		out = append(out, *t)
+	}
+	return out
+}

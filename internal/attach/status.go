@@ -1,0 +1,92 @@
+package attach
+
+import (
+	"slices"
+	"sort"
+	"time"
+)
+
+// ProbeStatus describes one attached probe.
+type ProbeStatus struct {
+	Symbol    string `json:"symbol"`
+	Operation string `json:"operation"`
+	Return    bool   `json:"return_probe"`
+	Traps     int    `json:"traps_per_call"`
+}
+
+// LibraryStatus is an attached library file.
+type LibraryStatus struct {
+	Library    string        `json:"library"`
+	Path       string        `json:"path"`
+	File       string        `json:"file"` // dev major:minor/inode
+	PIDs       []int         `json:"pids"`
+	Probes     []ProbeStatus `json:"probes"`
+	Missing    []string      `json:"missing_symbols,omitempty"`
+	AttachedAt time.Time     `json:"attached_at"`
+}
+
+// FailureStatus is a library file whose attach failed and waits for a retry.
+type FailureStatus struct {
+	Library   string    `json:"library"`
+	Path      string    `json:"path"`
+	File      string    `json:"file"`
+	PIDs      []int     `json:"pids"`
+	Reason    string    `json:"reason"`
+	Error     string    `json:"error"`
+	Attempts  int       `json:"attempts"`
+	NextRetry time.Time `json:"next_retry"`
+}
+
+// Status is the attach state for /status.
+type Status struct {
+	Attached []LibraryStatus `json:"attached_libraries"`
+	Failed   []FailureStatus `json:"attach_failures"`
+	LastSync time.Time       `json:"last_sync"`
+}
+
+// Status returns a copy of the attach state, sorted by path.
+func (a *Attacher) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Status{Attached: []LibraryStatus{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
+	for key, f := range a.files {
+		ls := LibraryStatus{
+			Library:    string(f.target.Lib),
+			Path:       f.target.Path,
+			File:       key.String(),
+			PIDs:       sortedPIDs(f.target.PIDs),
+			Missing:    slices.Clone(f.missing),
+			AttachedAt: f.attachedAt,
+		}
+		for _, p := range f.probes {
+			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: opName(p), Return: p.Timed(), Traps: p.Traps()})
+		}
+		s.Attached = append(s.Attached, ls)
+	}
+	for key, fl := range a.failed {
+		s.Failed = append(s.Failed, FailureStatus{
+			Library:   string(fl.target.Lib),
+			Path:      fl.target.Path,
+			File:      key.String(),
+			PIDs:      sortedPIDs(fl.target.PIDs),
+			Reason:    fl.reason,
+			Error:     fl.err.Error(),
+			Attempts:  fl.attempts,
+			NextRetry: fl.next,
+		})
+	}
+	sort.Slice(s.Attached, func(i, j int) bool {
+		return s.Attached[i].Path+s.Attached[i].File < s.Attached[j].Path+s.Attached[j].File
+	})
+	sort.Slice(s.Failed, func(i, j int) bool { return s.Failed[i].Path+s.Failed[i].File < s.Failed[j].Path+s.Failed[j].File })
+	return s
+}
+
+func sortedPIDs(p []int) []int {
+	out := slices.Clone(p)
+	if out == nil {
+		out = []int{}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

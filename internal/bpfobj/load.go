@@ -1,0 +1,56 @@
+//go:build linux
+
+package bpfobj
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Sizes are the max_entries of the sized maps (the --*-size flags).
+type Sizes struct {
+	Aggregated  uint32 // --aggregated-size
+	LaunchAgg   uint32 // --launch-agg-size
+	Inflight    uint32 // --entries-size
+	MallocSizes uint32 // --malloc-sizes-size
+}
+
+// Objects are the loaded programs and maps. Close releases them.
+type Objects struct {
+	ProfiObjects
+}
+
+// Load sizes the maps and loads the object into the kernel. A verifier
+// failure is returned with the full verifier log.
+func Load(sizes Sizes) (*Objects, error) {
+	// Only matters on kernels that still charge BPF memory to RLIMIT_MEMLOCK (< 5.11).
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := LoadProfi()
+	if err != nil {
+		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
+	}
+	for name, n := range map[string]uint32{
+		ProfiMapAggregated:  sizes.Aggregated,
+		ProfiMapLaunchAgg:   sizes.LaunchAgg,
+		ProfiMapInflight:    sizes.Inflight,
+		ProfiMapMallocSizes: sizes.MallocSizes,
+	} {
+		if n > 0 {
+			spec.Maps[name].MaxEntries = n
+		}
+	}
+	var objs Objects
+	if err := spec.LoadAndAssign(&objs.ProfiObjects, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load BPF object: %w\nverifier log:\n%+v", err, verr)
+		}
+		return nil, fmt.Errorf("load BPF object: %w", err)
+	}
+	return &objs, nil
+}

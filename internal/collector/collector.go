@@ -1,0 +1,191 @@
+package collector
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// Label sets of interface.md 5.1, in order.
+var (
+	counterLabels = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"}
+	histLabels    = []string{"operation", "namespace", "pod", "gpu"}
+	memcpyLabels  = []string{"direction", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"}
+	memLabels     = []string{"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
+	kernelLabels  = []string{"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"}
+	errorLabels   = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"}
+)
+
+// Libraries reported by profi_system_discovery_attached_libraries, always
+// all of them so a missing series never means "unknown".
+var libraries = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, "libnvtx3interop.so"}
+
+// Data are the sources a scrape reads.
+type Data struct {
+	Snapshot func() *aggregate.Snapshot
+	Attach   func() attach.Counters
+	Started  time.Time
+}
+
+// Collector is the prometheus.Collector of profi's data families.
+type Collector struct {
+	data Data
+
+	calls, memcpy, malloc, active, errors         *prometheus.Desc
+	launches, gridBlocks, blockThreads, sharedMem *prometheus.Desc
+	durBucket, durSum, durCount, durHist          *prometheus.Desc
+	tracked, ringDrops, ringDropRate, cardDrops   *prometheus.Desc
+	launchDrops, mapDrops, probeMisses            *prometheus.Desc
+	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
+}
+
+// New returns the collector; it reads data only when scraped.
+func New(data Data) *Collector {
+	d := prometheus.NewDesc
+	const hostSide = " Host-side API latency (uprobe at entry to return), not GPU execution time."
+	return &Collector{
+		data:         data,
+		calls:        d("profi_cuda_calls_total", "CUDA API calls per operation and stream.", counterLabels, nil),
+		memcpy:       d("profi_cuda_memcpy_bytes_total", "Bytes requested by successful cudaMemcpy/cudaMemcpyAsync calls, by direction (cudaMemcpyKind).", memcpyLabels, nil),
+		malloc:       d("profi_cuda_malloc_bytes_total", "Bytes of device memory allocated by successful cudaMalloc and cudaMallocAsync calls.", memLabels, nil),
+		active:       d("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted.", memLabels, nil),
+		errors:       d("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", errorLabels, nil),
+		launches:     d("profi_cuda_kernel_launches_total", "Kernel launches (counted at entry, failed launches included). kernel=\"anonymous\" in anonymous mode.", kernelLabels, nil),
+		gridBlocks:   d("profi_cuda_kernel_grid_blocks_total", "Sum of gridDim.x*y*z over kernel launches; divide by launches for the mean grid size.", kernelLabels, nil),
+		blockThreads: d("profi_cuda_kernel_block_threads_total", "Sum of blockDim.x*y*z over kernel launches; divide by launches for the mean block size.", kernelLabels, nil),
+		sharedMem:    d("profi_cuda_kernel_shared_memory_bytes_total", "Sum of dynamic shared memory requested by kernel launches.", kernelLabels, nil),
+		durBucket:    d("profi_cuda_duration_bucket_total", "Latency histogram of timed CUDA calls as cumulative counters per le."+hostSide, append(histLabels[:len(histLabels):len(histLabels)], "le"), nil),
+		durSum:       d("profi_cuda_duration_sum_seconds_total", "Sum of latencies of timed CUDA calls, seconds."+hostSide, histLabels, nil),
+		durCount:     d("profi_cuda_duration_count_total", "Number of timed CUDA calls."+hostSide, histLabels, nil),
+		durHist:      d("profi_cuda_duration_seconds", "Latency of timed CUDA calls."+hostSide, histLabels, nil),
+		tracked:      d("profi_tracked_pids", "Live processes with at least one attached CUDA/NCCL library.", nil, nil),
+		ringDrops:    d("profi_dropped_events_total", "Reserve failures of the events ring buffer (this version sends no per-call events).", nil, nil),
+		ringDropRate: d("profi_system_ring_buffer_drops_rate", "Ring-buffer drops per second over the last drain interval.", nil, nil),
+		cardDrops:    d("profi_cardinality_limit_drops_total", "Label tuples refused because --max-time-series was reached; their data is dropped, never added to another series.", nil, nil),
+		launchDrops:  d("profi_system_launch_agg_drops_total", "Failed inserts into the launch aggregation map (map full).", nil, nil),
+		mapDrops:     d("profi_system_bpf_map_drops_total", "Failed inserts of live data into a BPF map (map full or update failure).", []string{"map"}, nil),
+		probeMisses:  d("profi_system_bpf_probe_misses_total", "Calls not timed: a return probe without its entry (orphan_return) or a probed call nested in another (nested).", []string{"reason"}, nil),
+		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
+			[]string{"library", "reason"}, nil),
+		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		uptime:       d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
+		series:       d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
+	}
+}
+
+// Describe sends every descriptor.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
+		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
+		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series,
+	} {
+		ch <- d
+	}
+}
+
+// leLabels are the `le` values of the CUDA latency buckets, formatted as
+// client libraries format bucket bounds.
+var leLabels, leBounds = func() ([]string, []float64) {
+	var s []string
+	var f []float64
+	for _, ns := range bpfobj.LatencyBoundsNs {
+		sec := float64(ns) / 1e9
+		f = append(f, sec)
+		s = append(s, strconv.FormatFloat(sec, 'g', -1, 64))
+	}
+	return append(s, "+Inf"), f
+}()
+
+const (
+	dropEventsRing   = bpfobj.DropEventsRing
+	dropOrphanReturn = bpfobj.DropOrphanReturn
+	dropNested       = bpfobj.DropNested
+)
+
+var mapDropNames = map[bpfobj.Drop]string{
+	bpfobj.DropAggregated:  "aggregated",
+	bpfobj.DropLaunchAgg:   "launch_agg",
+	bpfobj.DropInflight:    "inflight",
+	bpfobj.DropMallocSizes: "malloc_sizes",
+}
+
+// Collect builds every metric from the current state.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.data.Snapshot()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	for _, p := range s.Processes {
+		m := p.Meta
+		pid := strconv.Itoa(m.PID)
+		for k, v := range p.Calls {
+			counter(c.calls, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+		}
+		for k, v := range p.Errors {
+			counter(c.errors, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Code)
+		}
+		for k, v := range p.Memcpy {
+			counter(c.memcpy, v, k.Direction, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+		}
+		if p.HasMemory() {
+			counter(c.malloc, p.MallocBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+			gauge(c.active, float64(p.ActiveBytes()), pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+		}
+		for kernel, l := range p.Launches {
+			labels := []string{kernel, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, "other", ""}
+			counter(c.launches, l.Count, labels...)
+			counter(c.gridBlocks, l.GridBlocks, labels...)
+			counter(c.blockThreads, l.BlockThreads, labels...)
+			counter(c.sharedMem, l.SharedBytes, labels...)
+		}
+	}
+
+	for k, h := range s.Hists {
+		labels := []string{k.Op, k.Namespace, k.Pod, k.GPU}
+		cum := uint64(0)
+		buckets := make(map[float64]uint64, len(leBounds))
+		for i, n := range h.Buckets {
+			cum += n
+			counter(c.durBucket, cum, append(labels[:4:4], leLabels[i])...)
+			if i < len(leBounds) {
+				buckets[leBounds[i]] = cum
+			}
+		}
+		sum := float64(h.SumNs) / 1e9
+		ch <- prometheus.MustNewConstMetric(c.durSum, prometheus.CounterValue, sum, labels...)
+		counter(c.durCount, h.Count, labels...)
+		ch <- prometheus.MustNewConstHistogram(c.durHist, h.Count, sum, buckets, labels...)
+	}
+
+	att := c.data.Attach()
+	gauge(c.tracked, float64(len(att.TrackedPIDs)))
+	for _, lib := range libraries {
+		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
+	}
+	for k, v := range att.Failures {
+		counter(c.attachFailures, v, k[0], k[1])
+	}
+
+	counter(c.ringDrops, s.Drops[bpfobj.DropEventsRing])
+	gauge(c.ringDropRate, s.RingDropRate)
+	counter(c.cardDrops, s.CardinalityDrops)
+	counter(c.launchDrops, s.Drops[bpfobj.DropLaunchAgg])
+	for d, name := range mapDropNames {
+		counter(c.mapDrops, s.Drops[d], name)
+	}
+	counter(c.probeMisses, s.Drops[bpfobj.DropOrphanReturn], "orphan_return")
+	counter(c.probeMisses, s.Drops[bpfobj.DropNested], "nested")
+	gauge(c.uptime, time.Since(c.data.Started).Seconds())
+	gauge(c.series, float64(s.Series))
+}

@@ -1,0 +1,41 @@
+//go:build !linux
+
+package discover
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// errUnsupported is returned by everything that needs Linux procfs.
+var errUnsupported = fmt.Errorf("discover: procfs scanning needs Linux: %w", errors.ErrUnsupported)
+
+// Scan needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func (s *Scanner) Scan() (*Result, error) { return nil, errUnsupported }
+
+// ListPIDs needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func ListPIDs(procRoot string) ([]int, error) { return nil, errUnsupported }
+
+// ReadComm needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func ReadComm(procRoot string, pid int) (string, error) { return "", errUnsupported }
+
+// ReadStartTime needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func ReadStartTime(procRoot string, pid int) (uint64, error) { return 0, errUnsupported }
+
+// Alive needs Linux; elsewhere it reports false.
+func Alive(procRoot string, pid int, startTime uint64) bool { return false }
+
+// OpenInRoot needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func OpenInRoot(procRoot string, pid int, path string) (*os.File, error) {
+	return nil, errUnsupported
+}
+
+// FileID needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func FileID(f *os.File) (dev, ino uint64, err error) { return 0, 0, errUnsupported }

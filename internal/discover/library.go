@@ -1,0 +1,82 @@
+package discover
+
+// Library names a CUDA or NCCL shared library by its unversioned soname.
+type Library string
+
+// The libraries discover recognises.
+const (
+	LibCudart Library = "libcudart.so" // CUDA runtime
+	LibCuda   Library = "libcuda.so"   // CUDA driver
+	LibNCCL   Library = "libnccl.so"   // NCCL
+)
+
+// libraries lists the recognised libraries with the part of the basename
+// between "lib" and ".so".
+var libraries = [...]struct {
+	stem string
+	lib  Library
+}{
+	{"cudart", LibCudart},
+	{"cuda", LibCuda},
+	{"nccl", LibNCCL},
+}
+
+// Classify returns the library a mapped file belongs to, judged by the
+// path's basename alone. The basename must be exactly lib<name>.so,
+// optionally followed by one or more ".<digits>" groups: libcudart.so,
+// libcudart.so.12 and libcudart.so.12.4.127 are LibCudart; libcuda.so.1 and
+// libcuda.so.550.54.15 are LibCuda; libnccl.so.2 and libnccl.so.2.21.5 are
+// LibNCCL. Anything else is not: libcudart_static.a, libcudart.so.bak,
+// libcudart.so.12. (empty group), libcudadebugger.so, libnccl-net.so,
+// libcuda.so-foo, renamed copies such as libcudart-d0da41ae.so.11.0, and a
+// path with a " (deleted)" suffix.
+func Classify(path string) (Library, bool) {
+	return classify(path)
+}
+
+// classify is Classify for both strings and byte slices, so the scanner can
+// classify a line without converting it to a string.
+func classify[T string | []byte](path T) (Library, bool) {
+	base := path
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			base = path[i+1:]
+			break
+		}
+	}
+	if len(base) < len("lib.so") || string(base[:3]) != "lib" {
+		return "", false
+	}
+	rest := base[3:]
+	for _, l := range libraries {
+		n := len(l.stem)
+		if len(rest) < n+3 || string(rest[:n]) != l.stem || string(rest[n:n+3]) != ".so" {
+			continue
+		}
+		if versionSuffix(rest[n+3:]) {
+			return l.lib, true
+		}
+		return "", false
+	}
+	return "", false
+}
+
+// versionSuffix reports whether s is empty or a sequence of ".<digits>"
+// groups, each with at least one digit.
+func versionSuffix[T string | []byte](s T) bool {
+	digits := 1 // digits in the current group; the empty suffix is fine
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if digits == 0 {
+				return false
+			}
+			digits = 0
+		case c >= '0' && c <= '9' && i > 0:
+			digits++
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}

@@ -1,0 +1,36 @@
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// E2EEnv is the variable that turns a missing privilege or kernel feature
+// from a skip into a failure, so a CI lane cannot pass by skipping.
+const E2EEnv = "PROFI_E2E"
+
+// BPFUnavailable says why BPF tests cannot run here, or "" when they can.
+func BPFUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)"
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return "needs a kernel with BTF (/sys/kernel/btf/vmlinux)"
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe/type"); err != nil {
+		return "needs the uprobe PMU (/sys/bus/event_source/devices/uprobe/type)"
+	}
+	return ""
+}
+
+// RequireBPF skips the test when BPF cannot run here, or fails it when
+// PROFI_E2E=1 says it must.
+func RequireBPF(tb testing.TB) {
+	tb.Helper()
+	if why := BPFUnavailable(); why != "" {
+		if os.Getenv(E2EEnv) == "1" {
+			tb.Fatalf("BPF test cannot run (%s) and %s=1 forbids skipping", why, E2EEnv)
+		}
+		tb.Skipf("skipping BPF test: %s (set %s=1 to make this a failure)", why, E2EEnv)
+	}
+}

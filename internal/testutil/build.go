@@ -1,0 +1,273 @@
+// Package testutil builds and drives the GPU-free test fixtures: a stub
+// libcudart.so.12 with the real CUDA Runtime symbols and ABI, and a workload
+// that calls it and reports exact ground truth.
+package testutil
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// ModulePath is the module whose root RepoRoot looks for.
+const ModulePath = "github.com/profi-dev/profi"
+
+// ErrNoCompiler is returned (wrapped) by BuildFixtures when gcc is not in PATH.
+var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the libcudart stub and workloads")
+
+// Compiler flags. The stub's are fixed on purpose: together with the source
+// they decide each exported function's first instruction ("push %rbp"), and
+// that decides how the kernel executes a uprobe placed there, hence probe
+// cost. -fno-ipa-icf keeps identical bodies at distinct addresses, so every
+// symbol is its own probe site. Warning flags do not change code generation.
+var (
+	stubFlags = []string{
+		"-O2", "-fno-omit-frame-pointer", "-fcf-protection=none", "-fno-ipa-icf",
+		"-fno-inline", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.12",
+	}
+	workloadFlags = []string{"-O2", "-pthread"}
+	warnFlags     = []string{"-Wall", "-Wextra", "-Werror"}
+)
+
+// Source files, relative to the repository root.
+const (
+	stubSrc     = "test/stubs/cudart.c"
+	stubHeader  = "test/stubs/cuda_stub.h"
+	workloadSrc = "test/workloads/workload.c"
+)
+
+// Fixtures holds paths of built fixtures.
+type Fixtures struct {
+	Dir            string // build dir (absolute)
+	Cudart         string // <dir>/libcudart.so.12
+	CudartMissing  string // <dir>/missing/libcudart.so.12 (no graph symbols)
+	CudartNotELF   string // <dir>/notelf/libcudart.so.12 (a text file)
+	Workload       string // linked against Cudart, found through its RUNPATH
+	WorkloadDlopen string // dlopens the library given by --lib
+}
+
+func fixturesIn(dir string) *Fixtures {
+	return &Fixtures{
+		Dir:            dir,
+		Cudart:         filepath.Join(dir, "libcudart.so.12"),
+		CudartMissing:  filepath.Join(dir, "missing", "libcudart.so.12"),
+		CudartNotELF:   filepath.Join(dir, "notelf", "libcudart.so.12"),
+		Workload:       filepath.Join(dir, "workload"),
+		WorkloadDlopen: filepath.Join(dir, "workload-dlopen"),
+	}
+}
+
+func (f *Fixtures) all() []string {
+	return []string{f.Cudart, f.CudartMissing, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
+}
+
+// SharedDir is a per-user build directory under os.TempDir for fixtures
+// shared by several test binaries; BuildFixtures makes sharing it safe.
+func SharedDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("profi-fixtures-%d", os.Getuid()))
+}
+
+// BuildFixtures compiles the stubs and workloads with gcc into dir (created
+// if needed). It is safe to call concurrently on one dir, from goroutines or
+// processes: builds are serialised by a lock file, and skipped when a stamp
+// shows the outputs already match the sources, flags and compiler. Skipping
+// matters beyond speed: replacing a library gives it a new inode, and uprobes
+// attached through the old one would silently stop firing for new processes.
+func BuildFixtures(dir string) (*Fixtures, error) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		return nil, fmt.Errorf("testutil: %w", ErrNoCompiler)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	// Absolute, because the linked workload's RUNPATH records it.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	fx := fixturesIn(dir)
+
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	stamp, err := buildStamp(gcc, root, dir)
+	if err != nil {
+		return nil, err
+	}
+	stampPath := filepath.Join(dir, ".stamp")
+	if old, err := os.ReadFile(stampPath); err == nil && string(old) == stamp && allExist(fx.all()) {
+		return fx, nil
+	}
+
+	// Build in a private directory and rename into place, so a reader never
+	// sees a half-written file.
+	tmp, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	t := fixturesIn(tmp)
+	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartNotELF)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("testutil: %w", err)
+		}
+	}
+	if err := os.WriteFile(t.CudartNotELF, []byte("not an ELF file: a fake libcudart.so.12 for tests\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+
+	src := func(rel string) string { return filepath.Join(root, rel) }
+	incl := "-I" + filepath.Join(root, filepath.Dir(stubHeader)) // workload includes cuda_stub.h
+	var builds [][]string
+	stub := func(out string, extra ...string) []string {
+		return cat(stubFlags, warnFlags, extra, []string{"-o", out, src(stubSrc), "-lpthread"})
+	}
+	builds = append(builds,
+		stub(t.Cudart),
+		stub(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
+		// Links against the stub being built, but records the final dir.
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Workload, src(workloadSrc),
+			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir}),
+		cat(workloadFlags, warnFlags, []string{"-DPROFI_DLOPEN", incl, "-o", t.WorkloadDlopen,
+			src(workloadSrc), "-ldl"}),
+	)
+	for _, args := range builds {
+		cmd := exec.Command(gcc, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("testutil: %s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+
+	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartNotELF)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("testutil: %w", err)
+		}
+	}
+	from, to := t.all(), fx.all()
+	for i := range from {
+		if err := os.Rename(from[i], to[i]); err != nil {
+			return nil, fmt.Errorf("testutil: %w", err)
+		}
+	}
+	// The stamp goes last: an interrupted build is redone next time.
+	if err := os.WriteFile(filepath.Join(tmp, ".stamp"), []byte(stamp), 0o644); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	if err := os.Rename(filepath.Join(tmp, ".stamp"), stampPath); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	return fx, nil
+}
+
+// lockDir takes an exclusive flock on dir/.lock; flock locks belong to the
+// open file, so this serialises goroutines of one process as well.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("testutil: lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
+}
+
+// buildStamp hashes everything the outputs depend on.
+func buildStamp(gcc, root, dir string) (string, error) {
+	h := sha256.New()
+	ver, err := exec.Command(gcc, "-dumpfullversion", "-dumpversion").Output()
+	if err != nil {
+		return "", fmt.Errorf("testutil: %s -dumpfullversion: %w", gcc, err)
+	}
+	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
+	for _, rel := range []string{stubSrc, stubHeader, workloadSrc} {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return "", fmt.Errorf("testutil: %w", err)
+		}
+		fmt.Fprintf(h, "%s %d\n", rel, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func allExist(paths []string) bool {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// RepoRoot finds the module root (the directory whose go.mod declares
+// ModulePath), so sources are found from any package's tests. It starts from
+// this source file's directory, which works from any working directory, and
+// falls back to the working directory for -trimpath builds.
+func RepoRoot() (string, error) {
+	var starts []string
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, d := range starts {
+		for {
+			if isModuleRoot(d) {
+				return d, nil
+			}
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return "", fmt.Errorf("testutil: no go.mod for module %s above %v", ModulePath, starts)
+}
+
+func isModuleRoot(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == ModulePath
+		}
+	}
+	return false
+}

@@ -1,0 +1,423 @@
+package testutil
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ProbedFuncs are the functions the workload reports in GroundTruth.Calls.
+var ProbedFuncs = []string{
+	"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaLaunchKernel",
+	"cudaMallocAsync", "cudaFreeAsync", "cudaGraphLaunch", "cudaGraphInstantiate",
+}
+
+// StreamFuncs are the probed functions that take a stream argument, the keys
+// of GroundTruth.CallsByStream.
+var StreamFuncs = []string{
+	"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMallocAsync", "cudaFreeAsync", "cudaGraphLaunch",
+}
+
+// MemcpyKinds are the keys of GroundTruth.MemcpyBytes (cudaMemcpyKind 0..4);
+// MemcpyCalls also has "unknown" for invalid kinds.
+var MemcpyKinds = []string{"h2h", "h2d", "d2h", "d2d", "default"}
+
+// GroundTruth is what the workload did in all its measured phases so far,
+// tallied from the arguments it passed and the codes the calls returned.
+// Absent map keys mean 0.
+type GroundTruth struct {
+	PID                int                          `json:"pid"`
+	Calls              map[string]uint64            `json:"calls"`           // function -> calls
+	CallsByStream      map[string]map[string]uint64 `json:"calls_by_stream"` // function -> "default"|"0x..." -> calls
+	Errors             map[string]map[string]uint64 `json:"errors"`          // function -> decimal cudaError_t -> calls
+	MemcpyBytes        map[string]uint64            `json:"memcpy_bytes"`    // kind -> bytes of successful copies
+	MemcpyCalls        map[string]uint64            `json:"memcpy_calls"`    // kind or "unknown" -> all copies
+	MallocBytes        uint64                       `json:"malloc_bytes"`
+	FreeBytes          uint64                       `json:"free_bytes"`
+	ActiveBytes        uint64                       `json:"active_bytes"`
+	Launches           uint64                       `json:"launches"`
+	LaunchGridBlocks   uint64                       `json:"launch_grid_blocks"`
+	LaunchBlockThreads uint64                       `json:"launch_block_threads"`
+	LaunchSharedBytes  uint64                       `json:"launch_shared_bytes"`
+}
+
+// TotalCalls is the number of probed calls made.
+func (g *GroundTruth) TotalCalls() uint64 {
+	var n uint64
+	for _, c := range g.Calls {
+		n += c
+	}
+	return n
+}
+
+var streamKeyRE = regexp.MustCompile(`^(default|0x[1-9a-f][0-9a-f]*)$`)
+
+// Check verifies the ground truth's internal consistency, so a broken
+// workload is caught before its numbers are used to judge the agent.
+func (g *GroundTruth) Check() error {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if g.PID <= 0 {
+		fail("pid %d", g.PID)
+	}
+	for fn := range g.Calls {
+		if !slices.Contains(ProbedFuncs, fn) {
+			fail("calls: unknown function %q", fn)
+		}
+	}
+	if g.Launches != g.Calls["cudaLaunchKernel"] {
+		fail("launches %d != calls[cudaLaunchKernel] %d", g.Launches, g.Calls["cudaLaunchKernel"])
+	}
+	if g.LaunchGridBlocks < g.Launches || g.LaunchBlockThreads < g.Launches {
+		fail("launch grid blocks %d / block threads %d below launches %d (every dim is >= 1)",
+			g.LaunchGridBlocks, g.LaunchBlockThreads, g.Launches)
+	}
+	for fn, byStream := range g.CallsByStream {
+		if !slices.Contains(StreamFuncs, fn) {
+			fail("calls_by_stream: %q takes no stream", fn)
+		}
+		for key := range byStream {
+			if !streamKeyRE.MatchString(key) {
+				fail("calls_by_stream[%s]: bad stream key %q", fn, key)
+			}
+		}
+	}
+	for _, fn := range StreamFuncs {
+		if sum := sumValues(g.CallsByStream[fn]); sum != g.Calls[fn] {
+			fail("calls_by_stream[%s] sums to %d, calls[%s] = %d", fn, sum, fn, g.Calls[fn])
+		}
+	}
+	for fn, codes := range g.Errors {
+		for code := range codes {
+			if c, err := strconv.Atoi(code); err != nil || c == 0 {
+				fail("errors[%s]: bad error code %q", fn, code)
+			}
+		}
+		if sum := sumValues(codes); sum > g.Calls[fn] {
+			fail("errors[%s] sum %d exceeds calls %d", fn, sum, g.Calls[fn])
+		}
+	}
+	for kind := range g.MemcpyBytes {
+		if !slices.Contains(MemcpyKinds, kind) {
+			fail("memcpy_bytes: bad kind %q", kind)
+		}
+	}
+	for kind := range g.MemcpyCalls {
+		if kind != "unknown" && !slices.Contains(MemcpyKinds, kind) {
+			fail("memcpy_calls: bad kind %q", kind)
+		}
+	}
+	if sum, want := sumValues(g.MemcpyCalls), g.Calls["cudaMemcpy"]+g.Calls["cudaMemcpyAsync"]; sum != want {
+		fail("memcpy_calls sum %d != cudaMemcpy + cudaMemcpyAsync calls %d", sum, want)
+	}
+	// The stub fails a copy only for an invalid kind, with code 21.
+	if u, e := g.MemcpyCalls["unknown"], g.Errors["cudaMemcpy"]["21"]+g.Errors["cudaMemcpyAsync"]["21"]; u != e {
+		fail("memcpy_calls[unknown] %d != memcpy errors 21: %d", u, e)
+	}
+	if g.FreeBytes > g.MallocBytes || g.ActiveBytes != g.MallocBytes-g.FreeBytes {
+		fail("active_bytes %d != malloc_bytes %d - free_bytes %d", g.ActiveBytes, g.MallocBytes, g.FreeBytes)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("testutil: inconsistent ground truth:\n  %s", strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+func sumValues(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// Option configures StartWorkload.
+type Option func(*startOptions)
+
+type startOptions struct {
+	dir          string
+	env          []string
+	wrapper      []string
+	sysProcAttr  *syscall.SysProcAttr
+	readyTimeout time.Duration
+	runTimeout   time.Duration
+}
+
+// WithDir sets the working directory.
+func WithDir(dir string) Option { return func(o *startOptions) { o.dir = dir } }
+
+// WithEnv sets the whole environment (exec.Cmd.Env semantics: nil inherits).
+func WithEnv(env []string) Option { return func(o *startOptions) { o.env = env } }
+
+// WithWrapper runs the workload under a command prefix, e.g.
+// "unshare", "--mount", "--". Workload.PID is then still the workload's own.
+func WithWrapper(argv ...string) Option {
+	return func(o *startOptions) { o.wrapper = argv }
+}
+
+// WithSysProcAttr sets exec.Cmd.SysProcAttr.
+func WithSysProcAttr(a *syscall.SysProcAttr) Option {
+	return func(o *startOptions) { o.sysProcAttr = a }
+}
+
+// WithReadyTimeout bounds the wait for "ready" (default 30 s).
+func WithReadyTimeout(d time.Duration) Option { return func(o *startOptions) { o.readyTimeout = d } }
+
+// WithRunTimeout bounds each Run (default 120 s: probed runs are slow).
+func WithRunTimeout(d time.Duration) Option { return func(o *startOptions) { o.runTimeout = d } }
+
+// Workload is a running workload process driven over its stdin protocol.
+type Workload struct {
+	Cmd *exec.Cmd
+	PID int // the workload's PID as it printed it (not the wrapper's)
+
+	opts    startOptions
+	stdin   io.WriteCloser
+	lines   chan string   // stdout lines; closed at EOF
+	eof     atomic.Bool   // stdout hit EOF: the workload closed it
+	quit    chan struct{} // closed by Stop: stop delivering lines
+	exited  chan struct{} // closed once Cmd.Wait returned (wrapper, if any)
+	waitErr error         // Cmd.Wait's result, valid after exited
+	stderr  lockedBuffer
+
+	mu       sync.Mutex // serialises protocol exchanges
+	stopOnce sync.Once
+	stopErr  error
+}
+
+const (
+	stopTimeout = 10 * time.Second
+	loadTimeout = 30 * time.Second
+)
+
+// StartWorkload starts bin with args and waits until it prints "ready <pid>".
+// Cancelling ctx kills the process (the wrapper, when one is used).
+func StartWorkload(ctx context.Context, bin string, args []string, opts ...Option) (*Workload, error) {
+	w := &Workload{
+		opts:   startOptions{readyTimeout: 30 * time.Second, runTimeout: 120 * time.Second},
+		lines:  make(chan string, 16),
+		quit:   make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(&w.opts)
+	}
+	argv := append(append(slices.Clone(w.opts.wrapper), bin), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = w.opts.dir
+	cmd.Env = w.opts.env
+	cmd.SysProcAttr = w.opts.sysProcAttr
+	cmd.Stderr = &w.stderr
+	// Bounds Wait if a wrapper's child outlives it holding stderr.
+	cmd.WaitDelay = stopTimeout
+	w.Cmd = cmd
+	var err error
+	if w.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	// A plain pipe rather than StdoutPipe: Cmd.Wait must not close stdout
+	// under the reader, so the two can run independently.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("testutil: %w", err)
+	}
+	cmd.Stdout = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return nil, fmt.Errorf("testutil: start %s: %w", strings.Join(argv, " "), err)
+	}
+	go w.readLoop(pr)
+	go func() {
+		w.waitErr = cmd.Wait()
+		close(w.exited)
+	}()
+
+	line, err := w.waitLine(w.opts.readyTimeout, `"ready <pid>"`)
+	if err == nil {
+		var pid int
+		if _, serr := fmt.Sscanf(line, "ready %d", &pid); serr != nil || pid <= 0 {
+			err = fmt.Errorf("testutil: workload printed %q, want \"ready <pid>\"", line)
+		}
+		w.PID = pid
+	}
+	if err != nil {
+		w.kill()
+		return nil, err
+	}
+	return w, nil
+}
+
+// readLoop forwards stdout lines until EOF. It keeps draining stdout after
+// Stop so the workload never blocks writing to it.
+func (w *Workload) readLoop(stdout *os.File) {
+	defer stdout.Close()
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 64<<20) // JSON lines grow with streams
+	for sc.Scan() {
+		select {
+		case w.lines <- sc.Text():
+		case <-w.quit:
+		}
+	}
+	_, _ = io.Copy(io.Discard, stdout) // after a scan error (line too long)
+	w.eof.Store(true)
+	close(w.lines)
+}
+
+// waitLine returns the next stdout line, or an error with the workload's
+// stderr when it exits or timeout passes first.
+func (w *Workload) waitLine(timeout time.Duration, what string) (string, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case line, ok := <-w.lines:
+		if ok {
+			return line, nil
+		}
+		select {
+		case <-w.exited:
+		case <-timer.C:
+		}
+		return "", w.errorf("exited (%v) while waiting for %s", w.exitStatus(), what)
+	case <-timer.C:
+		return "", w.errorf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+func (w *Workload) exitStatus() error {
+	select {
+	case <-w.exited:
+		return w.waitErr
+	default:
+		return fmt.Errorf("exit status not yet known")
+	}
+}
+
+func (w *Workload) errorf(format string, args ...any) error {
+	return fmt.Errorf("testutil: workload %s (pid %d): %s; stderr:\n%s",
+		strings.Join(w.Cmd.Args, " "), w.PID, fmt.Sprintf(format, args...), w.Stderr())
+}
+
+func (w *Workload) send(cmd string) error {
+	if _, err := io.WriteString(w.stdin, cmd+"\n"); err != nil {
+		return w.errorf("sending %q: %v", cmd, err)
+	}
+	return nil
+}
+
+// Stderr returns what the workload wrote to stderr so far.
+func (w *Workload) Stderr() string { return w.stderr.String() }
+
+// Load makes the dlopen build load the library ("load" -> "loaded"). The
+// linked build answers too, so callers may treat both builds alike.
+func (w *Workload) Load() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send("load"); err != nil {
+		return err
+	}
+	line, err := w.waitLine(loadTimeout, `"loaded"`)
+	if err != nil {
+		return err
+	}
+	if line != "loaded" {
+		return w.errorf("printed %q, want \"loaded\"", line)
+	}
+	return nil
+}
+
+// Run runs one measured phase ("go") and returns the cumulative ground truth
+// of all phases so far, after checking its internal consistency.
+func (w *Workload) Run() (*GroundTruth, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send("go"); err != nil {
+		return nil, err
+	}
+	line, err := w.waitLine(w.opts.runTimeout, "ground truth JSON")
+	if err != nil {
+		return nil, err
+	}
+	var gt GroundTruth
+	dec := json.NewDecoder(strings.NewReader(line))
+	dec.DisallowUnknownFields() // a renamed key must fail loudly, not read as 0
+	if err := dec.Decode(&gt); err != nil {
+		return nil, w.errorf("bad ground truth %q: %v", line, err)
+	}
+	if gt.PID != w.PID {
+		return nil, w.errorf("ground truth pid %d != ready pid %d", gt.PID, w.PID)
+	}
+	if err := gt.Check(); err != nil {
+		return nil, err
+	}
+	return &gt, nil
+}
+
+// Stop asks the workload to exit, waits, and kills it after a timeout. It is
+// idempotent; the error reports a non-zero exit or a needed kill.
+func (w *Workload) Stop() error {
+	w.stopOnce.Do(func() {
+		close(w.quit)
+		_, _ = io.WriteString(w.stdin, "exit\n") // fails harmlessly if it is gone
+		_ = w.stdin.Close()                      // EOF also means exit
+		select {
+		case <-w.exited:
+			if w.waitErr != nil {
+				w.stopErr = w.errorf("exit: %v", w.waitErr)
+			}
+		case <-time.After(stopTimeout):
+			w.kill()
+			w.stopErr = w.errorf("did not exit within %v; killed", stopTimeout)
+		}
+	})
+	return w.stopErr
+}
+
+// kill kills the process, and the workload itself when behind a wrapper, and
+// waits until it is reaped.
+func (w *Workload) kill() {
+	select {
+	case <-w.exited:
+		return
+	default:
+	}
+	if w.PID > 0 && w.PID != w.Cmd.Process.Pid && !w.eof.Load() {
+		// Behind a wrapper; its stdout still open says the PID is still it.
+		_ = syscall.Kill(w.PID, syscall.SIGKILL)
+	}
+	_ = w.Cmd.Process.Kill()
+	<-w.exited
+}
+
+// lockedBuffer is an io.Writer safe to read while exec copies stderr into it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

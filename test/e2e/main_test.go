@@ -1,0 +1,120 @@
+// Package e2e runs the real profi binary against stub CUDA libraries and
+// compares its /metrics with the workloads' own ground truth, exactly.
+// Everything here loads and attaches real BPF programs: it needs root and
+// a kernel with uprobes (PROFI_E2E=1 turns a skip into a failure).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+var (
+	fixtures *testutil.Fixtures
+	agentBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if why := testutil.BPFUnavailable(); why == "" {
+		var err error
+		if fixtures, err = testutil.BuildFixtures(testutil.SharedDir()); err != nil {
+			fmt.Fprintln(os.Stderr, "build fixtures:", err)
+			return 1
+		}
+		dir, err := os.MkdirTemp("", "profi-e2e-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if agentBin, err = testutil.BuildAgent(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// startAgent runs profi with a 1 s discovery period (plus args) and stops
+// it at the end of the test, failing the test if it did not exit cleanly.
+func startAgent(t *testing.T, args ...string) *testutil.Agent {
+	t.Helper()
+	testutil.RequireBPF(t)
+	a, err := testutil.StartAgent(context.Background(), agentBin, append([]string{"--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("agent did not exit cleanly: %v\n%s", err, a.Logs())
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Logs())
+		}
+	})
+	return a
+}
+
+// startWorkload starts a fixture workload and stops it at the end of the test.
+func startWorkload(t *testing.T, bin string, args []string, opts ...testutil.Option) *testutil.Workload {
+	t.Helper()
+	w, err := testutil.StartWorkload(context.Background(), bin, args, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
+}
+
+// waitAttached waits until /status lists pid among the processes of an attached library.
+func waitAttached(t *testing.T, a *testutil.Agent, pid int) {
+	t.Helper()
+	err := testutil.Eventually(15*time.Second, func() error {
+		var st status
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		for _, l := range st.AttachedLibraries {
+			for _, p := range l.PIDs {
+				if p == pid {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("pid %d not attached; status: %+v", pid, st)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// status is the part of /status the tests read.
+type status struct {
+	AttachedLibraries []struct {
+		Library string   `json:"library"`
+		Path    string   `json:"path"`
+		PIDs    []int    `json:"pids"`
+		Missing []string `json:"missing_symbols"`
+		Probes  []struct {
+			Symbol string `json:"symbol"`
+		} `json:"probes"`
+	} `json:"attached_libraries"`
+	AttachFailures []struct {
+		Library string `json:"library"`
+		Path    string `json:"path"`
+		Reason  string `json:"reason"`
+		Error   string `json:"error"`
+	} `json:"attach_failures"`
+	TrackedPIDs     []int  `json:"tracked_pids"`
+	EventsProcessed uint64 `json:"events_processed"`
+	KernelMode      string `json:"kernel_mode"`
+}
