@@ -19,6 +19,9 @@ typedef __s32 s32;
 typedef __u32 u32;
 typedef __s64 s64;
 typedef __u64 u64;
+typedef _Bool bool;
+#define true 1
+#define false 0
 /* Used by bpf_helper_defs.h prototypes. */
 typedef __u16 __be16;
 typedef __u32 __be32;

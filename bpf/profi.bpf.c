@@ -49,6 +49,29 @@ struct {
 	__type(value, u64);
 } malloc_sizes SEC(".maps");
 
+/*
+ * One library file can be attached twice under two (dev, inode) keys: two
+ * overlayfs mounts of one image layer show different inodes in
+ * /proc/PID/maps, while the uprobe lands on the one real inode beneath.
+ * Every call would then run the programs of both attachments. pid_files
+ * (written by userspace from /proc/PID/maps) says which attachments are a
+ * process's own; a process userspace has not seen yet is claimed by the
+ * first attachment that fires for it (pid_claim).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pid_file);
+	__type(value, u8);
+} pid_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u32);
+} pid_claim SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);
@@ -94,6 +117,28 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	return v;
 }
 
+/* Whether this attachment (file) counts the current hit of process pid. */
+static __always_inline bool owns_hit(u32 pid, u32 file)
+{
+	struct pid_file k = {.pid = pid};
+	u32 *owner;
+
+	if (bpf_map_lookup_elem(&pid_files, &k)) {
+		k.file = file;
+		return bpf_map_lookup_elem(&pid_files, &k) != NULL;
+	}
+	owner = bpf_map_lookup_elem(&pid_claim, &pid);
+	if (!owner) {
+		bpf_map_update_elem(&pid_claim, &pid, &file, BPF_NOEXIST);
+		owner = bpf_map_lookup_elem(&pid_claim, &pid);
+		if (!owner) {
+			count_drop(DROP_PID_CLAIM);
+			return true;
+		}
+	}
+	return *owner == file;
+}
+
 static __always_inline u32 lat_bucket(u64 ns)
 {
 	u32 i;
@@ -123,10 +168,14 @@ static __always_inline u64 dim3_volume(u64 xy, u64 z)
 SEC("uprobe")
 int timed_entry(struct pt_regs *ctx)
 {
+	u64 cookie = bpf_get_attach_cookie(ctx);
 	u64 id = bpf_get_current_pid_tgid();
-	struct inflight_call *cur = bpf_map_lookup_elem(&inflight, &id);
+	struct inflight_call *cur;
 	struct inflight_call in = {};
 
+	if (!owns_hit(id >> 32, COOKIE_FILE(cookie)))
+		return 0;
+	cur = bpf_map_lookup_elem(&inflight, &id);
 	/*
 	 * A probed call nested in another one on this thread (the library
 	 * calling its own exported API): keep the outer call intact and let the
@@ -138,7 +187,7 @@ int timed_entry(struct pt_regs *ctx)
 		return 0;
 	}
 
-	in.op = (u32)bpf_get_attach_cookie(ctx);
+	in.op = COOKIE_OP(cookie);
 	switch (in.op) {
 	case OP_CUDA_MALLOC:
 		in.arg0 = PT_REGS_PARM1(ctx);
@@ -195,7 +244,7 @@ int timed_return(struct pt_regs *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
 	u64 id = bpf_get_current_pid_tgid();
-	struct inflight_call *cur = bpf_map_lookup_elem(&inflight, &id);
+	struct inflight_call *cur;
 	struct inflight_call in;
 	struct agg_key key = {};
 	struct agg_val zero = {};
@@ -203,6 +252,9 @@ int timed_return(struct pt_regs *ctx)
 	u64 bytes = 0;
 	s32 ret;
 
+	if (!owns_hit(id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+		return 0;
+	cur = bpf_map_lookup_elem(&inflight, &id);
 	if (!cur) {
 		count_drop(DROP_ORPHAN_RETURN);
 		return 0;
@@ -279,12 +331,15 @@ int timed_return(struct pt_regs *ctx)
 SEC("uprobe")
 int launch_entry(struct pt_regs *ctx)
 {
+	u64 cookie = bpf_get_attach_cookie(ctx);
 	struct launch_key key = {};
 	struct launch_val zero = {};
 	struct launch_val *val;
 
 	key.pid = bpf_get_current_pid_tgid() >> 32;
-	key.op = (u32)bpf_get_attach_cookie(ctx);
+	if (!owns_hit(key.pid, COOKIE_FILE(cookie)))
+		return 0;
+	key.op = COOKIE_OP(cookie);
 	key.stream = stack_arg(ctx, 8);
 
 	val = lookup_or_init(&launch_agg, &key, &zero, DROP_LAUNCH_AGG);

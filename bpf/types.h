@@ -31,7 +31,8 @@ enum drop {
 	DROP_ORPHAN_RETURN = 4,  /* return probe without its entry (evicted, or attached mid-call) */
 	DROP_NESTED = 5,         /* probed call nested in another probed call on one thread: not timed */
 	DROP_EVENTS_RING = 6,    /* events ring-buffer reserve failure */
-	DROP_MAX = 7,
+	DROP_PID_CLAIM = 7,      /* pid_claim update failed: the hit is counted by every alias */
+	DROP_MAX = 8,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -79,6 +80,22 @@ struct inflight_call {
 	u32 kind;
 	u32 depth;  /* nested probed calls on this thread */
 	u32 pad;
+};
+
+/*
+ * The BPF cookie of every probe: the operation in the low 32 bits, the id
+ * of the attached library file in the high 32 bits.
+ */
+#define COOKIE_OP(c) ((u32)(c))
+#define COOKIE_FILE(c) ((u32)((c) >> 32))
+
+/*
+ * Key of pid_files: (pid, file) says the process maps that attached file;
+ * (pid, 0) says the process is known to userspace at all.
+ */
+struct pid_file {
+	u32 pid;
+	u32 file;
 };
 
 struct alloc_key {

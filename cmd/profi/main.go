@@ -85,6 +85,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RetryBase:  cfg.RefreshInterval,
 		RetryMax:   5 * time.Minute,
 		Logger:     log,
+		PIDFiles:   objs.PidFiles,
 	})
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 

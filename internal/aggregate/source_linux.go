@@ -82,6 +82,12 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	errs = append(errs, deleteWhere(s.Objects.Aggregated, func(k *bpfobj.ProfiAggKey) bool { return pids[k.Pid] }))
 	errs = append(errs, deleteWhere(s.Objects.LaunchAgg, func(k *bpfobj.ProfiLaunchKey) bool { return pids[k.Pid] }))
 	errs = append(errs, deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] }))
+	// A stale claim would make a new process that reuses the PID invisible until the next scan.
+	for pid := range pids {
+		if err := s.Objects.PidClaim.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("delete pid_claim of %d: %w", pid, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

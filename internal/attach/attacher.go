@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 )
 
@@ -60,9 +61,13 @@ type Options struct {
 	RetryMax   time.Duration // cap of the exponential backoff
 	Logger     *slog.Logger
 	Now        func() time.Time // for tests; time.Now when nil
+	// PIDFiles is the BPF map of which attached files each process maps
+	// (see pid_files in profi.bpf.c); nil in tests without BPF.
+	PIDFiles *ebpf.Map
 }
 
 type attached struct {
+	id         uint32 // goes into every probe's cookie
 	target     Target
 	links      []link.Link // in creation order: a return probe before its entry
 	probes     []Probe
@@ -94,6 +99,8 @@ type Attacher struct {
 	lastSync time.Time
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
+	nextID       uint32
+	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -111,11 +118,12 @@ func New(opts Options) *Attacher {
 		opts.RetryMax = 5 * time.Minute
 	}
 	return &Attacher{
-		opts:   opts,
-		log:    opts.Logger.With("component", "attach"),
-		files:  map[FileKey]*attached{},
-		failed: map[FileKey]*failure{},
-		counts: map[failureKey]uint64{},
+		opts:     opts,
+		log:      opts.Logger.With("component", "attach"),
+		files:    map[FileKey]*attached{},
+		failed:   map[FileKey]*failure{},
+		counts:   map[failureKey]uint64{},
+		pidFiles: map[bpfobj.ProfiPidFile]bool{},
 	}
 }
 
@@ -180,6 +188,62 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.failed, key)
 		}
 	}
+	a.syncPIDFiles()
+}
+
+// syncPIDFiles tells BPF which attached files each process maps, so that
+// a file attached under two keys counts every call once (owns_hit in
+// profi.bpf.c). A process's own entries are written before its "known"
+// marker (file 0) and removed after it.
+func (a *Attacher) syncPIDFiles() {
+	if a.opts.PIDFiles == nil {
+		return
+	}
+	want := map[bpfobj.ProfiPidFile]bool{}
+	for _, f := range a.files {
+		for _, pid := range f.target.PIDs {
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = true
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = true
+		}
+	}
+	var failed int
+	put := func(k bpfobj.ProfiPidFile) {
+		if err := a.opts.PIDFiles.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
+			failed++
+			return
+		}
+		a.pidFiles[k] = true
+	}
+	del := func(k bpfobj.ProfiPidFile) {
+		if err := a.opts.PIDFiles.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+			return
+		}
+		delete(a.pidFiles, k)
+	}
+	for k := range want {
+		if !a.pidFiles[k] && k.File != 0 {
+			put(k)
+		}
+	}
+	for k := range want {
+		if !a.pidFiles[k] && k.File == 0 {
+			put(k)
+		}
+	}
+	for k := range a.pidFiles {
+		if !want[k] && k.File == 0 {
+			del(k)
+		}
+	}
+	for k := range a.pidFiles {
+		if !want[k] {
+			del(k)
+		}
+	}
+	if failed > 0 {
+		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", failed)
+	}
 }
 
 // merge adds the PIDs of a second target for an already seen file.
@@ -243,13 +307,14 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 		return nil, ReasonNotELF, fmt.Errorf("open executable %s: %w", t.Path, err)
 	}
 
-	att := &attached{target: t}
+	a.nextID++
+	att := &attached{target: t, id: a.nextID}
 	for _, p := range Probes(t.Lib, a.opts.KernelMode) {
 		if !syms[p.Symbol] {
 			att.missing = append(att.missing, p.Symbol)
 			continue
 		}
-		opts := &link.UprobeOptions{PID: a.opts.PID, Cookie: uint64(p.Op)}
+		opts := &link.UprobeOptions{PID: a.opts.PID, Cookie: bpfobj.Cookie(p.Op, att.id)}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.

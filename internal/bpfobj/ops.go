@@ -55,6 +55,7 @@ const (
 	DropOrphanReturn Drop = ProfiDropDROP_ORPHAN_RETURN
 	DropNested       Drop = ProfiDropDROP_NESTED
 	DropEventsRing   Drop = ProfiDropDROP_EVENTS_RING
+	DropPIDClaim     Drop = ProfiDropDROP_PID_CLAIM
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -63,6 +64,11 @@ const (
 var LatencyBoundsNs = [...]uint64{
 	1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9,
 }
+
+// Cookie is the BPF cookie of a probe: the operation in the low 32 bits,
+// the attached file's id in the high 32 bits (COOKIE_OP/COOKIE_FILE in
+// types.h).
+func Cookie(op Op, file uint32) uint64 { return uint64(op) | uint64(file)<<32 }
 
 // StreamLabel formats a cudaStream_t handle as the `stream` label value.
 func StreamLabel(stream uint64) string {

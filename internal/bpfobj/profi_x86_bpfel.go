@@ -47,7 +47,8 @@ const (
 	ProfiDropDROP_ORPHAN_RETURN ProfiDrop = 4
 	ProfiDropDROP_NESTED        ProfiDrop = 5
 	ProfiDropDROP_EVENTS_RING   ProfiDrop = 6
-	ProfiDropDROP_MAX           ProfiDrop = 7
+	ProfiDropDROP_PID_CLAIM     ProfiDrop = 7
+	ProfiDropDROP_MAX           ProfiDrop = 8
 )
 
 type ProfiInflightCall struct {
@@ -94,6 +95,12 @@ const (
 	ProfiOpOP_MAX                    ProfiOp = 10
 )
 
+type ProfiPidFile struct {
+	_    structs.HostLayout
+	Pid  uint32
+	File uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -103,6 +110,8 @@ const (
 	ProfiMapInflight     = "inflight"
 	ProfiMapLaunchAgg    = "launch_agg"
 	ProfiMapMallocSizes  = "malloc_sizes"
+	ProfiMapPidClaim     = "pid_claim"
+	ProfiMapPidFiles     = "pid_files"
 	ProfiProgLaunchEntry = "launch_entry"
 	ProfiProgTimedEntry  = "timed_entry"
 	ProfiProgTimedReturn = "timed_return"
@@ -166,6 +175,8 @@ type ProfiMapSpecs struct {
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	LaunchAgg   *ebpf.MapSpec `ebpf:"launch_agg"`
 	MallocSizes *ebpf.MapSpec `ebpf:"malloc_sizes"`
+	PidClaim    *ebpf.MapSpec `ebpf:"pid_claim"`
+	PidFiles    *ebpf.MapSpec `ebpf:"pid_files"`
 }
 
 // ProfiVariableSpecs contains global variables before they are loaded into the kernel.
@@ -201,6 +212,8 @@ type ProfiMaps struct {
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	LaunchAgg   *ebpf.Map `ebpf:"launch_agg"`
 	MallocSizes *ebpf.Map `ebpf:"malloc_sizes"`
+	PidClaim    *ebpf.Map `ebpf:"pid_claim"`
+	PidFiles    *ebpf.Map `ebpf:"pid_files"`
 }
 
 func (m *ProfiMaps) Close() error {
@@ -210,6 +223,8 @@ func (m *ProfiMaps) Close() error {
 		m.Inflight,
 		m.LaunchAgg,
 		m.MallocSizes,
+		m.PidClaim,
+		m.PidFiles,
 	)
 }
 

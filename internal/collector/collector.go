@@ -43,6 +43,7 @@ type Collector struct {
 	tracked, ringDrops, ringDropRate, cardDrops   *prometheus.Desc
 	launchDrops, mapDrops, probeMisses            *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
+	scanProblems                                  *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -75,6 +76,7 @@ func New(data Data) *Collector {
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
 		uptime:       d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
+		scanProblems: d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
 		series:       d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
 	}
 }
@@ -84,7 +86,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series,
+		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
 	} {
 		ch <- d
 	}
@@ -114,6 +116,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropLaunchAgg:   "launch_agg",
 	bpfobj.DropInflight:    "inflight",
 	bpfobj.DropMallocSizes: "malloc_sizes",
+	bpfobj.DropPIDClaim:    "pid_claim",
 }
 
 // Collect builds every metric from the current state.
@@ -173,6 +176,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, lib := range libraries {
 		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
 	}
+	counter(c.scanProblems, att.ScanProblems)
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
