@@ -1,0 +1,89 @@
+//go:build ignore
+
+/* (The constraint above keeps the go tool from taking this for cgo source.)
+ *
+ * Driver of the overhead benchmark (bench/overhead_test.go, which builds it
+ * with gcc; never commit the binary). Calls one stub CUDA Runtime function
+ * CALLS times through the PLT, after WARMUP untimed calls that resolve the
+ * PLT slot and fault the pages in, and prints
+ *
+ *   pid=PID calls=CALLS warmup=WARMUP elapsed_ns=NS
+ *
+ * where NS covers the CALLS timed calls only. Exits 1 if any call fails, so
+ * a broken stub cannot pass for a fast one.
+ *
+ * Usage: loop cudaLaunchKernel|cudaMemcpyAsync CALLS WARMUP */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_stub.h"
+
+static void kernel(void) {}
+
+static long calls_launch(long n)
+{
+	dim3 grid = {2, 1, 1}, block = {128, 1, 1};
+	long failed = 0;
+
+	for (long i = 0; i < n; i++)
+		failed += cudaLaunchKernel((const void *)kernel, grid, block, NULL, 0, NULL) != cudaSuccess;
+	return failed;
+}
+
+static long calls_memcpy_async(long n)
+{
+	static char src[64], dst[64];
+	long failed = 0;
+
+	for (long i = 0; i < n; i++)
+		failed += cudaMemcpyAsync(dst, src, sizeof(src), cudaMemcpyHostToDevice, NULL) != cudaSuccess;
+	return failed;
+}
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+	long (*run)(long);
+	long calls, warmup, failed;
+	long long t0, t1;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s cudaLaunchKernel|cudaMemcpyAsync CALLS WARMUP\n", argv[0]);
+		return 2;
+	}
+	if (strcmp(argv[1], "cudaLaunchKernel") == 0) {
+		run = calls_launch;
+	} else if (strcmp(argv[1], "cudaMemcpyAsync") == 0) {
+		run = calls_memcpy_async;
+	} else {
+		fprintf(stderr, "unknown function %s\n", argv[1]);
+		return 2;
+	}
+	calls = atol(argv[2]);
+	warmup = atol(argv[3]);
+	if (calls <= 0 || warmup < 0) {
+		fprintf(stderr, "CALLS must be > 0 and WARMUP >= 0\n");
+		return 2;
+	}
+
+	failed = run(warmup);
+	t0 = now_ns();
+	failed += run(calls);
+	t1 = now_ns();
+	if (failed) {
+		fprintf(stderr, "%ld calls of %s failed\n", failed, argv[1]);
+		return 1;
+	}
+	printf("pid=%d calls=%ld warmup=%ld elapsed_ns=%lld\n", (int)getpid(), calls, warmup, t1 - t0);
+	return 0;
+}
