@@ -235,3 +235,49 @@ func TestLibraryNotELF(t *testing.T) {
 		t.Fatal("agent exited")
 	}
 }
+
+// Draining while the workload calls: no increment may be lost between
+// reads, and no counter may ever go backwards (the Rust exporter's racy
+// lookup-then-delete lost increments here).
+func TestDrainWhileCalling(t *testing.T) {
+	a := startAgent(t)
+	w := startWorkload(t, fixtures.Workload, []string{"--threads", "2", "--iters", "1500"})
+	waitAttached(t, a, w.PID)
+
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		prev := values{}
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			mfs, err := a.Metrics()
+			if err != nil {
+				errs <- err
+				return
+			}
+			cur := observed(mfs, w.PID)
+			for k, v := range prev {
+				if strings.HasPrefix(k, "profi_cuda_active_memory_bytes") {
+					continue // a gauge
+				}
+				if cur[k] < v {
+					errs <- fmt.Errorf("%s went backwards: %v then %v", k, v, cur[k])
+					return
+				}
+			}
+			prev = cur
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	gt := runPhase(t, w)
+	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+	close(done)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
