@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Minimal kernel definitions for profi's uprobe programs. A full vmlinux.h
  * is 2.8 MB and clashes with common names; uprobes need only basic types,

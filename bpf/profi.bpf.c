@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0)
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //go:build ignore
 
 /*
@@ -80,11 +80,17 @@ struct {
 } drops SEC(".maps");
 
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
+/* clang-format off */
 static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
-	1000,     5000,      10000,     50000,     100000,
-	500000,   1000000,   5000000,   10000000,  50000000,
-	100000000, 500000000, 1000000000,
+	1000, 5000,                  /* 1 us, 5 us */
+	10000, 50000,                /* 10 us, 50 us */
+	100000, 500000,              /* 100 us, 500 us */
+	1000000, 5000000,            /* 1 ms, 5 ms */
+	10000000, 50000000,          /* 10 ms, 50 ms */
+	100000000, 500000000,        /* 100 ms, 500 ms */
+	1000000000,                  /* 1 s */
 };
+/* clang-format on */
 
 /* Force the generated Go types for the enums and shared structs. */
 const enum op unused_op __attribute__((unused));
@@ -103,7 +109,8 @@ static __always_inline void count_drop(u32 idx)
  * map is counted as a drop of that map; the call is then lost, never
  * folded into another key.
  */
-static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero, u32 drop_idx)
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero,
+					    u32 drop_idx)
 {
 	void *v = bpf_map_lookup_elem(map, key);
 
@@ -151,7 +158,10 @@ static __always_inline u32 lat_bucket(u64 ns)
 	return LAT_BUCKETS - 1;
 }
 
-/* Stack argument n (7, 8, ...) at a probe on the function's first instruction: sp points at the return address. */
+/*
+ * Stack argument n (7, 8, ...) at a probe on the function's first
+ * instruction, where sp points at the return address.
+ */
 static __always_inline u64 stack_arg(struct pt_regs *ctx, u32 n)
 {
 	u64 v = 0;
@@ -346,8 +356,10 @@ int launch_entry(struct pt_regs *ctx)
 	if (!val)
 		return 0;
 	__sync_fetch_and_add(&val->count, 1);
-	__sync_fetch_and_add(&val->grid_blocks, dim3_volume(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx)));
-	__sync_fetch_and_add(&val->block_threads, dim3_volume(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx)));
+	__sync_fetch_and_add(&val->grid_blocks,
+			     dim3_volume(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx)));
+	__sync_fetch_and_add(&val->block_threads,
+			     dim3_volume(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx)));
 	__sync_fetch_and_add(&val->shared_bytes, stack_arg(ctx, 7));
 	return 0;
 }

@@ -93,6 +93,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Source:           aggregate.MapSource{Objects: objs},
 		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
 		Interval:         time.Second,
+		GCInterval:       cfg.GCInterval,
 		MaxTimeSeries:    cfg.MaxTimeSeries,
 		MaxStreamsPerPID: cfg.MaxStreamsPerPID,
 		Logger:           log,
@@ -112,10 +113,18 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Status: func() any {
 			return collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
 		},
-		Ready:     func() bool { return true }, // BPF is loaded before the server exists
-		Heartbeat: func() time.Time { return time.Unix(0, beat.Load()) },
-		Encode:    func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
-		Logger:    log,
+		Ready: func() bool { return true }, // BPF is loaded before the server exists
+		// The main loop is healthy while drains are fresh and discovery
+		// passes arrive on schedule, whatever --refresh-interval is.
+		Heartbeat: func() time.Time {
+			drained, scanDue := agg.Snapshot().Time, time.Unix(0, beat.Load()).Add(cfg.RefreshInterval)
+			if scanDue.Before(drained) {
+				return scanDue
+			}
+			return drained
+		},
+		Encode: func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
+		Logger: log,
 	})
 	if err != nil {
 		return err

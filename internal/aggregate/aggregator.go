@@ -1,10 +1,13 @@
 package aggregate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -19,6 +22,10 @@ type Source interface {
 	Drops() ([bpfobj.NumDrops]uint64, error)
 	// DeletePIDs removes every key of these processes from every map.
 	DeletePIDs(pids map[uint32]bool) error
+	// DeleteDead removes per-process entries that have no aggregation key
+	// (live allocations, claims) of processes for which alive is false,
+	// and returns how many it removed.
+	DeleteDead(alive func(pid uint32) bool) (int, error)
 }
 
 // Procs tells who a PID is and whether it is still the same live process.
@@ -33,6 +40,7 @@ type Options struct {
 	Source           Source
 	Procs            Procs
 	Interval         time.Duration // drain period
+	GCInterval       time.Duration // --gc-interval: sweep of entries DeletePIDs cannot see
 	MaxTimeSeries    int           // --max-time-series
 	MaxStreamsPerPID int           // --max-streams-per-pid
 	Logger           *slog.Logger
@@ -78,6 +86,9 @@ type Aggregator struct {
 	admitted     map[tuple]struct{}
 	refused      map[tuple]struct{}
 	cardDrops    uint64
+	// undeleted are exited processes already retired whose keys could not
+	// be deleted yet: retried on every drain, never retired twice.
+	undeleted map[int]bool
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -88,13 +99,17 @@ func New(opts Options) *Aggregator {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = time.Minute
+	}
 	a := &Aggregator{
-		opts:     opts,
-		log:      opts.Logger.With("component", "aggregate"),
-		procs:    map[int]*procState{},
-		retired:  map[HistKey]*Hist{},
-		admitted: map[tuple]struct{}{},
-		refused:  map[tuple]struct{}{},
+		opts:      opts,
+		log:       opts.Logger.With("component", "aggregate"),
+		procs:     map[int]*procState{},
+		retired:   map[HistKey]*Hist{},
+		admitted:  map[tuple]struct{}{},
+		refused:   map[tuple]struct{}{},
+		undeleted: map[int]bool{},
 	}
 	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}})
 	return a
@@ -107,6 +122,8 @@ func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 func (a *Aggregator) Run(ctx context.Context) error {
 	t := time.NewTicker(a.opts.Interval)
 	defer t.Stop()
+	gc := time.NewTicker(a.opts.GCInterval)
+	defer gc.Stop()
 	for {
 		if err := a.Drain(); err != nil {
 			a.log.Warn("drain failed", "err", err)
@@ -115,7 +132,29 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-gc.C:
+			a.GC()
 		}
+	}
+}
+
+// GC removes BPF state of exited processes that the drain cannot see
+// because they never produced an aggregation key (e.g. a process whose
+// allocations were tracked but whose calls were dropped at a full map).
+// Exited processes with keys are handled by every drain, so series never
+// wait for this pass.
+func (a *Aggregator) GC() {
+	n, err := a.opts.Source.DeleteDead(func(pid uint32) bool {
+		if ps, ok := a.procs[int(pid)]; ok {
+			return a.opts.Procs.Alive(int(pid), ps.start)
+		}
+		return a.opts.Procs.Alive(int(pid), 0)
+	})
+	if err != nil {
+		a.log.Warn("gc of exited processes' BPF state", "err", err)
+	}
+	if n > 0 {
+		a.log.Debug("gc removed BPF entries of exited processes", "entries", n)
 	}
 }
 
@@ -157,6 +196,10 @@ func (a *Aggregator) Drain() error {
 	sort.Ints(pids)
 	for _, pid := range pids {
 		d := byPID[pid]
+		if a.undeleted[pid] {
+			dead[uint32(pid)] = true
+			continue
+		}
 		ps := a.process(pid)
 		if ps == nil {
 			// Exited: keep what the histograms need, drop the rest.
@@ -174,7 +217,19 @@ func (a *Aggregator) Drain() error {
 	}
 	if len(dead) > 0 {
 		if err := a.opts.Source.DeletePIDs(dead); err != nil {
-			a.log.Warn("delete keys of exited processes", "pids", len(dead), "err", err)
+			a.log.Warn("delete keys of exited processes; retrying next drain", "pids", len(dead), "err", err)
+			for pid := range dead {
+				a.undeleted[int(pid)] = true
+			}
+		} else {
+			for pid := range dead {
+				delete(a.undeleted, int(pid))
+			}
+		}
+	}
+	for pid := range a.undeleted {
+		if _, ok := byPID[pid]; !ok {
+			delete(a.undeleted, pid) // its keys are gone after all
 		}
 	}
 	for k, h := range a.retired {
@@ -308,6 +363,16 @@ func histOf(v *bpfobj.ProfiAggVal) *Hist {
 	return h
 }
 
+// compareAggKeys orders keys so that caps admit the same tuples on every
+// run (map iteration order is random).
+func compareAggKeys(x, y bpfobj.ProfiAggKey) int {
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Err, y.Err))
+}
+
+func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func))
+}
+
 // directions are the `direction` labels of cudaMemcpyKind 0..4.
 var directions = [...]string{"h2h", "h2d", "d2h", "d2d", "default"}
 
@@ -342,10 +407,16 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		Launches: map[string]Launch{},
 		hists:    map[string]*Hist{},
 	}
-	if a.admit(tuple{fam: famMemory, pid: pid}) {
-		p.memory = true
+	aggKeys := slices.SortedFunc(maps.Keys(d.agg), compareAggKeys)
+	for _, k := range aggKeys {
+		// Series are created on first data: memory series only for a process that allocates or frees.
+		if isMalloc(k.Op) || isFree(k.Op) {
+			p.memory = a.admit(tuple{fam: famMemory, pid: pid})
+			break
+		}
 	}
-	for k, v := range d.agg {
+	for _, k := range aggKeys {
+		v := d.agg[k]
 		op := bpfobj.OpName(k.Op)
 		stream := a.stream(ps, k.Stream)
 		p.events += v.Count
@@ -375,7 +446,8 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		}
 		h.add(histOf(&v))
 	}
-	for k, v := range d.launch {
+	for _, k := range slices.SortedFunc(maps.Keys(d.launch), compareLaunchKeys) {
+		v := d.launch[k]
 		op := bpfobj.OpName(k.Op)
 		stream := a.stream(ps, k.Stream)
 		p.events += v.Count

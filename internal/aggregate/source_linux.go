@@ -78,10 +78,10 @@ func (s MapSource) Drops() ([bpfobj.NumDrops]uint64, error) {
 // runs only when a process has exited, so the full scan of malloc_sizes
 // is not paid on every drain.
 func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
-	var errs []error
-	errs = append(errs, deleteWhere(s.Objects.Aggregated, func(k *bpfobj.ProfiAggKey) bool { return pids[k.Pid] }))
-	errs = append(errs, deleteWhere(s.Objects.LaunchAgg, func(k *bpfobj.ProfiLaunchKey) bool { return pids[k.Pid] }))
-	errs = append(errs, deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] }))
+	_, err1 := deleteWhere(s.Objects.Aggregated, func(k *bpfobj.ProfiAggKey) bool { return pids[k.Pid] })
+	_, err2 := deleteWhere(s.Objects.LaunchAgg, func(k *bpfobj.ProfiLaunchKey) bool { return pids[k.Pid] })
+	_, err3 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] })
+	errs := []error{err1, err2, err3}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
 	for pid := range pids {
 		if err := s.Objects.PidClaim.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -91,9 +91,25 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	return errors.Join(errs...)
 }
 
+// DeleteDead sweeps malloc_sizes and pid_claim for entries of exited processes.
+func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
+	dead := map[uint32]bool{}
+	isDead := func(pid uint32) bool {
+		d, ok := dead[pid]
+		if !ok {
+			d = !alive(pid)
+			dead[pid] = d
+		}
+		return d
+	}
+	n1, err1 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return isDead(k.Pid) })
+	n2, err2 := deleteWhere(s.Objects.PidClaim, func(k *uint32) bool { return isDead(*k) })
+	return n1 + n2, errors.Join(err1, err2)
+}
+
 // deleteWhere collects matching keys first and deletes them afterwards,
 // because deleting the current key would restart a NextKey walk.
-func deleteWhere[K any](m *ebpf.Map, match func(*K) bool) error {
+func deleteWhere[K any](m *ebpf.Map, match func(*K) bool) (int, error) {
 	var (
 		keys      []K
 		cur, next K
@@ -105,7 +121,7 @@ func deleteWhere[K any](m *ebpf.Map, match func(*K) bool) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("walk %s: %w", m, err)
+			return 0, fmt.Errorf("walk %s: %w", m, err)
 		}
 		if match(&next) {
 			keys = append(keys, next)
@@ -115,8 +131,8 @@ func deleteWhere[K any](m *ebpf.Map, match func(*K) bool) error {
 	}
 	for i := range keys {
 		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete from %s: %w", m, err)
+			return i, fmt.Errorf("delete from %s: %w", m, err)
 		}
 	}
-	return nil
+	return len(keys), nil
 }

@@ -85,6 +85,9 @@ type failure struct {
 
 type failureKey struct{ lib, reason string }
 
+// permanent is the retry time of failures that no retry can fix.
+var permanent = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // Attacher owns every uprobe link.
 type Attacher struct {
 	opts Options
@@ -166,6 +169,9 @@ func (a *Attacher) Sync(targets []Target) {
 			continue
 		}
 		seen[t.Key] = true
+		if len(Probes(t.Lib, a.opts.KernelMode)) == 0 {
+			continue // nothing to attach for this library (yet): not a failure
+		}
 		if f, ok := a.files[t.Key]; ok {
 			f.target.PIDs = t.PIDs
 			continue
@@ -267,6 +273,13 @@ func (a *Attacher) attach(t Target, now time.Time) {
 		fl.attempts++
 		delay := a.opts.RetryBase << min(fl.attempts-1, 20)
 		fl.next = now.Add(min(delay, a.opts.RetryMax))
+		if reason == ReasonSymbolNotFound {
+			// The file's symbols cannot change: no retry while it stays mapped.
+			fl.next = permanent
+			a.counts[failureKey{string(t.Lib), reason}] += uint64(len(Probes(t.Lib, a.opts.KernelMode)))
+			a.log.Warn("library defines none of the probed symbols; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
+			return
+		}
 		a.counts[failureKey{string(t.Lib), reason}]++
 		a.log.Warn("attach failed", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "reason", reason, "attempt", fl.attempts, "retry_in", fl.next.Sub(now), "err", err)
 		return

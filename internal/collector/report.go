@@ -65,7 +65,10 @@ func WriteReport(w io.Writer, prev, cur *aggregate.Snapshot) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s\tPID\tCOMM\tOPERATION\tCALLS/S\tTOTAL\t\n", cur.Time.Format(time.TimeOnly))
 	for _, k := range keys {
-		d := after[k] - before[k]
+		var d uint64
+		if after[k] > before[k] { // a reused PID can start below the old total
+			d = after[k] - before[k]
+		}
 		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%.1f\t%d\t\n", k.pid, k.comm, k.op, float64(d)/dt, after[k])
 	}
 	_ = tw.Flush() // a failed write to stdout has nowhere better to go

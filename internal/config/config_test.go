@@ -370,7 +370,7 @@ func TestOTLPMilliseconds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if tc.wantErr != "" {
-				mustFail(t, nil, tc.env, tc.wantErr)
+				_ = mustFail(t, nil, tc.env, tc.wantErr)
 				return
 			}
 			cfg, _ := mustParse(t, nil, tc.env)
@@ -412,7 +412,7 @@ func TestOTLPEndpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if tc.wantErr != "" {
-				mustFail(t, tc.args, tc.env, tc.wantErr)
+				_ = mustFail(t, tc.args, tc.env, tc.wantErr)
 				return
 			}
 			cfg, _ := mustParse(t, tc.args, tc.env)
@@ -443,7 +443,7 @@ func TestOTLPProtocol(t *testing.T) {
 			t.Parallel()
 			args := []string{"--otlp-protocol=" + tc.in}
 			if tc.wantErr != "" {
-				mustFail(t, args, nil, tc.wantErr)
+				_ = mustFail(t, args, nil, tc.wantErr)
 				return
 			}
 			cfg, _ := mustParse(t, args, nil)
@@ -454,7 +454,7 @@ func TestOTLPProtocol(t *testing.T) {
 	}
 	t.Run("env error names the variable", func(t *testing.T) {
 		t.Parallel()
-		mustFail(t, nil, map[string]string{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"},
+		_ = mustFail(t, nil, map[string]string{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"},
 			`OTEL_EXPORTER_OTLP_METRICS_PROTOCOL: protocol "http/json" is not supported`)
 	})
 }
@@ -477,7 +477,7 @@ func TestOTLPOtherChecks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mustFail(t, tc.args, tc.env, tc.wantErr)
+			_ = mustFail(t, tc.args, tc.env, tc.wantErr)
 		})
 	}
 }
@@ -579,7 +579,7 @@ func TestLogLevel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if tc.wantErr != "" {
-				mustFail(t, tc.args, tc.env, tc.wantErr)
+				_ = mustFail(t, tc.args, tc.env, tc.wantErr)
 				return
 			}
 			cfg, warns := mustParse(t, tc.args, tc.env)
@@ -647,7 +647,7 @@ func TestValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mustFail(t, tc.args, tc.env, tc.wantErr)
+			_ = mustFail(t, tc.args, tc.env, tc.wantErr)
 		})
 	}
 }

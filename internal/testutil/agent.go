@@ -79,7 +79,7 @@ func StartAgent(ctx context.Context, bin string, args ...string) (*Agent, error)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	a.Stop()
+	_ = a.Stop() // the readiness failure is the error worth reporting
 	return nil, fmt.Errorf("agent not ready after 30s\n%s", a.logs.String())
 }
 

@@ -1,0 +1,67 @@
+//go:build linux
+
+package bpfobj
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+func TestLoadSizes(t *testing.T) {
+	testutil.RequireBPF(t)
+	tests := []struct {
+		name  string
+		sizes Sizes
+		want  Sizes // resulting max_entries
+	}{
+		{
+			name:  "defaults",
+			sizes: Sizes{},
+			want:  Sizes{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+		},
+		{
+			name:  "custom",
+			sizes: Sizes{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			want:  Sizes{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+		},
+		{
+			name:  "partly custom",
+			sizes: Sizes{LaunchAgg: 16},
+			want:  Sizes{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Load(tc.sizes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer objs.Close()
+			for _, m := range []struct {
+				name string
+				m    *ebpf.Map
+				want uint32
+			}{
+				{"aggregated", objs.Aggregated, tc.want.Aggregated},
+				{"launch_agg", objs.LaunchAgg, tc.want.LaunchAgg},
+				{"inflight", objs.Inflight, tc.want.Inflight},
+				{"malloc_sizes", objs.MallocSizes, tc.want.MallocSizes},
+				{"drops", objs.Drops, uint32(NumDrops)},
+			} {
+				if got := m.m.MaxEntries(); got != m.want {
+					t.Errorf("%s MaxEntries = %d, want %d", m.name, got, m.want)
+				}
+			}
+			for name, p := range map[string]*ebpf.Program{
+				ProfiProgTimedEntry: objs.TimedEntry, ProfiProgTimedReturn: objs.TimedReturn, ProfiProgLaunchEntry: objs.LaunchEntry,
+			} {
+				if p == nil || p.FD() < 0 {
+					t.Errorf("program %s not loaded", name)
+				}
+			}
+		})
+	}
+}

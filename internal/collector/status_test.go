@@ -1,0 +1,90 @@
+package collector
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/config"
+)
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{KernelMode: "anonymous", ProbeProfile: "lean", PID: 4242}
+	snap := &aggregate.Snapshot{
+		Time:             time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		CardinalityDrops: 9,
+		Series:           17,
+		Events:           1234,
+	}
+	for i := range snap.Drops {
+		snap.Drops[i] = uint64(i) + 1
+	}
+	lastSync := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	st := attach.Status{
+		Attached: []attach.LibraryStatus{{Library: "libcudart.so", Path: "/usr/lib/libcudart.so.12", File: "8:1/500", PIDs: []int{4242}}},
+		Failed:   []attach.FailureStatus{{Library: "libcudart.so", Path: "/x", Reason: attach.ReasonNotELF, Attempts: 2}},
+		LastSync: lastSync,
+	}
+	started := time.Now().Add(-time.Minute)
+
+	t.Run("document", func(t *testing.T) {
+		t.Parallel()
+		doc := Status("v1.2.3", cfg, started, snap, st, attach.Counters{TrackedPIDs: []int{4242}})
+		wantDrops := map[string]uint64{
+			"cardinality_limit": 9,
+			"aggregated":        uint64(bpfobj.DropAggregated) + 1,
+			"launch_agg":        uint64(bpfobj.DropLaunchAgg) + 1,
+			"inflight":          uint64(bpfobj.DropInflight) + 1,
+			"malloc_sizes":      uint64(bpfobj.DropMallocSizes) + 1,
+			"orphan_return":     uint64(bpfobj.DropOrphanReturn) + 1,
+			"nested":            uint64(bpfobj.DropNested) + 1,
+			"events_ring":       uint64(bpfobj.DropEventsRing) + 1,
+			"pid_claim":         uint64(bpfobj.DropPIDClaim) + 1,
+		}
+		if !reflect.DeepEqual(doc.Drops, wantDrops) {
+			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)
+		}
+		if len(doc.Drops) != int(bpfobj.NumDrops)+1 {
+			t.Errorf("%d drop counters, want every BPF drop counter plus cardinality_limit (%d)", len(doc.Drops), int(bpfobj.NumDrops)+1)
+		}
+		if doc.UptimeSeconds < 60 {
+			t.Errorf("UptimeSeconds = %v, want at least 60", doc.UptimeSeconds)
+		}
+		doc.UptimeSeconds, doc.Drops = 0, nil
+		want := StatusDoc{
+			Version: "v1.2.3", KernelMode: "anonymous", ProbeProfile: "lean", PIDFilter: 4242, BPFLoaded: true,
+			AttachedLibraries: st.Attached, AttachFailures: st.Failed, LastDiscovery: lastSync,
+			TrackedPIDs: []int{4242}, EventsProcessed: 1234, ExportedSeries: 17, LastDrain: snap.Time,
+		}
+		if !reflect.DeepEqual(doc, want) {
+			t.Errorf("Status =\n%+v\nwant\n%+v", doc, want)
+		}
+	})
+
+	t.Run("json keys", func(t *testing.T) {
+		t.Parallel()
+		// No tracked process: an empty list, never null.
+		b, err := json.Marshal(Status("dev", cfg, started, snap, attach.Status{}, attach.Counters{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		// interface.md 4: at least these.
+		for _, k := range []string{"attached_libraries", "tracked_pids", "events_processed", "uptime_seconds", "kernel_mode"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("/status lacks %q: %s", k, b)
+			}
+		}
+		if string(m["tracked_pids"]) != "[]" || string(m["kernel_mode"]) != `"anonymous"` || string(m["events_processed"]) != "1234" {
+			t.Errorf("tracked_pids %s, kernel_mode %s, events_processed %s", m["tracked_pids"], m["kernel_mode"], m["events_processed"])
+		}
+	})
+}
