@@ -2,10 +2,8 @@ package collector
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -435,13 +433,6 @@ func TestGoldenPinsLE(t *testing.T) {
 	}
 }
 
-// interfaceLintFindings are the linter findings forced by interface.md: the
-// Rust exporter's `*_bucket_total` counter family carries `le`. The same data
-// is also exported as a native histogram.
-var interfaceLintFindings = []string{
-	`profi_cuda_duration_bucket_total: non-histogram metrics should not have "le" label`,
-}
-
 func TestLint(t *testing.T) {
 	t.Parallel()
 	// What testutil.CollectAndLint does: a pedantic registry, then promlint.
@@ -456,7 +447,7 @@ func TestLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		if f := p.Metric + ": " + p.Text; !slices.Contains(interfaceLintFindings, f) {
+		if f := p.Metric + ": " + p.Text; !slices.Contains(proftest.InterfaceLintFindings, f) {
 			t.Errorf("lint finding not forced by the interface: %s", f)
 		}
 	}
@@ -464,32 +455,9 @@ func TestLint(t *testing.T) {
 
 func TestPromtool(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv(proftest.E2EEnv) == "1" {
-			t.Fatal("promtool not found (Debian package prometheus)")
-		}
-		t.Skip("promtool not found (Debian package prometheus)")
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(t))
-	body := exposition(t, reg, true)
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = bytes.NewReader(body)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() == 3: // lint findings only
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			line = strings.TrimSpace(line)
-			if f := strings.Replace(line, " ", ": ", 1); !slices.Contains(interfaceLintFindings, f) {
-				t.Errorf("promtool finding not forced by the interface: %s", line)
-			}
-		}
-	default:
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
+	proftest.CheckPromtool(t, exposition(t, reg, true))
 }
 
 func TestSelfBuckets(t *testing.T) {

@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -119,24 +115,10 @@ func TestFullMapsCountDrops(t *testing.T) {
 	}
 }
 
-// interfaceLintExceptions are promtool findings forced by the interface we
-// keep: the Rust exporter's `*_bucket_total` counter families carry `le`.
-// The same data is also exported as proper native histograms.
-var interfaceLintExceptions = []string{
-	`profi_cuda_duration_bucket_total non-histogram metrics should not have "le" label`,
-}
-
 // promtool (the real Prometheus linter) parses the exposition with data in
 // it and finds nothing but the findings the interface forces.
 func TestExpositionPassesPromtool(t *testing.T) {
 	a := startAgent(t)
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
-			t.Fatal("promtool not found (Debian package prometheus)")
-		}
-		t.Skip("promtool not found (Debian package prometheus)")
-	}
 	w := startWorkload(t, fixtures.Workload, defaultArgs)
 	waitAttached(t, a, w.PID)
 	gt := runPhase(t, w)
@@ -145,21 +127,7 @@ func TestExpositionPassesPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = strings.NewReader(string(body))
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() == 3: // lint findings only
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if !slices.Contains(interfaceLintExceptions, strings.TrimSpace(line)) {
-				t.Errorf("promtool finding not forced by the interface: %s", line)
-			}
-		}
-	default:
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
+	testutil.CheckPromtool(t, body)
 }
 
 // A hostile /proc tree: malformed maps lines, a library path that is a
