@@ -2,15 +2,18 @@
 //go:build ignore
 
 /*
- * profi's uprobe programs: count and time CUDA Runtime API calls and
- * aggregate them in per-CPU maps. Nothing leaves the kernel per call: Go
- * reads the cumulative map values, so no ring buffer sits on the hot path.
+ * profi's uprobe programs: count and time CUDA Runtime and Driver API calls
+ * and aggregate them in per-CPU maps. Nothing leaves the kernel per call:
+ * Go reads the cumulative map values. The only ring buffer carries kernel
+ * names (full mode), a few per process.
  *
- * Programs:
- *   timed_entry/timed_return  entry+return pair of every timed operation;
- *                             the BPF cookie carries the enum op.
- *   launch_entry              cudaLaunchKernel, entry only (anonymous mode):
+ * Programs (the BPF cookie carries the enum op and the attached file id):
+ *   timed_entry/timed_return  entry+return pair of every timed operation,
+ *                             launches included in full mode.
+ *   launch_entry              launch APIs in anonymous mode, entry only:
  *                             one trap per launch, no in-flight state.
+ *   name_entry                __cudaRegisterFunction (full mode): host stub
+ *                             -> device function name.
  */
 
 #include "common.h"
@@ -55,8 +58,8 @@ struct {
  * /proc/PID/maps, while the uprobe lands on the one real inode beneath.
  * Every call would then run the programs of both attachments. pid_files
  * (written by userspace from /proc/PID/maps) says which attachments are a
- * process's own; a process userspace has not seen yet is claimed by the
- * first attachment that fires for it (pid_claim).
+ * process's own; in a process userspace has not seen yet, each probed
+ * address is claimed by the first attachment that fires there (pid_claim).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -68,8 +71,8 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, u32);
-	__type(value, u32);
+	__type(key, struct claim_key);
+	__type(value, u32); /* file id */
 } pid_claim SEC(".maps");
 
 struct {
@@ -78,6 +81,39 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } drops SEC(".maps");
+
+/* Runtime launch entered on a thread (anonymous mode), for the runtime->driver guard. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* pid_tgid */
+	__type(value, struct rt_launch);
+} rt_launches SEC(".maps");
+
+/*
+ * libcudart's code in each process, written by userspace from each scan:
+ * a driver launch whose return address lies there was made by the runtime.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid */
+	__type(value, struct text_range);
+} rt_text SEC(".maps");
+
+/* Current device of each thread, from successful cudaSetDevice calls. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* pid_tgid */
+	__type(value, u32);
+} thread_device SEC(".maps");
+
+/* Kernel names (full mode): a few events per process, never per launch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} kernel_regs SEC(".maps");
 
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
 /* clang-format off */
@@ -90,11 +126,23 @@ static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
 	100000000, 500000000,        /* 100 ms, 500 ms */
 	1000000000,                  /* 1 s */
 };
+/* Inclusive upper bounds of the kernel launch latency buckets (no 5 ms bound). */
+static const u64 klat_bounds_ns[KLAT_BUCKETS - 1] = {
+	1000, 5000,                  /* 1 us, 5 us */
+	10000, 50000,                /* 10 us, 50 us */
+	100000, 500000,              /* 100 us, 500 us */
+	1000000, 10000000,           /* 1 ms, 10 ms */
+};
 /* clang-format on */
+
+/* A nested driver launch follows its runtime launch within this time. */
+#define RT_TO_DRV_WINDOW_NS 50000000ULL
 
 /* Force the generated Go types for the enums and shared structs. */
 const enum op unused_op __attribute__((unused));
 const enum drop unused_drop __attribute__((unused));
+const enum name_kind unused_name_kind __attribute__((unused));
+const struct name_event unused_name_event __attribute__((unused));
 
 static __always_inline void count_drop(u32 idx)
 {
@@ -125,19 +173,20 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 }
 
 /* Whether this attachment (file) counts the current hit of process pid. */
-static __always_inline bool owns_hit(u32 pid, u32 file)
+static __always_inline bool owns_hit(struct pt_regs *ctx, u32 pid, u32 file)
 {
 	struct pid_file k = {.pid = pid};
+	struct claim_key ck = {.pid = pid, .ip = PT_REGS_IP(ctx)};
 	u32 *owner;
 
 	if (bpf_map_lookup_elem(&pid_files, &k)) {
 		k.file = file;
 		return bpf_map_lookup_elem(&pid_files, &k) != NULL;
 	}
-	owner = bpf_map_lookup_elem(&pid_claim, &pid);
+	owner = bpf_map_lookup_elem(&pid_claim, &ck);
 	if (!owner) {
-		bpf_map_update_elem(&pid_claim, &pid, &file, BPF_NOEXIST);
-		owner = bpf_map_lookup_elem(&pid_claim, &pid);
+		bpf_map_update_elem(&pid_claim, &ck, &file, BPF_NOEXIST);
+		owner = bpf_map_lookup_elem(&pid_claim, &ck);
 		if (!owner) {
 			count_drop(DROP_PID_CLAIM);
 			return true;
@@ -158,21 +207,218 @@ static __always_inline u32 lat_bucket(u64 ns)
 	return LAT_BUCKETS - 1;
 }
 
+static __always_inline u32 klat_bucket(u64 ns)
+{
+	u32 i;
+
+#pragma unroll
+	for (i = 0; i < KLAT_BUCKETS - 1; i++) {
+		if (ns <= klat_bounds_ns[i])
+			return i;
+	}
+	return KLAT_BUCKETS - 1;
+}
+
 /*
- * Stack argument n (7, 8, ...) at a probe on the function's first
- * instruction, where sp points at the return address.
+ * Integer argument n (1-based) at a probe on the function's first
+ * instruction: six registers, then the stack, where sp points at the
+ * return address.
  */
-static __always_inline u64 stack_arg(struct pt_regs *ctx, u32 n)
+static __always_inline u64 arg(struct pt_regs *ctx, u32 n)
 {
 	u64 v = 0;
 
-	bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)));
+	switch (n) {
+	case 1:
+		return ctx->rdi;
+	case 2:
+		return ctx->rsi;
+	case 3:
+		return ctx->rdx;
+	case 4:
+		return ctx->rcx;
+	case 5:
+		return ctx->r8;
+	case 6:
+		return ctx->r9;
+	}
+	bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->rsp + 8 * (n - 6)));
 	return v;
 }
 
+/* Volume of a dim3 passed by value: x and y in one register, z in the next. */
 static __always_inline u64 dim3_volume(u64 xy, u64 z)
 {
 	return (xy & 0xffffffff) * (xy >> 32) * (z & 0xffffffff);
+}
+
+static __always_inline u64 vol3(u64 x, u64 y, u64 z)
+{
+	return (x & 0xffffffff) * (y & 0xffffffff) * (z & 0xffffffff);
+}
+
+static __always_inline bool is_runtime_launch(u32 op)
+{
+	return op == OP_CUDA_LAUNCH_KERNEL || op == OP_CUDA_LAUNCH_KERNEL_PTSZ ||
+	       op == OP_CUDA_LAUNCH_KERNEL_EXC || op == OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
+}
+
+static __always_inline bool is_driver_launch(u32 op)
+{
+	return op == OP_CU_LAUNCH_KERNEL || op == OP_CU_LAUNCH_KERNEL_PTSZ ||
+	       op == OP_CU_LAUNCH_KERNEL_EX || op == OP_CU_LAUNCH_COOPERATIVE_KERNEL;
+}
+
+/*
+ * Decodes the function, stream and geometry of a launch (x86-64 SysV).
+ * A dim3 passed by value takes two registers; the driver passes six
+ * unsigned dims, so its later arguments are on the stack.
+ */
+static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a)
+{
+	switch (op) {
+	case OP_CUDA_LAUNCH_KERNEL:
+	case OP_CUDA_LAUNCH_KERNEL_PTSZ:
+	case OP_CUDA_LAUNCH_COOPERATIVE_KERNEL:
+		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
+		a->func = arg(ctx, 1);
+		a->grid_blocks = dim3_volume(arg(ctx, 2), arg(ctx, 3));
+		a->block_threads = dim3_volume(arg(ctx, 4), arg(ctx, 5));
+		a->shared_bytes = arg(ctx, 7);
+		a->stream = arg(ctx, 8);
+		break;
+	case OP_CUDA_LAUNCH_KERNEL_EXC: {
+		/* (const cudaLaunchConfig_t *config, const void *func, void **args) */
+		struct {
+			u32 grid[3];
+			u32 block[3];
+			u64 shmem;
+			u64 stream;
+		} c = {};
+
+		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
+		a->func = arg(ctx, 2);
+		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
+		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
+		a->shared_bytes = c.shmem;
+		a->stream = c.stream;
+		break;
+	}
+	case OP_CU_LAUNCH_KERNEL:
+	case OP_CU_LAUNCH_KERNEL_PTSZ:
+	case OP_CU_LAUNCH_COOPERATIVE_KERNEL:
+		/* (f, gx, gy, gz, bx, by, bz, shmem, hStream, ...) */
+		a->func = arg(ctx, 1);
+		a->grid_blocks = vol3(arg(ctx, 2), arg(ctx, 3), arg(ctx, 4));
+		a->block_threads = vol3(arg(ctx, 5), arg(ctx, 6), arg(ctx, 7));
+		a->shared_bytes = arg(ctx, 8) & 0xffffffff;
+		a->stream = arg(ctx, 9);
+		break;
+	case OP_CU_LAUNCH_KERNEL_EX: {
+		/* (const CUlaunchConfig *config, CUfunction f, ...): stream at offset 32 */
+		struct {
+			u32 grid[3];
+			u32 block[3];
+			u32 shmem;
+			u32 pad;
+			u64 stream;
+		} c = {};
+
+		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
+		a->func = arg(ctx, 2);
+		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
+		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
+		a->shared_bytes = c.shmem;
+		a->stream = c.stream;
+		break;
+	}
+	}
+}
+
+/*
+ * Runtime launches are implemented by a driver launch on the same thread,
+ * which must not be counted again. Timed calls see it through the
+ * in-flight depth. In anonymous mode (no return probe) the driver entry
+ * checks its return address: inside libcudart's code means the runtime
+ * made the call. Until userspace has written the process's libcudart range
+ * (its first scan), a marker left by the runtime entry stands in: the
+ * driver entry must come soon after, deeper on the same stack.
+ */
+static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id)
+{
+	u32 pid = id >> 32;
+	struct rt_launch m = {.sp = ctx->rsp, .ts = bpf_ktime_get_ns()};
+
+	if (bpf_map_lookup_elem(&rt_text, &pid))
+		return;
+	bpf_map_update_elem(&rt_launches, &id, &m, BPF_ANY);
+}
+
+static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id)
+{
+	u32 pid = id >> 32;
+	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
+	struct rt_launch *m;
+	bool nested;
+
+	if (text) {
+		u64 ret = 0;
+
+		bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->rsp);
+		nested = ret >= text->start && ret < text->end;
+	} else {
+		m = bpf_map_lookup_elem(&rt_launches, &id);
+		if (!m)
+			return false;
+		nested = ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS;
+		bpf_map_delete_elem(&rt_launches, &id);
+	}
+	if (nested)
+		count_drop(DROP_RT_TO_DRV);
+	return nested;
+}
+
+static __always_inline void add_launch(u32 pid, u32 op, u64 func, struct launch_args *a, u64 dur,
+				       bool timed)
+{
+	struct launch_key key = {.pid = pid, .op = op, .stream = a->stream, .func = func};
+	struct launch_val zero = {};
+	struct launch_val *val;
+
+	val = lookup_or_init(&launch_agg, &key, &zero, DROP_LAUNCH_AGG);
+	if (!val)
+		return;
+	__sync_fetch_and_add(&val->count, 1);
+	__sync_fetch_and_add(&val->grid_blocks, a->grid_blocks);
+	__sync_fetch_and_add(&val->block_threads, a->block_threads);
+	__sync_fetch_and_add(&val->shared_bytes, a->shared_bytes);
+	if (timed) {
+		u32 b = klat_bucket(dur);
+
+		__sync_fetch_and_add(&val->timed, 1);
+		__sync_fetch_and_add(&val->duration_ns, dur);
+		if (b < KLAT_BUCKETS)
+			__sync_fetch_and_add(&val->buckets[b], 1);
+	}
+}
+
+/* Sends a kernel name source to userspace; a full ring is counted. */
+static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 name_ptr)
+{
+	struct name_event *e = bpf_ringbuf_reserve(&kernel_regs, sizeof(*e), 0);
+
+	if (!e) {
+		count_drop(DROP_KERNEL_REGS);
+		return;
+	}
+	e->pid = pid;
+	e->kind = kind;
+	e->key = key;
+	e->aux = aux;
+	e->name[0] = 0;
+	if (name_ptr)
+		bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name_ptr);
+	bpf_ringbuf_submit(e, 0);
 }
 
 SEC("uprobe")
@@ -183,13 +429,13 @@ int timed_entry(struct pt_regs *ctx)
 	struct inflight_call *cur;
 	struct inflight_call in = {};
 
-	if (!owns_hit(id >> 32, COOKIE_FILE(cookie)))
+	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
 	/*
-	 * A probed call nested in another one on this thread (the library
-	 * calling its own exported API): keep the outer call intact and let the
-	 * matching return just unwind the depth.
+	 * A probed call nested in another one on this thread (a runtime call
+	 * going down into the driver, or the library calling its own API):
+	 * counted once, as the outer call; the matching return unwinds.
 	 */
 	if (cur) {
 		cur->depth++;
@@ -200,13 +446,15 @@ int timed_entry(struct pt_regs *ctx)
 	in.op = COOKIE_OP(cookie);
 	switch (in.op) {
 	case OP_CUDA_MALLOC:
-		in.arg0 = PT_REGS_PARM1(ctx);
-		in.arg1 = PT_REGS_PARM2(ctx);
+	case OP_CUDA_MALLOC_MANAGED:
+	case OP_CUDA_MALLOC_HOST:
+		in.arg0 = arg(ctx, 1); /* void **ptr */
+		in.arg1 = arg(ctx, 2); /* size */
 		break;
 	case OP_CUDA_MALLOC_ASYNC:
-		in.arg0 = PT_REGS_PARM1(ctx);
-		in.arg1 = PT_REGS_PARM2(ctx);
-		in.stream = PT_REGS_PARM3(ctx);
+		in.arg0 = arg(ctx, 1);
+		in.arg1 = arg(ctx, 2);
+		in.stream = arg(ctx, 3);
 		break;
 	case OP_CUDA_FREE:
 	case OP_CUDA_FREE_ASYNC: {
@@ -215,7 +463,7 @@ int timed_entry(struct pt_regs *ctx)
 		 * this call: after the return another thread may already have
 		 * been handed the same address. Put back if the free fails.
 		 */
-		struct alloc_key ak = {.pid = id >> 32, .ptr = PT_REGS_PARM1(ctx)};
+		struct alloc_key ak = {.pid = id >> 32, .ptr = arg(ctx, 1)};
 		u64 *size = bpf_map_lookup_elem(&malloc_sizes, &ak);
 
 		in.arg0 = ak.ptr;
@@ -224,22 +472,70 @@ int timed_entry(struct pt_regs *ctx)
 			bpf_map_delete_elem(&malloc_sizes, &ak);
 		}
 		if (in.op == OP_CUDA_FREE_ASYNC)
-			in.stream = PT_REGS_PARM2(ctx);
+			in.stream = arg(ctx, 2);
 		break;
 	}
 	case OP_CUDA_MEMCPY:
-		in.arg1 = PT_REGS_PARM3(ctx);
-		in.kind = (u32)PT_REGS_PARM4(ctx);
+		in.arg1 = arg(ctx, 3);
+		in.kind = arg(ctx, 4);
 		break;
 	case OP_CUDA_MEMCPY_ASYNC:
-		in.arg1 = PT_REGS_PARM3(ctx);
-		in.kind = (u32)PT_REGS_PARM4(ctx);
-		in.stream = PT_REGS_PARM5(ctx);
+	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
+		in.arg1 = arg(ctx, 3);
+		in.kind = arg(ctx, 4);
+		in.stream = arg(ctx, 5);
+		break;
+	case OP_CUDA_MEMCPY_PEER:
+		/* (dst, dstDevice, src, srcDevice, count) */
+		in.arg1 = arg(ctx, 5);
+		in.kind = KIND_P2P;
+		break;
+	case OP_CUDA_MEMCPY_PEER_ASYNC:
+		in.arg1 = arg(ctx, 5);
+		in.kind = KIND_P2P;
+		in.stream = arg(ctx, 6);
+		break;
+	case OP_CUDA_MEMCPY_2D:
+	case OP_CUDA_MEMCPY_2D_ASYNC:
+		/* (dst, dpitch, src, spitch, width, height, kind[, stream]) */
+		in.arg1 = arg(ctx, 5) * arg(ctx, 6);
+		in.kind = arg(ctx, 7);
+		if (in.op == OP_CUDA_MEMCPY_2D_ASYNC)
+			in.stream = arg(ctx, 8);
+		break;
+	case OP_CUDA_MEMSET:
+		in.arg1 = arg(ctx, 3);
+		break;
+	case OP_CUDA_MEMSET_ASYNC:
+		in.arg1 = arg(ctx, 3);
+		in.stream = arg(ctx, 4);
+		break;
+	case OP_CUDA_STREAM_SYNC:
+		in.stream = arg(ctx, 1);
+		break;
+	case OP_CUDA_SET_DEVICE:
+		in.arg0 = arg(ctx, 1);
 		break;
 	case OP_CUDA_GRAPH_LAUNCH:
-		in.stream = PT_REGS_PARM2(ctx);
+	case OP_CU_GRAPH_LAUNCH:
+		in.stream = arg(ctx, 2);
+		break;
+	case OP_CU_MODULE_GET_FUNCTION:
+	case OP_CU_LIBRARY_GET_KERNEL:
+		/* (out handle, module or library, const char *name) */
+		in.arg0 = arg(ctx, 1);
+		in.arg1 = arg(ctx, 3);
+		break;
+	case OP_CU_KERNEL_GET_FUNCTION:
+		/* (CUfunction *out, CUkernel kernel) */
+		in.arg0 = arg(ctx, 1);
+		in.arg1 = arg(ctx, 2);
 		break;
 	default:
+		if (is_runtime_launch(in.op) || is_driver_launch(in.op)) {
+			decode_launch(ctx, in.op, &in.launch);
+			in.stream = in.launch.stream;
+		}
 		break;
 	}
 
@@ -260,9 +556,10 @@ int timed_return(struct pt_regs *ctx)
 	struct agg_val zero = {};
 	struct agg_val *val;
 	u64 bytes = 0;
+	u64 out = 0;
 	s32 ret;
 
-	if (!owns_hit(id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
 	if (!cur) {
@@ -282,10 +579,12 @@ int timed_return(struct pt_regs *ctx)
 	key.kind = in.kind;
 	key.err = ret;
 	key.stream = in.stream;
+	u64 dur = now - in.start_ns;
 
 	switch (in.op) {
 	case OP_CUDA_MALLOC:
 	case OP_CUDA_MALLOC_ASYNC:
+	case OP_CUDA_MALLOC_MANAGED:
 		if (ret == 0) {
 			struct alloc_key ak = {.pid = key.pid};
 
@@ -307,19 +606,48 @@ int timed_return(struct pt_regs *ctx)
 				count_drop(DROP_MALLOC_SIZES);
 		}
 		break;
+	case OP_CUDA_MALLOC_HOST: /* pinned host memory: counted, not tracked */
 	case OP_CUDA_MEMCPY:
 	case OP_CUDA_MEMCPY_ASYNC:
+	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
+	case OP_CUDA_MEMCPY_PEER:
+	case OP_CUDA_MEMCPY_PEER_ASYNC:
+	case OP_CUDA_MEMCPY_2D:
+	case OP_CUDA_MEMCPY_2D_ASYNC:
+	case OP_CUDA_MEMSET:
+	case OP_CUDA_MEMSET_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
 		break;
+	case OP_CUDA_SET_DEVICE:
+		if (ret == 0) {
+			u32 dev = in.arg0;
+
+			bpf_map_update_elem(&thread_device, &id, &dev, BPF_ANY);
+		}
+		break;
+	case OP_CU_MODULE_GET_FUNCTION:
+	case OP_CU_LIBRARY_GET_KERNEL:
+		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
+			send_name(key.pid,
+				  in.op == OP_CU_MODULE_GET_FUNCTION ? NAME_CU_FUNCTION
+								     : NAME_CU_KERNEL,
+				  out, 0, in.arg1);
+		break;
+	case OP_CU_KERNEL_GET_FUNCTION:
+		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
+			send_name(key.pid, NAME_KERNEL_FUNC, out, in.arg1, 0);
+		break;
 	default:
+		/* Timed launches (full mode): per-kernel count, geometry and latency. */
+		if (is_runtime_launch(in.op) || is_driver_launch(in.op))
+			add_launch(key.pid, in.op, in.launch.func, &in.launch, dur, true);
 		break;
 	}
 
 	val = lookup_or_init(&aggregated, &key, &zero, DROP_AGGREGATED);
 	if (!val)
 		return 0;
-	u64 dur = now - in.start_ns;
 	u32 b = lat_bucket(dur);
 
 	__sync_fetch_and_add(&val->count, 1);
@@ -331,35 +659,35 @@ int timed_return(struct pt_regs *ctx)
 	return 0;
 }
 
-/*
- * cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args,
- *                  size_t sharedMem, cudaStream_t stream)
- * Each dim3 (12 bytes by value) takes two registers: grid in rsi (x, y) and
- * rdx (z), block in rcx (x, y) and r8 (z), args in r9; sharedMem and stream
- * are the 7th and 8th integer arguments, on the stack.
- */
+/* Launch APIs in anonymous mode: count, stream and geometry at entry. */
 SEC("uprobe")
 int launch_entry(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
-	struct launch_key key = {};
-	struct launch_val zero = {};
-	struct launch_val *val;
+	u64 id = bpf_get_current_pid_tgid();
+	u32 op = COOKIE_OP(cookie);
+	struct launch_args a = {};
 
-	key.pid = bpf_get_current_pid_tgid() >> 32;
-	if (!owns_hit(key.pid, COOKIE_FILE(cookie)))
+	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
-	key.op = COOKIE_OP(cookie);
-	key.stream = stack_arg(ctx, 8);
+	if (is_driver_launch(op) && called_by_runtime(ctx, id))
+		return 0;
+	if (is_runtime_launch(op))
+		mark_runtime_launch(ctx, id);
+	decode_launch(ctx, op, &a);
+	add_launch(id >> 32, op, 0, &a, 0, false);
+	return 0;
+}
 
-	val = lookup_or_init(&launch_agg, &key, &zero, DROP_LAUNCH_AGG);
-	if (!val)
+/* __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, ...), full mode. */
+SEC("uprobe")
+int name_entry(struct pt_regs *ctx)
+{
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u32 pid = bpf_get_current_pid_tgid() >> 32;
+
+	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
-	__sync_fetch_and_add(&val->count, 1);
-	__sync_fetch_and_add(&val->grid_blocks,
-			     dim3_volume(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx)));
-	__sync_fetch_and_add(&val->block_threads,
-			     dim3_volume(PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx)));
-	__sync_fetch_and_add(&val->shared_bytes, stack_arg(ctx, 7));
+	send_name(pid, NAME_HOST_FUNC, arg(ctx, 2), 0, arg(ctx, 3));
 	return 0;
 }

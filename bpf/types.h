@@ -7,7 +7,10 @@
 
 #include "common.h"
 
-/* Operation ids: the BPF cookie of each probe and the key of every map. */
+/*
+ * Operation ids: the BPF cookie of each probe and the key of every map.
+ * Go names them (bpfobj.OpName); the order is not part of any interface.
+ */
 enum op {
 	OP_UNKNOWN = 0,
 	OP_CUDA_MALLOC = 1,
@@ -19,8 +22,38 @@ enum op {
 	OP_CUDA_FREE_ASYNC = 7,
 	OP_CUDA_GRAPH_LAUNCH = 8,
 	OP_CUDA_GRAPH_INSTANTIATE = 9,
-	OP_MAX = 10,
+	OP_CUDA_LAUNCH_KERNEL_PTSZ = 10,
+	OP_CUDA_LAUNCH_KERNEL_EXC = 11,
+	OP_CUDA_LAUNCH_COOPERATIVE_KERNEL = 12,
+	OP_CUDA_MEMCPY_ASYNC_PTSZ = 13,
+	OP_CUDA_MEMCPY_PEER = 14,
+	OP_CUDA_MEMCPY_PEER_ASYNC = 15,
+	OP_CUDA_MEMCPY_2D = 16,
+	OP_CUDA_MEMCPY_2D_ASYNC = 17,
+	OP_CUDA_MALLOC_MANAGED = 18,
+	OP_CUDA_MALLOC_HOST = 19,
+	OP_CUDA_FREE_HOST = 20,
+	OP_CUDA_MEMSET = 21,
+	OP_CUDA_MEMSET_ASYNC = 22,
+	OP_CUDA_STREAM_SYNC = 23,
+	OP_CUDA_EVENT_SYNC = 24,
+	OP_CUDA_DEVICE_SYNC = 25,
+	OP_CUDA_SET_DEVICE = 26,
+	OP_CU_LAUNCH_KERNEL = 27,
+	OP_CU_LAUNCH_KERNEL_PTSZ = 28,
+	OP_CU_LAUNCH_KERNEL_EX = 29,
+	OP_CU_LAUNCH_COOPERATIVE_KERNEL = 30,
+	OP_CU_GRAPH_LAUNCH = 31,
+	OP_CU_MODULE_LOAD_DATA = 32,
+	OP_CU_MODULE_GET_FUNCTION = 33,
+	OP_CU_LIBRARY_GET_KERNEL = 34,
+	OP_CU_KERNEL_GET_FUNCTION = 35,
+	OP_CUDA_REGISTER_FUNCTION = 36,
+	OP_MAX = 37,
 };
+
+/* memcpy kinds beyond cudaMemcpyKind, for copies that name no kind. */
+#define KIND_P2P 0x100
 
 /* Index into the drops array: one counter per way data can be lost. */
 enum drop {
@@ -32,11 +65,15 @@ enum drop {
 	DROP_NESTED = 5, /* probed call nested in another probed call on one thread: not timed */
 	DROP_EVENTS_RING = 6, /* events ring-buffer reserve failure */
 	DROP_PID_CLAIM = 7,   /* pid_claim update failed: the hit is counted by every alias */
-	DROP_MAX = 8,
+	DROP_KERNEL_REGS = 8, /* kernel_regs ring-buffer reserve failure: a kernel name is lost */
+	DROP_RT_TO_DRV = 9,   /* driver launch made by a runtime launch: counted once, as runtime */
+	DROP_MAX = 10,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
 #define LAT_BUCKETS 14
+/* Kernel launch latency buckets: 8 finite bounds + +Inf. */
+#define KLAT_BUCKETS 9
 
 /* Key of the aggregated map: one per (process, operation, kind, result, stream). */
 struct agg_key {
@@ -61,7 +98,7 @@ struct launch_key {
 	u32 pid;
 	u32 op;
 	u64 stream;
-	u64 func; /* kernel host function; 0 in anonymous mode */
+	u64 func; /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
 };
 
 struct launch_val {
@@ -69,18 +106,63 @@ struct launch_val {
 	u64 grid_blocks;   /* sum of gridDim.x*y*z */
 	u64 block_threads; /* sum of blockDim.x*y*z */
 	u64 shared_bytes;  /* sum of dynamic shared memory */
+	/* Full mode only: host-side launch latency. */
+	u64 timed;
+	u64 duration_ns;
+	u64 buckets[KLAT_BUCKETS];
+};
+
+/* A decoded kernel launch. */
+struct launch_args {
+	u64 func;
+	u64 stream;
+	u64 grid_blocks;
+	u64 block_threads;
+	u64 shared_bytes;
 };
 
 /* Per-thread state of a timed call between its entry and return probes. */
 struct inflight_call {
 	u64 start_ns;
-	u64 arg0; /* malloc: void **devPtr; free: the pointer */
-	u64 arg1; /* malloc: size; memcpy: count; free: size found at entry */
+	u64 arg0; /* malloc: void **devPtr; free: the pointer; name sources: the out pointer */
+	u64 arg1; /* malloc: size; memcpy/memset: bytes; free: size found at entry; name pointer */
 	u64 stream;
 	u32 op;
 	u32 kind;
 	u32 depth; /* nested probed calls on this thread */
 	u32 pad;
+	struct launch_args launch; /* timed launches (full mode) */
+};
+
+/* Kinds of name_event. */
+enum name_kind {
+	NAME_HOST_FUNC = 1,   /* __cudaRegisterFunction: host stub -> device function name */
+	NAME_CU_FUNCTION = 2, /* cuModuleGetFunction: CUfunction -> name */
+	NAME_CU_KERNEL = 3,   /* cuLibraryGetKernel: CUkernel -> name */
+	NAME_KERNEL_FUNC = 4, /* cuKernelGetFunction: CUfunction -> CUkernel (aux) */
+};
+
+#define NAME_LEN 256
+
+/* A kernel name source seen in BPF, sent on the kernel_regs ring buffer. */
+struct name_event {
+	u32 pid;
+	u32 kind; /* enum name_kind */
+	u64 key;  /* host stub, CUfunction or CUkernel */
+	u64 aux;  /* NAME_KERNEL_FUNC: the CUkernel */
+	char name[NAME_LEN];
+};
+
+/* The executable mapping of libcudart in a process (from /proc/PID/maps). */
+struct text_range {
+	u64 start;
+	u64 end;
+};
+
+/* Runtime launch in progress on a thread, for the runtime->driver guard. */
+struct rt_launch {
+	u64 sp;
+	u64 ts;
 };
 
 /*
@@ -97,6 +179,17 @@ struct inflight_call {
 struct pid_file {
 	u32 pid;
 	u32 file;
+};
+
+/*
+ * Key of pid_claim: a probe hit is identified by its process and address.
+ * Two attachments of one file fire at the same address; different
+ * libraries never do.
+ */
+struct claim_key {
+	u32 pid;
+	u32 pad;
+	u64 ip;
 };
 
 struct alloc_key {

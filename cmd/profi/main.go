@@ -79,16 +79,20 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
 			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
 			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
+			bpfobj.ProfiProgNameEntry:   objs.NameEntry,
 		},
-		KernelMode: cfg.KernelMode,
-		PID:        cfg.PID,
-		RetryBase:  cfg.RefreshInterval,
-		RetryMax:   5 * time.Minute,
-		Logger:     log,
-		PIDFiles:   objs.PidFiles,
+		KernelMode:  cfg.KernelMode,
+		Profile:     cfg.ProbeProfile,
+		PID:         cfg.PID,
+		RetryBase:   cfg.RefreshInterval,
+		RetryMax:    5 * time.Minute,
+		Logger:      log,
+		PIDFiles:    objs.PidFiles,
+		RuntimeText: objs.RtText,
 	})
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 
+	names := aggregate.NewNames(cfg.ProcPath, log)
 	agg := aggregate.New(aggregate.Options{
 		Source:           aggregate.MapSource{Objects: objs},
 		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
@@ -96,12 +100,19 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		GCInterval:       cfg.GCInterval,
 		MaxTimeSeries:    cfg.MaxTimeSeries,
 		MaxStreamsPerPID: cfg.MaxStreamsPerPID,
+		MaxKernelsPerPID: cfg.MaxKernelsPerPID,
+		Names:            names,
 		Logger:           log,
 		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },
 	})
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector.New(collector.Data{Snapshot: agg.Snapshot, Attach: attacher.Counters, Started: started}))
+	reg.MustRegister(collector.New(collector.Data{
+		Snapshot:     agg.Snapshot,
+		Attach:       attacher.Counters,
+		Started:      started,
+		NameFailures: names.Failures,
+	}))
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -141,6 +152,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
+	g.Go(func() error { return names.Run(ctx, objs) })
 	g.Go(func() error { return srv.Run(ctx) })
 	if cfg.ReportInterval > 0 {
 		g.Go(func() error { return collector.Report(ctx, os.Stdout, agg.Snapshot, cfg.ReportInterval) })

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/kernelname"
 )
 
 // Source reads the BPF maps. Values are summed over CPUs.
@@ -43,7 +44,11 @@ type Options struct {
 	GCInterval       time.Duration // --gc-interval: sweep of entries DeletePIDs cannot see
 	MaxTimeSeries    int           // --max-time-series
 	MaxStreamsPerPID int           // --max-streams-per-pid
-	Logger           *slog.Logger
+	MaxKernelsPerPID int           // --max-kernels-per-pid
+	// Names resolves kernel names (full mode); nil means launches with a
+	// function are labelled unknown_0x....
+	Names  Namer
+	Logger *slog.Logger
 	// Observe receives each drain's duration (self metric); may be nil.
 	Observe func(time.Duration)
 }
@@ -52,6 +57,17 @@ type procState struct {
 	meta    Meta
 	start   uint64
 	streams map[uint64]bool // admitted stream handles
+	kernels map[string]bool // admitted kernel labels
+}
+
+// Namer resolves the name of a launched function.
+type Namer interface {
+	// Kernel returns the normalized kernel name of fn (a host stub for
+	// runtime launches, a CUfunction for driver launches) in process pid,
+	// or "" while it is unknown.
+	Kernel(pid int, op bpfobj.Op, fn uint64) string
+	// Forget drops what is known about an exited process.
+	Forget(pid int)
 }
 
 type family uint8
@@ -63,6 +79,9 @@ const (
 	famMemory // malloc bytes and active memory of a process
 	famLaunch
 	famHist
+	famMemset
+	famHostMemory
+	famKernelHist
 )
 
 // tuple identifies one exported label tuple for the --max-time-series cap.
@@ -80,12 +99,13 @@ type Aggregator struct {
 	snap atomic.Pointer[Snapshot]
 
 	// Owned by the drain goroutine.
-	procs        map[int]*procState
-	retired      map[HistKey]*Hist // histogram data of exited processes
-	retiredCalls uint64
-	admitted     map[tuple]struct{}
-	refused      map[tuple]struct{}
-	cardDrops    uint64
+	procs          map[int]*procState
+	retired        map[HistKey]*Hist // histogram data of exited processes
+	retiredKernels map[KernelHistKey]*KernelHist
+	retiredCalls   uint64
+	admitted       map[tuple]struct{}
+	refused        map[tuple]struct{}
+	cardDrops      uint64
 	// undeleted are exited processes already retired whose keys could not
 	// be deleted yet: retried on every drain, never retired twice.
 	undeleted map[int]bool
@@ -111,7 +131,7 @@ func New(opts Options) *Aggregator {
 		refused:   map[tuple]struct{}{},
 		undeleted: map[int]bool{},
 	}
-	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}})
+	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}})
 	return a
 }
 
@@ -187,7 +207,7 @@ func (a *Aggregator) Drain() error {
 		return fmt.Errorf("read drops map: %w", err)
 	}
 
-	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, Drops: drops}
+	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, Drops: drops}
 	dead := map[uint32]bool{}
 	pids := make([]int, 0, len(byPID))
 	for pid := range byPID {
@@ -252,6 +272,26 @@ func (a *Aggregator) Drain() error {
 		}
 		p.hists = nil
 	}
+	for k, h := range a.retiredKernels {
+		if !a.admit(tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}) {
+			continue
+		}
+		cp := *h
+		snap.KernelHists[k] = &cp
+	}
+	for _, p := range snap.Processes {
+		for kern, h := range p.khists {
+			k := KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}
+			if !a.admit(tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}) {
+				continue
+			}
+			if snap.KernelHists[k] == nil {
+				snap.KernelHists[k] = &KernelHist{}
+			}
+			snap.KernelHists[k].add(h)
+		}
+		p.khists = nil
+	}
 	snap.Events = a.retiredCalls
 	for _, p := range snap.Processes {
 		snap.Events += p.events
@@ -284,7 +324,7 @@ func (a *Aggregator) process(pid int) *procState {
 	if !ok {
 		return nil
 	}
-	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]bool{}}
+	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]bool{}, kernels: map[string]bool{}}
 	a.procs[pid] = ps
 	return ps
 }
@@ -306,6 +346,21 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 		h.add(histOf(&v))
 		a.retiredCalls += v.Count
 	}
+	if ps, ok := a.procs[pid]; ok {
+		for k, v := range d.launch {
+			if v.Timed == 0 {
+				continue
+			}
+			kern := a.kernel(ps, k, true)
+			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
+			h := a.retiredKernels[hk]
+			if h == nil {
+				h = &KernelHist{}
+				a.retiredKernels[hk] = h
+			}
+			h.add(kernelHistOf(&v))
+		}
+	}
 	for _, v := range d.launch {
 		a.retiredCalls += v.Count
 	}
@@ -314,6 +369,9 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 
 func (a *Aggregator) forget(pid int) {
 	delete(a.procs, pid)
+	if a.opts.Names != nil {
+		a.opts.Names.Forget(pid)
+	}
 	for t := range a.admitted {
 		if t.pid == pid && t.fam != famHist {
 			delete(a.admitted, t)
@@ -357,6 +415,12 @@ func (a *Aggregator) stream(ps *procState, h uint64) string {
 	return "other"
 }
 
+func kernelHistOf(v *bpfobj.ProfiLaunchVal) *KernelHist {
+	h := &KernelHist{SumNs: v.DurationNs, Count: v.Timed}
+	copy(h.Buckets[:], v.Buckets[:])
+	return h
+}
+
 func histOf(v *bpfobj.ProfiAggVal) *Hist {
 	h := &Hist{SumNs: v.DurationNs, Count: v.Count}
 	copy(h.Buckets[:], v.Buckets[:])
@@ -373,28 +437,10 @@ func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
 	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func))
 }
 
-// directions are the `direction` labels of cudaMemcpyKind 0..4.
-var directions = [...]string{"h2h", "h2d", "d2h", "d2d", "default"}
+// Direction returns the direction label of a memcpy kind.
+func Direction(kind uint32) string { return bpfobj.Direction(kind) }
 
-// Direction returns the direction label of a cudaMemcpyKind.
-func Direction(kind uint32) string {
-	if int(kind) < len(directions) {
-		return directions[kind]
-	}
-	return "unknown"
-}
-
-func isMemcpy(op uint32) bool {
-	return op == uint32(bpfobj.OpCudaMemcpy) || op == uint32(bpfobj.OpCudaMemcpyAsync)
-}
-
-func isMalloc(op uint32) bool {
-	return op == uint32(bpfobj.OpCudaMalloc) || op == uint32(bpfobj.OpCudaMallocAsync)
-}
-
-func isFree(op uint32) bool {
-	return op == uint32(bpfobj.OpCudaFree) || op == uint32(bpfobj.OpCudaFreeAsync)
-}
+func opFamily(op uint32) bpfobj.Family { return bpfobj.Info(op).Family }
 
 // build turns one process's map values into its exported Process.
 func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
@@ -404,13 +450,15 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		Calls:    map[OpStream]uint64{},
 		Errors:   map[OpCode]uint64{},
 		Memcpy:   map[DirStream]uint64{},
-		Launches: map[string]Launch{},
+		Memset:   map[OpStream]uint64{},
+		Launches: map[Kernel]Launch{},
 		hists:    map[string]*Hist{},
+		khists:   map[Kernel]*KernelHist{},
 	}
 	aggKeys := slices.SortedFunc(maps.Keys(d.agg), compareAggKeys)
 	for _, k := range aggKeys {
 		// Series are created on first data: memory series only for a process that allocates or frees.
-		if isMalloc(k.Op) || isFree(k.Op) {
+		if f := opFamily(k.Op); f == bpfobj.FamilyMalloc || f == bpfobj.FamilyFree {
 			p.memory = a.admit(tuple{fam: famMemory, pid: pid})
 			break
 		}
@@ -418,25 +466,38 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 	for _, k := range aggKeys {
 		v := d.agg[k]
 		op := bpfobj.OpName(k.Op)
+		fam := opFamily(k.Op)
 		stream := a.stream(ps, k.Stream)
-		p.events += v.Count
-		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
-			p.Calls[cs] += v.Count
+		// Launch calls are counted from launch_agg (every launch, timed or
+		// not); their timed entries here feed only errors and latency.
+		if fam != bpfobj.FamilyLaunch {
+			p.events += v.Count
+			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
+				p.Calls[cs] += v.Count
+			}
 		}
 		if k.Err != 0 {
 			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, a: oc.Op, b: oc.Code}) {
 				p.Errors[oc] += v.Count
 			}
 		}
-		if isMemcpy(k.Op) && v.Bytes > 0 {
+		switch {
+		case fam == bpfobj.FamilyMemcpy && v.Bytes > 0:
 			if ds := (DirStream{Direction(k.Kind), stream}); a.admit(tuple{fam: famMemcpy, pid: pid, a: ds.Direction, b: ds.Stream}) {
 				p.Memcpy[ds] += v.Bytes
 			}
-		}
-		if p.memory && isMalloc(k.Op) {
+		case fam == bpfobj.FamilyMemset && v.Bytes > 0:
+			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famMemset, pid: pid, a: cs.Op, b: cs.Stream}) {
+				p.Memset[cs] += v.Bytes
+			}
+		case fam == bpfobj.FamilyMallocHost && v.Bytes > 0:
+			if a.admit(tuple{fam: famHostMemory, pid: pid}) {
+				p.hostMemory = true
+				p.MallocHostBytes += v.Bytes
+			}
+		case fam == bpfobj.FamilyMalloc && p.memory:
 			p.MallocBytes += v.Bytes
-		}
-		if p.memory && isFree(k.Op) {
+		case fam == bpfobj.FamilyFree && p.memory:
 			p.FreedBytes += v.Bytes
 		}
 		h := p.hists[op]
@@ -454,15 +515,48 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
 			p.Calls[cs] += v.Count
 		}
-		const kernel = "anonymous" // names arrive with full mode
-		if a.admit(tuple{fam: famLaunch, pid: pid, a: kernel}) {
-			l := p.Launches[kernel]
-			l.Count += v.Count
-			l.GridBlocks += v.GridBlocks
-			l.BlockThreads += v.BlockThreads
-			l.SharedBytes += v.SharedBytes
-			p.Launches[kernel] = l
+		kern := a.kernel(ps, k, v.Timed > 0)
+		if !a.admit(tuple{fam: famLaunch, pid: pid, a: kern.Name, b: kern.Class}) {
+			continue
+		}
+		l := p.Launches[kern]
+		l.Count += v.Count
+		l.GridBlocks += v.GridBlocks
+		l.BlockThreads += v.BlockThreads
+		l.SharedBytes += v.SharedBytes
+		p.Launches[kern] = l
+		if v.Timed > 0 {
+			kh := p.khists[kern]
+			if kh == nil {
+				kh = &KernelHist{}
+				p.khists[kern] = kh
+			}
+			kh.add(kernelHistOf(&v))
 		}
 	}
 	return p
+}
+
+// kernel labels a launch key: "anonymous" for entry-only launches
+// (anonymous mode, which records no function); otherwise the normalized name as soon as a name source knows it
+// (so unknown_0x... series move to the name once it arrives), and "other"
+// beyond --max-kernels-per-pid.
+func (a *Aggregator) kernel(ps *procState, k bpfobj.ProfiLaunchKey, timed bool) Kernel {
+	if k.Func == 0 && !timed {
+		return Kernel{Name: "anonymous", Class: "other"}
+	}
+	name := ""
+	if a.opts.Names != nil {
+		name = a.opts.Names.Kernel(ps.meta.PID, bpfobj.Op(k.Op), k.Func)
+	}
+	if name == "" {
+		name = kernelname.Unknown(k.Func)
+	}
+	if !ps.kernels[name] {
+		if len(ps.kernels) >= a.opts.MaxKernelsPerPID && a.opts.MaxKernelsPerPID > 0 {
+			return Kernel{Name: "other", Class: "other"}
+		}
+		ps.kernels[name] = true
+	}
+	return Kernel{Name: name, Class: kernelname.Class(name)}
 }

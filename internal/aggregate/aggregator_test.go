@@ -160,7 +160,7 @@ type view struct {
 	FreedBytes  uint64
 	ActiveBytes uint64
 	HasMemory   bool
-	Launches    map[string]Launch
+	Launches    map[Kernel]Launch
 }
 
 func viewOf(p *Process) view {
@@ -239,7 +239,7 @@ func TestDrainValues(t *testing.T) {
 						{"cudaGraphLaunch", "0x55d0c2a4"}:   4,
 						{"cudaGraphInstantiate", "default"}: 1,
 					},
-					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[string]Launch{},
+					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[Kernel]Launch{},
 					HasMemory: false,
 				},
 				hists: map[HistKey]Hist{
@@ -272,7 +272,7 @@ func TestDrainValues(t *testing.T) {
 						{"cudaFree", "1"}:     3,
 					},
 					Memcpy:      map[DirStream]uint64{},
-					Launches:    map[string]Launch{},
+					Launches:    map[Kernel]Launch{},
 					MallocBytes: 5000, ActiveBytes: 5000, HasMemory: true,
 				},
 				hists: map[HistKey]Hist{
@@ -316,7 +316,7 @@ func TestDrainValues(t *testing.T) {
 						{"unknown", "default"}: 9000,
 						{"h2d", "0xabc"}:       7000,
 					},
-					Launches:  map[string]Launch{},
+					Launches:  map[Kernel]Launch{},
 					HasMemory: false,
 				},
 				hists: map[HistKey]Hist{
@@ -351,7 +351,7 @@ func TestDrainValues(t *testing.T) {
 					},
 					Errors:      map[OpCode]uint64{},
 					Memcpy:      map[DirStream]uint64{{"h2d", "default"}: 1 << 30},
-					Launches:    map[string]Launch{},
+					Launches:    map[Kernel]Launch{},
 					MallocBytes: 1<<20 + 4096, FreedBytes: 1<<19 + 1024, ActiveBytes: 1<<20 + 4096 - 1<<19 - 1024,
 					HasMemory: true,
 				},
@@ -380,7 +380,7 @@ func TestDrainValues(t *testing.T) {
 					Calls:       map[OpStream]uint64{{"cudaMalloc", "default"}: 1, {"cudaFree", "default"}: 2},
 					Errors:      map[OpCode]uint64{},
 					Memcpy:      map[DirStream]uint64{},
-					Launches:    map[string]Launch{},
+					Launches:    map[Kernel]Launch{},
 					MallocBytes: 100, FreedBytes: 400, ActiveBytes: 0, HasMemory: true,
 				},
 				hists: map[HistKey]Hist{
@@ -405,7 +405,7 @@ func TestDrainValues(t *testing.T) {
 						{"cudaLaunchKernel", "default"}: 2,
 					},
 					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{},
-					Launches:  map[string]Launch{"anonymous": {Count: 12, GridBlocks: 1008, BlockThreads: 2624, SharedBytes: 4096}},
+					Launches:  map[Kernel]Launch{{Name: "anonymous", Class: "other"}: {Count: 12, GridBlocks: 1008, BlockThreads: 2624, SharedBytes: 4096}},
 					HasMemory: false,
 				},
 				// Anonymous launches are counted, never timed.
@@ -425,7 +425,7 @@ func TestDrainValues(t *testing.T) {
 				proc: view{
 					Meta:   meta,
 					Calls:  map[OpStream]uint64{{"unknown", "default"}: 3},
-					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[string]Launch{},
+					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[Kernel]Launch{},
 					HasMemory: false,
 				},
 				hists:  map[HistKey]Hist{{Op: "unknown"}: hist(10, map[int]uint64{0: 3})},
@@ -624,7 +624,7 @@ func TestPIDReuse(t *testing.T) {
 	want := view{
 		Meta:   Meta{PID: 100, Comm: "new"},
 		Calls:  map[OpStream]uint64{{"cudaMalloc", "default"}: 2},
-		Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[string]Launch{},
+		Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{}, Launches: map[Kernel]Launch{},
 		MallocBytes: 64, ActiveBytes: 64, HasMemory: true,
 	}
 	if got := viewOf(process(t, s3, 100)); !reflect.DeepEqual(got, want) {

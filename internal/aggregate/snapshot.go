@@ -35,20 +35,54 @@ type Launch struct {
 	SharedBytes  uint64
 }
 
+// Kernel is the kernel label pair of a launch.
+type Kernel struct{ Name, Class string }
+
+// KernelHistKey are the labels of the kernel launch latency histograms
+// (phase stays empty until NVTX phases exist).
+type KernelHistKey struct {
+	Kernel
+	Namespace, Pod, GPU string
+}
+
+// KernelHist is a launch latency histogram (non-cumulative buckets, the
+// last one +Inf).
+type KernelHist struct {
+	Buckets [len(bpfobj.KernelLatencyBoundsNs) + 1]uint64
+	SumNs   uint64
+	Count   uint64
+}
+
+func (h *KernelHist) add(o *KernelHist) {
+	for i := range h.Buckets {
+		h.Buckets[i] += o.Buckets[i]
+	}
+	h.SumNs += o.SumNs
+	h.Count += o.Count
+}
+
 // Process is everything exported about one live process.
 type Process struct {
 	Meta        Meta
 	Calls       map[OpStream]uint64
 	Errors      map[OpCode]uint64
 	Memcpy      map[DirStream]uint64
-	MallocBytes uint64            // device memory allocated (cudaMalloc, cudaMallocAsync)
-	FreedBytes  uint64            // tracked device memory freed
-	Launches    map[string]Launch // by kernel label
-	// Memory reports whether the malloc/active-memory series were admitted.
-	memory bool
-	events uint64
-	hists  map[string]*Hist // by operation; merged into Snapshot.Hists
+	Memset      map[OpStream]uint64
+	MallocBytes uint64 // device memory allocated (cudaMalloc, cudaMallocAsync, cudaMallocManaged)
+	FreedBytes  uint64 // tracked device memory freed
+	// MallocHostBytes is pinned host memory allocated (cudaMallocHost).
+	MallocHostBytes uint64
+	Launches        map[Kernel]Launch
+	// memory and hostMemory report whether those series were admitted.
+	memory     bool
+	hostMemory bool
+	events     uint64
+	hists      map[string]*Hist       // by operation; merged into Snapshot.Hists
+	khists     map[Kernel]*KernelHist // merged into Snapshot.KernelHists
 }
+
+// HasHostMemory reports whether the pinned host memory series is exported.
+func (p *Process) HasHostMemory() bool { return p.hostMemory }
 
 // HasMemory reports whether the process's memory series are exported
 // (false when --max-time-series refused them).
@@ -87,6 +121,8 @@ type Snapshot struct {
 	Time      time.Time
 	Processes []*Process // sorted by PID
 	Hists     map[HistKey]*Hist
+	// KernelHists are the launch latency histograms (full mode).
+	KernelHists map[KernelHistKey]*KernelHist
 	// Drops are the BPF drop counters, indexed by bpfobj.Drop.
 	Drops [bpfobj.NumDrops]uint64
 	// RingDropRate is events ring-buffer drops per second since the previous drain.

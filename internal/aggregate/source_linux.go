@@ -49,10 +49,16 @@ func (s MapSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVa
 	for it.Next(&k, &cpus) {
 		var sum bpfobj.ProfiLaunchVal
 		for i := range cpus {
-			sum.Count += cpus[i].Count
-			sum.GridBlocks += cpus[i].GridBlocks
-			sum.BlockThreads += cpus[i].BlockThreads
-			sum.SharedBytes += cpus[i].SharedBytes
+			c := &cpus[i]
+			sum.Count += c.Count
+			sum.GridBlocks += c.GridBlocks
+			sum.BlockThreads += c.BlockThreads
+			sum.SharedBytes += c.SharedBytes
+			sum.Timed += c.Timed
+			sum.DurationNs += c.DurationNs
+			for b := range sum.Buckets {
+				sum.Buckets[b] += c.Buckets[b]
+			}
 		}
 		fn(k, &sum)
 	}
@@ -83,11 +89,8 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	_, err3 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] })
 	errs := []error{err1, err2, err3}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
-	for pid := range pids {
-		if err := s.Objects.PidClaim.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("delete pid_claim of %d: %w", pid, err))
-		}
-	}
+	_, err4 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return pids[k.Pid] })
+	errs = append(errs, err4)
 	return errors.Join(errs...)
 }
 
@@ -103,7 +106,7 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 		return d
 	}
 	n1, err1 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return isDead(k.Pid) })
-	n2, err2 := deleteWhere(s.Objects.PidClaim, func(k *uint32) bool { return isDead(*k) })
+	n2, err2 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return isDead(k.Pid) })
 	return n1 + n2, errors.Join(err1, err2)
 }
 

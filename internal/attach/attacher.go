@@ -47,15 +47,21 @@ type Target struct {
 	Lib  discover.Library
 	Path string // as the mapping process sees it
 	PIDs []int  // processes that map it
+	// Text is where the file's code is mapped in each process, when known.
+	Text map[int]TextRange
 	// Open opens the file for reading its symbols and attaching, e.g.
 	// inside the process's root. The file is closed after the attach.
 	Open func() (*os.File, error)
 }
 
+// TextRange is an executable mapping [Start, End).
+type TextRange struct{ Start, End uint64 }
+
 // Options configure an Attacher.
 type Options struct {
 	Programs   map[string]*ebpf.Program // by program name
 	KernelMode string
+	Profile    string        // --probe-profile
 	PID        int           // uprobe PID filter; 0 = every process
 	RetryBase  time.Duration // first retry delay after a failure
 	RetryMax   time.Duration // cap of the exponential backoff
@@ -64,6 +70,9 @@ type Options struct {
 	// PIDFiles is the BPF map of which attached files each process maps
 	// (see pid_files in profi.bpf.c); nil in tests without BPF.
 	PIDFiles *ebpf.Map
+	// RuntimeText is the BPF map of libcudart's code range per process
+	// (rt_text), for the runtime->driver launch guard; may be nil.
+	RuntimeText *ebpf.Map
 }
 
 type attached struct {
@@ -71,7 +80,8 @@ type attached struct {
 	target     Target
 	links      []link.Link // in creation order: a return probe before its entry
 	probes     []Probe
-	missing    []string
+	missing    []string // required symbols the file lacks (counted as failures)
+	absent     []string // optional symbols the file lacks (normal)
 	attachedAt time.Time
 }
 
@@ -104,6 +114,7 @@ type Attacher struct {
 	scanProblems uint64
 	nextID       uint32
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
+	rtText       map[uint32]TextRange         // mirror of the rt_text map
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -127,6 +138,7 @@ func New(opts Options) *Attacher {
 		failed:   map[FileKey]*failure{},
 		counts:   map[failureKey]uint64{},
 		pidFiles: map[bpfobj.ProfiPidFile]bool{},
+		rtText:   map[uint32]TextRange{},
 	}
 }
 
@@ -169,11 +181,11 @@ func (a *Attacher) Sync(targets []Target) {
 			continue
 		}
 		seen[t.Key] = true
-		if len(Probes(t.Lib, a.opts.KernelMode)) == 0 {
+		if len(Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 			continue // nothing to attach for this library (yet): not a failure
 		}
 		if f, ok := a.files[t.Key]; ok {
-			f.target.PIDs = t.PIDs
+			f.target.PIDs, f.target.Text = t.PIDs, t.Text
 			continue
 		}
 		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
@@ -195,6 +207,52 @@ func (a *Attacher) Sync(targets []Target) {
 		}
 	}
 	a.syncPIDFiles()
+	a.syncRuntimeText()
+}
+
+// syncRuntimeText writes where libcudart's code is mapped in every process
+// that maps an attached libcudart, so a driver launch can tell whether the
+// runtime made it (called_by_runtime in profi.bpf.c).
+func (a *Attacher) syncRuntimeText() {
+	if a.opts.RuntimeText == nil {
+		return
+	}
+	want := map[uint32]TextRange{}
+	for _, f := range a.files {
+		if f.target.Lib != discover.LibCudart {
+			continue
+		}
+		for pid, r := range f.target.Text {
+			if _, dup := want[uint32(pid)]; !dup { // a second libcudart in one process: keep the first
+				want[uint32(pid)] = r
+			}
+		}
+	}
+	var failed int
+	for pid, r := range want {
+		if a.rtText[pid] == r {
+			continue
+		}
+		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End}
+		if err := a.opts.RuntimeText.Update(pid, &v, ebpf.UpdateAny); err != nil {
+			failed++
+			continue
+		}
+		a.rtText[pid] = r
+	}
+	for pid := range a.rtText {
+		if _, ok := want[pid]; ok {
+			continue
+		}
+		if err := a.opts.RuntimeText.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+			continue
+		}
+		delete(a.rtText, pid)
+	}
+	if failed > 0 {
+		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", failed)
+	}
 }
 
 // syncPIDFiles tells BPF which attached files each process maps, so that
@@ -256,6 +314,12 @@ func (a *Attacher) syncPIDFiles() {
 func (a *Attacher) merge(t Target) {
 	if f, ok := a.files[t.Key]; ok {
 		f.target.PIDs = append(f.target.PIDs, t.PIDs...)
+		if f.target.Text == nil {
+			f.target.Text = map[int]TextRange{}
+		}
+		for pid, r := range t.Text {
+			f.target.Text[pid] = r
+		}
 	} else if fl, ok := a.failed[t.Key]; ok {
 		fl.target.PIDs = append(fl.target.PIDs, t.PIDs...)
 	}
@@ -276,7 +340,7 @@ func (a *Attacher) attach(t Target, now time.Time) {
 		if reason == ReasonSymbolNotFound {
 			// The file's symbols cannot change: no retry while it stays mapped.
 			fl.next = permanent
-			a.counts[failureKey{string(t.Lib), reason}] += uint64(len(Probes(t.Lib, a.opts.KernelMode)))
+			a.counts[failureKey{string(t.Lib), reason}] += uint64(requiredProbes(t.Lib, a.opts.KernelMode, a.opts.Profile))
 			a.log.Warn("library defines none of the probed symbols; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
 			return
 		}
@@ -322,9 +386,13 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 	a.nextID++
 	att := &attached{target: t, id: a.nextID}
-	for _, p := range Probes(t.Lib, a.opts.KernelMode) {
+	for _, p := range Probes(t.Lib, a.opts.KernelMode, a.opts.Profile) {
 		if !syms[p.Symbol] {
-			att.missing = append(att.missing, p.Symbol)
+			if p.Optional {
+				att.absent = append(att.absent, p.Symbol)
+			} else {
+				att.missing = append(att.missing, p.Symbol)
+			}
 			continue
 		}
 		opts := &link.UprobeOptions{PID: a.opts.PID, Cookie: bpfobj.Cookie(p.Op, att.id)}
@@ -375,6 +443,16 @@ func definedFuncs(f *os.File) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+func requiredProbes(lib discover.Library, mode, profile string) int {
+	n := 0
+	for _, p := range Probes(lib, mode, profile) {
+		if !p.Optional {
+			n++
+		}
+	}
+	return n
 }
 
 func classify(err error) string {

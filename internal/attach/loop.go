@@ -79,11 +79,14 @@ func Targets(res *discover.Result, procRoot string) []Target {
 			key := FileKey{Dev: m.Dev, Inode: m.Inode}
 			t := byKey[key]
 			if t == nil {
-				t = &Target{Key: key, Lib: m.Lib, Path: m.Path}
+				t = &Target{Key: key, Lib: m.Lib, Path: m.Path, Text: map[int]TextRange{}}
 				byKey[key] = t
 				order = append(order, key)
 			}
 			t.PIDs = append(t.PIDs, p.PID)
+			if m.TextEnd > m.TextStart {
+				t.Text[p.PID] = TextRange{m.TextStart, m.TextEnd}
+			}
 		}
 	}
 	sort.Slice(order, func(i, j int) bool {

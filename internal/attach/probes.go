@@ -1,6 +1,10 @@
 package attach
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 )
@@ -10,6 +14,7 @@ const (
 	progTimedEntry  = bpfobj.ProfiProgTimedEntry
 	progTimedReturn = bpfobj.ProfiProgTimedReturn
 	progLaunchEntry = bpfobj.ProfiProgLaunchEntry
+	progNameEntry   = bpfobj.ProfiProgNameEntry
 )
 
 // Probe is one probed function: its entry program and, when the call is
@@ -19,6 +24,10 @@ type Probe struct {
 	Op     bpfobj.Op
 	Entry  string // program name
 	Return string // program name; "" = entry only (one trap per call)
+	// Optional probes are for functions that only some library versions
+	// export (per-thread-stream variants, newer driver APIs): their
+	// absence is normal, not a failure.
+	Optional bool
 }
 
 // Traps is the number of uprobe traps one call of the function costs.
@@ -39,35 +48,163 @@ const (
 	KernelModeFull      = "full"
 )
 
+// ProbeProfile values of --probe-profile.
+const (
+	ProfileLean = "lean"
+	ProfileFull = "full"
+)
+
 func timed(symbol string, op bpfobj.Op) Probe {
 	return Probe{Symbol: symbol, Op: op, Entry: progTimedEntry, Return: progTimedReturn}
 }
 
-// cudartLean is the lean profile of libcudart without launch probes.
-var cudartLean = []Probe{
-	timed("cudaMalloc", bpfobj.OpCudaMalloc),
-	timed("cudaFree", bpfobj.OpCudaFree),
-	timed("cudaMemcpy", bpfobj.OpCudaMemcpy),
-	timed("cudaMemcpyAsync", bpfobj.OpCudaMemcpyAsync),
-	timed("cudaMallocAsync", bpfobj.OpCudaMallocAsync),
-	timed("cudaFreeAsync", bpfobj.OpCudaFreeAsync),
-	timed("cudaGraphLaunch", bpfobj.OpCudaGraphLaunch),
-	timed("cudaGraphInstantiate", bpfobj.OpCudaGraphInstantiate),
+func optional(p Probe) Probe {
+	p.Optional = true
+	return p
+}
+
+// The probe tables. One row per function; the profile and mode decide
+// which rows are attached and how.
+var (
+	// cudartLean is the hot, production set of libcudart (no launches).
+	cudartLean = []Probe{
+		timed("cudaMalloc", bpfobj.OpCudaMalloc),
+		timed("cudaFree", bpfobj.OpCudaFree),
+		timed("cudaMemcpy", bpfobj.OpCudaMemcpy),
+		timed("cudaMemcpyAsync", bpfobj.OpCudaMemcpyAsync),
+		timed("cudaMallocAsync", bpfobj.OpCudaMallocAsync),
+		timed("cudaFreeAsync", bpfobj.OpCudaFreeAsync),
+		timed("cudaGraphLaunch", bpfobj.OpCudaGraphLaunch),
+		timed("cudaGraphInstantiate", bpfobj.OpCudaGraphInstantiate),
+		optional(timed("cudaMemcpyAsync_ptsz", bpfobj.OpCudaMemcpyAsyncPtsz)),
+		optional(timed("cudaMemcpyPeer", bpfobj.OpCudaMemcpyPeer)),
+		optional(timed("cudaMemcpyPeerAsync", bpfobj.OpCudaMemcpyPeerAsync)),
+		optional(timed("cudaMemcpy2D", bpfobj.OpCudaMemcpy2D)),
+		optional(timed("cudaMemcpy2DAsync", bpfobj.OpCudaMemcpy2DAsync)),
+		optional(timed("cudaMallocManaged", bpfobj.OpCudaMallocManaged)),
+		optional(timed("cudaSetDevice", bpfobj.OpCudaSetDevice)),
+	}
+	// cudartDiagnostic is what --probe-profile full adds: synchronisation
+	// and pinned-host/memset calls, useful to diagnose, costly in hot loops.
+	cudartDiagnostic = []Probe{
+		timed("cudaStreamSynchronize", bpfobj.OpCudaStreamSync),
+		timed("cudaEventSynchronize", bpfobj.OpCudaEventSync),
+		timed("cudaMemset", bpfobj.OpCudaMemset),
+		timed("cudaMemsetAsync", bpfobj.OpCudaMemsetAsync),
+		timed("cudaMallocHost", bpfobj.OpCudaMallocHost),
+		timed("cudaFreeHost", bpfobj.OpCudaFreeHost),
+		optional(timed("cudaDeviceSynchronize", bpfobj.OpCudaDeviceSync)),
+	}
+	cudartLaunches = []launchRow{
+		{"cudaLaunchKernel", bpfobj.OpCudaLaunchKernel, false},
+		{"cudaLaunchKernel_ptsz", bpfobj.OpCudaLaunchKernelPtsz, true},
+		{"cudaLaunchKernelExC", bpfobj.OpCudaLaunchKernelExC, true},
+		{"cudaLaunchCooperativeKernel", bpfobj.OpCudaLaunchCooperative, true},
+	}
+	// cudartNames are the name sources of full mode in libcudart.
+	cudartNames = []Probe{
+		optional(Probe{Symbol: "__cudaRegisterFunction", Op: bpfobj.OpCudaRegisterFunction, Entry: progNameEntry}),
+	}
+
+	cudaLean = []Probe{
+		timed("cuGraphLaunch", bpfobj.OpCuGraphLaunch),
+		timed("cuModuleLoadData", bpfobj.OpCuModuleLoadData),
+	}
+	cudaLaunches = []launchRow{
+		{"cuLaunchKernel", bpfobj.OpCuLaunchKernel, false},
+		{"cuLaunchKernel_ptsz", bpfobj.OpCuLaunchKernelPtsz, true},
+		{"cuLaunchKernelEx", bpfobj.OpCuLaunchKernelEx, true},
+		{"cuLaunchCooperativeKernel", bpfobj.OpCuLaunchCooperative, true},
+	}
+	cudaNames = []Probe{
+		timed("cuModuleGetFunction", bpfobj.OpCuModuleGetFunction),
+		optional(timed("cuLibraryGetKernel", bpfobj.OpCuLibraryGetKernel)),
+		optional(timed("cuKernelGetFunction", bpfobj.OpCuKernelGetFunction)),
+	}
+)
+
+type launchRow struct {
+	symbol   string
+	op       bpfobj.Op
+	optional bool
+}
+
+// launches returns the launch probes of a kernel mode: none when off,
+// entry-only when anonymous (count, stream, geometry need no return),
+// entry and return when full (per-kernel launch latency).
+func launches(rows []launchRow, kernelMode string) []Probe {
+	var out []Probe
+	for _, r := range rows {
+		var p Probe
+		switch kernelMode {
+		case KernelModeOff:
+			return nil
+		case KernelModeFull:
+			p = timed(r.symbol, r.op)
+		default:
+			p = Probe{Symbol: r.symbol, Op: r.op, Entry: progLaunchEntry}
+		}
+		p.Optional = r.optional
+		out = append(out, p)
+	}
+	return out
 }
 
 // Probes returns the probe set for a library: a pure function of the
-// library and the kernel mode, so the set can be table-tested. Anonymous
-// launches are entry-only: a count, the stream and the launch geometry
-// need no return probe. Off attaches no launch probe at all.
-func Probes(lib discover.Library, kernelMode string) []Probe {
-	if lib != discover.LibCudart {
-		return nil // libcuda and libnccl probes land with their issues
+// library, the kernel mode and the probe profile, so the set (and the
+// traps every call costs) can be table-tested and documented.
+func Probes(lib discover.Library, kernelMode, profile string) []Probe {
+	var out []Probe
+	switch lib {
+	case discover.LibCudart:
+		out = append(out, cudartLean...)
+		if profile == ProfileFull {
+			out = append(out, cudartDiagnostic...)
+		}
+		out = append(out, launches(cudartLaunches, kernelMode)...)
+		if kernelMode == KernelModeFull {
+			out = append(out, cudartNames...)
+		}
+	case discover.LibCuda:
+		out = append(out, cudaLean...)
+		out = append(out, launches(cudaLaunches, kernelMode)...)
+		if kernelMode == KernelModeFull {
+			out = append(out, cudaNames...)
+		}
 	}
-	probes := append([]Probe(nil), cudartLean...)
-	if kernelMode != KernelModeOff {
-		probes = append(probes, Probe{Symbol: "cudaLaunchKernel", Op: bpfobj.OpCudaLaunchKernel, Entry: progLaunchEntry})
-	}
-	return probes
+	return out
 }
 
 func opName(p Probe) string { return bpfobj.OpName(uint32(p.Op)) }
+
+// TrapTable renders, as a Markdown table, the uprobe traps one call of
+// each probed function costs in each kernel mode, and the profile that
+// probes it. README.md embeds it; a test keeps the two equal.
+func TrapTable() string {
+	var b strings.Builder
+	b.WriteString("| Function | Library | Profile | `off` | `anonymous` | `full` |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	seen := map[string]bool{}
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
+		for _, profile := range []string{ProfileLean, ProfileFull} {
+			for _, p := range Probes(lib, KernelModeFull, profile) {
+				if seen[p.Symbol] {
+					continue
+				}
+				seen[p.Symbol] = true
+				traps := make([]string, 0, 3)
+				for _, mode := range []string{KernelModeOff, KernelModeAnonymous, KernelModeFull} {
+					n := 0
+					for _, q := range Probes(lib, mode, profile) {
+						if q.Symbol == p.Symbol {
+							n = q.Traps()
+						}
+					}
+					traps = append(traps, strconv.Itoa(n))
+				}
+				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", p.Symbol, lib, profile, strings.Join(traps, " | "))
+			}
+		}
+	}
+	return b.String()
+}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -15,94 +15,119 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 )
 
-// cudartTimed are the lean-profile timed probes of libcudart (interface.md 2.3).
-var cudartTimed = []struct {
-	symbol string
-	op     bpfobj.Op
-}{
-	{"cudaMalloc", bpfobj.OpCudaMalloc},
-	{"cudaFree", bpfobj.OpCudaFree},
-	{"cudaMemcpy", bpfobj.OpCudaMemcpy},
-	{"cudaMemcpyAsync", bpfobj.OpCudaMemcpyAsync},
-	{"cudaMallocAsync", bpfobj.OpCudaMallocAsync},
-	{"cudaFreeAsync", bpfobj.OpCudaFreeAsync},
-	{"cudaGraphLaunch", bpfobj.OpCudaGraphLaunch},
-	{"cudaGraphInstantiate", bpfobj.OpCudaGraphInstantiate},
+// historicalLabels are the operation labels that are not the C function's name.
+var historicalLabels = map[string]string{
+	"cudaStreamSynchronize":  "cudaStreamSync",
+	"cudaEventSynchronize":   "cudaEventSync",
+	"__cudaRegisterFunction": "__cudaRegisterFunction",
 }
 
+var (
+	libs     = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, "libnvtx3interop.so", "libfoo.so"}
+	modes    = []string{KernelModeOff, KernelModeAnonymous, KernelModeFull}
+	profiles = []string{ProfileLean, ProfileFull}
+)
+
+// The probe set is a pure function of (library, mode, profile); these are
+// its invariants, checked on every combination.
 func TestProbes(t *testing.T) {
 	t.Parallel()
-	timed := make([]Probe, 0, len(cudartTimed))
-	for _, p := range cudartTimed {
-		timed = append(timed, Probe{Symbol: p.symbol, Op: p.op, Entry: bpfobj.ProfiProgTimedEntry, Return: bpfobj.ProfiProgTimedReturn})
+	for _, lib := range libs {
+		for _, mode := range modes {
+			for _, profile := range profiles {
+				t.Run(string(lib)+"/"+mode+"/"+profile, func(t *testing.T) {
+					t.Parallel()
+					got := Probes(lib, mode, profile)
+					ops := map[bpfobj.Op]bool{}
+					syms := map[string]bool{}
+					for _, p := range got {
+						if ops[p.Op] || syms[p.Symbol] {
+							t.Errorf("%s (op %d) probed twice", p.Symbol, p.Op)
+						}
+						ops[p.Op], syms[p.Symbol] = true, true
+						want := p.Symbol
+						if h, ok := historicalLabels[p.Symbol]; ok {
+							want = h
+						}
+						if name := opName(p); name != want {
+							t.Errorf("%s has operation label %q, want %q", p.Symbol, name, want)
+						}
+						launch := bpfobj.Info(uint32(p.Op)).Family == bpfobj.FamilyLaunch
+						switch {
+						case launch && mode == KernelModeOff:
+							t.Errorf("kernel mode off probes launch API %s", p.Symbol)
+						case launch && mode == KernelModeAnonymous && (p.Traps() != 1 || p.Entry != bpfobj.ProfiProgLaunchEntry):
+							t.Errorf("anonymous launch %s: %d traps via %s, want 1 via launch_entry", p.Symbol, p.Traps(), p.Entry)
+						case launch && mode == KernelModeFull && p.Traps() != 2:
+							t.Errorf("full-mode launch %s: %d traps, want 2 (timed)", p.Symbol, p.Traps())
+						case p.Op == bpfobj.OpCudaRegisterFunction && (mode != KernelModeFull || p.Traps() != 1):
+							t.Errorf("name source %s in mode %s with %d traps", p.Symbol, mode, p.Traps())
+						case !launch && p.Op != bpfobj.OpCudaRegisterFunction && (p.Traps() != 2 || !p.Timed()):
+							t.Errorf("timed probe %s: %d traps", p.Symbol, p.Traps())
+						}
+					}
+					if mode != KernelModeFull && (ops[bpfobj.OpCuModuleGetFunction] || ops[bpfobj.OpCudaRegisterFunction]) {
+						t.Errorf("name sources probed in mode %s", mode)
+					}
+					diag := ops[bpfobj.OpCudaStreamSync] || ops[bpfobj.OpCudaMemset] || ops[bpfobj.OpCudaMallocHost]
+					if diag != (profile == ProfileFull && lib == discover.LibCudart) {
+						t.Errorf("diagnostic probes present = %v with profile %s", diag, profile)
+					}
+				})
+			}
+		}
 	}
-	launch := Probe{Symbol: "cudaLaunchKernel", Op: bpfobj.OpCudaLaunchKernel, Entry: bpfobj.ProfiProgLaunchEntry}
+}
+
+func TestProbesExactSets(t *testing.T) {
+	t.Parallel()
+	count := func(lib discover.Library, mode, profile string) (n, traps int) {
+		for _, p := range Probes(lib, mode, profile) {
+			n++
+			traps += p.Traps()
+		}
+		return n, traps
+	}
 	tests := []struct {
-		name  string
-		lib   discover.Library
-		mode  string
-		want  []Probe
-		traps int // per call of every probed function once
+		lib           discover.Library
+		mode, profile string
+		n, traps      int
 	}{
-		{"cudart anonymous", discover.LibCudart, KernelModeAnonymous, append(slices.Clone(timed), launch), 8*2 + 1},
-		{"cudart off", discover.LibCudart, KernelModeOff, timed, 8 * 2},
-		{"cuda anonymous", discover.LibCuda, KernelModeAnonymous, nil, 0},
-		{"cuda off", discover.LibCuda, KernelModeOff, nil, 0},
-		{"nccl anonymous", discover.LibNCCL, KernelModeAnonymous, nil, 0},
-		{"nvtx anonymous", "libnvtx3interop.so", KernelModeAnonymous, nil, 0},
-		{"unknown library", "libfoo.so", KernelModeAnonymous, nil, 0},
+		{discover.LibCudart, KernelModeOff, ProfileLean, 15, 30},
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 19, 34},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 20, 39},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 26, 48},
+		{discover.LibCuda, KernelModeOff, ProfileLean, 2, 4},
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 6, 8},
+		{discover.LibCuda, KernelModeFull, ProfileFull, 9, 18},
+		{discover.LibNCCL, KernelModeFull, ProfileFull, 0, 0},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got := Probes(tc.lib, tc.mode)
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("Probes(%s, %s) =\n%+v\nwant\n%+v", tc.lib, tc.mode, got, tc.want)
-			}
-			traps := 0
-			ops := map[bpfobj.Op]bool{}
-			syms := map[string]bool{}
-			for _, p := range got {
-				traps += p.Traps()
-				if ops[p.Op] {
-					t.Errorf("operation %d probed twice", p.Op)
-				}
-				if syms[p.Symbol] {
-					t.Errorf("symbol %s probed twice", p.Symbol)
-				}
-				ops[p.Op], syms[p.Symbol] = true, true
-				// Every probed cudart function is its own operation label.
-				if name := opName(p); name != p.Symbol {
-					t.Errorf("%s has operation label %q", p.Symbol, name)
-				}
-				switch p.Op {
-				case bpfobj.OpCudaLaunchKernel:
-					if p.Traps() != 1 || p.Timed() {
-						t.Errorf("launch probe %s: Traps %d, Timed %v; want entry only", p.Symbol, p.Traps(), p.Timed())
-					}
-				default:
-					if p.Traps() != 2 || !p.Timed() {
-						t.Errorf("timed probe %s: Traps %d, Timed %v; want entry and return", p.Symbol, p.Traps(), p.Timed())
-					}
-				}
-			}
-			if traps != tc.traps {
-				t.Errorf("traps = %d, want %d", traps, tc.traps)
-			}
-			if tc.mode == KernelModeOff && ops[bpfobj.OpCudaLaunchKernel] {
-				t.Error("kernel mode off probes a launch API")
-			}
-		})
+		if n, traps := count(tc.lib, tc.mode, tc.profile); n != tc.n || traps != tc.traps {
+			t.Errorf("%s %s %s: %d probes, %d traps; want %d, %d", tc.lib, tc.mode, tc.profile, n, traps, tc.n, tc.traps)
+		}
 	}
 }
 
 func TestProbesReturnsACopy(t *testing.T) {
 	t.Parallel()
-	p := Probes(discover.LibCudart, KernelModeAnonymous)
+	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
-	_ = append(Probes(discover.LibCudart, KernelModeOff), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous); got[0].Symbol != "cudaMalloc" || len(got) != 9 {
+	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 19 {
 		t.Errorf("Probes changed by its callers: %+v", got)
+	}
+}
+
+// The README's trap table is generated from the probe tables.
+func TestTrapTableInREADME(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table := TrapTable(); !strings.Contains(string(readme), table) {
+		t.Errorf("README.md does not contain the current trap table; paste this:\n%s", table)
 	}
 }
 
@@ -114,7 +139,13 @@ func TestProbeProgramsExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range Probes(discover.LibCudart, KernelModeAnonymous) {
+	var all []Probe
+	for _, lib := range libs {
+		for _, mode := range modes {
+			all = append(all, Probes(lib, mode, ProfileFull)...)
+		}
+	}
+	for _, p := range all {
 		if ps := spec.Programs[p.Entry]; ps == nil || ps.SectionName != "uprobe" {
 			t.Errorf("%s: entry program %q missing or not a uprobe (%+v)", p.Symbol, p.Entry, ps)
 		}

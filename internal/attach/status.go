@@ -22,6 +22,7 @@ type LibraryStatus struct {
 	PIDs       []int         `json:"pids"`
 	Probes     []ProbeStatus `json:"probes"`
 	Missing    []string      `json:"missing_symbols,omitempty"`
+	Absent     []string      `json:"absent_optional_symbols,omitempty"`
 	AttachedAt time.Time     `json:"attached_at"`
 }
 
@@ -56,6 +57,7 @@ func (a *Attacher) Status() Status {
 			File:       key.String(),
 			PIDs:       sortedPIDs(f.target.PIDs),
 			Missing:    slices.Clone(f.missing),
+			Absent:     slices.Clone(f.absent),
 			AttachedAt: f.attachedAt,
 		}
 		for _, p := range f.probes {

@@ -1,47 +1,151 @@
 package bpfobj
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Op is an operation id: the BPF cookie of a probe and part of every map key.
 type Op = ProfiOp
 
 // Operations, named for Go. Values come from the C enum via bpf2go.
 const (
-	OpUnknown              Op = ProfiOpOP_UNKNOWN
-	OpCudaMalloc           Op = ProfiOpOP_CUDA_MALLOC
-	OpCudaFree             Op = ProfiOpOP_CUDA_FREE
-	OpCudaMemcpy           Op = ProfiOpOP_CUDA_MEMCPY
-	OpCudaMemcpyAsync      Op = ProfiOpOP_CUDA_MEMCPY_ASYNC
-	OpCudaLaunchKernel     Op = ProfiOpOP_CUDA_LAUNCH_KERNEL
-	OpCudaMallocAsync      Op = ProfiOpOP_CUDA_MALLOC_ASYNC
-	OpCudaFreeAsync        Op = ProfiOpOP_CUDA_FREE_ASYNC
-	OpCudaGraphLaunch      Op = ProfiOpOP_CUDA_GRAPH_LAUNCH
-	OpCudaGraphInstantiate Op = ProfiOpOP_CUDA_GRAPH_INSTANTIATE
-	NumOps                 Op = ProfiOpOP_MAX
+	OpUnknown               Op = ProfiOpOP_UNKNOWN
+	OpCudaMalloc            Op = ProfiOpOP_CUDA_MALLOC
+	OpCudaFree              Op = ProfiOpOP_CUDA_FREE
+	OpCudaMemcpy            Op = ProfiOpOP_CUDA_MEMCPY
+	OpCudaMemcpyAsync       Op = ProfiOpOP_CUDA_MEMCPY_ASYNC
+	OpCudaLaunchKernel      Op = ProfiOpOP_CUDA_LAUNCH_KERNEL
+	OpCudaMallocAsync       Op = ProfiOpOP_CUDA_MALLOC_ASYNC
+	OpCudaFreeAsync         Op = ProfiOpOP_CUDA_FREE_ASYNC
+	OpCudaGraphLaunch       Op = ProfiOpOP_CUDA_GRAPH_LAUNCH
+	OpCudaGraphInstantiate  Op = ProfiOpOP_CUDA_GRAPH_INSTANTIATE
+	OpCudaLaunchKernelPtsz  Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ
+	OpCudaLaunchKernelExC   Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC
+	OpCudaLaunchCooperative Op = ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL
+	OpCudaMemcpyAsyncPtsz   Op = ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ
+	OpCudaMemcpyPeer        Op = ProfiOpOP_CUDA_MEMCPY_PEER
+	OpCudaMemcpyPeerAsync   Op = ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC
+	OpCudaMemcpy2D          Op = ProfiOpOP_CUDA_MEMCPY_2D
+	OpCudaMemcpy2DAsync     Op = ProfiOpOP_CUDA_MEMCPY_2D_ASYNC
+	OpCudaMallocManaged     Op = ProfiOpOP_CUDA_MALLOC_MANAGED
+	OpCudaMallocHost        Op = ProfiOpOP_CUDA_MALLOC_HOST
+	OpCudaFreeHost          Op = ProfiOpOP_CUDA_FREE_HOST
+	OpCudaMemset            Op = ProfiOpOP_CUDA_MEMSET
+	OpCudaMemsetAsync       Op = ProfiOpOP_CUDA_MEMSET_ASYNC
+	OpCudaStreamSync        Op = ProfiOpOP_CUDA_STREAM_SYNC
+	OpCudaEventSync         Op = ProfiOpOP_CUDA_EVENT_SYNC
+	OpCudaDeviceSync        Op = ProfiOpOP_CUDA_DEVICE_SYNC
+	OpCudaSetDevice         Op = ProfiOpOP_CUDA_SET_DEVICE
+	OpCuLaunchKernel        Op = ProfiOpOP_CU_LAUNCH_KERNEL
+	OpCuLaunchKernelPtsz    Op = ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ
+	OpCuLaunchKernelEx      Op = ProfiOpOP_CU_LAUNCH_KERNEL_EX
+	OpCuLaunchCooperative   Op = ProfiOpOP_CU_LAUNCH_COOPERATIVE_KERNEL
+	OpCuGraphLaunch         Op = ProfiOpOP_CU_GRAPH_LAUNCH
+	OpCuModuleLoadData      Op = ProfiOpOP_CU_MODULE_LOAD_DATA
+	OpCuModuleGetFunction   Op = ProfiOpOP_CU_MODULE_GET_FUNCTION
+	OpCuLibraryGetKernel    Op = ProfiOpOP_CU_LIBRARY_GET_KERNEL
+	OpCuKernelGetFunction   Op = ProfiOpOP_CU_KERNEL_GET_FUNCTION
+	OpCudaRegisterFunction  Op = ProfiOpOP_CUDA_REGISTER_FUNCTION
+	NumOps                  Op = ProfiOpOP_MAX
 )
 
-// opNames are the `operation` label values (interface.md 5.2). For every
-// operation probed so far the label is the C function's name.
-var opNames = [NumOps]string{
-	OpUnknown:              "unknown",
-	OpCudaMalloc:           "cudaMalloc",
-	OpCudaFree:             "cudaFree",
-	OpCudaMemcpy:           "cudaMemcpy",
-	OpCudaMemcpyAsync:      "cudaMemcpyAsync",
-	OpCudaLaunchKernel:     "cudaLaunchKernel",
-	OpCudaMallocAsync:      "cudaMallocAsync",
-	OpCudaFreeAsync:        "cudaFreeAsync",
-	OpCudaGraphLaunch:      "cudaGraphLaunch",
-	OpCudaGraphInstantiate: "cudaGraphInstantiate",
+// Family groups operations by what their bytes mean.
+type Family uint8
+
+// Families.
+const (
+	FamilyOther      Family = iota
+	FamilyLaunch            // kernel launches (launch_agg)
+	FamilyMemcpy            // bytes copied, by direction
+	FamilyMalloc            // device (or managed) bytes allocated
+	FamilyFree              // tracked device bytes freed
+	FamilyMallocHost        // pinned host bytes allocated
+	FamilyMemset            // bytes set
+)
+
+// OpInfo describes an operation.
+type OpInfo struct {
+	// Name is the `operation` label (interface.md 5.2): the C function's
+	// name, except the historical cudaStreamSync and cudaEventSync.
+	Name   string
+	Family Family
+}
+
+var ops = [NumOps]OpInfo{
+	OpUnknown:               {"unknown", FamilyOther},
+	OpCudaMalloc:            {"cudaMalloc", FamilyMalloc},
+	OpCudaFree:              {"cudaFree", FamilyFree},
+	OpCudaMemcpy:            {"cudaMemcpy", FamilyMemcpy},
+	OpCudaMemcpyAsync:       {"cudaMemcpyAsync", FamilyMemcpy},
+	OpCudaLaunchKernel:      {"cudaLaunchKernel", FamilyLaunch},
+	OpCudaMallocAsync:       {"cudaMallocAsync", FamilyMalloc},
+	OpCudaFreeAsync:         {"cudaFreeAsync", FamilyFree},
+	OpCudaGraphLaunch:       {"cudaGraphLaunch", FamilyOther},
+	OpCudaGraphInstantiate:  {"cudaGraphInstantiate", FamilyOther},
+	OpCudaLaunchKernelPtsz:  {"cudaLaunchKernel_ptsz", FamilyLaunch},
+	OpCudaLaunchKernelExC:   {"cudaLaunchKernelExC", FamilyLaunch},
+	OpCudaLaunchCooperative: {"cudaLaunchCooperativeKernel", FamilyLaunch},
+	OpCudaMemcpyAsyncPtsz:   {"cudaMemcpyAsync_ptsz", FamilyMemcpy},
+	OpCudaMemcpyPeer:        {"cudaMemcpyPeer", FamilyMemcpy},
+	OpCudaMemcpyPeerAsync:   {"cudaMemcpyPeerAsync", FamilyMemcpy},
+	OpCudaMemcpy2D:          {"cudaMemcpy2D", FamilyMemcpy},
+	OpCudaMemcpy2DAsync:     {"cudaMemcpy2DAsync", FamilyMemcpy},
+	OpCudaMallocManaged:     {"cudaMallocManaged", FamilyMalloc},
+	OpCudaMallocHost:        {"cudaMallocHost", FamilyMallocHost},
+	OpCudaFreeHost:          {"cudaFreeHost", FamilyOther},
+	OpCudaMemset:            {"cudaMemset", FamilyMemset},
+	OpCudaMemsetAsync:       {"cudaMemsetAsync", FamilyMemset},
+	OpCudaStreamSync:        {"cudaStreamSync", FamilyOther},
+	OpCudaEventSync:         {"cudaEventSync", FamilyOther},
+	OpCudaDeviceSync:        {"cudaDeviceSynchronize", FamilyOther},
+	OpCudaSetDevice:         {"cudaSetDevice", FamilyOther},
+	OpCuLaunchKernel:        {"cuLaunchKernel", FamilyLaunch},
+	OpCuLaunchKernelPtsz:    {"cuLaunchKernel_ptsz", FamilyLaunch},
+	OpCuLaunchKernelEx:      {"cuLaunchKernelEx", FamilyLaunch},
+	OpCuLaunchCooperative:   {"cuLaunchCooperativeKernel", FamilyLaunch},
+	OpCuGraphLaunch:         {"cuGraphLaunch", FamilyOther},
+	OpCuModuleLoadData:      {"cuModuleLoadData", FamilyOther},
+	OpCuModuleGetFunction:   {"cuModuleGetFunction", FamilyOther},
+	OpCuLibraryGetKernel:    {"cuLibraryGetKernel", FamilyOther},
+	OpCuKernelGetFunction:   {"cuKernelGetFunction", FamilyOther},
+	OpCudaRegisterFunction:  {"__cudaRegisterFunction", FamilyOther},
+}
+
+// Info describes op; ids out of range are "unknown".
+func Info(op uint32) OpInfo {
+	if op < uint32(NumOps) && ops[op].Name != "" {
+		return ops[op]
+	}
+	return ops[OpUnknown]
+}
+
+// IsDriver reports whether op is a Driver API (libcuda) function.
+func IsDriver(op Op) bool {
+	name := OpName(uint32(op))
+	return strings.HasPrefix(name, "cu") && !strings.HasPrefix(name, "cuda")
 }
 
 // OpName returns the operation label of op, "unknown" for ids out of range.
-func OpName(op uint32) string {
-	if op < uint32(NumOps) && opNames[op] != "" {
-		return opNames[op]
+func OpName(op uint32) string { return Info(op).Name }
+
+// KindP2P is the memcpy kind BPF records for peer copies (KIND_P2P).
+const KindP2P = 0x100
+
+// Direction returns the `direction` label of a memcpy kind.
+func Direction(kind uint32) string {
+	switch {
+	case kind < uint32(len(directions)):
+		return directions[kind]
+	case kind == KindP2P:
+		return "p2p"
+	default:
+		return "unknown"
 	}
-	return opNames[OpUnknown]
 }
+
+// directions are the labels of cudaMemcpyKind 0..4.
+var directions = [...]string{"h2h", "h2d", "d2h", "d2d", "default"}
 
 // Drop indexes the per-CPU drops array.
 type Drop = ProfiDrop
@@ -56,6 +160,8 @@ const (
 	DropNested       Drop = ProfiDropDROP_NESTED
 	DropEventsRing   Drop = ProfiDropDROP_EVENTS_RING
 	DropPIDClaim     Drop = ProfiDropDROP_PID_CLAIM
+	DropKernelRegs   Drop = ProfiDropDROP_KERNEL_REGS
+	DropRuntimeToDrv Drop = ProfiDropDROP_RT_TO_DRV
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -69,6 +175,10 @@ var LatencyBoundsNs = [...]uint64{
 // the attached file's id in the high 32 bits (COOKIE_OP/COOKIE_FILE in
 // types.h).
 func Cookie(op Op, file uint32) uint64 { return uint64(op) | uint64(file)<<32 }
+
+// KernelLatencyBoundsNs are the bounds of the kernel launch latency
+// buckets (klat_bounds_ns); the last bucket is +Inf.
+var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
 
 // StreamLabel formats a cudaStream_t handle as the `stream` label value.
 func StreamLabel(stream uint64) string {

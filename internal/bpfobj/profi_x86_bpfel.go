@@ -37,6 +37,13 @@ type ProfiAllocKey struct {
 	Ptr uint64
 }
 
+type ProfiClaimKey struct {
+	_   structs.HostLayout
+	Pid uint32
+	Pad uint32
+	Ip  uint64
+}
+
 type ProfiDrop uint32
 
 const (
@@ -48,7 +55,9 @@ const (
 	ProfiDropDROP_NESTED        ProfiDrop = 5
 	ProfiDropDROP_EVENTS_RING   ProfiDrop = 6
 	ProfiDropDROP_PID_CLAIM     ProfiDrop = 7
-	ProfiDropDROP_MAX           ProfiDrop = 8
+	ProfiDropDROP_KERNEL_REGS   ProfiDrop = 8
+	ProfiDropDROP_RT_TO_DRV     ProfiDrop = 9
+	ProfiDropDROP_MAX           ProfiDrop = 10
 )
 
 type ProfiInflightCall struct {
@@ -61,6 +70,14 @@ type ProfiInflightCall struct {
 	Kind    uint32
 	Depth   uint32
 	Pad     uint32
+	Launch  struct {
+		_            structs.HostLayout
+		Func         uint64
+		Stream       uint64
+		GridBlocks   uint64
+		BlockThreads uint64
+		SharedBytes  uint64
+	}
 }
 
 type ProfiLaunchKey struct {
@@ -77,22 +94,70 @@ type ProfiLaunchVal struct {
 	GridBlocks   uint64
 	BlockThreads uint64
 	SharedBytes  uint64
+	Timed        uint64
+	DurationNs   uint64
+	Buckets      [9]uint64
 }
+
+type ProfiNameEvent struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Kind uint32
+	Key  uint64
+	Aux  uint64
+	Name [256]int8
+}
+
+type ProfiNameKind uint32
+
+const (
+	ProfiNameKindNAME_HOST_FUNC   ProfiNameKind = 1
+	ProfiNameKindNAME_CU_FUNCTION ProfiNameKind = 2
+	ProfiNameKindNAME_CU_KERNEL   ProfiNameKind = 3
+	ProfiNameKindNAME_KERNEL_FUNC ProfiNameKind = 4
+)
 
 type ProfiOp uint32
 
 const (
-	ProfiOpOP_UNKNOWN                ProfiOp = 0
-	ProfiOpOP_CUDA_MALLOC            ProfiOp = 1
-	ProfiOpOP_CUDA_FREE              ProfiOp = 2
-	ProfiOpOP_CUDA_MEMCPY            ProfiOp = 3
-	ProfiOpOP_CUDA_MEMCPY_ASYNC      ProfiOp = 4
-	ProfiOpOP_CUDA_LAUNCH_KERNEL     ProfiOp = 5
-	ProfiOpOP_CUDA_MALLOC_ASYNC      ProfiOp = 6
-	ProfiOpOP_CUDA_FREE_ASYNC        ProfiOp = 7
-	ProfiOpOP_CUDA_GRAPH_LAUNCH      ProfiOp = 8
-	ProfiOpOP_CUDA_GRAPH_INSTANTIATE ProfiOp = 9
-	ProfiOpOP_MAX                    ProfiOp = 10
+	ProfiOpOP_UNKNOWN                        ProfiOp = 0
+	ProfiOpOP_CUDA_MALLOC                    ProfiOp = 1
+	ProfiOpOP_CUDA_FREE                      ProfiOp = 2
+	ProfiOpOP_CUDA_MEMCPY                    ProfiOp = 3
+	ProfiOpOP_CUDA_MEMCPY_ASYNC              ProfiOp = 4
+	ProfiOpOP_CUDA_LAUNCH_KERNEL             ProfiOp = 5
+	ProfiOpOP_CUDA_MALLOC_ASYNC              ProfiOp = 6
+	ProfiOpOP_CUDA_FREE_ASYNC                ProfiOp = 7
+	ProfiOpOP_CUDA_GRAPH_LAUNCH              ProfiOp = 8
+	ProfiOpOP_CUDA_GRAPH_INSTANTIATE         ProfiOp = 9
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ        ProfiOp = 10
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC         ProfiOp = 11
+	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL ProfiOp = 12
+	ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ         ProfiOp = 13
+	ProfiOpOP_CUDA_MEMCPY_PEER               ProfiOp = 14
+	ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC         ProfiOp = 15
+	ProfiOpOP_CUDA_MEMCPY_2D                 ProfiOp = 16
+	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC           ProfiOp = 17
+	ProfiOpOP_CUDA_MALLOC_MANAGED            ProfiOp = 18
+	ProfiOpOP_CUDA_MALLOC_HOST               ProfiOp = 19
+	ProfiOpOP_CUDA_FREE_HOST                 ProfiOp = 20
+	ProfiOpOP_CUDA_MEMSET                    ProfiOp = 21
+	ProfiOpOP_CUDA_MEMSET_ASYNC              ProfiOp = 22
+	ProfiOpOP_CUDA_STREAM_SYNC               ProfiOp = 23
+	ProfiOpOP_CUDA_EVENT_SYNC                ProfiOp = 24
+	ProfiOpOP_CUDA_DEVICE_SYNC               ProfiOp = 25
+	ProfiOpOP_CUDA_SET_DEVICE                ProfiOp = 26
+	ProfiOpOP_CU_LAUNCH_KERNEL               ProfiOp = 27
+	ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ          ProfiOp = 28
+	ProfiOpOP_CU_LAUNCH_KERNEL_EX            ProfiOp = 29
+	ProfiOpOP_CU_LAUNCH_COOPERATIVE_KERNEL   ProfiOp = 30
+	ProfiOpOP_CU_GRAPH_LAUNCH                ProfiOp = 31
+	ProfiOpOP_CU_MODULE_LOAD_DATA            ProfiOp = 32
+	ProfiOpOP_CU_MODULE_GET_FUNCTION         ProfiOp = 33
+	ProfiOpOP_CU_LIBRARY_GET_KERNEL          ProfiOp = 34
+	ProfiOpOP_CU_KERNEL_GET_FUNCTION         ProfiOp = 35
+	ProfiOpOP_CUDA_REGISTER_FUNCTION         ProfiOp = 36
+	ProfiOpOP_MAX                            ProfiOp = 37
 )
 
 type ProfiPidFile struct {
@@ -101,22 +166,41 @@ type ProfiPidFile struct {
 	File uint32
 }
 
+type ProfiRtLaunch struct {
+	_  structs.HostLayout
+	Sp uint64
+	Ts uint64
+}
+
+type ProfiTextRange struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfiMapAggregated   = "aggregated"
-	ProfiMapDrops        = "drops"
-	ProfiMapInflight     = "inflight"
-	ProfiMapLaunchAgg    = "launch_agg"
-	ProfiMapMallocSizes  = "malloc_sizes"
-	ProfiMapPidClaim     = "pid_claim"
-	ProfiMapPidFiles     = "pid_files"
-	ProfiProgLaunchEntry = "launch_entry"
-	ProfiProgTimedEntry  = "timed_entry"
-	ProfiProgTimedReturn = "timed_return"
-	ProfiVarUnusedDrop   = "unused_drop"
-	ProfiVarUnusedOp     = "unused_op"
+	ProfiMapAggregated      = "aggregated"
+	ProfiMapDrops           = "drops"
+	ProfiMapInflight        = "inflight"
+	ProfiMapKernelRegs      = "kernel_regs"
+	ProfiMapLaunchAgg       = "launch_agg"
+	ProfiMapMallocSizes     = "malloc_sizes"
+	ProfiMapPidClaim        = "pid_claim"
+	ProfiMapPidFiles        = "pid_files"
+	ProfiMapRtLaunches      = "rt_launches"
+	ProfiMapRtText          = "rt_text"
+	ProfiMapThreadDevice    = "thread_device"
+	ProfiProgLaunchEntry    = "launch_entry"
+	ProfiProgNameEntry      = "name_entry"
+	ProfiProgTimedEntry     = "timed_entry"
+	ProfiProgTimedReturn    = "timed_return"
+	ProfiVarUnusedDrop      = "unused_drop"
+	ProfiVarUnusedNameEvent = "unused_name_event"
+	ProfiVarUnusedNameKind  = "unused_name_kind"
+	ProfiVarUnusedOp        = "unused_op"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -162,6 +246,7 @@ type ProfiSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
 	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
+	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
 	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
 	TimedReturn *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
@@ -170,21 +255,27 @@ type ProfiProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiMapSpecs struct {
-	Aggregated  *ebpf.MapSpec `ebpf:"aggregated"`
-	Drops       *ebpf.MapSpec `ebpf:"drops"`
-	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	LaunchAgg   *ebpf.MapSpec `ebpf:"launch_agg"`
-	MallocSizes *ebpf.MapSpec `ebpf:"malloc_sizes"`
-	PidClaim    *ebpf.MapSpec `ebpf:"pid_claim"`
-	PidFiles    *ebpf.MapSpec `ebpf:"pid_files"`
+	Aggregated   *ebpf.MapSpec `ebpf:"aggregated"`
+	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
+	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
+	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
+	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
+	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
+	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
+	RtLaunches   *ebpf.MapSpec `ebpf:"rt_launches"`
+	RtText       *ebpf.MapSpec `ebpf:"rt_text"`
+	ThreadDevice *ebpf.MapSpec `ebpf:"thread_device"`
 }
 
 // ProfiVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
-	UnusedDrop *ebpf.VariableSpec `ebpf:"unused_drop"`
-	UnusedOp   *ebpf.VariableSpec `ebpf:"unused_op"`
+	UnusedDrop      *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	UnusedNameKind  *ebpf.VariableSpec `ebpf:"unused_name_kind"`
+	UnusedOp        *ebpf.VariableSpec `ebpf:"unused_op"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -207,13 +298,17 @@ func (o *ProfiObjects) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiMaps struct {
-	Aggregated  *ebpf.Map `ebpf:"aggregated"`
-	Drops       *ebpf.Map `ebpf:"drops"`
-	Inflight    *ebpf.Map `ebpf:"inflight"`
-	LaunchAgg   *ebpf.Map `ebpf:"launch_agg"`
-	MallocSizes *ebpf.Map `ebpf:"malloc_sizes"`
-	PidClaim    *ebpf.Map `ebpf:"pid_claim"`
-	PidFiles    *ebpf.Map `ebpf:"pid_files"`
+	Aggregated   *ebpf.Map `ebpf:"aggregated"`
+	Drops        *ebpf.Map `ebpf:"drops"`
+	Inflight     *ebpf.Map `ebpf:"inflight"`
+	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
+	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
+	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
+	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
+	PidFiles     *ebpf.Map `ebpf:"pid_files"`
+	RtLaunches   *ebpf.Map `ebpf:"rt_launches"`
+	RtText       *ebpf.Map `ebpf:"rt_text"`
+	ThreadDevice *ebpf.Map `ebpf:"thread_device"`
 }
 
 func (m *ProfiMaps) Close() error {
@@ -221,10 +316,14 @@ func (m *ProfiMaps) Close() error {
 		m.Aggregated,
 		m.Drops,
 		m.Inflight,
+		m.KernelRegs,
 		m.LaunchAgg,
 		m.MallocSizes,
 		m.PidClaim,
 		m.PidFiles,
+		m.RtLaunches,
+		m.RtText,
+		m.ThreadDevice,
 	)
 }
 
@@ -232,8 +331,10 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
-	UnusedDrop *ebpf.Variable `ebpf:"unused_drop"`
-	UnusedOp   *ebpf.Variable `ebpf:"unused_op"`
+	UnusedDrop      *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
+	UnusedNameKind  *ebpf.Variable `ebpf:"unused_name_kind"`
+	UnusedOp        *ebpf.Variable `ebpf:"unused_op"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.
@@ -241,6 +342,7 @@ type ProfiVariables struct {
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
 	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
+	NameEntry   *ebpf.Program `ebpf:"name_entry"`
 	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
 	TimedReturn *ebpf.Program `ebpf:"timed_return"`
 }
@@ -248,6 +350,7 @@ type ProfiPrograms struct {
 func (p *ProfiPrograms) Close() error {
 	return _ProfiClose(
 		p.LaunchEntry,
+		p.NameEntry,
 		p.TimedEntry,
 		p.TimedReturn,
 	)

@@ -20,6 +20,7 @@ var (
 	memLabels     = []string{"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
 	kernelLabels  = []string{"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"}
 	errorLabels   = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"}
+	kHistLabels   = []string{"kernel", "namespace", "pod", "gpu", "kernel_class", "phase"}
 )
 
 // Libraries reported by profi_system_discovery_attached_libraries, always
@@ -31,6 +32,8 @@ type Data struct {
 	Snapshot func() *aggregate.Snapshot
 	Attach   func() attach.Counters
 	Started  time.Time
+	// NameFailures returns kernel name resolve failures by reason; may be nil.
+	NameFailures func() map[string]uint64
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -44,6 +47,8 @@ type Collector struct {
 	launchDrops, mapDrops, probeMisses            *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
 	scanProblems                                  *prometheus.Desc
+	memset, mallocHost                            *prometheus.Desc
+	kBucket, kSum, kCount, kHist, nameFailures    *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -71,11 +76,18 @@ func New(data Data) *Collector {
 		cardDrops:    d("profi_cardinality_limit_drops_total", "Label tuples refused because --max-time-series was reached; their data is dropped, never added to another series.", nil, nil),
 		launchDrops:  d("profi_system_launch_agg_drops_total", "Failed inserts into the launch aggregation map (map full).", nil, nil),
 		mapDrops:     d("profi_system_bpf_map_drops_total", "Failed inserts of live data into a BPF map (map full or update failure).", []string{"map"}, nil),
-		probeMisses:  d("profi_system_bpf_probe_misses_total", "Calls not timed: a return probe without its entry (orphan_return) or a probed call nested in another (nested).", []string{"reason"}, nil),
+		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
 		uptime:       d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
+		memset:       d("profi_cuda_memset_bytes_total", "Bytes set by successful cudaMemset/cudaMemsetAsync calls (never counted as memcpy).", counterLabels, nil),
+		mallocHost:   d("profi_cuda_malloc_host_bytes_total", "Pinned host bytes allocated by successful cudaMallocHost calls (not device memory).", memLabels, nil),
+		kBucket:      d("profi_cuda_kernel_duration_bucket_total", "Kernel launch-call latency histogram as cumulative counters per le (full mode)."+hostSide, append(kHistLabels[:len(kHistLabels):len(kHistLabels)], "le"), nil),
+		kSum:         d("profi_cuda_kernel_duration_sum_seconds_total", "Sum of kernel launch-call latencies, seconds (full mode)."+hostSide, kHistLabels, nil),
+		kCount:       d("profi_cuda_kernel_duration_count_total", "Number of timed kernel launches (full mode)."+hostSide, kHistLabels, nil),
+		kHist:        d("profi_cuda_kernel_duration_seconds", "Kernel launch-call latency (full mode)."+hostSide, kHistLabels, nil),
+		nameFailures: d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
 		scanProblems: d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
 		series:       d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
 	}
@@ -87,6 +99,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
+		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures,
 	} {
 		ch <- d
 	}
@@ -94,16 +107,23 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // leLabels are the `le` values of the CUDA latency buckets, formatted as
 // client libraries format bucket bounds.
-var leLabels, leBounds = func() ([]string, []float64) {
+var (
+	leLabels, leBounds   = bounds(bpfobj.LatencyBoundsNs[:])
+	kleLabels, kleBounds = bounds(bpfobj.KernelLatencyBoundsNs[:])
+)
+
+// bounds turns nanosecond bucket bounds into `le` labels (plus "+Inf")
+// and seconds.
+func bounds(ns []uint64) ([]string, []float64) {
 	var s []string
 	var f []float64
-	for _, ns := range bpfobj.LatencyBoundsNs {
-		sec := float64(ns) / 1e9
+	for _, n := range ns {
+		sec := float64(n) / 1e9
 		f = append(f, sec)
 		s = append(s, strconv.FormatFloat(sec, 'g', -1, 64))
 	}
 	return append(s, "+Inf"), f
-}()
+}
 
 const (
 	dropEventsRing   = bpfobj.DropEventsRing
@@ -117,6 +137,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropInflight:    "inflight",
 	bpfobj.DropMallocSizes: "malloc_sizes",
 	bpfobj.DropPIDClaim:    "pid_claim",
+	bpfobj.DropKernelRegs:  "kernel_regs",
 }
 
 // Collect builds every metric from the current state.
@@ -145,8 +166,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.malloc, p.MallocBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
 			gauge(c.active, float64(p.ActiveBytes()), pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
 		}
-		for kernel, l := range p.Launches {
-			labels := []string{kernel, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, "other", ""}
+		for k, v := range p.Memset {
+			counter(c.memset, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+		}
+		if p.HasHostMemory() {
+			counter(c.mallocHost, p.MallocHostBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+		}
+		for kern, l := range p.Launches {
+			labels := []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, ""}
 			counter(c.launches, l.Count, labels...)
 			counter(c.gridBlocks, l.GridBlocks, labels...)
 			counter(c.blockThreads, l.BlockThreads, labels...)
@@ -171,6 +198,28 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(c.durHist, h.Count, sum, buckets, labels...)
 	}
 
+	for k, h := range s.KernelHists {
+		labels := []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, ""}
+		cum := uint64(0)
+		buckets := make(map[float64]uint64, len(kleBounds))
+		for i, n := range h.Buckets {
+			cum += n
+			counter(c.kBucket, cum, append(labels[:6:6], kleLabels[i])...)
+			if i < len(kleBounds) {
+				buckets[kleBounds[i]] = cum
+			}
+		}
+		sum := float64(h.SumNs) / 1e9
+		ch <- prometheus.MustNewConstMetric(c.kSum, prometheus.CounterValue, sum, labels...)
+		counter(c.kCount, h.Count, labels...)
+		ch <- prometheus.MustNewConstHistogram(c.kHist, h.Count, sum, buckets, labels...)
+	}
+	if c.data.NameFailures != nil {
+		for reason, v := range c.data.NameFailures() {
+			counter(c.nameFailures, v, reason)
+		}
+	}
+
 	att := c.data.Attach()
 	gauge(c.tracked, float64(len(att.TrackedPIDs)))
 	for _, lib := range libraries {
@@ -190,6 +239,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.probeMisses, s.Drops[bpfobj.DropOrphanReturn], "orphan_return")
 	counter(c.probeMisses, s.Drops[bpfobj.DropNested], "nested")
+	counter(c.probeMisses, s.Drops[bpfobj.DropRuntimeToDrv], "runtime_to_driver")
 	gauge(c.uptime, time.Since(c.data.Started).Seconds())
 	gauge(c.series, float64(s.Series))
 }

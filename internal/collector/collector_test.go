@@ -134,7 +134,7 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 		{Direction: "unknown", Stream: "default"}:    5,
 	}
 	p1.MallocBytes, p1.FreedBytes = 3<<20, 1<<20
-	p1.Launches = map[string]aggregate.Launch{"anonymous": {Count: 23, GridBlocks: 1200, BlockThreads: 3072, SharedBytes: 512}}
+	p1.Launches = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 23, GridBlocks: 1200, BlockThreads: 3072, SharedBytes: 512}}
 
 	// Hand-built: no memory series, no pod, a comm that needs escaping.
 	p2 := &aggregate.Process{

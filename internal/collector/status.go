@@ -5,6 +5,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/config"
 )
 
@@ -34,6 +35,7 @@ func Status(version string, cfg *config.Config, started time.Time, snap *aggrega
 		"events_ring":       snap.Drops[dropEventsRing],
 		"orphan_return":     snap.Drops[dropOrphanReturn],
 		"nested":            snap.Drops[dropNested],
+		"runtime_to_driver": snap.Drops[bpfobj.DropRuntimeToDrv],
 	}
 	for d, name := range mapDropNames {
 		drops[name] = snap.Drops[d]

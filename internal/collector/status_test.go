@@ -45,6 +45,8 @@ func TestStatus(t *testing.T) {
 			"nested":            uint64(bpfobj.DropNested) + 1,
 			"events_ring":       uint64(bpfobj.DropEventsRing) + 1,
 			"pid_claim":         uint64(bpfobj.DropPIDClaim) + 1,
+			"kernel_regs":       uint64(bpfobj.DropKernelRegs) + 1,
+			"runtime_to_driver": uint64(bpfobj.DropRuntimeToDrv) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

@@ -835,12 +835,6 @@ func (p *parser) metricsSecurity(raw *cli) (TLSConfig, AuthConfig) {
 func (c *Config) Unsupported() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	if c.KernelMode == KernelModeFull {
-		add("--kernel-mode=full is not yet supported (only off and anonymous)")
-	}
-	if c.ProbeProfile == ProbeProfileFull {
-		add("--probe-profile=full is not yet supported (only lean)")
-	}
 	if c.EnableNVTX {
 		add("--enable-nvtx-tracing is not yet supported (NVTX probes are not implemented)")
 	}

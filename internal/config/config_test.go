@@ -724,9 +724,9 @@ func TestUnsupported(t *testing.T) {
 		env  map[string]string
 		want []string // substrings, one per expected sentence; nil = nothing unsupported
 	}{
-		{"kernel-mode full", []string{"--kernel-mode=full"}, nil, []string{"--kernel-mode=full is not yet supported (only off and anonymous)"}},
+		{"kernel-mode full", []string{"--kernel-mode=full"}, nil, nil},
 		{"kernel-mode off", []string{"--kernel-mode=off"}, nil, nil},
-		{"probe-profile full", []string{"--probe-profile=full"}, nil, []string{"--probe-profile=full is not yet supported"}},
+		{"probe-profile full", []string{"--probe-profile=full"}, nil, nil},
 		{"nvtx", []string{"--enable-nvtx-tracing"}, nil, []string{"--enable-nvtx-tracing is not yet supported"}},
 		{"nvml-interval", []string{"--nvml-interval=10"}, nil, []string{"--nvml-interval=10 is not yet supported"}},
 		{"nvml-interval irrelevant when disabled", []string{"--nvml-interval=10", "--disable-nvml"}, nil, nil},

@@ -298,12 +298,21 @@ func (st *scanState) addLine(pid, lineNo int, line []byte, res *Result) {
 		}
 		return
 	}
-	for _, m := range st.libs {
+	exec := line[r.perms+2] == 'x'
+	for i := range st.libs {
+		m := &st.libs[i]
 		if m.Dev == r.dev && m.Inode == r.inode && m.Lib == lib {
+			if exec && m.TextEnd == 0 {
+				m.TextStart, m.TextEnd = r.start, r.end
+			}
 			return
 		}
 	}
-	st.libs = append(st.libs, Mapping{PID: pid, Lib: lib, Path: string(path), Dev: r.dev, Inode: r.inode})
+	m := Mapping{PID: pid, Lib: lib, Path: string(path), Dev: r.dev, Inode: r.inode}
+	if exec {
+		m.TextStart, m.TextEnd = r.start, r.end
+	}
+	st.libs = append(st.libs, m)
 }
 
 // maybeLibrary is the cheap pre-filter: the text after the last '/' must

@@ -55,7 +55,7 @@ func TestScanFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(res.Processes, fixtureProcesses) {
+	if !reflect.DeepEqual(withoutText(res.Processes), fixtureProcesses) {
 		t.Errorf("processes:\n got %+v\nwant %+v", res.Processes, fixtureProcesses)
 	}
 	// 100, 200, 300, 400, 500, 600; not self, sys, thread-self or 0123.
@@ -123,7 +123,7 @@ func TestScanPIDFilter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(res.Processes, tt.want) {
+			if !reflect.DeepEqual(withoutText(res.Processes), tt.want) {
 				t.Errorf("processes:\n got %+v\nwant %+v", res.Processes, tt.want)
 			}
 			if res.Scanned != tt.scanned || len(res.Problems) != tt.problems {
@@ -175,7 +175,7 @@ func TestScanOverlongLine(t *testing.T) {
 		{PID: 7, Lib: LibCuda, Path: "/usr/lib/libcuda.so.1", Dev: unix.Mkdev(8, 1), Inode: 5},
 		{PID: 7, Lib: LibNCCL, Path: "/usr/lib/libnccl.so.2", Dev: unix.Mkdev(8, 1), Inode: 7},
 	}}}
-	if !reflect.DeepEqual(res.Processes, want) {
+	if !reflect.DeepEqual(withoutText(res.Processes), want) {
 		t.Errorf("processes:\n got %+v\nwant %+v", res.Processes, want)
 	}
 	if len(res.Problems) != 1 || !errors.Is(res.Problems[0].Err, ErrMalformedMapsLine) ||
@@ -359,5 +359,55 @@ func BenchmarkScanProc(b *testing.B) {
 		if _, err := s.Scan(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// withoutText clears the text ranges, which TestScanTextRange checks on
+// their own, so the other tests can state mappings compactly.
+func withoutText(ps []Process) []Process {
+	if ps == nil {
+		return nil
+	}
+	out := make([]Process, len(ps))
+	for i, p := range ps {
+		p.Libs = append([]Mapping(nil), p.Libs...)
+		for j := range p.Libs {
+			p.Libs[j].TextStart, p.Libs[j].TextEnd = 0, 0
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// The text range of a library is its first executable mapping.
+func TestScanTextRange(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "9")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	maps := "7f0000000000-7f0000001000 r--p 00000000 08:01 42 /lib/libcudart.so.12\n" +
+		"7f0000001000-7f0000005000 r-xp 00001000 08:01 42 /lib/libcudart.so.12\n" +
+		"7f0000005000-7f0000006000 r--p 00005000 08:01 42 /lib/libcudart.so.12\n" +
+		"7f0000010000-7f0000011000 r--p 00000000 08:01 43 /lib/libcuda.so.1\n"
+	for name, body := range map[string]string{"maps": maps, "comm": "x\n", "stat": "9 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := (&Scanner{ProcRoot: root, PID: 9}).Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Processes) != 1 || len(res.Processes[0].Libs) != 2 {
+		t.Fatalf("got %+v", res.Processes)
+	}
+	cudart, cuda := res.Processes[0].Libs[0], res.Processes[0].Libs[1]
+	if cudart.TextStart != 0x7f0000001000 || cudart.TextEnd != 0x7f0000005000 {
+		t.Errorf("libcudart text = %#x-%#x, want 0x7f0000001000-0x7f0000005000", cudart.TextStart, cudart.TextEnd)
+	}
+	if cuda.TextStart != 0 || cuda.TextEnd != 0 {
+		t.Errorf("libcuda without executable mapping has text %#x-%#x", cuda.TextStart, cuda.TextEnd)
 	}
 }

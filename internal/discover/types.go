@@ -9,6 +9,9 @@ type Mapping struct {
 	Path  string // path as printed in maps: inside the process's mount namespace
 	Dev   uint64 // st_dev encoded with unix.Mkdev(major, minor) from the maps "dev" field
 	Inode uint64
+	// TextStart and TextEnd are the first executable mapping of the file
+	// (0, 0 if none yet): where its code runs in this process.
+	TextStart, TextEnd uint64
 }
 
 // Process is what a scan learned about one process.

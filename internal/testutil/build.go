@@ -1,6 +1,7 @@
-// Package testutil builds and drives the GPU-free test fixtures: a stub
-// libcudart.so.12 with the real CUDA Runtime symbols and ABI, and a workload
-// that calls it and reports exact ground truth.
+// Package testutil builds and drives the GPU-free test fixtures: stub
+// libcudart.so.12 and libcuda.so.1 with the real CUDA Runtime and Driver
+// symbols and ABI (the runtime calling into the driver, as the real one
+// does), and a workload that calls them and reports exact ground truth.
 package testutil
 
 import (
@@ -22,19 +23,21 @@ import (
 const ModulePath = "github.com/profi-dev/profi"
 
 // ErrNoCompiler is returned (wrapped) by BuildFixtures when gcc is not in PATH.
-var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the libcudart stub and workloads")
+var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the CUDA stubs and workloads")
 
 // Compiler flags. The stub's are fixed on purpose: together with the source
 // they decide each exported function's first instruction ("push %rbp"), and
 // that decides how the kernel executes a uprobe placed there, hence probe
 // cost. -fno-ipa-icf keeps identical bodies at distinct addresses, so every
-// symbol is its own probe site. Warning flags do not change code generation.
+// symbol is its own probe site. Both stubs use them; only the SONAME
+// differs. Warning flags do not change code generation. -rdynamic puts the
+// workload's kernel host stubs in .dynsym, where symbolizers look first.
 var (
 	stubFlags = []string{
 		"-O2", "-fno-omit-frame-pointer", "-fcf-protection=none", "-fno-ipa-icf",
-		"-fno-inline", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.12",
+		"-fno-inline", "-shared", "-fPIC",
 	}
-	workloadFlags = []string{"-O2", "-pthread"}
+	workloadFlags = []string{"-O2", "-pthread", "-rdynamic"}
 	warnFlags     = []string{"-Wall", "-Wextra", "-Werror"}
 )
 
@@ -42,22 +45,26 @@ var (
 const (
 	stubSrc     = "test/stubs/cudart.c"
 	stubHeader  = "test/stubs/cuda_stub.h"
+	cudaSrc     = "test/stubs/cuda.c"
+	cudaHeader  = "test/stubs/cuda_drv_stub.h"
 	workloadSrc = "test/workloads/workload.c"
 )
 
 // Fixtures holds paths of built fixtures.
 type Fixtures struct {
 	Dir            string // build dir (absolute)
-	Cudart         string // <dir>/libcudart.so.12
-	CudartMissing  string // <dir>/missing/libcudart.so.12 (no graph symbols)
+	Cuda           string // <dir>/libcuda.so.1, the stub driver
+	Cudart         string // <dir>/libcudart.so.12: NEEDED libcuda.so.1, RUNPATH <dir>
+	CudartMissing  string // <dir>/missing/libcudart.so.12 (no graph symbols; same driver)
 	CudartNotELF   string // <dir>/notelf/libcudart.so.12 (a text file)
-	Workload       string // linked against Cudart, found through its RUNPATH
-	WorkloadDlopen string // dlopens the library given by --lib
+	Workload       string // linked against Cudart, found through its RUNPATH; the driver through Cudart's
+	WorkloadDlopen string // dlopens the library given by --lib (and --lib-cuda for --driver)
 }
 
 func fixturesIn(dir string) *Fixtures {
 	return &Fixtures{
 		Dir:            dir,
+		Cuda:           filepath.Join(dir, "libcuda.so.1"),
 		Cudart:         filepath.Join(dir, "libcudart.so.12"),
 		CudartMissing:  filepath.Join(dir, "missing", "libcudart.so.12"),
 		CudartNotELF:   filepath.Join(dir, "notelf", "libcudart.so.12"),
@@ -67,7 +74,7 @@ func fixturesIn(dir string) *Fixtures {
 }
 
 func (f *Fixtures) all() []string {
-	return []string{f.Cudart, f.CudartMissing, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
+	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -135,15 +142,20 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	src := func(rel string) string { return filepath.Join(root, rel) }
 	incl := "-I" + filepath.Join(root, filepath.Dir(stubHeader)) // workload includes cuda_stub.h
 	var builds [][]string
-	stub := func(out string, extra ...string) []string {
-		return cat(stubFlags, warnFlags, extra, []string{"-o", out, src(stubSrc), "-lpthread"})
+	// The runtime stubs link against the driver stub being built, but
+	// record the final dir, where they find libcuda.so.1 at run time.
+	cudart := func(out string, extra ...string) []string {
+		return cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcudart.so.12"}, extra,
+			[]string{"-o", out, src(stubSrc), "-lpthread", "-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir})
 	}
 	builds = append(builds,
-		stub(t.Cudart),
-		stub(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
-		// Links against the stub being built, but records the final dir.
+		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcuda.so.1", "-o", t.Cuda, src(cudaSrc), "-lpthread"}),
+		cudart(t.Cudart),
+		cudart(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
+		// Likewise; -rpath-link makes ld check Cudart's NEEDED against the
+		// new driver, not whatever the final dir holds.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Workload, src(workloadSrc),
-			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir}),
+			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp, "-ldl"}),
 		cat(workloadFlags, warnFlags, []string{"-DPROFI_DLOPEN", incl, "-o", t.WorkloadDlopen,
 			src(workloadSrc), "-ldl"}),
 	)
@@ -203,7 +215,7 @@ func buildStamp(gcc, root, dir string) (string, error) {
 		return "", fmt.Errorf("testutil: %s -dumpfullversion: %w", gcc, err)
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
-	for _, rel := range []string{stubSrc, stubHeader, workloadSrc} {
+	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,10 +48,23 @@ func fixtures(t *testing.T) *Fixtures {
 
 var graphFuncs = []string{"cudaGraphLaunch", "cudaGraphInstantiate"}
 
-// exportedFuncs are all functions the stub defines and exports.
-var exportedFuncs = append(append([]string{}, ProbedFuncs...),
-	"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount")
+// registerFuncs are the runtime's kernel registration entry points.
+var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary"}
 
+// exportedFuncs are all functions the runtime stub defines and exports.
+var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, registerFuncs,
+	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
+
+// driverExports are all functions the driver stub defines and exports.
+var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch"})
+
+// runtimeImports are the driver functions the runtime stub calls.
+var runtimeImports = []string{
+	"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+	"cuGraphLaunch", "cuModuleLoadData", "cuModuleGetFunction",
+}
+
+// dynFuncs returns the global functions path defines in .dynsym (CUDA names only).
 func dynFuncs(t *testing.T, path string) map[string]elf.Symbol {
 	t.Helper()
 	f, err := elf.Open(path)
@@ -62,11 +79,36 @@ func dynFuncs(t *testing.T, path string) map[string]elf.Symbol {
 	out := map[string]elf.Symbol{}
 	for _, s := range syms {
 		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF &&
-			elf.ST_BIND(s.Info) == elf.STB_GLOBAL && strings.HasPrefix(s.Name, "cuda") {
+			elf.ST_BIND(s.Info) == elf.STB_GLOBAL && isCUDAName(s.Name) {
 			out[s.Name] = s
 		}
 	}
 	return out
+}
+
+// dynImports returns the undefined CUDA symbols path's .dynsym refers to.
+func dynImports(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range syms {
+		if s.Section == elf.SHN_UNDEF && isCUDAName(s.Name) {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+func isCUDAName(name string) bool {
+	return strings.HasPrefix(name, "cu") || strings.HasPrefix(name, "__cuda")
 }
 
 func dynStrings(t *testing.T, path string, tag elf.DynTag) []string {
@@ -85,25 +127,49 @@ func dynStrings(t *testing.T, path string, tag elf.DynTag) []string {
 
 func TestStubELF(t *testing.T) {
 	fx := fixtures(t)
+	if got := dynStrings(t, fx.Cuda, elf.DT_SONAME); len(got) != 1 || got[0] != "libcuda.so.1" {
+		t.Errorf("%s: SONAME %q, want libcuda.so.1", fx.Cuda, got)
+	}
 	for _, lib := range []string{fx.Cudart, fx.CudartMissing} {
 		if got := dynStrings(t, lib, elf.DT_SONAME); len(got) != 1 || got[0] != "libcudart.so.12" {
 			t.Errorf("%s: SONAME %q, want libcudart.so.12", lib, got)
 		}
+		// The runtime reaches the driver as the real one does, and finds
+		// it from anywhere (tests copy the runtime elsewhere).
+		if got := dynStrings(t, lib, elf.DT_NEEDED); !contains(got, "libcuda.so.1") {
+			t.Errorf("%s: NEEDED %q lacks libcuda.so.1", lib, got)
+		}
+		if got := dynStrings(t, lib, elf.DT_RUNPATH); !contains(got, fx.Dir) {
+			t.Errorf("%s: RUNPATH %q, want %s", lib, got, fx.Dir)
+		}
+		// A driver function defined in the runtime would take the calls.
+		for name := range dynFuncs(t, lib) {
+			if strings.HasPrefix(name, "cu") && !strings.HasPrefix(name, "cuda") {
+				t.Errorf("%s defines driver function %s", lib, name)
+			}
+		}
+	}
+	for _, name := range runtimeImports {
+		if got := dynImports(t, fx.Cudart); !contains(got, name) {
+			t.Errorf("%s does not import %s (imports %q)", fx.Cudart, name, got)
+		}
 	}
 
-	full := dynFuncs(t, fx.Cudart)
-	addrs := map[uint64]string{}
-	for _, name := range exportedFuncs {
-		s, ok := full[name]
-		if !ok {
-			t.Errorf("%s does not export %s", fx.Cudart, name)
-			continue
+	for lib, names := range map[string][]string{fx.Cudart: exportedFuncs, fx.Cuda: driverExports} {
+		syms := dynFuncs(t, lib)
+		addrs := map[uint64]string{}
+		for _, name := range names {
+			s, ok := syms[name]
+			if !ok {
+				t.Errorf("%s does not export %s", lib, name)
+				continue
+			}
+			// -fno-ipa-icf: one probe site per function, never shared.
+			if other, dup := addrs[s.Value]; dup {
+				t.Errorf("%s: %s and %s share address %#x", lib, name, other, s.Value)
+			}
+			addrs[s.Value] = name
 		}
-		// -fno-ipa-icf: one probe site per function, never shared.
-		if other, dup := addrs[s.Value]; dup {
-			t.Errorf("%s and %s share address %#x", name, other, s.Value)
-		}
-		addrs[s.Value] = name
 	}
 
 	missing := dynFuncs(t, fx.CudartMissing)
@@ -124,37 +190,113 @@ func TestStubELF(t *testing.T) {
 // instruction; catch a compiler or source change that breaks that.
 func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
-	f, err := elf.Open(fx.Cudart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	text := f.Section(".text")
-	data, err := text.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	syms := dynFuncs(t, fx.Cudart)
-	for _, name := range ProbedFuncs {
-		off := syms[name].Value - text.Addr
-		// push %rbp; then mov %rsp,%rbp may be scheduled later.
-		if off >= uint64(len(data)) || data[off] != 0x55 {
-			t.Errorf("%s does not start with push %%rbp (0x55): % x", name, data[off:min(off+8, uint64(len(data)))])
+	for lib, names := range map[string][]string{
+		fx.Cudart:        slices.Concat(ProbedFuncs, ExtraFuncs, registerFuncs),
+		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs),
+		fx.Cuda:          driverExports,
+	} {
+		f, err := elf.Open(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := f.Section(".text")
+		data, err := text.Data()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms := dynFuncs(t, lib)
+		for _, name := range names {
+			s, ok := syms[name]
+			if !ok {
+				t.Errorf("%s does not export %s", lib, name)
+				continue
+			}
+			off := s.Value - text.Addr
+			// push %rbp; then mov %rsp,%rbp may be scheduled later.
+			if off >= uint64(len(data)) || data[off] != 0x55 {
+				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, data[off:min(off+8, uint64(len(data)))])
+			}
 		}
 	}
 }
 
 func TestWorkloadELF(t *testing.T) {
 	fx := fixtures(t)
-	if got := dynStrings(t, fx.Workload, elf.DT_NEEDED); !contains(got, "libcudart.so.12") {
-		t.Errorf("linked workload NEEDED %q lacks libcudart.so.12", got)
+	needed := dynStrings(t, fx.Workload, elf.DT_NEEDED)
+	if !contains(needed, "libcudart.so.12") {
+		t.Errorf("linked workload NEEDED %q lacks libcudart.so.12", needed)
+	}
+	// The driver must come in as the runtime's dependency, through its RUNPATH.
+	if contains(needed, "libcuda.so.1") {
+		t.Errorf("linked workload NEEDED %q has libcuda.so.1", needed)
 	}
 	runpath := append(dynStrings(t, fx.Workload, elf.DT_RUNPATH), dynStrings(t, fx.Workload, elf.DT_RPATH)...)
 	if !contains(runpath, fx.Dir) {
 		t.Errorf("linked workload RUNPATH %q, want %s", runpath, fx.Dir)
 	}
-	if got := dynStrings(t, fx.WorkloadDlopen, elf.DT_NEEDED); contains(got, "libcudart.so.12") {
-		t.Errorf("dlopen workload links libcudart: NEEDED %q", got)
+	if got := dynStrings(t, fx.WorkloadDlopen, elf.DT_NEEDED); contains(got, "libcudart.so.12") || contains(got, "libcuda.so.1") {
+		t.Errorf("dlopen workload links CUDA: NEEDED %q", got)
+	}
+
+	// Kernel host stubs: in .dynsym (-rdynamic) and .symtab, at one address.
+	for _, bin := range []string{fx.Workload, fx.WorkloadDlopen} {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dyn, err := f.DynamicSymbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		static, err := f.Symbols()
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v (stripped?)", bin, err)
+		}
+		addr := func(syms []elf.Symbol, name string) uint64 {
+			for _, s := range syms {
+				if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+					return s.Value
+				}
+			}
+			return 0
+		}
+		seen := map[uint64]bool{}
+		for _, name := range RuntimeKernels {
+			d, st := addr(dyn, name), addr(static, name)
+			if d == 0 || d != st || seen[d] {
+				t.Errorf("%s: %s at %#x in .dynsym, %#x in .symtab; want one distinct address in both", bin, name, d, st)
+			}
+			seen[d] = true
+		}
+	}
+}
+
+// Kernel names must be valid Itanium manglings, or a symbolizer would show
+// them raw: check with c++filt where present.
+func TestKernelNamesDemangle(t *testing.T) {
+	filt, err := exec.LookPath("c++filt")
+	if err != nil {
+		t.Skip("c++filt not found")
+	}
+	want := map[string]string{
+		RuntimeKernels[0]: "void flash::flash_fwd_kernel<128, 64>(float const*, float*, int)",
+		RuntimeKernels[1]: "void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x3_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x3_tn_align8::Params)",
+		RuntimeKernels[2]: "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2>)",
+		RuntimeKernels[3]: "void rms_norm_kernel<float>(float*, float const*, int)",
+		DriverKernels[0]:  DriverKernels[0], // Triton names are plain C
+		DriverKernels[1]:  DriverKernels[1],
+		DriverKernels[2]:  "paged_attention(float*, float*, int)",
+	}
+	for name, demangled := range want {
+		out, err := exec.Command(filt, name).Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v", filt, name, err)
+		}
+		if got := strings.TrimSpace(string(out)); got != demangled {
+			t.Errorf("%s demangles to\n  %s\nwant\n  %s", name, got, demangled)
+		}
 	}
 }
 
@@ -209,15 +351,32 @@ func TestRepoRoot(t *testing.T) {
 }
 
 // params mirrors the workload's arguments, to predict exact call counts.
-type params struct{ threads, iters, launches, memcpys, mallocs, graphs, streams int }
+type params struct {
+	threads, iters, launches, memcpys, mallocs, graphs, streams int
+	driver                                                      int  // --driver N
+	extra                                                       bool // --extra
+}
 
 func (p params) args() []string {
-	return strings.Fields(fmt.Sprintf("--threads %d --iters %d --launches %d --memcpy %d --mallocs %d --graphs %d --streams %d",
+	a := strings.Fields(fmt.Sprintf("--threads %d --iters %d --launches %d --memcpy %d --mallocs %d --graphs %d --streams %d",
 		p.threads, p.iters, p.launches, p.memcpys, p.mallocs, p.graphs, p.streams))
+	if p.driver > 0 {
+		a = append(a, "--driver", strconv.Itoa(p.driver))
+	}
+	if p.extra {
+		a = append(a, "--extra")
+	}
+	return a
 }
 
 // small keeps launches > streams so every stream is used in each iteration.
 var small = params{threads: 3, iters: 25, launches: 7, memcpys: 2, mallocs: 2, graphs: 2, streams: 3}
+
+// smallAll adds every new API; driver > 3 so each driver API runs per iteration.
+var smallAll = func() params { p := small; p.driver, p.extra = 5, true; return p }()
+
+// defaults are the workload's own defaults (flags absent).
+var defaults = params{threads: 2, iters: 200, launches: 20, memcpys: 2, mallocs: 1, graphs: 1, streams: 2}
 
 // wantCalls predicts the calls of one phase from the workload's documented
 // structure; the workload itself counts what happened, so the two are
@@ -451,7 +610,7 @@ func contains(list []string, s string) bool {
 // Check must catch each kind of inconsistency it claims to.
 func TestGroundTruthCheck(t *testing.T) {
 	fx := fixtures(t)
-	w := start(t, fx.Workload, small.args())
+	w := start(t, fx.Workload, smallAll.args())
 	good, err := w.Run()
 	if err != nil {
 		t.Fatal(err)
@@ -467,16 +626,41 @@ func TestGroundTruthCheck(t *testing.T) {
 		}
 		return &g
 	}
+	geometry := func(api string, f func(*LaunchGeometry)) func(g *GroundTruth) {
+		return func(g *GroundTruth) {
+			geo := g.LaunchGeometryByAPI[api]
+			f(&geo)
+			g.LaunchGeometryByAPI[api] = geo
+		}
+	}
 	for name, mutate := range map[string]func(g *GroundTruth){
 		"launches":        func(g *GroundTruth) { g.Launches++ },
 		"stream sum":      func(g *GroundTruth) { g.CallsByStream["cudaMemcpyAsync"]["default"]++ },
 		"stream key":      func(g *GroundTruth) { g.CallsByStream["cudaGraphLaunch"]["0x0"] = 0 },
 		"stream function": func(g *GroundTruth) { g.CallsByStream["cudaMalloc"] = map[string]uint64{} },
+		"new stream sum":  func(g *GroundTruth) { g.CallsByStream["cuLaunchKernelEx"]["default"]++ },
 		"active":          func(g *GroundTruth) { g.ActiveBytes++ },
 		"memcpy calls":    func(g *GroundTruth) { g.MemcpyCalls["h2d"]++ },
 		"memcpy unknown":  func(g *GroundTruth) { g.Errors["cudaMemcpy"]["21"]++ },
+		"memcpy 2d error": func(g *GroundTruth) { g.Errors["cudaMemcpy2D"] = map[string]uint64{"21": 1} },
+		"memcpy p2p":      func(g *GroundTruth) { g.MemcpyCalls[MemcpyPeer]++; g.MemcpyCalls["h2d"]-- },
+		"memcpy kind":     func(g *GroundTruth) { g.MemcpyBytes["p3p"] = 1 },
 		"error code":      func(g *GroundTruth) { g.Errors["cudaFree"]["0"] = 1 },
-		"function":        func(g *GroundTruth) { g.Calls["cudaMallocHost"] = 1 },
+		"function":        func(g *GroundTruth) { g.Calls["cudaBogus"] = 1 },
+		"launch api":      func(g *GroundTruth) { g.LaunchesByAPI["cuLaunchKernelEx"]++ },
+		"launch api name": func(g *GroundTruth) { g.LaunchesByAPI["cuBogus"] = 0 },
+		"kernel sum":      func(g *GroundTruth) { g.LaunchesByKernel[RuntimeKernels[0]]++ },
+		"kernel name":     func(g *GroundTruth) { g.LaunchesByKernel["bogus"] = 0 },
+		"null kernel": func(g *GroundTruth) {
+			g.LaunchesByKernel[""]++
+			g.LaunchesByKernel[DriverKernels[0]]--
+		},
+		"geometry":        geometry("cudaLaunchKernel", func(l *LaunchGeometry) { l.SharedBytes++ }),
+		"geometry blocks": geometry("cuLaunchKernelEx", func(l *LaunchGeometry) { l.GridBlocks = 0 }),
+		"geometry api":    func(g *GroundTruth) { g.LaunchGeometryByAPI["cuBogus"] = LaunchGeometry{} },
+		"memset key":      func(g *GroundTruth) { g.MemsetBytes["0x0"] = 1 },
+		"managed":         func(g *GroundTruth) { g.ManagedBytes = g.MallocBytes + 1 },
+		"set device":      func(g *GroundTruth) { g.SetDeviceCalls++ },
 	} {
 		g := clone()
 		mutate(g)
@@ -486,5 +670,451 @@ func TestGroundTruthCheck(t *testing.T) {
 	}
 	if err := clone().Check(); err != nil {
 		t.Errorf("clone of valid ground truth: %v", err)
+	}
+	// Without the new APIs nothing of them may show.
+	g := clone()
+	g.MemsetBytes, g.Calls["cudaMemset"], g.Calls["cudaMemsetAsync"] = map[string]uint64{"default": 1}, 0, 0
+	if err := g.Check(); err == nil {
+		t.Error("memset bytes without memset calls: not caught")
+	}
+}
+
+// threadSim is one worker thread's share of one phase, simulated from the
+// workload's documented structure (a second implementation, so a slip in
+// either shows). Every thread does the same on its own streams.
+type threadSim struct {
+	gt       GroundTruth         // PID, CallsByStream and MemsetBytes unset
+	byStream map[string][]uint64 // function -> calls per stream index (0: default)
+	memset   []uint64            // memset bytes per stream index
+}
+
+func dims(x, y, z int) uint64 { return uint64(x * y * z) }
+
+func simulate(p params, errors, graphs bool) *threadSim {
+	ns := p.streams + 1
+	sim := &threadSim{byStream: map[string][]uint64{}, memset: make([]uint64, ns)}
+	g := &sim.gt
+	g.Calls, g.Errors = map[string]uint64{}, map[string]map[string]uint64{}
+	g.MemcpyBytes, g.MemcpyCalls = map[string]uint64{}, map[string]uint64{}
+	g.LaunchesByAPI, g.LaunchesByKernel = map[string]uint64{}, map[string]uint64{}
+	g.LaunchGeometryByAPI = map[string]LaunchGeometry{}
+
+	call := func(fn string, stream, rc int) { // stream -1: takes none
+		g.Calls[fn]++
+		if stream >= 0 {
+			if sim.byStream[fn] == nil {
+				sim.byStream[fn] = make([]uint64, ns)
+			}
+			sim.byStream[fn][stream]++
+		}
+		if rc != 0 {
+			if g.Errors[fn] == nil {
+				g.Errors[fn] = map[string]uint64{}
+			}
+			g.Errors[fn][strconv.Itoa(rc)]++
+		}
+	}
+	launch := func(api, kernel string, blocks, threads uint64, shared, stream, rc int) {
+		call(api, stream, rc)
+		g.LaunchesByAPI[api]++
+		g.LaunchesByKernel[kernel]++
+		geo := g.LaunchGeometryByAPI[api]
+		geo.GridBlocks += blocks
+		geo.BlockThreads += threads
+		geo.SharedBytes += uint64(shared)
+		g.LaunchGeometryByAPI[api] = geo
+	}
+	copyKind := func(fn string, stream, kind, bytes int) {
+		if kind > 4 {
+			call(fn, stream, 21)
+			g.MemcpyCalls["unknown"]++
+			return
+		}
+		call(fn, stream, 0)
+		g.MemcpyCalls[MemcpyKinds[kind]]++
+		g.MemcpyBytes[MemcpyKinds[kind]] += uint64(bytes)
+	}
+	alloc := func(fn string, stream int, size uint64) {
+		call(fn, stream, 0)
+		g.MallocBytes += size
+	}
+	free := func(fn string, stream int, size uint64) {
+		call(fn, stream, 0)
+		g.FreeBytes += size
+	}
+
+	alloc("cudaMalloc", -1, 64<<20)
+	alloc("cudaMallocAsync", ns-1, 8<<20)
+	call("cudaFree", -1, 0) // NULL
+	if graphs {
+		call("cudaGraphInstantiate", -1, 0)
+	}
+	if p.driver > 0 {
+		for _, fn := range []string{"cuInit", "cuModuleLoadData", "cuModuleGetFunction", "cuModuleGetFunction",
+			"cuLibraryLoadData", "cuLibraryGetKernel", "cuKernelGetFunction"} {
+			call(fn, -1, 0)
+		}
+	}
+	for i := 0; i < p.iters; i++ {
+		for j := 0; j < p.launches; j++ {
+			k := i + j
+			launch("cudaLaunchKernel", RuntimeKernels[k%4], dims(k%7+1, 2, 1), dims(32*(k%4+1), 2, 1), k%3*1024, k%ns, 0)
+		}
+		for kind := 0; kind <= 4; kind++ {
+			for m := 0; m < p.memcpys; m++ {
+				count := 4096*(kind+1) + 256*((i+m)%8)
+				copyKind("cudaMemcpy", -1, kind, count)
+				copyKind("cudaMemcpyAsync", (i+m+kind)%ns, kind, count/2)
+			}
+		}
+		for m := 0; m < p.mallocs; m++ {
+			size := uint64((i+m)%4+1) << 20
+			alloc("cudaMalloc", -1, size)
+			free("cudaFree", -1, size)
+			alloc("cudaMallocAsync", (i+m)%ns, size/2)
+			free("cudaFreeAsync", (i+m)%ns, size/2)
+		}
+		for gi := 0; gi < p.graphs && graphs; gi++ {
+			call("cudaGraphLaunch", (i+gi)%ns, 0)
+		}
+		for j := 0; j < p.driver; j++ {
+			k := i + j
+			api := []string{"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"}[k%3]
+			n := 2 // paged attention only through cuLaunchKernel
+			if k%3 == 0 {
+				n = 3
+			}
+			launch(api, DriverKernels[(k/3)%n], dims(k%5+1, k%3+1, 1), dims(64*(k%2+1), 2, 1), k%4*512, (i+2*j+1)%ns, 0)
+		}
+		if p.extra {
+			s1, s2, s3 := i%ns, (i+1)%ns, (i+2)%ns
+			blocks, threads := dims(i%3+1, i%2+1, 1), dims(128, i%4+1, 1)
+			launch("cudaLaunchKernel_ptsz", RuntimeKernels[i%4], blocks, threads, 256*(i%2), s1, 0)
+			launch("cudaLaunchKernelExC", RuntimeKernels[(i+1)%4], blocks, threads, 512, s2, 0)
+			launch("cudaLaunchCooperativeKernel", RuntimeKernels[(i+2)%4], blocks, threads, 0, s3, 0)
+			copyKind("cudaMemcpyAsync_ptsz", s3, i%5, 2048+128*(i%4))
+			call("cudaMemcpyPeer", -1, 0)
+			call("cudaMemcpyPeerAsync", s2, 0)
+			g.MemcpyCalls[MemcpyPeer] += 2
+			g.MemcpyBytes[MemcpyPeer] += uint64(1<<16+64*(i%8)) + 1<<15
+			copyKind("cudaMemcpy2D", -1, (i+1)%5, (256+32*(i%4))*(4+i%3))
+			copyKind("cudaMemcpy2DAsync", s1, (i+2)%5, 384*(2+i%5))
+			managed := uint64(i%3+1) << 16
+			alloc("cudaMallocManaged", -1, managed)
+			g.ManagedBytes += managed
+			free("cudaFree", -1, managed)
+			call("cudaMallocHost", -1, 0)
+			g.MallocHostBytes += uint64(i%2+1) << 12
+			call("cudaFreeHost", -1, 0)
+			call("cudaMemset", -1, 0)
+			sim.memset[0] += uint64(4096 * (i%3 + 1))
+			call("cudaMemsetAsync", s2, 0)
+			sim.memset[s2] += uint64(1024 * (i%5 + 1))
+			call("cudaStreamSynchronize", s1, 0)
+			call("cudaEventSynchronize", -1, 0)
+			call("cudaDeviceSynchronize", -1, 0)
+			call("cudaSetDevice", -1, 0)
+			g.SetDeviceCalls++
+			call("cudaGetDevice", -1, 0)
+		}
+		if errors && i%10 == 0 {
+			st := i % ns
+			call("cudaMalloc", -1, 2)
+			call("cudaMallocAsync", st, 2)
+			copyKind("cudaMemcpy", -1, 7, 64)
+			copyKind("cudaMemcpyAsync", st, 9, 64)
+			call("cudaFree", -1, 1)
+			call("cudaFreeAsync", st, 1)
+			launch("cudaLaunchKernel", "", 1, 1, 0, st, 98)
+			if graphs {
+				call("cudaGraphLaunch", st, 400)
+			}
+			if p.driver > 0 {
+				launch("cuLaunchKernel", "", 1, 1, 0, st, 500)
+			}
+			if p.extra {
+				call("cudaSetDevice", -1, 101)
+				g.SetDeviceCalls++
+			}
+		}
+	}
+	return sim
+}
+
+// scaled returns the ground truth of n identical threads.
+func (sim *threadSim) scaled(n uint64) *GroundTruth {
+	g := sim.gt
+	scale := func(m map[string]uint64) map[string]uint64 {
+		out := map[string]uint64{}
+		for k, v := range m {
+			out[k] = v * n
+		}
+		return out
+	}
+	g.Calls, g.MemcpyBytes, g.MemcpyCalls = scale(g.Calls), scale(g.MemcpyBytes), scale(g.MemcpyCalls)
+	g.LaunchesByAPI, g.LaunchesByKernel = scale(g.LaunchesByAPI), scale(g.LaunchesByKernel)
+	g.Errors = map[string]map[string]uint64{}
+	for fn, codes := range sim.gt.Errors {
+		g.Errors[fn] = scale(codes)
+	}
+	g.LaunchGeometryByAPI = map[string]LaunchGeometry{}
+	for api, geo := range sim.gt.LaunchGeometryByAPI {
+		g.LaunchGeometryByAPI[api] = LaunchGeometry{geo.GridBlocks * n, geo.BlockThreads * n, geo.SharedBytes * n}
+	}
+	for _, v := range []*uint64{&g.MallocBytes, &g.FreeBytes, &g.MallocHostBytes, &g.ManagedBytes, &g.SetDeviceCalls} {
+		*v *= n
+	}
+	g.ActiveBytes = g.MallocBytes - g.FreeBytes
+	geo := g.LaunchGeometryByAPI["cudaLaunchKernel"]
+	g.Launches, g.LaunchGridBlocks, g.LaunchBlockThreads, g.LaunchSharedBytes =
+		g.LaunchesByAPI["cudaLaunchKernel"], geo.GridBlocks, geo.BlockThreads, geo.SharedBytes
+	return &g
+}
+
+// withoutZeros drops zero values: the workload lists some keys with 0.
+func withoutZeros[V comparable](m map[string]V) map[string]V {
+	var zero V
+	out := map[string]V{}
+	for k, v := range m {
+		if v != zero {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// perStream splits a stream-keyed map into its default value and the sorted
+// values of the other (per-thread, per-phase) streams.
+func perStream(m map[string]uint64) (def uint64, others []uint64) {
+	for k, v := range m {
+		if k == "default" {
+			def = v
+		} else {
+			others = append(others, v)
+		}
+	}
+	slices.Sort(others)
+	return def, others
+}
+
+// wantPerStream is perStream for copies (threads*phases) of one thread's
+// per-stream-index values.
+func wantPerStream(perIndex []uint64, copies uint64) (def uint64, others []uint64) {
+	if len(perIndex) == 0 {
+		return 0, nil
+	}
+	for _, v := range perIndex[1:] {
+		for c := uint64(0); c < copies && v > 0; c++ {
+			others = append(others, v)
+		}
+	}
+	slices.Sort(others)
+	return perIndex[0] * copies, others
+}
+
+// checkExact compares every ground-truth value of phases identical phases
+// with the simulation; stream handles differ per run, so per-stream maps are
+// compared as the default stream's value plus the multiset of the others.
+func checkExact(t *testing.T, got *GroundTruth, p params, phases int, errors, graphs bool) {
+	t.Helper()
+	sim := simulate(p, errors, graphs)
+	copies := uint64(p.threads * phases)
+	want := sim.scaled(copies)
+
+	listed := slices.Clone(ProbedFuncs)
+	if p.extra {
+		listed = append(listed, ExtraFuncs...)
+	}
+	if p.driver > 0 {
+		listed = append(listed, DriverFuncs...)
+	}
+	var keys []string
+	for fn := range got.Calls {
+		keys = append(keys, fn)
+	}
+	if slices.Sort(keys); !slices.Equal(keys, slices.Sorted(slices.Values(listed))) {
+		t.Errorf("calls lists %q, want %q", keys, listed)
+	}
+	if _, ok := got.MemcpyBytes[MemcpyPeer]; ok != p.extra {
+		t.Errorf("memcpy_bytes has p2p: %v, want %v", ok, p.extra)
+	}
+
+	norm := func(g *GroundTruth) GroundTruth {
+		c := *g
+		c.PID, c.CallsByStream, c.MemsetBytes = 0, nil, nil
+		c.Calls, c.MemcpyBytes, c.MemcpyCalls = withoutZeros(c.Calls), withoutZeros(c.MemcpyBytes), withoutZeros(c.MemcpyCalls)
+		c.LaunchesByAPI, c.LaunchesByKernel = withoutZeros(c.LaunchesByAPI), withoutZeros(c.LaunchesByKernel)
+		c.LaunchGeometryByAPI = withoutZeros(c.LaunchGeometryByAPI)
+		if c.Errors == nil {
+			c.Errors = map[string]map[string]uint64{}
+		}
+		return c
+	}
+	if g, w := norm(got), norm(want); !reflect.DeepEqual(g, w) {
+		gj, _ := json.MarshalIndent(g, "", " ")
+		wj, _ := json.MarshalIndent(w, "", " ")
+		t.Errorf("ground truth differs from the simulation\ngot  %s\nwant %s", gj, wj)
+	}
+
+	for _, fn := range AllStreamFuncs {
+		gd, gother := perStream(got.CallsByStream[fn])
+		wd, wother := wantPerStream(sim.byStream[fn], copies)
+		if gd != wd || !slices.Equal(gother, wother) {
+			t.Errorf("calls_by_stream[%s]: default %d, others %v; want %d, %v", fn, gd, gother, wd, wother)
+		}
+	}
+	gd, gother := perStream(got.MemsetBytes)
+	wd, wother := wantPerStream(sim.memset, copies)
+	if gd != wd || !slices.Equal(gother, wother) {
+		t.Errorf("memset_bytes: default %d, others %v; want %d, %v", gd, gother, wd, wother)
+	}
+}
+
+// checkClosedForm checks a few --driver/--extra totals by formula, apart
+// from the simulation (errors on, graphs present).
+func checkClosedForm(t *testing.T, gt *GroundTruth, p params, phases uint64) {
+	t.Helper()
+	T, I := phases*uint64(p.threads), uint64(p.iters)
+	errIters := T * uint64((p.iters+9)/10)
+	var drv uint64
+	for _, api := range []string{"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"} {
+		drv += gt.LaunchesByAPI[api]
+	}
+	if want := T*I*uint64(p.driver) + errIters; drv != want {
+		t.Errorf("driver launches %d, want %d", drv, want)
+	}
+	for _, fn := range ExtraFuncs {
+		want := T * I
+		if fn == "cudaSetDevice" {
+			want += errIters
+		}
+		if gt.Calls[fn] != want {
+			t.Errorf("calls[%s] = %d, want %d", fn, gt.Calls[fn], want)
+		}
+	}
+	// NULL free + per-iteration frees + managed frees + bogus frees.
+	if want := T*(1+uint64(p.mallocs)*I+I) + errIters; gt.Calls["cudaFree"] != want {
+		t.Errorf("calls[cudaFree] = %d, want %d", gt.Calls["cudaFree"], want)
+	}
+	if gt.Calls["cuModuleGetFunction"] != 2*T || gt.Calls["cuInit"] != T {
+		t.Errorf("driver setup calls %v", gt.Calls)
+	}
+	if n := gt.LaunchesByKernel[DriverKernels[2]]; n == 0 || n >= gt.LaunchesByAPI["cuLaunchKernel"] {
+		t.Errorf("paged attention launches %d, cuLaunchKernel %d", n, gt.LaunchesByAPI["cuLaunchKernel"])
+	}
+	if gt.ActiveBytes != T*(72<<20) || gt.MemcpyCalls[MemcpyPeer] != 2*T*I {
+		t.Errorf("active_bytes %d, memcpy_calls[p2p] %d", gt.ActiveBytes, gt.MemcpyCalls[MemcpyPeer])
+	}
+}
+
+// The new APIs, through both builds: exact counts over two phases.
+func TestWorkloadDriverExtra(t *testing.T) {
+	fx := fixtures(t)
+	for _, tc := range []struct {
+		name string
+		bin  string
+		args []string
+	}{
+		{"linked", fx.Workload, nil},
+		{"dlopen", fx.WorkloadDlopen, []string{"--lib", fx.Cudart}}, // driver next to it
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := start(t, tc.bin, append(smallAll.args(), tc.args...))
+			if err := w.Load(); err != nil {
+				t.Fatal(err)
+			}
+			for phase := 1; phase <= 2; phase++ {
+				gt, err := w.Run()
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkExact(t, gt, smallAll, phase, true, true)
+				checkClosedForm(t, gt, smallAll, uint64(phase))
+			}
+			if err := w.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestWorkloadDlopenDriverMissingGraph(t *testing.T) {
+	fx := fixtures(t)
+	p := smallAll
+	p.iters = 13
+	w := start(t, fx.WorkloadDlopen, append(p.args(), "--no-errors", "--lib", fx.CudartMissing, "--lib-cuda", fx.Cuda))
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	gt, err := w.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, gt, p, 1, false, false)
+
+	// Without --lib-cuda the driver is looked for next to the runtime.
+	w = start(t, fx.WorkloadDlopen, []string{"--driver", "1", "--lib", fx.CudartMissing})
+	if err := w.Load(); err == nil || !strings.Contains(err.Error(), filepath.Join(filepath.Dir(fx.CudartMissing), "libcuda.so.1")) {
+		t.Errorf("load without a driver next to the runtime: %v", err)
+	}
+}
+
+// Default flags keep the default run exactly as it was; all new APIs on
+// stay within the size the e2e tests budget for.
+func TestWorkloadDefaultSize(t *testing.T) {
+	fx := fixtures(t)
+	gt, err := start(t, fx.Workload, nil).Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, n := range wantCalls(defaults, true, true) {
+		want += n
+	}
+	if gt.TotalCalls() != want || want != 18328 {
+		t.Errorf("default run: %d calls, predicted %d, want 18328", gt.TotalCalls(), want)
+	}
+	checkExact(t, gt, defaults, 1, true, true)
+
+	all := defaults
+	all.driver, all.extra = 5, true
+	gt, err = start(t, fx.Workload, []string{"--driver", "5", "--extra"}).Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, gt, all, 1, true, true)
+	if gt.TotalCalls() > 40000 {
+		t.Errorf("--driver 5 --extra: %d calls, want at most 40000", gt.TotalCalls())
+	}
+}
+
+// The runtime must reach the driver through the driver's exported symbols
+// (PLT), where driver uprobes fire. glibc's LD_DEBUG=bindings shows each
+// lazily bound symbol at its first call.
+func TestRuntimeCallsDriver(t *testing.T) {
+	fx := fixtures(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LD_BIND_NOW=") && !strings.HasPrefix(kv, "LD_DEBUG") {
+			env = append(env, kv)
+		}
+	}
+	w := start(t, fx.Workload, []string{"--threads", "1", "--iters", "1", "--launches", "1", "--extra"},
+		WithEnv(append(env, "LD_DEBUG=bindings")))
+	if _, err := w.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stderr := w.Stderr()
+	if !strings.Contains(stderr, "binding file") {
+		t.Skip("dynamic loader does not report bindings (not glibc?)")
+	}
+	for _, sym := range runtimeImports {
+		line := fmt.Sprintf("binding file %s [0] to %s [0]: normal symbol `%s'", fx.Cudart, fx.Cuda, sym)
+		if !strings.Contains(stderr, line) {
+			t.Errorf("no %q in the loader's bindings", line)
+		}
 	}
 }

@@ -19,42 +19,124 @@ import (
 	"time"
 )
 
-// ProbedFuncs are the functions the workload reports in GroundTruth.Calls.
+// ProbedFuncs are the functions the default workload reports in
+// GroundTruth.Calls (always listed, 0 included).
 var ProbedFuncs = []string{
 	"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaLaunchKernel",
 	"cudaMallocAsync", "cudaFreeAsync", "cudaGraphLaunch", "cudaGraphInstantiate",
 }
 
+// ExtraFuncs are the runtime functions the workload calls with --extra, and
+// then lists in GroundTruth.Calls.
+var ExtraFuncs = []string{
+	"cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+	"cudaMemcpyAsync_ptsz", "cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy2D",
+	"cudaMemcpy2DAsync", "cudaMallocManaged", "cudaMallocHost", "cudaFreeHost",
+	"cudaMemset", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaEventSynchronize",
+	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
+}
+
+// DriverFuncs are the driver functions the workload calls directly with
+// --driver N, and then lists in GroundTruth.Calls. Driver calls the stub
+// libcudart makes inside runtime calls are never in the ground truth.
+var DriverFuncs = []string{
+	"cuInit", "cuModuleLoadData", "cuModuleGetFunction", "cuLibraryLoadData",
+	"cuLibraryGetKernel", "cuKernelGetFunction", "cuLaunchKernel", "cuLaunchKernelEx",
+	"cuLaunchCooperativeKernel",
+}
+
+// AllFuncs are all keys GroundTruth.Calls may have.
+var AllFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, DriverFuncs)
+
 // StreamFuncs are the probed functions that take a stream argument, the keys
-// of GroundTruth.CallsByStream.
+// of GroundTruth.CallsByStream in a default run.
 var StreamFuncs = []string{
 	"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMallocAsync", "cudaFreeAsync", "cudaGraphLaunch",
 }
 
+// AllStreamFuncs are all functions that take a stream (for the launch
+// config APIs, in the config): all keys GroundTruth.CallsByStream may have.
+var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
+	"cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+	"cudaMemcpyAsync_ptsz", "cudaMemcpyPeerAsync", "cudaMemcpy2DAsync", "cudaMemsetAsync",
+	"cudaStreamSynchronize", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+})
+
+// LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
+// LaunchGeometryByAPI, runtime then driver.
+var LaunchAPIs = []string{
+	"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+	"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+}
+
+// RuntimeKernels are the mangled names of the kernels the workload registers
+// with __cudaRegisterFunction (host stubs exported under the same names),
+// launched through the runtime; DriverKernels are the names it gives
+// cuModuleGetFunction (the first two) and cuLibraryGetKernel (the last),
+// launched through the driver. They are the keys of
+// GroundTruth.LaunchesByKernel, with "" for launches of a NULL function.
+var (
+	RuntimeKernels = []string{
+		"_ZN5flash16flash_fwd_kernelILi128ELi64EEEvPKfPfi",
+		"_ZN7cutlass6KernelI66cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x3_tn_align8EEvNT_6ParamsE",
+		"_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_12_GLOBAL__N_111silu_kernelERNS_18TensorIteratorBaseEENKUlvE_clEvENKUlvE0_clEvEUlfE_NS_6detail5ArrayIPcLi2EEEEEviT0_T1_",
+		"_Z15rms_norm_kernelIfEvPT_PKS0_i",
+	}
+	DriverKernels = []string{"triton_poi_fused_add_mul_0", "triton_red_fused_softmax_1", "_Z15paged_attentionPfS_i"}
+)
+
 // MemcpyKinds are the keys of GroundTruth.MemcpyBytes (cudaMemcpyKind 0..4);
-// MemcpyCalls also has "unknown" for invalid kinds.
+// MemcpyCalls also has "unknown" for invalid kinds. With --extra both also
+// have MemcpyPeer.
 var MemcpyKinds = []string{"h2h", "h2d", "d2h", "d2d", "default"}
+
+// MemcpyPeer is the memcpy_bytes/memcpy_calls key of peer-to-peer copies.
+const MemcpyPeer = "p2p"
+
+// memcpyFuncs take a cudaMemcpyKind; memcpy_calls counts them under their
+// kind, and the peer copies under MemcpyPeer.
+var (
+	memcpyFuncs     = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync"}
+	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync"}
+)
 
 // GroundTruth is what the workload did in all its measured phases so far,
 // tallied from the arguments it passed and the codes the calls returned.
-// Absent map keys mean 0.
+// Only calls the workload makes itself count, never the driver calls the
+// stub runtime makes on its behalf. Absent map keys mean 0.
 type GroundTruth struct {
 	PID                int                          `json:"pid"`
 	Calls              map[string]uint64            `json:"calls"`           // function -> calls
 	CallsByStream      map[string]map[string]uint64 `json:"calls_by_stream"` // function -> "default"|"0x..." -> calls
-	Errors             map[string]map[string]uint64 `json:"errors"`          // function -> decimal cudaError_t -> calls
-	MemcpyBytes        map[string]uint64            `json:"memcpy_bytes"`    // kind -> bytes of successful copies
-	MemcpyCalls        map[string]uint64            `json:"memcpy_calls"`    // kind or "unknown" -> all copies
-	MallocBytes        uint64                       `json:"malloc_bytes"`
+	Errors             map[string]map[string]uint64 `json:"errors"`          // function -> decimal error code -> calls
+	MemcpyBytes        map[string]uint64            `json:"memcpy_bytes"`    // kind or "p2p" -> bytes of successful copies (2D: width*height)
+	MemcpyCalls        map[string]uint64            `json:"memcpy_calls"`    // kind, "unknown" or "p2p" -> all copies
+	MallocBytes        uint64                       `json:"malloc_bytes"`    // device allocations, managed included
 	FreeBytes          uint64                       `json:"free_bytes"`
 	ActiveBytes        uint64                       `json:"active_bytes"`
-	Launches           uint64                       `json:"launches"`
+	Launches           uint64                       `json:"launches"` // cudaLaunchKernel calls
 	LaunchGridBlocks   uint64                       `json:"launch_grid_blocks"`
 	LaunchBlockThreads uint64                       `json:"launch_block_threads"`
 	LaunchSharedBytes  uint64                       `json:"launch_shared_bytes"`
+
+	LaunchesByAPI       map[string]uint64         `json:"launches_by_api"`        // LaunchAPIs -> calls, failed included
+	LaunchesByKernel    map[string]uint64         `json:"launches_by_kernel"`     // kernel name ("" for NULL) -> launches, all APIs
+	LaunchGeometryByAPI map[string]LaunchGeometry `json:"launch_geometry_by_api"` // LaunchAPIs -> sums, failed included
+	MemsetBytes         map[string]uint64         `json:"memset_bytes"`           // "default"|"0x..." -> bytes of successful memsets
+	MallocHostBytes     uint64                    `json:"malloc_host_bytes"`      // successful cudaMallocHost
+	ManagedBytes        uint64                    `json:"managed_bytes"`          // successful cudaMallocManaged (also in MallocBytes)
+	SetDeviceCalls      uint64                    `json:"set_device_calls"`       // cudaSetDevice calls, failed included
 }
 
-// TotalCalls is the number of probed calls made.
+// LaunchGeometry sums the launches' grid blocks (x*y*z), block threads
+// (x*y*z) and dynamic shared memory bytes.
+type LaunchGeometry struct {
+	GridBlocks   uint64 `json:"grid_blocks"`
+	BlockThreads uint64 `json:"block_threads"`
+	SharedBytes  uint64 `json:"shared_bytes"`
+}
+
+// TotalCalls is the number of calls made (of all listed functions).
 func (g *GroundTruth) TotalCalls() uint64 {
 	var n uint64
 	for _, c := range g.Calls {
@@ -70,11 +152,18 @@ var streamKeyRE = regexp.MustCompile(`^(default|0x[1-9a-f][0-9a-f]*)$`)
 func (g *GroundTruth) Check() error {
 	var errs []string
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	sumCalls := func(fns []string) uint64 {
+		var n uint64
+		for _, fn := range fns {
+			n += g.Calls[fn]
+		}
+		return n
+	}
 	if g.PID <= 0 {
 		fail("pid %d", g.PID)
 	}
 	for fn := range g.Calls {
-		if !slices.Contains(ProbedFuncs, fn) {
+		if !slices.Contains(AllFuncs, fn) {
 			fail("calls: unknown function %q", fn)
 		}
 	}
@@ -86,7 +175,7 @@ func (g *GroundTruth) Check() error {
 			g.LaunchGridBlocks, g.LaunchBlockThreads, g.Launches)
 	}
 	for fn, byStream := range g.CallsByStream {
-		if !slices.Contains(StreamFuncs, fn) {
+		if !slices.Contains(AllStreamFuncs, fn) {
 			fail("calls_by_stream: %q takes no stream", fn)
 		}
 		for key := range byStream {
@@ -95,7 +184,7 @@ func (g *GroundTruth) Check() error {
 			}
 		}
 	}
-	for _, fn := range StreamFuncs {
+	for _, fn := range AllStreamFuncs {
 		if sum := sumValues(g.CallsByStream[fn]); sum != g.Calls[fn] {
 			fail("calls_by_stream[%s] sums to %d, calls[%s] = %d", fn, sum, fn, g.Calls[fn])
 		}
@@ -111,29 +200,95 @@ func (g *GroundTruth) Check() error {
 		}
 	}
 	for kind := range g.MemcpyBytes {
-		if !slices.Contains(MemcpyKinds, kind) {
+		if kind != MemcpyPeer && !slices.Contains(MemcpyKinds, kind) {
 			fail("memcpy_bytes: bad kind %q", kind)
 		}
 	}
 	for kind := range g.MemcpyCalls {
-		if kind != "unknown" && !slices.Contains(MemcpyKinds, kind) {
+		if kind != "unknown" && kind != MemcpyPeer && !slices.Contains(MemcpyKinds, kind) {
 			fail("memcpy_calls: bad kind %q", kind)
 		}
 	}
-	if sum, want := sumValues(g.MemcpyCalls), g.Calls["cudaMemcpy"]+g.Calls["cudaMemcpyAsync"]; sum != want {
-		fail("memcpy_calls sum %d != cudaMemcpy + cudaMemcpyAsync calls %d", sum, want)
+	if sum, want := sumValues(g.MemcpyCalls), sumCalls(slices.Concat(memcpyFuncs, memcpyPeerFuncs)); sum != want {
+		fail("memcpy_calls sum %d != memcpy function calls %d", sum, want)
+	}
+	if p, want := g.MemcpyCalls[MemcpyPeer], sumCalls(memcpyPeerFuncs); p != want {
+		fail("memcpy_calls[p2p] %d != peer copy calls %d", p, want)
 	}
 	// The stub fails a copy only for an invalid kind, with code 21.
-	if u, e := g.MemcpyCalls["unknown"], g.Errors["cudaMemcpy"]["21"]+g.Errors["cudaMemcpyAsync"]["21"]; u != e {
-		fail("memcpy_calls[unknown] %d != memcpy errors 21: %d", u, e)
+	var e21 uint64
+	for _, fn := range memcpyFuncs {
+		e21 += g.Errors[fn]["21"]
+	}
+	if u := g.MemcpyCalls["unknown"]; u != e21 {
+		fail("memcpy_calls[unknown] %d != memcpy errors 21: %d", u, e21)
 	}
 	if g.FreeBytes > g.MallocBytes || g.ActiveBytes != g.MallocBytes-g.FreeBytes {
 		fail("active_bytes %d != malloc_bytes %d - free_bytes %d", g.ActiveBytes, g.MallocBytes, g.FreeBytes)
+	}
+	g.checkLaunches(fail)
+	for key := range g.MemsetBytes {
+		if !streamKeyRE.MatchString(key) {
+			fail("memset_bytes: bad stream key %q", key)
+		}
+	}
+	if len(g.MemsetBytes) > 0 && g.Calls["cudaMemset"]+g.Calls["cudaMemsetAsync"] == 0 {
+		fail("memset_bytes %v without memset calls", g.MemsetBytes)
+	}
+	if g.MallocHostBytes > 0 && g.Calls["cudaMallocHost"] == 0 {
+		fail("malloc_host_bytes %d without cudaMallocHost calls", g.MallocHostBytes)
+	}
+	if g.ManagedBytes > g.MallocBytes || (g.ManagedBytes > 0 && g.Calls["cudaMallocManaged"] == 0) {
+		fail("managed_bytes %d: above malloc_bytes %d or without cudaMallocManaged calls", g.ManagedBytes, g.MallocBytes)
+	}
+	if g.SetDeviceCalls != g.Calls["cudaSetDevice"] {
+		fail("set_device_calls %d != calls[cudaSetDevice] %d", g.SetDeviceCalls, g.Calls["cudaSetDevice"])
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("testutil: inconsistent ground truth:\n  %s", strings.Join(errs, "\n  "))
 	}
 	return nil
+}
+
+func (g *GroundTruth) checkLaunches(fail func(string, ...any)) {
+	for api := range g.LaunchesByAPI {
+		if !slices.Contains(LaunchAPIs, api) {
+			fail("launches_by_api: unknown API %q", api)
+		}
+	}
+	for api := range g.LaunchGeometryByAPI {
+		if !slices.Contains(LaunchAPIs, api) {
+			fail("launch_geometry_by_api: unknown API %q", api)
+		}
+	}
+	var failed uint64
+	for _, api := range LaunchAPIs {
+		n := g.LaunchesByAPI[api]
+		if n != g.Calls[api] {
+			fail("launches_by_api[%s] %d != calls %d", api, n, g.Calls[api])
+		}
+		if geo := g.LaunchGeometryByAPI[api]; geo.GridBlocks < n || geo.BlockThreads < n {
+			fail("launch_geometry_by_api[%s] %+v below launches %d (every dim is >= 1)", api, geo, n)
+		}
+		failed += sumValues(g.Errors[api])
+	}
+	want := LaunchGeometry{g.LaunchGridBlocks, g.LaunchBlockThreads, g.LaunchSharedBytes}
+	if geo := g.LaunchGeometryByAPI["cudaLaunchKernel"]; geo != want {
+		fail("launch_geometry_by_api[cudaLaunchKernel] %+v != launch_* %+v", geo, want)
+	}
+	if sum, want := sumValues(g.LaunchesByKernel), sumValues(g.LaunchesByAPI); sum != want {
+		fail("launches_by_kernel sums to %d, launches_by_api to %d", sum, want)
+	}
+	known := slices.Concat(RuntimeKernels, DriverKernels, []string{""})
+	for k := range g.LaunchesByKernel {
+		if !slices.Contains(known, k) {
+			fail("launches_by_kernel: unknown kernel %q", k)
+		}
+	}
+	// The stubs fail a launch only for a NULL function.
+	if n := g.LaunchesByKernel[""]; n != failed {
+		fail("launches_by_kernel[\"\"] %d != failed launches %d", n, failed)
+	}
 }
 
 func sumValues(m map[string]uint64) uint64 {

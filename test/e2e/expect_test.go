@@ -11,15 +11,28 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/kernelname"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
-// timedOps are the operations with a return probe: their calls feed the
-// latency histograms (anonymous launches are counted, not timed).
-var timedOps = []string{"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaMallocAsync", "cudaFreeAsync", "cudaGraphLaunch", "cudaGraphInstantiate"}
+// mode is the agent's --kernel-mode and --probe-profile.
+type mode struct{ kernel, profile string }
 
-// streamless operations take no stream argument: all their calls are stream="default".
-var streamless = []string{"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaGraphInstantiate"}
+var defaultMode = mode{attach.KernelModeAnonymous, attach.ProfileLean}
+
+// probed maps each function the agent probes in mode m to its probe.
+func (m mode) probed() map[string]attach.Probe {
+	out := map[string]attach.Probe{}
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
+		for _, p := range attach.Probes(lib, m.kernel, m.profile) {
+			out[p.Symbol] = p
+		}
+	}
+	return out
+}
 
 // values maps "family{label=value,...}" to a value.
 type values map[string]float64
@@ -28,30 +41,44 @@ func key(family string, labels ...string) string {
 	return family + "{" + strings.Join(labels, ",") + "}"
 }
 
-// expected derives every series the agent must export for these
-// workloads from their ground truth alone. Histogram families carry no
-// pid, so they hold the sum over all processes ever run under the agent
-// (histories holds earlier phases of exited processes too).
 func expected(live []*testutil.GroundTruth, histories ...*testutil.GroundTruth) values {
+	return expectedFor(defaultMode, live, histories...)
+}
+
+// expectedFor derives every series the agent in mode m must export for
+// these workloads from their ground truth and the probe tables alone.
+// Histogram families carry no pid, so they hold the sum over all
+// processes ever run under the agent (histories: exited ones too).
+func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.GroundTruth) values {
 	v := values{}
+	probed := m.probed()
+	counted := func(fn string) (attach.Probe, bool) {
+		p, ok := probed[fn]
+		return p, ok && p.Op != bpfobj.OpCudaRegisterFunction // a name source, not a counted call
+	}
 	for _, g := range live {
 		pid := "pid=" + strconv.Itoa(g.PID)
-		for op, n := range g.Calls {
-			if slices.Contains(streamless, op) {
-				v[key("profi_cuda_calls_total", "operation="+op, pid, "stream=default")] += float64(n)
+		for fn, n := range g.Calls {
+			p, ok := counted(fn)
+			if !ok {
+				continue
+			}
+			op := "operation=" + bpfobj.OpName(uint32(p.Op))
+			if byStream, ok := g.CallsByStream[fn]; ok {
+				for s, n := range byStream {
+					v[key("profi_cuda_calls_total", op, pid, "stream="+s)] += float64(n)
+				}
+			} else {
+				v[key("profi_cuda_calls_total", op, pid, "stream=default")] += float64(n)
 			}
 		}
-		for op, byStream := range g.CallsByStream {
-			for s, n := range byStream {
-				v[key("profi_cuda_calls_total", "operation="+op, pid, "stream="+s)] += float64(n)
-			}
-		}
-		for op, byCode := range g.Errors {
-			if op == "cudaLaunchKernel" {
-				continue // counted at entry in anonymous mode: the return code is not seen
+		for fn, byCode := range g.Errors {
+			p, ok := counted(fn)
+			if !ok || !p.Timed() {
+				continue // entry-only launches never see their return code
 			}
 			for code, n := range byCode {
-				v[key("profi_cuda_errors_total", "operation="+op, pid, "error_code="+code)] += float64(n)
+				v[key("profi_cuda_errors_total", "operation="+bpfobj.OpName(uint32(p.Op)), pid, "error_code="+code)] += float64(n)
 			}
 		}
 		for dir, n := range g.MemcpyBytes {
@@ -59,26 +86,73 @@ func expected(live []*testutil.GroundTruth, histories ...*testutil.GroundTruth) 
 				v[key("profi_cuda_memcpy_bytes_total", "direction="+dir, pid)] += float64(n)
 			}
 		}
+		if m.profile == attach.ProfileFull {
+			for s, n := range g.MemsetBytes {
+				if n > 0 {
+					v[key("profi_cuda_memset_bytes_total", pid, "stream="+s)] += float64(n)
+				}
+			}
+			if g.MallocHostBytes > 0 {
+				v[key("profi_cuda_malloc_host_bytes_total", pid)] = float64(g.MallocHostBytes)
+			}
+		}
 		v[key("profi_cuda_malloc_bytes_total", pid)] = float64(g.MallocBytes)
 		v[key("profi_cuda_active_memory_bytes", pid)] = float64(g.ActiveBytes)
-		if g.Launches > 0 {
-			k := []string{"kernel=anonymous", pid}
-			v[key("profi_cuda_kernel_launches_total", k...)] = float64(g.Launches)
-			v[key("profi_cuda_kernel_grid_blocks_total", k...)] = float64(g.LaunchGridBlocks)
-			v[key("profi_cuda_kernel_block_threads_total", k...)] = float64(g.LaunchBlockThreads)
-			v[key("profi_cuda_kernel_shared_memory_bytes_total", k...)] = float64(g.LaunchSharedBytes)
+
+		// Launches: every API's launches, once each.
+		var launches, grid, threads, shared uint64
+		for api, n := range g.LaunchesByAPI {
+			launches += n
+			grid += g.LaunchGeometryByAPI[api].GridBlocks
+			threads += g.LaunchGeometryByAPI[api].BlockThreads
+			shared += g.LaunchGeometryByAPI[api].SharedBytes
+		}
+		if g.LaunchesByAPI == nil { // a run without --driver/--extra reports only cudaLaunchKernel
+			launches, grid, threads, shared = g.Launches, g.LaunchGridBlocks, g.LaunchBlockThreads, g.LaunchSharedBytes
+		}
+		switch m.kernel {
+		case attach.KernelModeAnonymous:
+			if launches > 0 {
+				k := []string{"kernel=anonymous", pid}
+				v[key("profi_cuda_kernel_launches_total", k...)] = float64(launches)
+				v[key("profi_cuda_kernel_grid_blocks_total", pid)] = float64(grid)
+				v[key("profi_cuda_kernel_block_threads_total", pid)] = float64(threads)
+				v[key("profi_cuda_kernel_shared_memory_bytes_total", pid)] = float64(shared)
+			}
+		case attach.KernelModeFull:
+			for raw, n := range g.LaunchesByKernel {
+				v[key("profi_cuda_kernel_launches_total", "kernel="+kernelLabel(raw), pid)] += float64(n)
+			}
+			v[key("profi_cuda_kernel_grid_blocks_total", pid)] = float64(grid)
+			v[key("profi_cuda_kernel_block_threads_total", pid)] = float64(threads)
+			v[key("profi_cuda_kernel_shared_memory_bytes_total", pid)] = float64(shared)
 		}
 	}
 	for _, g := range append(slices.Clone(live), histories...) {
-		for _, op := range timedOps {
-			if n := g.Calls[op]; n > 0 {
-				v[key("profi_cuda_duration_count_total", "operation="+op)] += float64(n)
-				v[key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf")] += float64(n)
-				v[key("profi_cuda_duration_seconds", "operation="+op)] += float64(n)
+		for fn, n := range g.Calls {
+			if p, ok := counted(fn); ok && p.Timed() && n > 0 {
+				op := "operation=" + bpfobj.OpName(uint32(p.Op))
+				v[key("profi_cuda_duration_count_total", op)] += float64(n)
+				v[key("profi_cuda_duration_bucket_total", op, "le=+Inf")] += float64(n)
+				v[key("profi_cuda_duration_seconds", op)] += float64(n)
+			}
+		}
+		if m.kernel == attach.KernelModeFull {
+			for raw, n := range g.LaunchesByKernel {
+				v[key("profi_cuda_kernel_duration_count_total", "kernel="+kernelLabel(raw))] += float64(n)
 			}
 		}
 	}
 	return v
+}
+
+// kernelLabel is the `kernel` label of a launch of the named kernel in
+// full mode; "" is a launch of a NULL function.
+func kernelLabel(raw string) string {
+	if raw == "" {
+		return kernelname.Unknown(0)
+	}
+	return kernelname.Normalize(raw)
 }
 
 // observed reads the same series from a scrape; per-PID families only
@@ -96,9 +170,11 @@ func observed(mfs map[string]*dto.MetricFamily, pids ...int) values {
 		"profi_cuda_malloc_bytes_total":               {"pid"},
 		"profi_cuda_active_memory_bytes":              {"pid"},
 		"profi_cuda_kernel_launches_total":            {"kernel", "pid"},
-		"profi_cuda_kernel_grid_blocks_total":         {"kernel", "pid"},
-		"profi_cuda_kernel_block_threads_total":       {"kernel", "pid"},
-		"profi_cuda_kernel_shared_memory_bytes_total": {"kernel", "pid"},
+		"profi_cuda_kernel_grid_blocks_total":         {"pid"}, // summed over kernels
+		"profi_cuda_kernel_block_threads_total":       {"pid"},
+		"profi_cuda_kernel_shared_memory_bytes_total": {"pid"},
+		"profi_cuda_memset_bytes_total":               {"pid", "stream"}, // summed over operations
+		"profi_cuda_malloc_host_bytes_total":          {"pid"},
 	}
 	for fam, labels := range perPID {
 		for _, s := range testutil.Samples(mfs[fam]) {
@@ -118,6 +194,9 @@ func observed(mfs map[string]*dto.MetricFamily, pids ...int) values {
 	}
 	for _, s := range testutil.Samples(mfs["profi_cuda_duration_seconds"]) {
 		v[key("profi_cuda_duration_seconds", "operation="+s.Labels["operation"])] += s.Value
+	}
+	for _, s := range testutil.Samples(mfs["profi_cuda_kernel_duration_count_total"]) {
+		v[key("profi_cuda_kernel_duration_count_total", "kernel="+s.Labels["kernel"])] += s.Value
 	}
 	return v
 }

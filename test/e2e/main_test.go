@@ -118,3 +118,14 @@ type status struct {
 	EventsProcessed uint64 `json:"events_processed"`
 	KernelMode      string `json:"kernel_mode"`
 }
+
+// countLib counts the attached library files of one library.
+func countLib(st status, lib string) int {
+	n := 0
+	for _, l := range st.AttachedLibraries {
+		if l.Library == lib {
+			n++
+		}
+	}
+	return n
+}

@@ -4,11 +4,23 @@
  *
  * Built only with the fixed flags in internal/testutil/build.go: they decide
  * each function's first instruction and hence what a uprobe costs there.
- * -DPROFI_STUB_OMIT_GRAPH drops the graph functions ("missing symbols"). */
+ * -DPROFI_STUB_OMIT_GRAPH drops the graph functions ("missing symbols").
+ *
+ * Like the real runtime, it implements launches by calling the driver (the
+ * stub libcuda.so.1, through its exported symbols, so driver uprobes fire
+ * inside runtime calls): cudaLaunchKernel -> cuLaunchKernel,
+ * cudaLaunchKernel_ptsz -> cuLaunchKernel_ptsz, cudaLaunchCooperativeKernel ->
+ * cuLaunchCooperativeKernel, cudaLaunchKernelExC -> cuLaunchKernelEx,
+ * cudaGraphLaunch -> cuGraphLaunch (always, even for a NULL exec). A launch
+ * with a NULL function or config fails in the runtime and reaches no driver
+ * function. __cudaRegisterFatBinary calls cuModuleLoadData and each
+ * __cudaRegisterFunction calls cuModuleGetFunction. Nothing else calls the
+ * driver. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cuda_drv_stub.h"
 #include "cuda_stub.h"
 
 #define EXPORT __attribute__((noinline, visibility("default")))
@@ -25,46 +37,72 @@ static volatile size_t last_shared;
 static uintptr_t next_dev_ptr; /* device pointers: 0x7e0000000000 + n*0x10000 */
 static uintptr_t next_stream;  /* streams: 0x5000 + n*0x10, never 0 (default) */
 
-/* Live device pointers, so cudaFree can reject unknown and double frees.
- * The workload keeps few allocations alive, so a linear scan is enough. */
-static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t *live;
-static size_t live_len, live_cap;
+static uintptr_t next_host_ptr; /* pinned host: 0x7d0000000000 + n*0x10000 */
 
-static int live_add(uintptr_t p)
+/* Live pointers, so frees can reject unknown and double frees: one set for
+ * device (and managed) memory, freed with cudaFree, one for pinned host
+ * memory, freed with cudaFreeHost. The workload keeps few allocations
+ * alive, so a linear scan is enough. */
+struct live_set {
+	pthread_mutex_t mu;
+	uintptr_t *p;
+	size_t len, cap;
+};
+static struct live_set live_dev = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+static struct live_set live_host = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+static int live_add(struct live_set *l, uintptr_t p)
 {
 	int ok = 1;
-	pthread_mutex_lock(&live_mu);
-	if (live_len == live_cap) {
-		size_t cap = live_cap ? live_cap * 2 : 64;
-		uintptr_t *n = realloc(live, cap * sizeof(*n));
+	pthread_mutex_lock(&l->mu);
+	if (l->len == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uintptr_t *n = realloc(l->p, cap * sizeof(*n));
 		if (n) {
-			live = n;
-			live_cap = cap;
+			l->p = n;
+			l->cap = cap;
 		} else {
 			ok = 0;
 		}
 	}
 	if (ok)
-		live[live_len++] = p;
-	pthread_mutex_unlock(&live_mu);
+		l->p[l->len++] = p;
+	pthread_mutex_unlock(&l->mu);
 	return ok;
 }
 
-static int live_remove(uintptr_t p)
+static int live_remove(struct live_set *l, uintptr_t p)
 {
 	int found = 0;
-	pthread_mutex_lock(&live_mu);
-	for (size_t i = 0; i < live_len; i++) {
-		if (live[i] == p) {
-			live[i] = live[--live_len];
+	pthread_mutex_lock(&l->mu);
+	for (size_t i = 0; i < l->len; i++) {
+		if (l->p[i] == p) {
+			l->p[i] = l->p[--l->len];
 			found = 1;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&live_mu);
+	pthread_mutex_unlock(&l->mu);
 	return found;
 }
+
+/* Registered kernels: host stub address -> driver function. Append-only and
+ * published with a release store, so launches look up without a lock. */
+#define MAX_REGS 1024
+struct fatbin {
+	CUmodule mod;
+	int dead; /* unregistered: its kernels fall back to the host address */
+};
+static struct reg {
+	const void *host;
+	CUfunction f;
+	struct fatbin *fb;
+} regs[MAX_REGS];
+static size_t nregs;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Per-thread current device, as in the real runtime. */
+static _Thread_local int cur_device;
 
 /* Each exported function is a thin wrapper that calls an out-of-line static
  * implementation and then stores its result, like the real cudart's API
@@ -81,19 +119,40 @@ static int live_remove(uintptr_t p)
 		return rc_;              \
 	} while (0)
 
-INTERNAL cudaError_t do_malloc(void **devPtr, size_t size, cudaStream_t stream)
+INTERNAL cudaError_t do_alloc(struct live_set *l, void **ptr, size_t size,
+			      uintptr_t *counter, uintptr_t base)
 {
-	sink = size ^ (uintptr_t)stream;
-	if (!devPtr)
+	if (!ptr)
 		return cudaErrorInvalidValue;
 	if (size == 0 || size > (1ULL << 40))
 		return cudaErrorMemoryAllocation;
-	uintptr_t n = __atomic_add_fetch(&next_dev_ptr, 1, __ATOMIC_RELAXED);
-	uintptr_t p = 0x7e0000000000ULL + n * 0x10000;
-	if (!live_add(p))
+	uintptr_t n = __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+	uintptr_t p = base + n * 0x10000;
+	if (!live_add(l, p))
 		return cudaErrorMemoryAllocation;
-	*devPtr = (void *)p;
+	*ptr = (void *)p;
 	return cudaSuccess;
+}
+
+INTERNAL cudaError_t do_malloc(void **devPtr, size_t size, cudaStream_t stream)
+{
+	sink = size ^ (uintptr_t)stream;
+	return do_alloc(&live_dev, devPtr, size, &next_dev_ptr, 0x7e0000000000ULL);
+}
+
+/* Managed memory is device memory for bookkeeping: freed with cudaFree. */
+INTERNAL cudaError_t do_malloc_managed(void **devPtr, size_t size, unsigned flags)
+{
+	sink = size ^ flags;
+	if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)
+		return cudaErrorInvalidValue;
+	return do_alloc(&live_dev, devPtr, size, &next_dev_ptr, 0x7e0000000000ULL);
+}
+
+INTERNAL cudaError_t do_malloc_host(void **ptr, size_t size)
+{
+	sink = size;
+	return do_alloc(&live_host, ptr, size, &next_host_ptr, 0x7d0000000000ULL);
 }
 
 INTERNAL cudaError_t do_free(void *devPtr, cudaStream_t stream)
@@ -101,7 +160,15 @@ INTERNAL cudaError_t do_free(void *devPtr, cudaStream_t stream)
 	sink = (uintptr_t)devPtr ^ (uintptr_t)stream;
 	if (!devPtr)
 		return cudaSuccess;
-	return live_remove((uintptr_t)devPtr) ? cudaSuccess : cudaErrorInvalidValue;
+	return live_remove(&live_dev, (uintptr_t)devPtr) ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+INTERNAL cudaError_t do_free_host(void *ptr)
+{
+	sink = (uintptr_t)ptr;
+	if (!ptr)
+		return cudaSuccess;
+	return live_remove(&live_host, (uintptr_t)ptr) ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 /* Buffers are fake device pointers: never touched. */
@@ -114,8 +181,47 @@ INTERNAL cudaError_t do_memcpy(void *dst, const void *src, size_t count,
 						   : cudaErrorInvalidMemcpyDirection;
 }
 
-INTERNAL cudaError_t do_launch(const void *func, dim3 grid, dim3 block,
-			       void **args, size_t sharedMem, cudaStream_t stream)
+INTERNAL cudaError_t do_memcpy_2d(void *dst, size_t dpitch, const void *src,
+				  size_t spitch, size_t width, size_t height,
+				  enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	sink = dpitch ^ spitch ^ width ^ height;
+	return do_memcpy(dst, src, width * height, kind, stream);
+}
+
+/* Any devices, any size: a peer copy always succeeds. */
+INTERNAL cudaError_t do_memcpy_peer(void *dst, int dstDevice, const void *src,
+				    int srcDevice, size_t count, cudaStream_t stream)
+{
+	sink = (uintptr_t)dst ^ (uintptr_t)src ^ count ^ (uintptr_t)stream ^
+	       (unsigned)dstDevice ^ ((uintptr_t)(unsigned)srcDevice << 32);
+	return cudaSuccess;
+}
+
+INTERNAL cudaError_t do_memset(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+	sink = (uintptr_t)devPtr ^ (unsigned)value ^ count ^ (uintptr_t)stream;
+	return devPtr ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* The registered driver function for a host stub, else the address itself
+ * (what the runtime would hand the driver for an unknown kernel). */
+static CUfunction lookup_function(const void *host)
+{
+	size_t n = __atomic_load_n(&nregs, __ATOMIC_ACQUIRE);
+	for (size_t i = 0; i < n; i++)
+		if (regs[i].host == host && !__atomic_load_n(&regs[i].fb->dead, __ATOMIC_RELAXED))
+			return regs[i].f;
+	return (CUfunction)host;
+}
+
+enum launch_api { L_PLAIN, L_PTSZ, L_COOP };
+
+/* The runtime rejects a NULL function itself; everything else is the
+ * driver's answer (codes it can return here mean the same in both APIs). */
+INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
+			       dim3 block, void **args, size_t sharedMem,
+			       cudaStream_t stream)
 {
 	last_func = (uintptr_t)func;
 	last_grid[0] = grid.x;
@@ -127,7 +233,113 @@ INTERNAL cudaError_t do_launch(const void *func, dim3 grid, dim3 block,
 	last_args = (uintptr_t)args;
 	last_shared = sharedMem;
 	last_stream = (uintptr_t)stream;
-	return func ? cudaSuccess : cudaErrorInvalidDeviceFunction;
+	if (!func)
+		return cudaErrorInvalidDeviceFunction;
+	CUfunction f = lookup_function(func);
+	CUstream s = (CUstream)stream;
+	unsigned shm = (unsigned)sharedMem;
+	switch (api) {
+	case L_PTSZ:
+		return cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y,
+					   block.z, shm, s, args, NULL);
+	case L_COOP:
+		return cuLaunchCooperativeKernel(f, grid.x, grid.y, grid.z, block.x,
+						 block.y, block.z, shm, s, args);
+	default:
+		return cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
+				      block.z, shm, s, args, NULL);
+	}
+}
+
+INTERNAL cudaError_t do_launch_ex(const cudaLaunchConfig_t *config, const void *func,
+				  void **args)
+{
+	if (!config)
+		return cudaErrorInvalidValue;
+	last_func = (uintptr_t)func;
+	last_args = (uintptr_t)args;
+	if (!func)
+		return cudaErrorInvalidDeviceFunction;
+	CUlaunchConfig c = {
+		.gridDimX = config->gridDim.x, .gridDimY = config->gridDim.y,
+		.gridDimZ = config->gridDim.z, .blockDimX = config->blockDim.x,
+		.blockDimY = config->blockDim.y, .blockDimZ = config->blockDim.z,
+		.sharedMemBytes = (unsigned)config->dynamicSmemBytes,
+		.hStream = (CUstream)config->stream,
+		.attrs = config->attrs, .numAttrs = config->numAttrs,
+	};
+	return cuLaunchKernelEx(&c, lookup_function(func), args, NULL);
+}
+
+INTERNAL cudaError_t do_sync(uintptr_t what)
+{
+	sink = what;
+	return cudaSuccess; /* nothing ever runs, so nothing is pending */
+}
+
+INTERNAL cudaError_t do_event_sync(cudaEvent_t event)
+{
+	sink = (uintptr_t)event;
+	return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+/* Four devices, although cudaGetDeviceCount says 1 (kept for old tests). */
+INTERNAL cudaError_t do_set_device(int device)
+{
+	sink = (unsigned)device;
+	if (device < 0 || device >= 4)
+		return cudaErrorInvalidDevice;
+	cur_device = device;
+	return cudaSuccess;
+}
+
+INTERNAL cudaError_t do_get_device(int *device)
+{
+	if (!device)
+		return cudaErrorInvalidValue;
+	*device = cur_device;
+	return cudaSuccess;
+}
+
+/* Like the real runtime, loads the image as a driver module; nvcc passes a
+ * wrapper the stub never reads. */
+INTERNAL void **do_register_fatbin(void *fatCubin)
+{
+	struct fatbin *fb = calloc(1, sizeof(*fb));
+	if (!fb)
+		return NULL;
+	if (cuModuleLoadData(&fb->mod, fatCubin) != CUDA_SUCCESS)
+		fb->mod = NULL; /* its functions then stay unregistered */
+	return (void **)fb;
+}
+
+INTERNAL int do_register_function(void **handle, const char *hostFun, const char *deviceFun)
+{
+	struct fatbin *fb = (struct fatbin *)handle;
+	CUfunction f;
+	int ok = 0;
+	if (!fb || !hostFun || !deviceFun)
+		return 0;
+	if (cuModuleGetFunction(&f, fb->mod, deviceFun) != CUDA_SUCCESS)
+		return 0;
+	pthread_mutex_lock(&reg_mu);
+	if (nregs < MAX_REGS) {
+		regs[nregs] = (struct reg){hostFun, f, fb};
+		__atomic_store_n(&nregs, nregs + 1, __ATOMIC_RELEASE);
+		ok = 1;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return ok;
+}
+
+INTERNAL int do_unregister_fatbin(void **handle)
+{
+	struct fatbin *fb = (struct fatbin *)handle;
+	if (!fb)
+		return 0;
+	/* Never freed: a concurrent launch may still be reading its entries. */
+	__atomic_store_n(&fb->dead, 1, __ATOMIC_RELAXED);
+	return 1;
 }
 
 /* Hands out base + n*0x10 (n >= 1) in *out: fake, never-zero handles. */
@@ -191,7 +403,135 @@ EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDi
 				    void **args, size_t sharedMem,
 				    cudaStream_t stream)
 {
-	WRAP(do_launch(func, gridDim, blockDim, args, sharedMem, stream));
+	WRAP(do_launch(L_PLAIN, func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim,
+					 void **args, size_t sharedMem,
+					 cudaStream_t stream)
+{
+	WRAP(do_launch(L_PTSZ, func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim,
+					       dim3 blockDim, void **args,
+					       size_t sharedMem, cudaStream_t stream)
+{
+	WRAP(do_launch(L_COOP, func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
+				       void **args)
+{
+	WRAP(do_launch_ex(config, func, args));
+}
+
+EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+					enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	WRAP(do_memcpy(dst, src, count, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src,
+				  int srcDevice, size_t count)
+{
+	WRAP(do_memcpy_peer(dst, dstDevice, src, srcDevice, count, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src,
+				       int srcDevice, size_t count, cudaStream_t stream)
+{
+	WRAP(do_memcpy_peer(dst, dstDevice, src, srcDevice, count, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+				size_t width, size_t height, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+				     size_t spitch, size_t width, size_t height,
+				     enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream));
+}
+
+EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
+{
+	WRAP(do_malloc_managed(devPtr, size, flags));
+}
+
+EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+	WRAP(do_malloc_host(ptr, size));
+}
+
+EXPORT cudaError_t cudaFreeHost(void *ptr)
+{
+	WRAP(do_free_host(ptr));
+}
+
+EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+	WRAP(do_memset(devPtr, value, count, NULL));
+}
+
+EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+				   cudaStream_t stream)
+{
+	WRAP(do_memset(devPtr, value, count, stream));
+}
+
+EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+	WRAP(do_sync((uintptr_t)stream));
+}
+
+EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+	WRAP(do_event_sync(event));
+}
+
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+	WRAP(do_sync(0));
+}
+
+EXPORT cudaError_t cudaSetDevice(int device)
+{
+	WRAP(do_set_device(device));
+}
+
+EXPORT cudaError_t cudaGetDevice(int *device)
+{
+	WRAP(do_get_device(device));
+}
+
+/* The registration functions return no cudaError_t, but likewise store what
+ * the implementation returned, so they start with "push %rbp" too. */
+static volatile uintptr_t last_handle;
+
+EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
+{
+	void **h = do_register_fatbin(fatCubin);
+	last_handle = (uintptr_t)h;
+	return h;
+}
+
+EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
+				   char *deviceFun, const char *deviceName,
+				   int thread_limit, void *tid, void *bid, void *bDim,
+				   void *gDim, int *wSize)
+{
+	sink = (uintptr_t)deviceName ^ (unsigned)thread_limit ^ (uintptr_t)tid ^
+	       (uintptr_t)bid ^ (uintptr_t)bDim ^ (uintptr_t)gDim ^ (uintptr_t)wSize;
+	last_rc = do_register_function(fatCubinHandle, hostFun, deviceFun);
+}
+
+EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+	last_rc = do_unregister_fatbin(fatCubinHandle);
 }
 
 #ifndef PROFI_STUB_OMIT_GRAPH
@@ -205,10 +545,12 @@ INTERNAL cudaError_t do_graph_instantiate(cudaGraphExec_t *pGraphExec,
 	return do_handle((void **)pGraphExec, &next_exec, 0x6000);
 }
 
+/* CUDA_ERROR_INVALID_HANDLE for a NULL exec equals
+ * cudaErrorInvalidResourceHandle (400). */
 INTERNAL cudaError_t do_graph_launch(cudaGraphExec_t exec, cudaStream_t stream)
 {
 	sink = (uintptr_t)exec ^ (uintptr_t)stream;
-	return exec ? cudaSuccess : cudaErrorInvalidResourceHandle;
+	return cuGraphLaunch((CUgraphExec)exec, (CUstream)stream);
 }
 
 EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,

@@ -1,13 +1,19 @@
-/* Fake inference server driving the stub libcudart.so.12 and printing exact
- * ground truth, so tests can compare what the agent counted with what
- * happened. Ground truth is tallied from the arguments passed and the codes
- * returned, never from formulas. Built twice (internal/testutil/build.go):
- * linked against the stub, and with -DPROFI_DLOPEN resolving every function
- * with dlsym at runtime, the way frameworks load cudart.
+/* Fake inference server driving the stub libcudart.so.12 (and, with
+ * --driver, the stub libcuda.so.1 directly) and printing exact ground truth,
+ * so tests can compare what the agent counted with what happened. Ground
+ * truth is tallied from the arguments passed and the codes returned, never
+ * from formulas. Built twice (internal/testutil/build.go): linked against
+ * the stub, and with -DPROFI_DLOPEN resolving every function with dlsym at
+ * runtime, the way frameworks load cudart.
+ *
+ * Ground truth counts only the calls the workload makes itself: the driver
+ * calls the runtime stub makes inside a runtime call (and at kernel
+ * registration, outside any phase) are not in it.
  *
  * stdin protocol: prints "ready <pid>"; "load" -> dlopen -> "loaded" (the
  * linked build just answers); "go" -> one measured phase -> one JSON line of
  * cumulative totals; "exit" or EOF -> exit 0. */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -15,30 +21,104 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef PROFI_DLOPEN
-#include <dlfcn.h>
-#endif
 
+#include "cuda_drv_stub.h"
 #include "cuda_stub.h"
 
 #ifdef PROFI_DLOPEN
 #define DECLARE_PTR(name, params) static cudaError_t(*p_##name) params;
 PROFI_CUDA_CORE_FUNCS(DECLARE_PTR)
+PROFI_CUDA_EXTRA_FUNCS(DECLARE_PTR)
 PROFI_CUDA_GRAPH_FUNCS(DECLARE_PTR)
+static void **(*p___cudaRegisterFatBinary)(void *);
+static void (*p___cudaRegisterFunction)(void **, const char *, char *, const char *, int,
+					void *, void *, void *, void *, int *);
+static void (*p___cudaUnregisterFatBinary)(void **);
 #define CUDA(name) p_##name
 #else
 #define CUDA(name) name
 #endif
 
-/* The probed functions, in ground-truth order. */
-enum { F_MALLOC, F_FREE, F_MEMCPY, F_MEMCPY_ASYNC, F_LAUNCH, F_MALLOC_ASYNC,
-       F_FREE_ASYNC, F_GRAPH_LAUNCH, F_GRAPH_INST, NFN };
-static const char *const fn_name[NFN] = {
-	"cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync",
-	"cudaLaunchKernel", "cudaMallocAsync", "cudaFreeAsync",
-	"cudaGraphLaunch", "cudaGraphInstantiate",
+/* The driver is always reached through dlsym'd pointers: the linked build
+ * takes the libcuda.so.1 its libcudart already loaded (found through the
+ * stub's RUNPATH), so the workload itself does not link the driver. */
+#define DECLARE_CU_PTR(name, params) static CUresult(*d_##name) params;
+PROFI_CU_FUNCS(DECLARE_CU_PTR)
+#define CU(name) d_##name
+
+/* Every function the workload calls and reports, in ground-truth order.
+ * Groups: the default set, --extra, --driver. */
+enum { G_CORE, G_EXTRA, G_DRIVER };
+enum {
+	F_MALLOC, F_FREE, F_MEMCPY, F_MEMCPY_ASYNC, F_LAUNCH, F_MALLOC_ASYNC,
+	F_FREE_ASYNC, F_GRAPH_LAUNCH, F_GRAPH_INST,
+	F_LAUNCH_PTSZ, F_LAUNCH_EXC, F_LAUNCH_COOP, F_MEMCPY_ASYNC_PTSZ,
+	F_MEMCPY_PEER, F_MEMCPY_PEER_ASYNC, F_MEMCPY_2D, F_MEMCPY_2D_ASYNC,
+	F_MALLOC_MANAGED, F_MALLOC_HOST, F_FREE_HOST, F_MEMSET, F_MEMSET_ASYNC,
+	F_STREAM_SYNC, F_EVENT_SYNC, F_DEVICE_SYNC, F_SET_DEVICE, F_GET_DEVICE,
+	F_CU_INIT, F_CU_MODULE_LOAD, F_CU_MODULE_GET_FUNCTION, F_CU_LIBRARY_LOAD,
+	F_CU_LIBRARY_GET_KERNEL, F_CU_KERNEL_GET_FUNCTION, F_CU_LAUNCH,
+	F_CU_LAUNCH_EX, F_CU_LAUNCH_COOP,
+	NFN
 };
-static const int fn_has_stream[NFN] = {0, 0, 0, 1, 1, 1, 1, 1, 0};
+static const struct {
+	const char *name;
+	int has_stream, group;
+} fn[NFN] = {
+	{"cudaMalloc", 0, G_CORE}, {"cudaFree", 0, G_CORE},
+	{"cudaMemcpy", 0, G_CORE}, {"cudaMemcpyAsync", 1, G_CORE},
+	{"cudaLaunchKernel", 1, G_CORE}, {"cudaMallocAsync", 1, G_CORE},
+	{"cudaFreeAsync", 1, G_CORE}, {"cudaGraphLaunch", 1, G_CORE},
+	{"cudaGraphInstantiate", 0, G_CORE},
+	{"cudaLaunchKernel_ptsz", 1, G_EXTRA}, {"cudaLaunchKernelExC", 1, G_EXTRA},
+	{"cudaLaunchCooperativeKernel", 1, G_EXTRA}, {"cudaMemcpyAsync_ptsz", 1, G_EXTRA},
+	{"cudaMemcpyPeer", 0, G_EXTRA}, {"cudaMemcpyPeerAsync", 1, G_EXTRA},
+	{"cudaMemcpy2D", 0, G_EXTRA}, {"cudaMemcpy2DAsync", 1, G_EXTRA},
+	{"cudaMallocManaged", 0, G_EXTRA}, {"cudaMallocHost", 0, G_EXTRA},
+	{"cudaFreeHost", 0, G_EXTRA}, {"cudaMemset", 0, G_EXTRA},
+	{"cudaMemsetAsync", 1, G_EXTRA}, {"cudaStreamSynchronize", 1, G_EXTRA},
+	{"cudaEventSynchronize", 0, G_EXTRA}, {"cudaDeviceSynchronize", 0, G_EXTRA},
+	{"cudaSetDevice", 0, G_EXTRA}, {"cudaGetDevice", 0, G_EXTRA},
+	{"cuInit", 0, G_DRIVER}, {"cuModuleLoadData", 0, G_DRIVER},
+	{"cuModuleGetFunction", 0, G_DRIVER}, {"cuLibraryLoadData", 0, G_DRIVER},
+	{"cuLibraryGetKernel", 0, G_DRIVER}, {"cuKernelGetFunction", 0, G_DRIVER},
+	{"cuLaunchKernel", 1, G_DRIVER}, {"cuLaunchKernelEx", 1, G_DRIVER},
+	{"cuLaunchCooperativeKernel", 1, G_DRIVER},
+};
+
+/* Launch APIs, the keys of launches_by_api. */
+enum { LA_RT, LA_RT_PTSZ, LA_RT_EXC, LA_RT_COOP, LA_CU, LA_CU_EX, LA_CU_COOP, NLA };
+static const int la_fn[NLA] = {F_LAUNCH, F_LAUNCH_PTSZ, F_LAUNCH_EXC, F_LAUNCH_COOP,
+			       F_CU_LAUNCH, F_CU_LAUNCH_EX, F_CU_LAUNCH_COOP};
+
+/* Kernels, the keys of launches_by_kernel: four registered with the
+ * runtime under real mangled C++ names (checked with c++filt by the Go
+ * tests), three looked up through the driver, and "" for NULL launches. */
+#define NAME_FLASH "_ZN5flash16flash_fwd_kernelILi128ELi64EEEvPKfPfi"
+#define NAME_GEMM "_ZN7cutlass6KernelI66cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x3_tn_align8EEvNT_6ParamsE"
+#define NAME_SILU "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_12_GLOBAL__N_111silu_kernelERNS_18TensorIteratorBaseEENKUlvE_clEvENKUlvE0_clEvEUlfE_NS_6detail5ArrayIPcLi2EEEEEviT0_T1_"
+#define NAME_RMS "_Z15rms_norm_kernelIfEvPT_PKS0_i"
+enum { K_FLASH, K_GEMM, K_SILU, K_RMS, NRT_KERNELS,
+       K_TRITON_ADD = NRT_KERNELS, K_TRITON_SOFTMAX, K_PAGED, K_NONE, NKERN };
+static const char *const kernel_name[NKERN] = {
+	NAME_FLASH, NAME_GEMM, NAME_SILU, NAME_RMS,
+	"triton_poi_fused_add_mul_0", "triton_red_fused_softmax_1",
+	"_Z15paged_attentionPfS_i", "",
+};
+
+/* Host-side kernel stubs, named like nvcc's so that a symbolizer finds the
+ * kernel name for a launch's func address (exported with -rdynamic).
+ * Distinct bodies so the linker cannot fold them into one address. */
+static volatile int kernel_sink;
+#define KERNEL_STUB(c_name, mangled, n)               \
+	void c_name(void) __asm__(mangled);           \
+	void c_name(void) { kernel_sink = n; }
+KERNEL_STUB(k_flash, NAME_FLASH, 1)
+KERNEL_STUB(k_gemm, NAME_GEMM, 2)
+KERNEL_STUB(k_silu, NAME_SILU, 3)
+KERNEL_STUB(k_rms, NAME_RMS, 4)
+static void (*const kernel_fn[NRT_KERNELS])(void) = {k_flash, k_gemm, k_silu, k_rms};
+
 /* Memcpy kinds 0..4, then "unknown" for invalid kinds. */
 static const char *const kind_name[6] = {"h2h", "h2d", "d2h", "d2d", "default", "unknown"};
 
@@ -46,6 +126,7 @@ static const char *const kind_name[6] = {"h2h", "h2d", "d2h", "d2d", "default", 
 struct stream_row {
 	uintptr_t handle; /* 0 = default stream */
 	uint64_t n[NFN];
+	uint64_t memset_bytes;
 };
 /* Per-thread tallies, merged into the global one at join: no locking. */
 struct tally {
@@ -53,17 +134,33 @@ struct tally {
 	struct { int code; uint64_t n; } err[NFN][MAX_CODES];
 	struct stream_row *streams;
 	size_t nstreams;
-	uint64_t memcpy_bytes[5], memcpy_calls[6];
-	uint64_t malloc_bytes, free_bytes;
-	uint64_t launches, grid_blocks, block_threads, shared_bytes;
+	uint64_t memcpy_bytes[5], memcpy_calls[6], p2p_bytes, p2p_calls;
+	uint64_t malloc_bytes, free_bytes, managed_bytes, malloc_host_bytes;
+	uint64_t launches, grid_blocks, block_threads, shared_bytes; /* cudaLaunchKernel */
+	uint64_t api_launches[NLA], api_grid[NLA], api_block[NLA], api_shared[NLA];
+	uint64_t kernel_launches[NKERN];
+	uint64_t set_device_calls;
 };
 
 static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
-	const char *lib;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, "libcudart.so.12"};
+	int driver, extra;
+	const char *lib, *lib_cuda;
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, "libcudart.so.12", NULL};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
 static struct tally total;
+
+/* What nvcc embeds for __cudaRegisterFatBinary: a wrapper around the fat
+ * binary. The stubs never read either. */
+static const unsigned long long fatbin_data[] = {0x00100001ba55ed50ULL, 0};
+static const struct {
+	int magic, version;
+	const unsigned long long *data;
+	void *filename_or_fatbins;
+} fatbin_wrapper = {0x466243b1, 1, fatbin_data, NULL};
+/* Images for the driver's module and library loaders (never parsed). */
+static const char triton_image[] = "//\n// Generated by Triton (stub PTX)\n.version 8.0\n";
+static const char library_image[] = "//\n// paged attention (stub PTX)\n.version 8.0\n";
 
 static void die(const char *msg)
 {
@@ -71,7 +168,7 @@ static void die(const char *msg)
 	exit(1);
 }
 
-static void add_stream(struct tally *t, uintptr_t h, int fn, uint64_t n)
+static struct stream_row *stream_row(struct tally *t, uintptr_t h)
 {
 	size_t i;
 	for (i = 0; i < t->nstreams && t->streams[i].handle != h; i++)
@@ -84,29 +181,34 @@ static void add_stream(struct tally *t, uintptr_t h, int fn, uint64_t n)
 		t->streams[i].handle = h;
 		t->nstreams++;
 	}
-	t->streams[i].n[fn] += n;
+	return &t->streams[i];
 }
 
-static void add_err(struct tally *t, int fn, int code, uint64_t n)
+static void add_stream(struct tally *t, uintptr_t h, int f, uint64_t n)
+{
+	stream_row(t, h)->n[f] += n;
+}
+
+static void add_err(struct tally *t, int f, int code, uint64_t n)
 {
 	for (int i = 0; i < MAX_CODES; i++) {
-		if (t->err[fn][i].n == 0 || t->err[fn][i].code == code) {
-			t->err[fn][i].code = code;
-			t->err[fn][i].n += n;
+		if (t->err[f][i].n == 0 || t->err[f][i].code == code) {
+			t->err[f][i].code = code;
+			t->err[f][i].n += n;
 			return;
 		}
 	}
 	die("too many distinct error codes");
 }
 
-/* Counts one call of fn on stream (ignored for stream-less functions). */
-static void record(struct tally *t, int fn, cudaStream_t stream, cudaError_t rc)
+/* Counts one call of f on stream (ignored for stream-less functions). */
+static void record(struct tally *t, int f, cudaStream_t stream, int rc)
 {
-	t->calls[fn]++;
-	if (fn_has_stream[fn])
-		add_stream(t, (uintptr_t)stream, fn, 1);
+	t->calls[f]++;
+	if (fn[f].has_stream)
+		add_stream(t, (uintptr_t)stream, f, 1);
 	if (rc != cudaSuccess)
-		add_err(t, fn, rc, 1);
+		add_err(t, f, rc, 1);
 }
 
 /* Call wrappers: each makes exactly one CUDA call and accounts for it. */
@@ -120,6 +222,20 @@ static void *dev_malloc(struct tally *t, size_t size, int async, cudaStream_t s)
 	return rc == cudaSuccess ? p : NULL;
 }
 
+/* Managed memory is device-accessible and freed with cudaFree, so it counts
+ * as device allocation too. */
+static void *managed_malloc(struct tally *t, size_t size)
+{
+	void *p = NULL;
+	cudaError_t rc = CUDA(cudaMallocManaged)(&p, size, cudaMemAttachGlobal);
+	record(t, F_MALLOC_MANAGED, NULL, rc);
+	if (rc == cudaSuccess) {
+		t->managed_bytes += size;
+		t->malloc_bytes += size;
+	}
+	return rc == cudaSuccess ? p : NULL;
+}
+
 /* size is what p was allocated with; freeing NULL frees nothing. */
 static void dev_free(struct tally *t, void *p, size_t size, int async, cudaStream_t s)
 {
@@ -129,27 +245,127 @@ static void dev_free(struct tally *t, void *p, size_t size, int async, cudaStrea
 		t->free_bytes += size;
 }
 
-static void copy(struct tally *t, void *dst, const void *src, size_t count,
-		 int kind, int async, cudaStream_t s)
+static void host_alloc_free(struct tally *t, size_t size)
 {
-	cudaError_t rc = async ? CUDA(cudaMemcpyAsync)(dst, src, count, kind, s)
-			       : CUDA(cudaMemcpy)(dst, src, count, kind);
-	record(t, async ? F_MEMCPY_ASYNC : F_MEMCPY, s, rc);
+	void *p = NULL;
+	cudaError_t rc = CUDA(cudaMallocHost)(&p, size);
+	record(t, F_MALLOC_HOST, NULL, rc);
+	if (rc == cudaSuccess)
+		t->malloc_host_bytes += size;
+	record(t, F_FREE_HOST, NULL, CUDA(cudaFreeHost)(rc == cudaSuccess ? p : NULL));
+}
+
+static void tally_copy(struct tally *t, int kind, size_t bytes, cudaError_t rc)
+{
 	int k = kind >= 0 && kind <= 4 ? kind : 5;
 	t->memcpy_calls[k]++;
 	if (rc == cudaSuccess && k < 5)
-		t->memcpy_bytes[k] += count;
+		t->memcpy_bytes[k] += bytes;
 }
 
-static void launch(struct tally *t, const void *func, dim3 grid, dim3 block,
+/* f: F_MEMCPY, F_MEMCPY_ASYNC or F_MEMCPY_ASYNC_PTSZ. */
+static void copy(struct tally *t, int f, void *dst, const void *src, size_t count,
+		 int kind, cudaStream_t s)
+{
+	cudaError_t rc = f == F_MEMCPY	     ? CUDA(cudaMemcpy)(dst, src, count, kind)
+			 : f == F_MEMCPY_ASYNC ? CUDA(cudaMemcpyAsync)(dst, src, count, kind, s)
+					       : CUDA(cudaMemcpyAsync_ptsz)(dst, src, count, kind, s);
+	record(t, f, s, rc);
+	tally_copy(t, kind, count, rc);
+}
+
+static void copy_2d(struct tally *t, int async, void *dst, size_t dpitch, const void *src,
+		    size_t spitch, size_t width, size_t height, int kind, cudaStream_t s)
+{
+	cudaError_t rc = async ? CUDA(cudaMemcpy2DAsync)(dst, dpitch, src, spitch, width, height, kind, s)
+			       : CUDA(cudaMemcpy2D)(dst, dpitch, src, spitch, width, height, kind);
+	record(t, async ? F_MEMCPY_2D_ASYNC : F_MEMCPY_2D, s, rc);
+	tally_copy(t, kind, width * height, rc);
+}
+
+static void copy_peer(struct tally *t, int async, void *dst, const void *src, size_t count,
+		      cudaStream_t s)
+{
+	cudaError_t rc = async ? CUDA(cudaMemcpyPeerAsync)(dst, 1, src, 0, count, s)
+			       : CUDA(cudaMemcpyPeer)(dst, 1, src, 0, count);
+	record(t, async ? F_MEMCPY_PEER_ASYNC : F_MEMCPY_PEER, s, rc);
+	t->p2p_calls++;
+	if (rc == cudaSuccess)
+		t->p2p_bytes += count;
+}
+
+static void set_mem(struct tally *t, int async, void *p, size_t count, cudaStream_t s)
+{
+	cudaError_t rc = async ? CUDA(cudaMemsetAsync)(p, 0, count, s) : CUDA(cudaMemset)(p, 0, count);
+	record(t, async ? F_MEMSET_ASYNC : F_MEMSET, s, rc);
+	if (rc == cudaSuccess)
+		stream_row(t, (uintptr_t)s)->memset_bytes += count;
+}
+
+static void tally_launch(struct tally *t, int api, int kernel, uint64_t blocks,
+			 uint64_t threads, uint64_t shared, cudaStream_t s, int rc)
+{
+	record(t, la_fn[api], s, rc);
+	t->api_launches[api]++;
+	t->api_grid[api] += blocks;
+	t->api_block[api] += threads;
+	t->api_shared[api] += shared;
+	t->kernel_launches[kernel]++;
+	if (api == LA_RT) {
+		t->launches++;
+		t->grid_blocks += blocks;
+		t->block_threads += threads;
+		t->shared_bytes += shared;
+	}
+}
+
+/* A runtime launch of a registered kernel, or of NULL for K_NONE. */
+static void launch(struct tally *t, int api, int kernel, dim3 grid, dim3 block,
 		   void **args, size_t shared, cudaStream_t s)
 {
-	cudaError_t rc = CUDA(cudaLaunchKernel)(func, grid, block, args, shared, s);
-	record(t, F_LAUNCH, s, rc);
-	t->launches++;
-	t->grid_blocks += (uint64_t)grid.x * grid.y * grid.z;
-	t->block_threads += (uint64_t)block.x * block.y * block.z;
-	t->shared_bytes += shared;
+	const void *func = kernel < NRT_KERNELS ? (const void *)kernel_fn[kernel] : NULL;
+	cudaError_t rc;
+	switch (api) {
+	case LA_RT_PTSZ:
+		rc = CUDA(cudaLaunchKernel_ptsz)(func, grid, block, args, shared, s);
+		break;
+	case LA_RT_COOP:
+		rc = CUDA(cudaLaunchCooperativeKernel)(func, grid, block, args, shared, s);
+		break;
+	case LA_RT_EXC: {
+		cudaLaunchConfig_t c = {grid, block, shared, s, NULL, 0};
+		rc = CUDA(cudaLaunchKernelExC)(&c, func, args);
+		break;
+	}
+	default:
+		rc = CUDA(cudaLaunchKernel)(func, grid, block, args, shared, s);
+	}
+	tally_launch(t, api, kernel, (uint64_t)grid.x * grid.y * grid.z,
+		     (uint64_t)block.x * block.y * block.z, shared, s, rc);
+}
+
+/* A driver launch of f, whose name is kernel_name[kernel]. */
+static void cu_launch(struct tally *t, int api, CUfunction f, int kernel, dim3 grid,
+		      dim3 block, unsigned shared, CUstream s, void **params)
+{
+	CUresult rc;
+	switch (api) {
+	case LA_CU_EX: {
+		CUlaunchConfig c = {grid.x, grid.y, grid.z, block.x, block.y, block.z,
+				    shared, s, NULL, 0};
+		rc = CU(cuLaunchKernelEx)(&c, f, params, NULL);
+		break;
+	}
+	case LA_CU_COOP:
+		rc = CU(cuLaunchCooperativeKernel)(f, grid.x, grid.y, grid.z, block.x, block.y,
+						   block.z, shared, s, params);
+		break;
+	default:
+		rc = CU(cuLaunchKernel)(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+					shared, s, params, NULL);
+	}
+	tally_launch(t, api, kernel, (uint64_t)grid.x * grid.y * grid.z,
+		     (uint64_t)block.x * block.y * block.z, shared, (cudaStream_t)s, rc);
 }
 
 static void graph_launch(struct tally *t, cudaGraphExec_t exec, cudaStream_t s)
@@ -157,13 +373,32 @@ static void graph_launch(struct tally *t, cudaGraphExec_t exec, cudaStream_t s)
 	record(t, F_GRAPH_LAUNCH, s, CUDA(cudaGraphLaunch)(exec, s));
 }
 
-/* Host-side kernel stubs: real code passes such addresses as func. Distinct
- * bodies so the linker cannot fold them into one address. */
-static volatile int kernel_sink;
-static void k_gemm(void) { kernel_sink = 1; }
-static void k_softmax(void) { kernel_sink = 2; }
-static void k_layernorm(void) { kernel_sink = 3; }
-static void (*const kernels[3])(void) = {k_gemm, k_softmax, k_layernorm};
+/* A setup call that must succeed. */
+static void must(struct tally *t, int f, CUresult rc)
+{
+	record(t, f, NULL, rc);
+	if (rc != CUDA_SUCCESS) {
+		fprintf(stderr, "workload: %s failed: %d\n", fn[f].name, rc);
+		exit(1);
+	}
+}
+
+/* Driver setup a Triton- or library-based server does once per thread:
+ * fills f[0..2] for K_TRITON_ADD, K_TRITON_SOFTMAX and K_PAGED. */
+static void driver_setup(struct tally *t, CUfunction f[3])
+{
+	CUmodule mod = NULL;
+	CUlibrary lib = NULL;
+	CUkernel k = NULL;
+
+	must(t, F_CU_INIT, CU(cuInit)(0));
+	must(t, F_CU_MODULE_LOAD, CU(cuModuleLoadData)(&mod, triton_image));
+	must(t, F_CU_MODULE_GET_FUNCTION, CU(cuModuleGetFunction)(&f[0], mod, kernel_name[K_TRITON_ADD]));
+	must(t, F_CU_MODULE_GET_FUNCTION, CU(cuModuleGetFunction)(&f[1], mod, kernel_name[K_TRITON_SOFTMAX]));
+	must(t, F_CU_LIBRARY_LOAD, CU(cuLibraryLoadData)(&lib, library_image, NULL, NULL, 0, NULL, NULL, 0));
+	must(t, F_CU_LIBRARY_GET_KERNEL, CU(cuLibraryGetKernel)(&k, lib, kernel_name[K_PAGED]));
+	must(t, F_CU_KERNEL_GET_FUNCTION, CU(cuKernelGetFunction)(&f[2], k));
+}
 
 struct worker {
 	pthread_t tid;
@@ -179,6 +414,8 @@ static void *worker_main(void *arg)
 	cudaStream_t *s = calloc(ns, sizeof(*s)); /* s[0] = NULL: default stream */
 	static char host[2][1 << 16]; /* never touched: the stub ignores buffers */
 	void *bogus = (void *)(uintptr_t)0xdead0000; /* never allocated */
+	cudaEvent_t event = (cudaEvent_t)(uintptr_t)(0xe0000000 + w->id * 0x10); /* fake */
+	CUfunction drv_f[3] = {NULL, NULL, NULL};
 
 	if (!s)
 		die("out of memory");
@@ -195,6 +432,8 @@ static void *worker_main(void *arg)
 		cudaGraph_t graph = (cudaGraph_t)(uintptr_t)(0x3000 + w->id * 0x10);
 		record(t, F_GRAPH_INST, NULL, CUDA(cudaGraphInstantiate)(&exec, graph, 0));
 	}
+	if (opt.driver)
+		driver_setup(t, drv_f);
 
 	int n = 1024;
 	void *args[] = {&weights, &kv, &n};
@@ -202,8 +441,8 @@ static void *worker_main(void *arg)
 		for (int j = 0; j < opt.launches; j++) {
 			int k = i + j;
 			dim3 grid = {k % 7 + 1, 2, 1}, block = {32 * (k % 4 + 1), 2, 1};
-			launch(t, (const void *)kernels[k % 3], grid, block, args,
-			       (k % 3) * 1024, s[k % ns]);
+			launch(t, LA_RT, k % NRT_KERNELS, grid, block, args, (k % 3) * 1024,
+			       s[k % ns]);
 		}
 		for (int kind = 0; kind <= 4; kind++) {
 			/* Host or device side per kind; the stub never looks. */
@@ -211,8 +450,8 @@ static void *worker_main(void *arg)
 			void *src = kind == 2 || kind == 3 ? kv : host[1];
 			for (int m = 0; m < opt.memcpys; m++) {
 				size_t count = 4096 * (kind + 1) + 256 * ((i + m) % 8);
-				copy(t, dst, src, count, kind, 0, NULL);
-				copy(t, dst, src, count / 2, kind, 1, s[(i + m + kind) % ns]);
+				copy(t, F_MEMCPY, dst, src, count, kind, NULL);
+				copy(t, F_MEMCPY_ASYNC, dst, src, count / 2, kind, s[(i + m + kind) % ns]);
 			}
 		}
 		for (int m = 0; m < opt.mallocs; m++) {
@@ -224,19 +463,63 @@ static void *worker_main(void *arg)
 		for (int g = 0; g < opt.graphs && have_graphs; g++)
 			graph_launch(t, exec, s[(i + g) % ns]);
 
+		/* Driver launches cycle over the three APIs; the paged attention
+		 * kernel only through cuLaunchKernel. */
+		for (int j = 0; j < opt.driver; j++) {
+			int k = i + j, api = LA_CU + k % 3;
+			int kern = K_TRITON_ADD + (k / 3) % (api == LA_CU ? 3 : 2);
+			dim3 grid = {k % 5 + 1, k % 3 + 1, 1}, block = {64 * (k % 2 + 1), 2, 1};
+			cu_launch(t, api, drv_f[kern - K_TRITON_ADD], kern, grid, block,
+				  (k % 4) * 512, (CUstream)s[(i + 2 * j + 1) % ns], args);
+		}
+
+		if (opt.extra) {
+			cudaStream_t s1 = s[i % ns], s2 = s[(i + 1) % ns], s3 = s[(i + 2) % ns];
+			dim3 grid = {i % 3 + 1, i % 2 + 1, 1}, block = {128, i % 4 + 1, 1};
+			launch(t, LA_RT_PTSZ, i % NRT_KERNELS, grid, block, args, 256 * (i % 2), s1);
+			launch(t, LA_RT_EXC, (i + 1) % NRT_KERNELS, grid, block, args, 512, s2);
+			launch(t, LA_RT_COOP, (i + 2) % NRT_KERNELS, grid, block, args, 0, s3);
+			copy(t, F_MEMCPY_ASYNC_PTSZ, weights, host[1], 2048 + 128 * (i % 4), i % 5, s3);
+			copy_peer(t, 0, weights, kv, (1 << 16) + 64 * (i % 8), NULL);
+			copy_peer(t, 1, weights, kv, 1 << 15, s2);
+			copy_2d(t, 0, weights, 512, host[1], 512, 256 + 32 * (i % 4), 4 + i % 3,
+				(i + 1) % 5, NULL);
+			copy_2d(t, 1, host[0], 1024, kv, 512, 384, 2 + i % 5, (i + 2) % 5, s1);
+			size_t msize = (size_t)(i % 3 + 1) << 16;
+			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
+			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
+			set_mem(t, 0, weights, 4096 * (i % 3 + 1), NULL);
+			set_mem(t, 1, kv, 1024 * (i % 5 + 1), s2);
+			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
+			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
+			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
+			record(t, F_SET_DEVICE, NULL, CUDA(cudaSetDevice)(w->id % 2));
+			t->set_device_calls++;
+			int dev = -1;
+			record(t, F_GET_DEVICE, NULL, CUDA(cudaGetDevice)(&dev));
+			if (dev != w->id % 2)
+				die("cudaGetDevice does not return the thread's device");
+		}
+
 		if (opt.errors && i % 10 == 0) {
 			/* Deterministic failures, one per error path of the stub. */
 			cudaStream_t st = s[i % ns];
 			dim3 one = {1, 1, 1};
 			dev_malloc(t, 1ULL << 41, 0, NULL);        /* 2 */
 			dev_malloc(t, 0, 1, st);                    /* 2 */
-			copy(t, host[0], host[1], 64, 7, 0, NULL);  /* 21 */
-			copy(t, host[0], host[1], 64, 9, 1, st);    /* 21 */
+			copy(t, F_MEMCPY, host[0], host[1], 64, 7, NULL);   /* 21 */
+			copy(t, F_MEMCPY_ASYNC, host[0], host[1], 64, 9, st); /* 21 */
 			dev_free(t, bogus, 0, 0, NULL);             /* 1 */
 			dev_free(t, bogus, 0, 1, st);               /* 1 */
-			launch(t, NULL, one, one, args, 0, st);     /* 98 */
+			launch(t, LA_RT, K_NONE, one, one, args, 0, st); /* 98 */
 			if (have_graphs)
 				graph_launch(t, NULL, st);          /* 400 */
+			if (opt.driver)
+				cu_launch(t, LA_CU, NULL, K_NONE, one, one, 0, (CUstream)st, args); /* 500 */
+			if (opt.extra) {
+				record(t, F_SET_DEVICE, NULL, CUDA(cudaSetDevice)(7)); /* 101 */
+				t->set_device_calls++;
+			}
 		}
 	}
 	free(s);
@@ -253,38 +536,71 @@ static void merge(struct tally *dst, const struct tally *src)
 			if (src->streams[i].n[f])
 				add_stream(dst, src->streams[i].handle, f, src->streams[i].n[f]);
 	}
+	for (size_t i = 0; i < src->nstreams; i++)
+		if (src->streams[i].memset_bytes)
+			stream_row(dst, src->streams[i].handle)->memset_bytes += src->streams[i].memset_bytes;
 	for (int k = 0; k < 6; k++) {
 		dst->memcpy_calls[k] += src->memcpy_calls[k];
 		if (k < 5)
 			dst->memcpy_bytes[k] += src->memcpy_bytes[k];
 	}
+	dst->p2p_bytes += src->p2p_bytes;
+	dst->p2p_calls += src->p2p_calls;
 	dst->malloc_bytes += src->malloc_bytes;
 	dst->free_bytes += src->free_bytes;
+	dst->managed_bytes += src->managed_bytes;
+	dst->malloc_host_bytes += src->malloc_host_bytes;
 	dst->launches += src->launches;
 	dst->grid_blocks += src->grid_blocks;
 	dst->block_threads += src->block_threads;
 	dst->shared_bytes += src->shared_bytes;
+	for (int a = 0; a < NLA; a++) {
+		dst->api_launches[a] += src->api_launches[a];
+		dst->api_grid[a] += src->api_grid[a];
+		dst->api_block[a] += src->api_block[a];
+		dst->api_shared[a] += src->api_shared[a];
+	}
+	for (int k = 0; k < NKERN; k++)
+		dst->kernel_launches[k] += src->kernel_launches[k];
+	dst->set_device_calls += src->set_device_calls;
+}
+
+static void print_stream_key(int first, uintptr_t handle, uint64_t n)
+{
+	if (handle)
+		printf("%s\"%#" PRIxPTR "\":%" PRIu64, first ? "" : ",", handle, n);
+	else
+		printf("%s\"default\":%" PRIu64, first ? "" : ",", n);
+}
+
+/* A group's functions are listed (0 included) only when its flag is on, so
+ * the default output keeps exactly its old keys. */
+static int fn_listed(int f)
+{
+	return fn[f].group == G_CORE || (fn[f].group == G_EXTRA && opt.extra) ||
+	       (fn[f].group == G_DRIVER && opt.driver);
 }
 
 static void print_truth(const struct tally *t)
 {
 	printf("{\"pid\":%d,\"calls\":{", (int)getpid());
-	for (int f = 0; f < NFN; f++)
-		printf("%s\"%s\":%" PRIu64, f ? "," : "", fn_name[f], t->calls[f]);
+	for (int f = 0, first = 1; f < NFN; f++) {
+		if (!fn_listed(f))
+			continue;
+		printf("%s\"%s\":%" PRIu64, first ? "" : ",", fn[f].name, t->calls[f]);
+		first = 0;
+	}
 	printf("},\"calls_by_stream\":{");
 	for (int f = 0, first = 1; f < NFN; f++) {
-		if (!fn_has_stream[f] || !t->calls[f])
+		if (!fn[f].has_stream || !t->calls[f])
 			continue;
-		printf("%s\"%s\":{", first ? "" : ",", fn_name[f]);
+		printf("%s\"%s\":{", first ? "" : ",", fn[f].name);
 		first = 0;
 		for (size_t i = 0, sfirst = 1; i < t->nstreams; i++) {
 			const struct stream_row *r = &t->streams[i];
 			if (!r->n[f])
 				continue;
-			if (r->handle)
-				printf("%s\"%#" PRIxPTR "\":%" PRIu64, sfirst ? "" : ",", r->handle, r->n[f]);
-			else
-				printf("%s\"default\":%" PRIu64, sfirst ? "" : ",", r->n[f]);
+			print_stream_key(sfirst, r->handle, r->n[f]);
 			sfirst = 0;
 		}
 		printf("}");
@@ -293,7 +609,7 @@ static void print_truth(const struct tally *t)
 	for (int f = 0, first = 1; f < NFN; f++) {
 		if (!t->err[f][0].n)
 			continue;
-		printf("%s\"%s\":{", first ? "" : ",", fn_name[f]);
+		printf("%s\"%s\":{", first ? "" : ",", fn[f].name);
 		first = 0;
 		for (int c = 0; c < MAX_CODES && t->err[f][c].n; c++)
 			printf("%s\"%d\":%" PRIu64, c ? "," : "", t->err[f][c].code, t->err[f][c].n);
@@ -302,15 +618,44 @@ static void print_truth(const struct tally *t)
 	printf("},\"memcpy_bytes\":{");
 	for (int k = 0; k < 5; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_bytes[k]);
+	if (opt.extra)
+		printf(",\"p2p\":%" PRIu64, t->p2p_bytes);
 	printf("},\"memcpy_calls\":{");
 	for (int k = 0; k < 6; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_calls[k]);
+	if (opt.extra)
+		printf(",\"p2p\":%" PRIu64, t->p2p_calls);
 	printf("},\"malloc_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
 	       ",\"active_bytes\":%" PRIu64 ",\"launches\":%" PRIu64
 	       ",\"launch_grid_blocks\":%" PRIu64 ",\"launch_block_threads\":%" PRIu64
-	       ",\"launch_shared_bytes\":%" PRIu64 "}\n",
+	       ",\"launch_shared_bytes\":%" PRIu64,
 	       t->malloc_bytes, t->free_bytes, t->malloc_bytes - t->free_bytes,
 	       t->launches, t->grid_blocks, t->block_threads, t->shared_bytes);
+	printf(",\"launches_by_api\":{");
+	for (int a = 0; a < NLA; a++)
+		printf("%s\"%s\":%" PRIu64, a ? "," : "", fn[la_fn[a]].name, t->api_launches[a]);
+	printf("},\"launches_by_kernel\":{");
+	for (int k = 0, first = 1; k < NKERN; k++) {
+		if (!t->kernel_launches[k])
+			continue;
+		printf("%s\"%s\":%" PRIu64, first ? "" : ",", kernel_name[k], t->kernel_launches[k]);
+		first = 0;
+	}
+	printf("},\"launch_geometry_by_api\":{");
+	for (int a = 0; a < NLA; a++)
+		printf("%s\"%s\":{\"grid_blocks\":%" PRIu64 ",\"block_threads\":%" PRIu64
+		       ",\"shared_bytes\":%" PRIu64 "}",
+		       a ? "," : "", fn[la_fn[a]].name, t->api_grid[a], t->api_block[a], t->api_shared[a]);
+	printf("},\"memset_bytes\":{");
+	for (size_t i = 0, first = 1; i < t->nstreams; i++) {
+		if (!t->streams[i].memset_bytes)
+			continue;
+		print_stream_key(first, t->streams[i].handle, t->streams[i].memset_bytes);
+		first = 0;
+	}
+	printf("},\"malloc_host_bytes\":%" PRIu64 ",\"managed_bytes\":%" PRIu64
+	       ",\"set_device_calls\":%" PRIu64 "}\n",
+	       t->malloc_host_bytes, t->managed_bytes, t->set_device_calls);
 	fflush(stdout);
 }
 
@@ -333,21 +678,68 @@ static void run_phase(void)
 	print_truth(&total);
 }
 
+static void *resolve(void *h, const char *lib, const char *name, int required)
+{
+	void *p = dlsym(h, name);
+	if (!p && required) {
+		fprintf(stderr, "workload: dlsym %s in %s: %s\n", name, lib, dlerror());
+		exit(1);
+	}
+	return p;
+}
+
+static void *open_lib(const char *path, int flags)
+{
+	void *h = dlopen(path, flags);
+	if (!h) {
+		fprintf(stderr, "workload: dlopen %s: %s\n", path, dlerror());
+		exit(1);
+	}
+	return h;
+}
+
+static void load_driver(const char *path, int flags)
+{
+	void *h = open_lib(path, flags);
+#define RESOLVE_CU(name, params) *(void **)&d_##name = resolve(h, path, #name, 1);
+	PROFI_CU_FUNCS(RESOLVE_CU)
+#undef RESOLVE_CU
+}
+
+/* What nvcc's generated host code does in a static constructor: one fat
+ * binary, one registration per kernel, unregistered at exit. */
+#ifdef PROFI_DLOPEN
+#define REG(name) p_##name
+#else
+#define REG(name) name
+#endif
+static void **fatbin_handle;
+
+static void unregister_kernels(void)
+{
+	REG(__cudaUnregisterFatBinary)(fatbin_handle);
+}
+
+static void register_kernels(void)
+{
+	fatbin_handle = REG(__cudaRegisterFatBinary)((void *)&fatbin_wrapper);
+	for (int k = 0; k < NRT_KERNELS; k++)
+		REG(__cudaRegisterFunction)(fatbin_handle, (const char *)kernel_fn[k],
+					    (char *)kernel_name[k], kernel_name[k], -1,
+					    NULL, NULL, NULL, NULL, NULL);
+	atexit(unregister_kernels);
+}
+
 #ifdef PROFI_DLOPEN
 static const int needs_load = 1;
 static void load(void)
 {
-	void *h = dlopen(opt.lib, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		fprintf(stderr, "workload: dlopen %s: %s\n", opt.lib, dlerror());
-		exit(1);
-	}
-#define RESOLVE(name, params)                                              \
-	if (!(*(void **)&p_##name = dlsym(h, #name))) {                    \
-		fprintf(stderr, "workload: dlsym %s: %s\n", #name, dlerror()); \
-		exit(1);                                                   \
-	}
+	void *h = open_lib(opt.lib, RTLD_NOW | RTLD_LOCAL);
+#define RESOLVE(name, params) *(void **)&p_##name = resolve(h, opt.lib, #name, 1);
 	PROFI_CUDA_CORE_FUNCS(RESOLVE)
+	if (opt.extra) {
+		PROFI_CUDA_EXTRA_FUNCS(RESOLVE)
+	}
 #undef RESOLVE
 	/* Graph symbols are optional: a library lacking them still serves the
 	 * rest, and the ground truth then simply has no graph calls. */
@@ -356,11 +748,43 @@ static void load(void)
 	have_graphs = p_cudaGraphLaunch && p_cudaGraphInstantiate;
 	if (!have_graphs)
 		fprintf(stderr, "workload: no graph symbols in %s, skipping graphs\n", opt.lib);
+
+	/* Registration is optional too: unregistered kernels still launch. */
+	*(void **)&p___cudaRegisterFatBinary = dlsym(h, "__cudaRegisterFatBinary");
+	*(void **)&p___cudaRegisterFunction = dlsym(h, "__cudaRegisterFunction");
+	*(void **)&p___cudaUnregisterFatBinary = dlsym(h, "__cudaUnregisterFatBinary");
+	if (p___cudaRegisterFatBinary && p___cudaRegisterFunction && p___cudaUnregisterFatBinary)
+		register_kernels();
+	else
+		fprintf(stderr, "workload: no registration symbols in %s, kernels unregistered\n", opt.lib);
+
+	if (opt.driver) {
+		/* Default: the libcuda.so.1 next to the runtime. */
+		const char *slash = strrchr(opt.lib, '/');
+		char *path = NULL;
+		if (!opt.lib_cuda && slash) {
+			size_t dir = (size_t)(slash - opt.lib) + 1;
+			if (!(path = malloc(dir + sizeof("libcuda.so.1"))))
+				die("out of memory");
+			memcpy(path, opt.lib, dir);
+			strcpy(path + dir, "libcuda.so.1");
+		}
+		load_driver(opt.lib_cuda ? opt.lib_cuda : path ? path : "libcuda.so.1",
+			    RTLD_NOW | RTLD_LOCAL);
+		free(path);
+	}
 }
 
 #else
 static const int needs_load = 0;
 static void load(void) {} /* linked at build time: nothing to do */
+
+/* Before main, as nvcc's code does: a process started before an agent has
+ * already registered its kernels. */
+__attribute__((constructor)) static void register_at_start(void)
+{
+	register_kernels();
+}
 #endif
 
 int main(int argc, char **argv)
@@ -369,7 +793,7 @@ int main(int argc, char **argv)
 		{"--threads", &opt.threads, 1024}, {"--iters", &opt.iters, 100000000},
 		{"--launches", &opt.launches, 100000}, {"--memcpy", &opt.memcpys, 100000},
 		{"--mallocs", &opt.mallocs, 100000}, {"--graphs", &opt.graphs, 100000},
-		{"--streams", &opt.streams, 64},
+		{"--streams", &opt.streams, 64}, {"--driver", &opt.driver, 100000},
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -385,13 +809,21 @@ int main(int argc, char **argv)
 			*int_opts[o].v = (int)v;
 		} else if (!strcmp(a, "--errors") || !strcmp(a, "--no-errors")) {
 			opt.errors = a[2] == 'e';
+		} else if (!strcmp(a, "--extra")) {
+			opt.extra = 1;
 		} else if (!strcmp(a, "--lib") && i + 1 < argc) {
 			opt.lib = argv[++i];
+		} else if (!strcmp(a, "--lib-cuda") && i + 1 < argc) {
+			opt.lib_cuda = argv[++i]; /* dlopen build only */
 		} else {
 			fprintf(stderr, "workload: bad argument %s\n", a);
 			return 2;
 		}
 	}
+	/* The linked build takes the driver its libcudart loaded (NOLOAD:
+	 * never a second copy). */
+	if (!needs_load && opt.driver)
+		load_driver("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);

@@ -1,0 +1,192 @@
+package aggregate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"unsafe"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/kernelname"
+)
+
+// maxNamesPerPID bounds what one process can make the agent remember: a
+// hostile process registering millions of functions costs a counter, not
+// memory.
+const maxNamesPerPID = 1 << 16
+
+// pidNames is what the name sources told about one process.
+type pidNames struct {
+	host     map[uint64]string // host stub -> name (__cudaRegisterFunction)
+	function map[uint64]string // CUfunction -> name (cuModuleGetFunction)
+	kernel   map[uint64]string // CUkernel -> name (cuLibraryGetKernel)
+	fnKernel map[uint64]uint64 // CUfunction -> CUkernel (cuKernelGetFunction)
+	elf      map[uint64]string // host stub -> name from the ELF symbols ("" = none)
+}
+
+func (p *pidNames) size() int {
+	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.elf)
+}
+
+// Names resolves kernel names in full mode. Run consumes the kernel_regs
+// ring buffer (name sources seen by BPF); Kernel answers the drain. Launch
+// addresses that no source named (processes started before the agent)
+// fall back to the ELF symbols of the mapped file containing the host
+// stub: nvcc gives the host stub the kernel's mangled name.
+type Names struct {
+	log *slog.Logger
+	sym *kernelname.Symbolizer
+
+	mu       sync.Mutex
+	byPID    map[int]*pidNames
+	failures map[string]uint64 // profi_system_kernel_name_resolve_failures_total
+	dropped  uint64            // names refused at maxNamesPerPID
+}
+
+// NewNames returns a resolver that reads files of processes under procRoot.
+func NewNames(procRoot string, log *slog.Logger) *Names {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Names{
+		log:      log.With("component", "names"),
+		sym:      kernelname.NewSymbolizer(procRoot, 64),
+		byPID:    map[int]*pidNames{},
+		failures: map[string]uint64{},
+	}
+}
+
+// Run reads name events from the kernel_regs ring buffer until ctx ends.
+func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
+	rd, err := ringbuf.NewReader(objs.KernelRegs)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
+	defer stop()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			n.log.Warn("read kernel_regs ring buffer", "err", err)
+			continue
+		}
+		if len(rec.RawSample) < int(unsafe.Sizeof(bpfobj.ProfiNameEvent{})) {
+			continue
+		}
+		ev := (*bpfobj.ProfiNameEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		n.add(ev)
+	}
+}
+
+func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
+	raw := unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(&ev.Name[0])), len(ev.Name)))
+	name := kernelname.Normalize(raw)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.pid(int(ev.Pid))
+	if p.size() >= maxNamesPerPID {
+		n.dropped++
+		return
+	}
+	switch bpfobj.ProfiNameKind(ev.Kind) {
+	case bpfobj.ProfiNameKindNAME_HOST_FUNC:
+		p.host[ev.Key] = name
+	case bpfobj.ProfiNameKindNAME_CU_FUNCTION:
+		p.function[ev.Key] = name
+	case bpfobj.ProfiNameKindNAME_CU_KERNEL:
+		p.kernel[ev.Key] = name
+	case bpfobj.ProfiNameKindNAME_KERNEL_FUNC:
+		p.fnKernel[ev.Key] = ev.Aux
+	}
+	if name == "" && ev.Kind != uint32(bpfobj.ProfiNameKindNAME_KERNEL_FUNC) {
+		n.failures["empty"]++
+	}
+}
+
+func (n *Names) pid(pid int) *pidNames {
+	p := n.byPID[pid]
+	if p == nil {
+		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, elf: map[uint64]string{}}
+		n.byPID[pid] = p
+	}
+	return p
+}
+
+// Kernel implements Namer.
+func (n *Names) Kernel(pid int, op bpfobj.Op, fn uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.pid(pid)
+	if bpfobj.IsDriver(op) {
+		// Driver launch: fn is a CUfunction, opaque; only name sources know it.
+		if name, ok := p.function[fn]; ok {
+			return name
+		}
+		if k, ok := p.fnKernel[fn]; ok {
+			return p.kernel[k]
+		}
+		return ""
+	}
+	if name, ok := p.host[fn]; ok {
+		return name
+	}
+	if name, ok := p.elf[fn]; ok {
+		return name
+	}
+	if p.size() >= maxNamesPerPID {
+		n.dropped++
+		return ""
+	}
+	raw, err := n.sym.Resolve(pid, fn)
+	name := ""
+	if err != nil {
+		n.failures[resolveReason(err)]++
+	} else {
+		name = kernelname.Normalize(raw)
+	}
+	p.elf[fn] = name
+	return name
+}
+
+// Forget implements Namer.
+func (n *Names) Forget(pid int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.byPID, pid)
+}
+
+// Failures returns resolve failures by reason.
+func (n *Names) Failures() map[string]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]uint64, len(n.failures))
+	for k, v := range n.failures {
+		out[k] = v
+	}
+	return out
+}
+
+// resolveReason labels an ELF fallback failure for
+// profi_system_kernel_name_resolve_failures_total.
+func resolveReason(err error) string {
+	switch {
+	case errors.Is(err, kernelname.ErrNoSymbol), errors.Is(err, kernelname.ErrNoMapping):
+		return "no_symbol"
+	case errors.Is(err, kernelname.ErrNotELF):
+		return "not_elf"
+	case errors.Is(err, discover.ErrProcessGone), errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+		return "open_failed"
+	default:
+		return "read_failed"
+	}
+}
