@@ -135,6 +135,14 @@ static const u64 klat_bounds_ns[KLAT_BUCKETS - 1] = {
 };
 /* clang-format on */
 
+/*
+ * --sample-rate: 1 in sample_rate timed calls has its latency measured,
+ * chosen at random (unbiased across processes and threads), and counts
+ * sample_rate times, so histograms need no rescaling. Counts and bytes
+ * are always exact. Sampling saves BPF work, never a trap.
+ */
+const volatile u32 sample_rate = 1;
+
 /* A nested driver launch follows its runtime launch within this time. */
 #define RT_TO_DRV_WINDOW_NS 50000000ULL
 
@@ -379,7 +387,7 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id)
 }
 
 static __always_inline void add_launch(u32 pid, u32 op, u64 func, struct launch_args *a, u64 dur,
-				       bool timed)
+				       u32 weight)
 {
 	struct launch_key key = {.pid = pid, .op = op, .stream = a->stream, .func = func};
 	struct launch_val zero = {};
@@ -392,13 +400,13 @@ static __always_inline void add_launch(u32 pid, u32 op, u64 func, struct launch_
 	__sync_fetch_and_add(&val->grid_blocks, a->grid_blocks);
 	__sync_fetch_and_add(&val->block_threads, a->block_threads);
 	__sync_fetch_and_add(&val->shared_bytes, a->shared_bytes);
-	if (timed) {
+	if (weight) {
 		u32 b = klat_bucket(dur);
 
-		__sync_fetch_and_add(&val->timed, 1);
-		__sync_fetch_and_add(&val->duration_ns, dur);
+		__sync_fetch_and_add(&val->timed, weight);
+		__sync_fetch_and_add(&val->duration_ns, dur * weight);
 		if (b < KLAT_BUCKETS)
-			__sync_fetch_and_add(&val->buckets[b], 1);
+			__sync_fetch_and_add(&val->buckets[b], weight);
 	}
 }
 
@@ -539,7 +547,8 @@ int timed_entry(struct pt_regs *ctx)
 		break;
 	}
 
-	in.start_ns = bpf_ktime_get_ns();
+	in.sampled = sample_rate <= 1 || bpf_get_prandom_u32() % sample_rate == 0;
+	in.start_ns = in.sampled ? bpf_ktime_get_ns() : 0;
 	if (bpf_map_update_elem(&inflight, &id, &in, BPF_ANY))
 		count_drop(DROP_INFLIGHT);
 	return 0;
@@ -579,7 +588,9 @@ int timed_return(struct pt_regs *ctx)
 	key.kind = in.kind;
 	key.err = ret;
 	key.stream = in.stream;
-	u64 dur = now - in.start_ns;
+	/* Weight of this call in the latency data: 0 when not sampled. */
+	u32 weight = in.sampled ? (sample_rate > 1 ? sample_rate : 1) : 0;
+	u64 dur = in.sampled ? now - in.start_ns : 0;
 
 	switch (in.op) {
 	case OP_CUDA_MALLOC:
@@ -641,7 +652,7 @@ int timed_return(struct pt_regs *ctx)
 	default:
 		/* Timed launches (full mode): per-kernel count, geometry and latency. */
 		if (is_runtime_launch(in.op) || is_driver_launch(in.op))
-			add_launch(key.pid, in.op, in.launch.func, &in.launch, dur, true);
+			add_launch(key.pid, in.op, in.launch.func, &in.launch, dur, weight);
 		break;
 	}
 
@@ -651,11 +662,14 @@ int timed_return(struct pt_regs *ctx)
 	u32 b = lat_bucket(dur);
 
 	__sync_fetch_and_add(&val->count, 1);
-	__sync_fetch_and_add(&val->duration_ns, dur);
 	if (bytes)
 		__sync_fetch_and_add(&val->bytes, bytes);
-	if (b < LAT_BUCKETS)
-		__sync_fetch_and_add(&val->buckets[b], 1);
+	if (weight) {
+		__sync_fetch_and_add(&val->timed, weight);
+		__sync_fetch_and_add(&val->duration_ns, dur * weight);
+		if (b < LAT_BUCKETS)
+			__sync_fetch_and_add(&val->buckets[b], weight);
+	}
 	return 0;
 }
 
@@ -675,7 +689,7 @@ int launch_entry(struct pt_regs *ctx)
 	if (is_runtime_launch(op))
 		mark_runtime_launch(ctx, id);
 	decode_launch(ctx, op, &a);
-	add_launch(id >> 32, op, 0, &a, 0, false);
+	add_launch(id >> 32, op, 0, &a, 0, 0);
 	return 0;
 }
 

@@ -88,6 +88,7 @@ struct agg_key {
  */
 struct agg_val {
 	u64 count;
+	u64 timed;		  /* timed calls, scaled by the sample rate (= count unsampled) */
 	u64 duration_ns;	  /* sum of host-side API latency */
 	u64 bytes;		  /* memcpy bytes, allocated or freed bytes */
 	u64 buckets[LAT_BUCKETS]; /* latency histogram, not cumulative */
@@ -129,8 +130,8 @@ struct inflight_call {
 	u64 stream;
 	u32 op;
 	u32 kind;
-	u32 depth; /* nested probed calls on this thread */
-	u32 pad;
+	u32 depth;		   /* nested probed calls on this thread */
+	u32 sampled;		   /* the latency of this call is measured (--sample-rate) */
 	struct launch_args launch; /* timed launches (full mode) */
 };
 

@@ -66,6 +66,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		LaunchAgg:   cfg.LaunchAggSize,
 		Inflight:    cfg.EntriesSize,
 		MallocSizes: cfg.MallocSizesSize,
+		SampleRate:  uint32(cfg.SampleRate),
 	})
 	if err != nil {
 		return err

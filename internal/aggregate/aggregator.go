@@ -421,8 +421,11 @@ func kernelHistOf(v *bpfobj.ProfiLaunchVal) *KernelHist {
 	return h
 }
 
+// histOf is the latency histogram of an aggregated value. Its count is
+// the timed count, which --sample-rate scales (an estimate), not the
+// exact call count.
 func histOf(v *bpfobj.ProfiAggVal) *Hist {
-	h := &Hist{SumNs: v.DurationNs, Count: v.Count}
+	h := &Hist{SumNs: v.DurationNs, Count: v.Timed}
 	copy(h.Buckets[:], v.Buckets[:])
 	return h
 }

@@ -81,6 +81,7 @@ func (s *fakeSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 func (s *fakeSource) add(k bpfobj.ProfiAggKey, v bpfobj.ProfiAggVal) {
 	cur := s.agg[k]
 	cur.Count += v.Count
+	cur.Timed += v.Timed
 	cur.DurationNs += v.DurationNs
 	cur.Bytes += v.Bytes
 	for i := range cur.Buckets {
@@ -95,6 +96,11 @@ func (s *fakeSource) addLaunch(k bpfobj.ProfiLaunchKey, v bpfobj.ProfiLaunchVal)
 	cur.GridBlocks += v.GridBlocks
 	cur.BlockThreads += v.BlockThreads
 	cur.SharedBytes += v.SharedBytes
+	cur.Timed += v.Timed
+	cur.DurationNs += v.DurationNs
+	for i := range cur.Buckets {
+		cur.Buckets[i] += v.Buckets[i]
+	}
 	s.launch[k] = cur
 }
 
@@ -135,7 +141,7 @@ func lkey(pid uint32, stream uint64) bpfobj.ProfiLaunchKey {
 
 // aval is a value of count calls, all in bucket b, with the given sum and bytes.
 func aval(count, sumNs, bytes uint64, b int) bpfobj.ProfiAggVal {
-	v := bpfobj.ProfiAggVal{Count: count, DurationNs: sumNs, Bytes: bytes}
+	v := bpfobj.ProfiAggVal{Count: count, Timed: count, DurationNs: sumNs, Bytes: bytes} // unsampled: every call timed
 	v.Buckets[b] = count
 	return v
 }

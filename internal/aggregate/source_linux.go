@@ -28,6 +28,7 @@ func (s MapSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) 
 		for i := range cpus {
 			c := &cpus[i]
 			sum.Count += c.Count
+			sum.Timed += c.Timed
 			sum.DurationNs += c.DurationNs
 			sum.Bytes += c.Bytes
 			for b := range sum.Buckets {

@@ -10,8 +10,10 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-// Sizes are the max_entries of the sized maps (the --*-size flags).
+// Sizes are the max_entries of the sized maps (the --*-size flags) and
+// the other load-time settings.
 type Sizes struct {
+	SampleRate  uint32 // --sample-rate; 0 or 1 = every timed call
 	Aggregated  uint32 // --aggregated-size
 	LaunchAgg   uint32 // --launch-agg-size
 	Inflight    uint32 // --entries-size
@@ -42,6 +44,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	} {
 		if n > 0 {
 			spec.Maps[name].MaxEntries = n
+		}
+	}
+	if sizes.SampleRate > 1 {
+		if err := spec.Variables[ProfiVarSampleRate].Set(sizes.SampleRate); err != nil {
+			return nil, fmt.Errorf("set sample_rate: %w", err)
 		}
 	}
 	var objs Objects

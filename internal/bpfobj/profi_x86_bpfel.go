@@ -25,6 +25,7 @@ type ProfiAggKey struct {
 type ProfiAggVal struct {
 	_          structs.HostLayout
 	Count      uint64
+	Timed      uint64
 	DurationNs uint64
 	Bytes      uint64
 	Buckets    [14]uint64
@@ -69,7 +70,7 @@ type ProfiInflightCall struct {
 	Op      uint32
 	Kind    uint32
 	Depth   uint32
-	Pad     uint32
+	Sampled uint32
 	Launch  struct {
 		_            structs.HostLayout
 		Func         uint64
@@ -197,6 +198,7 @@ const (
 	ProfiProgNameEntry      = "name_entry"
 	ProfiProgTimedEntry     = "timed_entry"
 	ProfiProgTimedReturn    = "timed_return"
+	ProfiVarSampleRate      = "sample_rate"
 	ProfiVarUnusedDrop      = "unused_drop"
 	ProfiVarUnusedNameEvent = "unused_name_event"
 	ProfiVarUnusedNameKind  = "unused_name_kind"
@@ -272,6 +274,7 @@ type ProfiMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
+	SampleRate      *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop      *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
 	UnusedNameKind  *ebpf.VariableSpec `ebpf:"unused_name_kind"`
@@ -331,6 +334,7 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
+	SampleRate      *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop      *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
 	UnusedNameKind  *ebpf.Variable `ebpf:"unused_name_kind"`

@@ -846,9 +846,6 @@ func (c *Config) Unsupported() []string {
 	if c.NCCLHangTimeout != 60*time.Second && c.NCCLHangTimeout != 0 {
 		add("--nccl-hang-timeout=%d is not yet supported (NCCL hang detection is not implemented)", int64(c.NCCLHangTimeout/time.Second))
 	}
-	if c.SampleRate != 1 {
-		add("--sample-rate=%d is not yet supported (only 1, no sampling)", c.SampleRate)
-	}
 	if c.DetailedLaunches {
 		add("--detailed-launches is not yet supported (per-launch events are not implemented)")
 	}

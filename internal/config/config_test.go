@@ -733,7 +733,7 @@ func TestUnsupported(t *testing.T) {
 		{"disable-nvml", []string{"--disable-nvml"}, nil, nil},
 		{"nccl-hang-timeout", []string{"--nccl-hang-timeout=30"}, nil, []string{"--nccl-hang-timeout=30 is not yet supported"}},
 		{"nccl-hang-timeout 0 (detection off) is honoured", []string{"--nccl-hang-timeout=0"}, nil, nil},
-		{"sample-rate", []string{"--sample-rate=4"}, nil, []string{"--sample-rate=4 is not yet supported"}},
+		{"sample-rate", []string{"--sample-rate=4"}, nil, nil},
 		{"detailed-launches", []string{"--detailed-launches"}, nil, []string{"--detailed-launches is not yet supported"}},
 		{"otlp flag", []string{"--otlp-endpoint=http://c:4317"}, nil, []string{"OTLP push is not yet supported"}},
 		{"otlp env", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []string{"OTLP push is not yet supported"}},

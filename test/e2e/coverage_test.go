@@ -1,9 +1,15 @@
 package e2e
 
 import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -47,4 +53,115 @@ func TestFullModeNamesProcessStartedBefore(t *testing.T) {
 	waitAttached(t, a, w.PID)
 	gt := runPhase(t, w)
 	requireExact(t, a, expectedFor(m, []*testutil.GroundTruth{gt}), w.PID)
+}
+
+// --sample-rate N: calls and bytes stay exact; only latency is sampled, at
+// random, and scaled by N in BPF, so each histogram count estimates the
+// call count within the binomial bound (6 standard deviations).
+func TestSampling(t *testing.T) {
+	const n = 4
+	a := startAgent(t, "--sample-rate", strconv.Itoa(n))
+	w := startWorkload(t, fixtures.Workload, defaultArgs)
+	waitAttached(t, a, w.PID)
+	gt := runPhase(t, w)
+
+	want := expected([]*testutil.GroundTruth{gt})
+	hist := values{}
+	for k, v := range want {
+		if strings.HasPrefix(k, "profi_cuda_duration_") {
+			hist[k] = v
+			delete(want, k)
+		}
+	}
+	mfs := requireExactExcept(t, a, want, []int{w.PID}, hist)
+	got := observed(mfs, w.PID)
+	sampled := false
+	for k, calls := range hist {
+		sampled = sampled || got[k] != calls
+		est := got[k]
+		bound := 6 * math.Sqrt(calls*(n-1))
+		if math.Mod(est, n) != 0 || math.Abs(est-calls) > bound {
+			t.Errorf("%s: estimate %v for %v calls: not a multiple of %d or beyond ±%.0f", k, est, calls, n, bound)
+		}
+	}
+	if !sampled {
+		t.Error("every latency count equals its call count: nothing was sampled")
+	}
+}
+
+// Caps never misattribute: streams beyond --max-streams-per-pid and kernels
+// beyond --max-kernels-per-pid go to "other", every admitted series holds
+// exactly its own count, and the totals are unchanged.
+func TestCardinalityCaps(t *testing.T) {
+	a := startAgent(t, "--kernel-mode", "full", "--max-streams-per-pid", "2", "--max-kernels-per-pid", "3")
+	w := startWorkload(t, fixtures.Workload, mixArgs)
+	waitAttached(t, a, w.PID)
+	gt := runPhase(t, w)
+	pid := strconv.Itoa(w.PID)
+
+	err := testutil.Eventually(15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		// Kernels: at most 3 names, each exact; "other" holds the rest.
+		wantByKernel := map[string]float64{}
+		var total float64
+		for raw, c := range gt.LaunchesByKernel {
+			wantByKernel[kernelLabel(raw)] += float64(c)
+			total += float64(c)
+		}
+		named, sum := 0, 0.0
+		for _, s := range testutil.Samples(mfs["profi_cuda_kernel_launches_total"]) {
+			if s.Labels["pid"] != pid {
+				continue
+			}
+			sum += s.Value
+			if k := s.Labels["kernel"]; k != "other" {
+				named++
+				if s.Value != wantByKernel[k] {
+					return fmt.Errorf("kernel %s: %v launches, want %v", k, s.Value, wantByKernel[k])
+				}
+			}
+		}
+		if named != 3 || sum != total {
+			return fmt.Errorf("%d named kernels (want 3), %v launches in all (want %v)", named, sum, total)
+		}
+		// Streams: per operation, default + at most 2 handles + other; totals exact.
+		for fn, byStream := range gt.CallsByStream {
+			p, ok := defaultMode.probed()[fn]
+			if !ok {
+				continue
+			}
+			op := bpfobj.OpName(uint32(p.Op))
+			var want, got float64
+			for _, c := range byStream {
+				want += float64(c)
+			}
+			handles := map[string]bool{}
+			for _, s := range testutil.Samples(mfs["profi_cuda_calls_total"]) {
+				if s.Labels["pid"] != pid || s.Labels["operation"] != op {
+					continue
+				}
+				got += s.Value
+				switch st := s.Labels["stream"]; st {
+				case "other":
+				default:
+					if st != "default" {
+						handles[st] = true
+					}
+					if float64(byStream[st]) != s.Value {
+						return fmt.Errorf("%s stream %s: %v calls, want %v", op, st, s.Value, byStream[st])
+					}
+				}
+			}
+			if len(handles) > 2 || got != want {
+				return fmt.Errorf("%s: %d stream handles (cap 2), %v calls (want %v)", op, len(handles), got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -230,13 +230,24 @@ func diff(want, got values) string {
 // never does.
 func requireExact(t *testing.T, a *testutil.Agent, want values, pids ...int) map[string]*dto.MetricFamily {
 	t.Helper()
+	return requireExactExcept(t, a, want, pids, nil)
+}
+
+// requireExactExcept is requireExact, ignoring the keys in skip (checked
+// otherwise by the caller).
+func requireExactExcept(t *testing.T, a *testutil.Agent, want values, pids []int, skip values) map[string]*dto.MetricFamily {
+	t.Helper()
 	var mfs map[string]*dto.MetricFamily
 	err := testutil.Eventually(15*time.Second, func() error {
 		var err error
 		if mfs, err = a.Metrics(); err != nil {
 			return err
 		}
-		if d := diff(want, observed(mfs, pids...)); d != "" {
+		got := observed(mfs, pids...)
+		for k := range skip {
+			delete(got, k)
+		}
+		if d := diff(want, got); d != "" {
 			return fmt.Errorf("metrics differ from ground truth:\n%s", d)
 		}
 		return nil
