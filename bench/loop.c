@@ -3,22 +3,37 @@
 /* (The constraint above keeps the go tool from taking this for cgo source.)
  *
  * Driver of the overhead benchmark (bench/overhead_test.go, which builds it
- * with gcc; never commit the binary). Calls one stub CUDA Runtime function
- * CALLS times through the PLT, after WARMUP untimed calls that resolve the
- * PLT slot and fault the pages in, and prints
+ * with gcc; never commit the binary). Calls one stub CUDA function CALLS
+ * times through the PLT, after WARMUP untimed calls that resolve the PLT
+ * slots and fault the pages in. The functions:
+ *
+ *   cudaLaunchKernel  runtime launch; the stub runtime launches through
+ *                     cuLaunchKernel in the stub driver, as the real one does
+ *   cuLaunchKernel    driver launch, called directly (no runtime on the path)
+ *   cudaMemcpyAsync   runtime copy, timed by profi in every mode
+ *
+ * The loop first prints
+ *
+ *   ready pid=PID
+ *
+ * and waits for a line on stdin, so that the benchmark can attach its probes
+ * to this very process (as profi's discovery does for running processes).
+ * Then it runs the warm-up and the timed calls and prints
  *
  *   pid=PID calls=CALLS warmup=WARMUP elapsed_ns=NS
  *
  * where NS covers the CALLS timed calls only. Exits 1 if any call fails, so
- * a broken stub cannot pass for a fast one.
+ * a broken stub cannot pass for a fast one, and 3 if stdin ends before the
+ * go-ahead line.
  *
- * Usage: loop cudaLaunchKernel|cudaMemcpyAsync CALLS WARMUP */
+ * Usage: loop cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync CALLS WARMUP */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_drv_stub.h"
 #include "cuda_stub.h"
 
 static void kernel(void) {}
@@ -30,6 +45,16 @@ static long calls_launch(long n)
 
 	for (long i = 0; i < n; i++)
 		failed += cudaLaunchKernel((const void *)kernel, grid, block, NULL, 0, NULL) != cudaSuccess;
+	return failed;
+}
+
+static long calls_cu_launch(long n)
+{
+	CUfunction f = (CUfunction)(void *)kernel; /* the stub driver only checks non-NULL */
+	long failed = 0;
+
+	for (long i = 0; i < n; i++)
+		failed += cuLaunchKernel(f, 2, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS;
 	return failed;
 }
 
@@ -53,19 +78,28 @@ static long long now_ns(void)
 
 int main(int argc, char **argv)
 {
-	long (*run)(long);
+	static const struct {
+		const char *name;
+		long (*run)(long);
+	} fns[] = {
+		{"cudaLaunchKernel", calls_launch},
+		{"cuLaunchKernel", calls_cu_launch},
+		{"cudaMemcpyAsync", calls_memcpy_async},
+	};
+	long (*run)(long) = NULL;
 	long calls, warmup, failed;
 	long long t0, t1;
+	char line[16];
 
 	if (argc != 4) {
-		fprintf(stderr, "usage: %s cudaLaunchKernel|cudaMemcpyAsync CALLS WARMUP\n", argv[0]);
+		fprintf(stderr, "usage: %s cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync CALLS WARMUP\n",
+			argv[0]);
 		return 2;
 	}
-	if (strcmp(argv[1], "cudaLaunchKernel") == 0) {
-		run = calls_launch;
-	} else if (strcmp(argv[1], "cudaMemcpyAsync") == 0) {
-		run = calls_memcpy_async;
-	} else {
+	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		if (strcmp(argv[1], fns[i].name) == 0)
+			run = fns[i].run;
+	if (!run) {
 		fprintf(stderr, "unknown function %s\n", argv[1]);
 		return 2;
 	}
@@ -74,6 +108,13 @@ int main(int argc, char **argv)
 	if (calls <= 0 || warmup < 0) {
 		fprintf(stderr, "CALLS must be > 0 and WARMUP >= 0\n");
 		return 2;
+	}
+
+	printf("ready pid=%d\n", (int)getpid());
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin)) {
+		fprintf(stderr, "stdin closed before the go-ahead\n");
+		return 3;
 	}
 
 	failed = run(warmup);

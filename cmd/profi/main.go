@@ -113,6 +113,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Attach:       attacher.Counters,
 		Started:      started,
 		NameFailures: names.Failures,
+		MapCapacity: map[string]uint32{
+			"aggregated": objs.Aggregated.MaxEntries(),
+			"launch_agg": objs.LaunchAgg.MaxEntries(),
+		},
 	}))
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -208,6 +208,10 @@ func (a *Aggregator) Drain() error {
 	}
 
 	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, Drops: drops}
+	for _, d := range byPID {
+		snap.AggregatedKeys += len(d.agg)
+		snap.LaunchKeys += len(d.launch)
+	}
 	dead := map[uint32]bool{}
 	pids := make([]int, 0, len(byPID))
 	for pid := range byPID {

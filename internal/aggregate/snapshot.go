@@ -123,6 +123,8 @@ type Snapshot struct {
 	Hists     map[HistKey]*Hist
 	// KernelHists are the launch latency histograms (full mode).
 	KernelHists map[KernelHistKey]*KernelHist
+	// AggregatedKeys and LaunchKeys are the entries of those maps (fill level).
+	AggregatedKeys, LaunchKeys int
 	// Drops are the BPF drop counters, indexed by bpfobj.Drop.
 	Drops [bpfobj.NumDrops]uint64
 	// RingDropRate is events ring-buffer drops per second since the previous drain.

@@ -34,6 +34,8 @@ type Data struct {
 	Started  time.Time
 	// NameFailures returns kernel name resolve failures by reason; may be nil.
 	NameFailures func() map[string]uint64
+	// MapCapacity is max_entries of the aggregation maps, by map label.
+	MapCapacity map[string]uint32
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -48,6 +50,7 @@ type Collector struct {
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
 	scanProblems                                  *prometheus.Desc
 	memset, mallocHost                            *prometheus.Desc
+	mapEntries, mapCapacity                       *prometheus.Desc
 	kBucket, kSum, kCount, kHist, nameFailures    *prometheus.Desc
 }
 
@@ -87,6 +90,8 @@ func New(data Data) *Collector {
 		kSum:         d("profi_cuda_kernel_duration_sum_seconds_total", "Sum of kernel launch-call latencies, seconds (full mode)."+hostSide, kHistLabels, nil),
 		kCount:       d("profi_cuda_kernel_duration_count_total", "Number of timed kernel launches (full mode)."+hostSide, kHistLabels, nil),
 		kHist:        d("profi_cuda_kernel_duration_seconds", "Kernel launch-call latency (full mode)."+hostSide, kHistLabels, nil),
+		mapEntries:   d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
+		mapCapacity:  d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
 		nameFailures: d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
 		scanProblems: d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
 		series:       d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
@@ -99,7 +104,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
-		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures,
+		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures, c.mapEntries, c.mapCapacity,
 	} {
 		ch <- d
 	}
@@ -230,6 +235,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
 
+	gauge(c.mapEntries, float64(s.AggregatedKeys), "aggregated")
+	gauge(c.mapEntries, float64(s.LaunchKeys), "launch_agg")
+	for name, n := range c.data.MapCapacity {
+		gauge(c.mapCapacity, float64(n), name)
+	}
 	counter(c.ringDrops, s.Drops[bpfobj.DropEventsRing])
 	gauge(c.ringDropRate, s.RingDropRate)
 	counter(c.cardDrops, s.CardinalityDrops)
