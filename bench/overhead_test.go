@@ -3,12 +3,14 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,53 +24,96 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
 // Run sizes. Probed calls trap into the kernel (5-30 µs each on our VMs),
 // so probed runs are short; unprobed runs are long enough to time ~3 ns calls.
 var (
-	flagReps     = flag.Int("overhead.reps", 5, "runs of each configuration (interleaved)")
-	flagProbed   = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe attached")
-	flagUnprobed = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run without a probe")
-	flagWarmup   = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
+	flagReps      = flag.Int("overhead.reps", 5, "runs of each configuration (interleaved)")
+	flagProbed    = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe on the call path")
+	flagUnprobed  = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run with no probe on the call path")
+	flagWarmup    = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
+	flagPIDFilter = flag.Bool("overhead.pid-filter", false,
+		"attach every probe with the loop's PID as uprobe filter (profi --pid); default: none, as profi runs by default")
 )
 
-// The stub functions measured: one entry-only (anonymous launches) and one
-// timed (entry + return).
+// The functions bench/loop.c calls.
 const (
-	fnLaunch = "cudaLaunchKernel"
-	fnTimed  = "cudaMemcpyAsync"
-	opTimed  = bpfobj.OpCudaMemcpyAsync
+	fnLaunch   = "cudaLaunchKernel" // runtime launch: enters cuLaunchKernel below it
+	fnCuLaunch = "cuLaunchKernel"   // driver launch, called directly
+	fnTimed    = "cudaMemcpyAsync"  // timed in every kernel mode
 )
+
+// A site is a probeable function in one of the two stub libraries.
+type site struct {
+	lib discover.Library
+	sym string
+	op  bpfobj.Op
+}
+
+var (
+	siteLaunch   = site{discover.LibCudart, fnLaunch, bpfobj.OpCudaLaunchKernel}
+	siteCuLaunch = site{discover.LibCuda, fnCuLaunch, bpfobj.OpCuLaunchKernel}
+	siteTimed    = site{discover.LibCudart, fnTimed, bpfobj.OpCudaMemcpyAsync}
+)
+
+// callPath lists the probeable functions one call of each loop function
+// runs, outermost first: the runtime launch goes down into the driver.
+var callPath = map[string][]site{
+	fnLaunch:   {siteLaunch, siteCuLaunch},
+	fnCuLaunch: {siteCuLaunch},
+	fnTimed:    {siteTimed},
+}
 
 // Configuration names, also the sub-benchmark names.
 const (
-	cfgNone       = "no_probe"
-	cfgEmpty      = "empty_uprobe"
-	cfgEmptyPair  = "empty_uprobe+uretprobe"
-	cfgProfiAnon  = "profi_anonymous"
-	cfgProfiTimed = "profi_timed"
+	cfgNone      = "no_probe"
+	cfgEmpty     = "empty_uprobe" // the floor: one entry probe on the called function
+	cfgEmptyPair = "empty_uprobe+uretprobe"
+	cfgEmptyRD   = "empty_uprobe_rt+drv"           // entry probes on cudaLaunchKernel and cuLaunchKernel
+	cfgEmptyRD4  = "empty_uprobe+uretprobe_rt+drv" // entry and return probes on both
+	cfgProfi     = "profi_"                        // + kernel mode
 )
 
-// A config is one way of probing one function.
+// An emptyProbe is a probe running the floor program.
+type emptyProbe struct {
+	at  site
+	ret bool // a return probe as well
+}
+
+// A config is one way of probing one loop function.
 type config struct {
 	fn    string
 	name  string
-	traps int                                  // uprobe traps per call (0, 1 or 2)
-	progs func() (entry, ret *ebpf.Program)    // nil: no probe
-	op    bpfobj.Op                            // BPF cookie
-	check func(pid uint32, calls uint64) error // exact-count check; nil: none
-	ns    []float64                            // ns per call, one per run
+	traps int          // uprobe traps per call; checked against what was attached
+	empty []emptyProbe // floor-program probes
+	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
+	ns    []float64    // ns per call, one per run
+}
+
+func (c *config) probed() bool { return c.traps > 0 }
+
+// bench is what every run shares.
+type bench struct {
+	loop  string
+	libs  map[discover.Library]string // the loop's private library copies (real paths)
+	exes  map[discover.Library]*link.Executable
+	objs  *bpfobj.Objects
+	empty *ebpf.Program
 }
 
 // BenchmarkOverhead measures ns per call of stub CUDA functions called in a
-// tight loop by a separate process, with no probe, with an empty uprobe (the
-// floor: a BPF program that only returns 0) and with profi's programs
-// attached as the attacher attaches them. All configurations run
-// interleaved in one run, so drift hits them alike; ratios are taken within
-// the run. Each sub-benchmark reports ns/op = median ns per stub call.
+// tight loop by a separate process: with no probe, with an empty uprobe
+// (the floor: a BPF program that only returns 0) on the called function,
+// with empty probes at the sites profi probes, and with profi attached by
+// its own attach.Attacher in each kernel mode, runtime→driver guard
+// included. All configurations run interleaved in one run, so drift hits
+// them alike; ratios are taken within the run. Each sub-benchmark reports
+// ns/op = median ns per stub call.
 //
 //	sudo go test -run '^$' -bench Overhead -benchtime 1x ./bench/
 func BenchmarkOverhead(b *testing.B) {
@@ -77,14 +122,16 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatal("-overhead.* flags must be positive")
 	}
 	dir := b.TempDir()
-	lib, loop := buildLoop(b, dir)
+	bc := &bench{exes: map[discover.Library]*link.Executable{}}
+	bc.loop, bc.libs = buildLoop(b, dir)
 
 	objs, err := bpfobj.Load(bpfobj.Sizes{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer objs.Close()
-	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+	bc.objs = objs
+	bc.empty, err = ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "bench_empty",
 		Type:         ebpf.Kprobe, // uprobes are kprobe-type programs
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
@@ -93,32 +140,39 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatalf("load empty program: %v", err)
 	}
-	defer empty.Close()
-	ex, err := link.OpenExecutable(lib)
-	if err != nil {
-		b.Fatal(err)
+	defer bc.empty.Close()
+	for lib, path := range bc.libs {
+		if bc.exes[lib], err = link.OpenExecutable(path); err != nil {
+			b.Fatal(err)
+		}
 	}
 
-	emptyEntry := func() (*ebpf.Program, *ebpf.Program) { return empty, nil }
-	emptyPair := func() (*ebpf.Program, *ebpf.Program) { return empty, empty }
+	entry := func(s site) []emptyProbe { return []emptyProbe{{at: s}} }
+	pair := func(s site) []emptyProbe { return []emptyProbe{{at: s, ret: true}} }
 	configs := []*config{
 		{fn: fnLaunch, name: cfgNone},
-		{fn: fnLaunch, name: cfgEmpty, traps: 1, progs: emptyEntry, op: bpfobj.OpCudaLaunchKernel},
-		{fn: fnLaunch, name: cfgProfiAnon, traps: 1, op: bpfobj.OpCudaLaunchKernel,
-			progs: func() (*ebpf.Program, *ebpf.Program) { return objs.LaunchEntry, nil },
-			check: func(pid uint32, calls uint64) error { return checkLaunches(objs, pid, calls) }},
+		{fn: fnLaunch, name: cfgEmpty, traps: 1, empty: entry(siteLaunch)},
+		{fn: fnLaunch, name: cfgEmptyRD, traps: 2, empty: []emptyProbe{{at: siteLaunch}, {at: siteCuLaunch}}},
+		{fn: fnLaunch, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteLaunch, ret: true}, {at: siteCuLaunch, ret: true}}},
+		{fn: fnLaunch, name: cfgProfi + attach.KernelModeOff, mode: attach.KernelModeOff},
+		{fn: fnLaunch, name: cfgProfi + attach.KernelModeAnonymous, traps: 2, mode: attach.KernelModeAnonymous},
+		{fn: fnLaunch, name: cfgProfi + attach.KernelModeFull, traps: 4, mode: attach.KernelModeFull},
+		{fn: fnCuLaunch, name: cfgNone},
+		{fn: fnCuLaunch, name: cfgEmpty, traps: 1, empty: entry(siteCuLaunch)},
+		{fn: fnCuLaunch, name: cfgEmptyPair, traps: 2, empty: pair(siteCuLaunch)},
+		{fn: fnCuLaunch, name: cfgProfi + attach.KernelModeAnonymous, traps: 1, mode: attach.KernelModeAnonymous},
+		{fn: fnCuLaunch, name: cfgProfi + attach.KernelModeFull, traps: 2, mode: attach.KernelModeFull},
 		{fn: fnTimed, name: cfgNone},
-		{fn: fnTimed, name: cfgEmpty, traps: 1, progs: emptyEntry, op: opTimed},
-		{fn: fnTimed, name: cfgEmptyPair, traps: 2, progs: emptyPair, op: opTimed},
-		{fn: fnTimed, name: cfgProfiTimed, traps: 2, op: opTimed,
-			progs: func() (*ebpf.Program, *ebpf.Program) { return objs.TimedEntry, objs.TimedReturn },
-			check: func(pid uint32, calls uint64) error { return checkTimed(objs, pid, calls) }},
+		{fn: fnTimed, name: cfgEmpty, traps: 1, empty: entry(siteTimed)},
+		{fn: fnTimed, name: cfgEmptyPair, traps: 2, empty: pair(siteTimed)},
+		// Timed in every mode; attached with the default mode.
+		{fn: fnTimed, name: cfgProfi + attach.KernelModeAnonymous, traps: 2, mode: attach.KernelModeAnonymous},
 	}
 
-	printMachine(lib)
+	printMachine(bc.libs)
 	for rep := 0; rep < *flagReps; rep++ {
 		for _, c := range configs {
-			ns, err := measure(ex, loop, c)
+			ns, err := bc.measure(c)
 			if err != nil {
 				b.Fatalf("%s/%s, run %d: %v", c.fn, c.name, rep+1, err)
 			}
@@ -126,57 +180,77 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 
-	find := func(fn, name string) *config {
+	find := func(fn string, match func(*config) bool) *config {
 		for _, c := range configs {
-			if c.fn == fn && c.name == name {
+			if c.fn == fn && match(c) {
 				return c
 			}
 		}
 		return nil
 	}
-	fmt.Printf("\n| Function | Configuration | Traps | ns/call min | ns/call median | × floor (median) | × floor (min) | × no probe (median) | × empty entry+return (median) |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|\n")
-	for _, c := range configs {
-		floor, none := find(c.fn, cfgEmpty), find(c.fn, cfgNone)
-		mn, med := slices.Min(c.ns), median(c.ns)
-		pair := "—"
-		if p := find(c.fn, cfgEmptyPair); p != nil && c.traps == 2 {
-			pair = fmtRatio(med / median(p.ns))
+	// sameTraps is the empty-program configuration with the same probes as c.
+	sameTraps := func(c *config) *config {
+		if !c.probed() {
+			return nil
 		}
-		fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", c.fn, c.name, c.traps,
-			fmtNs(mn), fmtNs(med), fmtRatio(med/median(floor.ns)), fmtRatio(mn/slices.Min(floor.ns)),
-			fmtRatio(med/median(none.ns)), pair)
+		return find(c.fn, func(e *config) bool { return e.empty != nil && e.traps == c.traps })
 	}
-	fmt.Printf("\nfloor = %s on the same function; runs per configuration: %d (interleaved); "+
-		"calls per run: %d probed, %d unprobed\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed)
+	floorOf := func(c *config) *config { return find(c.fn, func(e *config) bool { return e.name == cfgEmpty }) }
+	noneOf := func(c *config) *config { return find(c.fn, func(e *config) bool { return e.name == cfgNone }) }
+
+	fmt.Printf("\n| Function | Configuration | Kernel mode | Traps/call | ns/call min | ns/call median | × floor (median) | × floor (min) | × no probe (median) | × empty, same traps (median) | ns per trap (median) |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range configs {
-		fmt.Printf("  %s/%s ns/call per run: %s\n", c.fn, c.name, fmtRuns(c.ns))
+		floor, none := floorOf(c), noneOf(c)
+		mn, med := slices.Min(c.ns), median(c.ns)
+		same, perTrap, mode := "—", "—", "—"
+		if e := sameTraps(c); e != nil {
+			same = fmtRatio(med / median(e.ns))
+		}
+		if c.probed() {
+			perTrap = fmtNs((med - median(none.ns)) / float64(c.traps))
+		}
+		if c.mode != "" {
+			mode = c.mode
+		}
+		fmt.Printf("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.fn, c.name, mode, c.traps,
+			fmtNs(mn), fmtNs(med), fmtRatio(med/median(floor.ns)), fmtRatio(mn/slices.Min(floor.ns)),
+			fmtRatio(med/median(none.ns)), same, perTrap)
+	}
+	fmt.Printf("\nfloor = %s on the called function; runs per configuration: %d (interleaved); "+
+		"calls per run: %d probed, %d unprobed; PID filter: %v\n",
+		cfgEmpty, *flagReps, *flagProbed, *flagUnprobed, *flagPIDFilter)
+	for _, c := range configs {
+		fmt.Printf("  %-48s %s\n", c.fn+"/"+c.name, fmtRuns(c.ns))
 	}
 	fmt.Println()
 
 	// The same numbers as benchmark results (benchstat-friendly).
 	for _, c := range configs {
-		floor, none, pair := find(c.fn, cfgEmpty), find(c.fn, cfgNone), find(c.fn, cfgEmptyPair)
+		floor, none, same := floorOf(c), noneOf(c), sameTraps(c)
 		b.Run(c.fn+"/"+c.name, func(b *testing.B) {
 			med := median(c.ns)
 			b.ReportMetric(med, "ns/op") // one op = one stub call
 			b.ReportMetric(slices.Min(c.ns), "min-ns/call")
+			b.ReportMetric(float64(c.traps), "traps/call")
 			b.ReportMetric(med/median(floor.ns), "x_floor")
 			b.ReportMetric(med/median(none.ns), "x_noprobe")
-			if pair != nil {
-				b.ReportMetric(med/median(pair.ns), "x_empty_pair")
+			if same != nil {
+				b.ReportMetric(med/median(same.ns), "x_empty_same")
 			}
 		})
 	}
 }
 
-// buildLoop builds the stub library and bench/loop.c into dir. The loop
-// links against a private copy of the stub whose file is not named
-// libcudart.so*, reached through a libcudart.so.12 symlink: the private
-// inode keeps other uprobes on the shared fixtures off it, and the name in
-// /proc/PID/maps keeps any profi agent running on this host (other tests)
-// from discovering and probing the loop.
-func buildLoop(b *testing.B, dir string) (lib, loop string) {
+// buildLoop builds the stubs and bench/loop.c into dir. The loop links
+// against private copies of both stubs whose files are not named
+// libcudart.so* / libcuda.so*, reached through libcudart.so.12 and
+// libcuda.so.1 symlinks: the private inodes keep other uprobes on the
+// shared fixtures off them, and the names in /proc/PID/maps keep any profi
+// agent running on this host (other tests) from discovering and probing
+// the loop. The loop links libcuda.so.1 itself, so the copy of libcudart
+// finds the driver already loaded instead of the fixture its RUNPATH names.
+func buildLoop(b *testing.B, dir string) (loop string, libs map[discover.Library]string) {
 	b.Helper()
 	fx, err := testutil.BuildFixtures(filepath.Join(dir, "fixtures"))
 	if errors.Is(err, testutil.ErrNoCompiler) {
@@ -190,24 +264,36 @@ func buildLoop(b *testing.B, dir string) (lib, loop string) {
 		b.Fatal(err)
 	}
 	libDir := filepath.Join(dir, "lib")
-	lib = filepath.Join(libDir, "libprofibench-stub.so")
 	if err := os.MkdirAll(libDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	if err := copyFile(fx.Cudart, lib); err != nil {
+	if libDir, err = filepath.EvalSymlinks(libDir); err != nil { // the path /proc/PID/maps shows
 		b.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Base(lib), filepath.Join(libDir, "libcudart.so.12")); err != nil {
-		b.Fatal(err)
+	libs = map[discover.Library]string{}
+	for _, l := range []struct {
+		lib             discover.Library
+		from, priv, alt string
+	}{
+		{discover.LibCudart, fx.Cudart, "libprofibench-rt.so", "libcudart.so.12"},
+		{discover.LibCuda, fx.Cuda, "libprofibench-drv.so", "libcuda.so.1"},
+	} {
+		libs[l.lib] = filepath.Join(libDir, l.priv)
+		if err := copyFile(l.from, libs[l.lib]); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Symlink(l.priv, filepath.Join(libDir, l.alt)); err != nil {
+			b.Fatal(err)
+		}
 	}
 	loop = filepath.Join(dir, "loop")
 	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror",
 		"-I"+filepath.Join(root, "test", "stubs"), "-o", loop, filepath.Join(root, "bench", "loop.c"),
-		"-L"+libDir, "-l:libcudart.so.12", "-Wl,-rpath,"+libDir)
+		"-L"+libDir, "-l:libcudart.so.12", "-l:libcuda.so.1", "-Wl,-rpath,"+libDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
-	return lib, loop
+	return loop, libs
 }
 
 func copyFile(from, to string) error {
@@ -227,114 +313,344 @@ func copyFile(from, to string) error {
 	return dst.Close()
 }
 
-// measure attaches c's programs (return probe first, cookie = op, as the
-// attacher does), runs the loop once, detaches, checks exact counts when c
-// has a check, and returns ns per call.
-func measure(ex *link.Executable, loop string, c *config) (float64, error) {
+// measure starts the loop, attaches c's probes to it while it waits,
+// lets it run, checks that the traps per call are c's and, for profi,
+// that the BPF maps counted exactly its calls, detaches, and returns ns
+// per call.
+func (bc *bench) measure(c *config) (ns float64, err error) {
 	calls := *flagUnprobed
-	var links []link.Link
+	if c.probed() {
+		calls = *flagProbed
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bc.loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	waited := false
 	defer func() {
-		for _, l := range links {
-			l.Close()
+		if !waited {
+			stdin.Close() // the loop exits when stdin ends before the go-ahead
+			cmd.Process.Kill()
+			cmd.Wait()
 		}
 	}()
-	if c.progs != nil {
-		calls = *flagProbed
-		entry, ret := c.progs()
-		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(c.op, 1)}
-		if ret != nil {
-			l, err := ex.Uretprobe(c.fn, ret, opts)
-			if err != nil {
-				return 0, fmt.Errorf("attach return probe: %w", err)
-			}
-			links = append(links, l)
-		}
-		l, err := ex.Uprobe(c.fn, entry, opts)
-		if err != nil {
-			return 0, fmt.Errorf("attach probe: %w", err)
-		}
-		links = append(links, l)
+	out := bufio.NewReader(stdout)
+	var pid int
+	if line, err := out.ReadString('\n'); err != nil {
+		return 0, fmt.Errorf("loop did not start: %v\n%s", err, stderr.String())
+	} else if _, err := fmt.Sscanf(line, "ready pid=%d\n", &pid); err != nil || pid != cmd.Process.Pid {
+		return 0, fmt.Errorf("unexpected loop output %q (%v)", line, err)
 	}
 
-	var stderr bytes.Buffer
-	cmd := exec.Command(loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	detach, traps, err := bc.attach(c, pid)
+	defer detach()
+	if err != nil {
+		return 0, err
+	}
+	if traps != c.traps {
+		return 0, fmt.Errorf("the probes attached trap %d times per call, the configuration says %d", traps, c.traps)
+	}
+	before, err := bc.drops()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		return 0, err
+	}
+	stdin.Close()
+	rest, err := io.ReadAll(out)
+	if err != nil {
+		return 0, err
+	}
+	err = cmd.Wait()
+	waited = true
 	if err != nil {
 		return 0, fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, stderr.String())
 	}
-	var pid uint32
-	var gotCalls, warmup int
+	var gotPID, gotCalls, warmup int
 	var elapsed int64
-	if _, err := fmt.Sscanf(string(out), "pid=%d calls=%d warmup=%d elapsed_ns=%d",
-		&pid, &gotCalls, &warmup, &elapsed); err != nil || gotCalls != calls {
-		return 0, fmt.Errorf("unexpected loop output %q (%v)", out, err)
+	if _, err := fmt.Sscanf(string(rest), "pid=%d calls=%d warmup=%d elapsed_ns=%d",
+		&gotPID, &gotCalls, &warmup, &elapsed); err != nil || gotPID != pid || gotCalls != calls {
+		return 0, fmt.Errorf("unexpected loop output %q (%v)", rest, err)
 	}
-	if c.check != nil {
-		if err := c.check(pid, uint64(calls+warmup)); err != nil {
+	if c.mode != "" {
+		after, err := bc.drops()
+		if err != nil {
+			return 0, err
+		}
+		if err := bc.checkCounts(c, uint32(pid), uint64(calls+warmup), before, after); err != nil {
 			return 0, fmt.Errorf("profi's counts are not exact, so the run measured something else: %w", err)
 		}
 	}
 	return float64(elapsed) / float64(calls), nil
 }
 
-// checkLaunches verifies that launch_entry counted exactly calls launches of pid.
-func checkLaunches(objs *bpfobj.Objects, pid uint32, calls uint64) error {
-	var (
-		key  bpfobj.ProfiLaunchKey
-		vals []bpfobj.ProfiLaunchVal
-		got  uint64
-	)
-	it := objs.LaunchAgg.Iterate()
-	for it.Next(&key, &vals) {
-		if key.Pid == pid {
-			for _, v := range vals {
-				got += v.Count
-			}
+// attach attaches c's probes to the loop process pid and returns how to
+// detach them and how many uprobe traps one call of c.fn now costs.
+func (bc *bench) attach(c *config, pid int) (detach func(), traps int, err error) {
+	filter := 0
+	if *flagPIDFilter {
+		filter = pid
+	}
+	if c.mode != "" {
+		return bc.attachProfi(c, pid, filter)
+	}
+	var links []link.Link
+	detach = func() {
+		for i := len(links) - 1; i >= 0; i-- { // as the attacher: entries before returns
+			links[i].Close()
 		}
 	}
-	if err := it.Err(); err != nil {
-		return err
+	for _, e := range c.empty {
+		opts := &link.UprobeOptions{PID: filter, Cookie: bpfobj.Cookie(e.at.op, 1)}
+		if e.ret { // return probe first, as the attacher does
+			l, err := bc.exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
+			if err != nil {
+				return detach, 0, fmt.Errorf("attach return probe %s: %w", e.at.sym, err)
+			}
+			links = append(links, l)
+			traps++
+		}
+		l, err := bc.exes[e.at.lib].Uprobe(e.at.sym, bc.empty, opts)
+		if err != nil {
+			return detach, 0, fmt.Errorf("attach probe %s: %w", e.at.sym, err)
+		}
+		links = append(links, l)
+		traps++
 	}
-	if got != calls {
-		return fmt.Errorf("launch_agg counted %d launches of pid %d, want %d", got, pid, calls)
-	}
-	return nil
+	return detach, traps, nil
 }
 
-// checkTimed verifies that timed_entry/timed_return counted exactly calls
-// timed calls of pid, all with a latency in the histogram.
-func checkTimed(objs *bpfobj.Objects, pid uint32, calls uint64) error {
-	var (
-		key            bpfobj.ProfiAggKey
-		vals           []bpfobj.ProfiAggVal
-		count, buckets uint64
-	)
-	it := objs.Aggregated.Iterate()
-	for it.Next(&key, &vals) {
-		if key.Pid == pid {
-			for _, v := range vals {
-				count += v.Count
-				for _, n := range v.Buckets {
-					buckets += n
+// attachProfi attaches profi to the loop as the agent does: an
+// attach.Attacher with the kernel mode and the default probe profile,
+// synced with the targets of a discovery pass over the loop (built here,
+// since discover does not recognise the private library names), which
+// also writes pid_files and rt_text, the runtime→driver guard's range.
+func (bc *bench) attachProfi(c *config, pid, filter int) (detach func(), traps int, err error) {
+	targets, err := bc.targets(pid)
+	if err != nil {
+		return func() {}, 0, err
+	}
+	a := attach.New(attach.Options{
+		Programs: map[string]*ebpf.Program{
+			bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
+			bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
+			bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
+			bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
+		},
+		KernelMode:  c.mode,
+		Profile:     attach.ProfileLean,
+		PID:         filter,
+		PIDFiles:    bc.objs.PidFiles,
+		RuntimeText: bc.objs.RtText,
+	})
+	// Sync(nil) detaches and takes the loop out of pid_files and rt_text.
+	detach = func() { a.Sync(nil); a.Close() }
+	a.Sync(targets)
+	cnt := a.Counters()
+	if len(cnt.Failures) > 0 || cnt.Attached[discover.LibCudart] != 1 || cnt.Attached[discover.LibCuda] != 1 {
+		return detach, 0, fmt.Errorf("attach: %d libcudart and %d libcuda files attached, failures %v, status %+v",
+			cnt.Attached[discover.LibCudart], cnt.Attached[discover.LibCuda], cnt.Failures, a.Status())
+	}
+	for _, ls := range a.Status().Attached {
+		for _, p := range ls.Probes {
+			for _, s := range callPath[c.fn] {
+				if string(s.lib) == ls.Library && s.sym == p.Symbol {
+					traps += p.Traps
 				}
 			}
 		}
 	}
+	return detach, traps, nil
+}
+
+// targets is what attach.Targets makes of a discovery scan of the loop,
+// read from /proc/PID/maps as discover's scan reads it (one mapping per
+// file, its code = the first executable mapping), with the private copies
+// standing for libcudart and libcuda. It fails if the loop maps anything
+// discover would recognise: an agent elsewhere on the host could probe it.
+func (bc *bench) targets(pid int) ([]attach.Target, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, err
+	}
+	proc := discover.Process{PID: pid}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		e, ok, err := discover.ParseMapsLine(line)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if lib, ok := discover.Classify(e.Path); ok {
+			return nil, fmt.Errorf("the loop maps %s (%s), which any profi agent on this host would probe", e.Path, lib)
+		}
+		var lib discover.Library
+		for l, path := range bc.libs {
+			if e.Path == path {
+				lib = l
+			}
+		}
+		if lib == "" {
+			continue
+		}
+		i := slices.IndexFunc(proc.Libs, func(m discover.Mapping) bool { return m.Lib == lib })
+		if i < 0 {
+			proc.Libs = append(proc.Libs, discover.Mapping{PID: pid, Lib: lib, Path: e.Path, Dev: e.Dev, Inode: e.Inode})
+			i = len(proc.Libs) - 1
+		}
+		if m := &proc.Libs[i]; e.Perms[2] == 'x' && m.TextEnd == 0 {
+			m.TextStart, m.TextEnd = e.Start, e.End
+		}
+	}
+	for _, lib := range slices.Sorted(maps.Keys(bc.libs)) {
+		i := slices.IndexFunc(proc.Libs, func(m discover.Mapping) bool { return m.Lib == lib })
+		if i < 0 || proc.Libs[i].TextEnd == 0 {
+			return nil, fmt.Errorf("the loop does not map the code of %s (%s)", bc.libs[lib], lib)
+		}
+	}
+	return attach.Targets(&discover.Result{Processes: []discover.Process{proc}}, discover.DefaultProcRoot), nil
+}
+
+// drops sums the per-CPU drop counters (global to this benchmark's BPF
+// object, which only the loop's calls reach).
+func (bc *bench) drops() ([bpfobj.NumDrops]uint64, error) {
+	var out [bpfobj.NumDrops]uint64
+	for i := range out {
+		var cpus []uint64
+		if err := bc.objs.Drops.Lookup(uint32(i), &cpus); err != nil {
+			return out, fmt.Errorf("lookup drop counter %d: %w", i, err)
+		}
+		for _, v := range cpus {
+			out[i] += v
+		}
+	}
+	return out, nil
+}
+
+// counted is what profi's maps hold for one process, by operation.
+type counted struct {
+	launches      map[bpfobj.Op]uint64 // launch_agg count
+	timedLaunches map[bpfobj.Op]uint64 // launch_agg timed (full mode)
+	calls         map[bpfobj.Op]uint64 // aggregated count
+	histogram     map[bpfobj.Op]uint64 // aggregated histogram total
+	drops         map[bpfobj.Drop]uint64
+}
+
+// checkCounts verifies that profi counted the loop's n calls exactly, and
+// nothing else: a launch once, as the outermost probed launch API (a
+// runtime launch as cudaLaunchKernel, never as cuLaunchKernel too); a
+// timed call with its latency in the histogram; the driver launch below a
+// runtime launch merged (rt_to_drv drop reason, anonymous mode) or nested
+// (nested, full mode), which also proves its probe trapped on every call.
+func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpfobj.NumDrops]uint64) error {
+	want := counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+	if c.traps > 0 {
+		outer := callPath[c.fn][0]
+		switch {
+		case c.fn == fnTimed:
+			want.calls[outer.op], want.histogram[outer.op] = n, n
+		case c.mode == attach.KernelModeAnonymous:
+			want.launches[outer.op] = n
+		case c.mode == attach.KernelModeFull: // timed launches: aggregated too
+			want.launches[outer.op], want.timedLaunches[outer.op] = n, n
+			want.calls[outer.op], want.histogram[outer.op] = n, n
+		}
+		if c.fn == fnLaunch {
+			switch c.mode {
+			case attach.KernelModeAnonymous:
+				want.drops[bpfobj.DropRuntimeToDrv] = n
+			case attach.KernelModeFull:
+				want.drops[bpfobj.DropNested] = n
+			}
+		}
+	}
+	got := counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+	var (
+		lk bpfobj.ProfiLaunchKey
+		lv []bpfobj.ProfiLaunchVal
+	)
+	it := bc.objs.LaunchAgg.Iterate()
+	for it.Next(&lk, &lv) {
+		if lk.Pid != pid {
+			continue
+		}
+		for _, v := range lv {
+			got.launches[bpfobj.Op(lk.Op)] += v.Count
+			got.timedLaunches[bpfobj.Op(lk.Op)] += v.Timed
+		}
+	}
 	if err := it.Err(); err != nil {
 		return err
 	}
-	if count != calls || buckets != calls {
-		return fmt.Errorf("aggregated counted %d calls (%d in the histogram) of pid %d, want %d",
-			count, buckets, pid, calls)
+	var (
+		ak bpfobj.ProfiAggKey
+		av []bpfobj.ProfiAggVal
+	)
+	it = bc.objs.Aggregated.Iterate()
+	for it.Next(&ak, &av) {
+		if ak.Pid != pid {
+			continue
+		}
+		for _, v := range av {
+			got.calls[bpfobj.Op(ak.Op)] += v.Count
+			for _, k := range v.Buckets {
+				got.histogram[bpfobj.Op(ak.Op)] += k
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for i := range after {
+		got.drops[bpfobj.Drop(i)] = after[i] - before[i]
+	}
+	for _, m := range []map[bpfobj.Op]uint64{got.launches, got.timedLaunches, got.calls, got.histogram} {
+		maps.DeleteFunc(m, func(_ bpfobj.Op, v uint64) bool { return v == 0 })
+	}
+	maps.DeleteFunc(got.drops, func(_ bpfobj.Drop, v uint64) bool { return v == 0 })
+	for _, m := range []struct {
+		what      string
+		got, want map[bpfobj.Op]uint64
+	}{
+		{"launch_agg count", got.launches, want.launches},
+		{"launch_agg timed", got.timedLaunches, want.timedLaunches},
+		{"aggregated count", got.calls, want.calls},
+		{"aggregated histogram", got.histogram, want.histogram},
+	} {
+		if !maps.Equal(m.got, m.want) {
+			return fmt.Errorf("%s of pid %d by operation: got %s, want %s", m.what, pid, fmtOps(m.got), fmtOps(m.want))
+		}
+	}
+	if !maps.Equal(got.drops, want.drops) {
+		return fmt.Errorf("drop counters moved by %v during the run, want %v", got.drops, want.drops)
 	}
 	return nil
+}
+
+func fmtOps(m map[bpfobj.Op]uint64) string {
+	var parts []string
+	for _, op := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", bpfobj.OpName(uint32(op)), m[op]))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
 }
 
 // printMachine prints what docs/BENCHMARK.md records about the machine and
 // the first bytes of each measured function (they decide the trap count:
 // "55" = push %rbp, emulated, one trap per probe hit).
-func printMachine(lib string) {
+func printMachine(libs map[discover.Library]string) {
 	var uts unix.Utsname
 	release := "?"
 	if unix.Uname(&uts) == nil {
@@ -350,8 +666,8 @@ func printMachine(lib string) {
 		}
 	}
 	fmt.Printf("kernel %s, %d CPUs, CPU %q, %s/%s\n", release, runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
-	for _, fn := range []string{fnLaunch, fnTimed} {
-		fmt.Printf("%s starts with: %s\n", fn, firstBytes(lib, fn, 4))
+	for _, s := range []site{siteLaunch, siteCuLaunch, siteTimed} {
+		fmt.Printf("%s (%s) starts with: %s\n", s.sym, s.lib, firstBytes(libs[s.lib], s.sym, 4))
 	}
 }
 

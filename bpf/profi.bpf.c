@@ -115,6 +115,12 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } kernel_regs SEC(".maps");
 
+/* --detailed-launches: one event per launch, besides (never instead of) launch_agg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 2 * 1024 * 1024);
+} events SEC(".maps");
+
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
 /* clang-format off */
 static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
@@ -143,6 +149,9 @@ static const u64 klat_bounds_ns[KLAT_BUCKETS - 1] = {
  */
 const volatile u32 sample_rate = 1;
 
+/* --detailed-launches. */
+const volatile bool detailed_launches = false;
+
 /* A nested driver launch follows its runtime launch within this time. */
 #define RT_TO_DRV_WINDOW_NS 50000000ULL
 
@@ -151,6 +160,7 @@ const enum op unused_op __attribute__((unused));
 const enum drop unused_drop __attribute__((unused));
 const enum name_kind unused_name_kind __attribute__((unused));
 const struct name_event unused_name_event __attribute__((unused));
+const struct launch_event unused_launch_event __attribute__((unused));
 
 static __always_inline void count_drop(u32 idx)
 {
@@ -410,6 +420,29 @@ static __always_inline void add_launch(u32 pid, u32 op, u64 func, struct launch_
 	}
 }
 
+/* Sends a launch to userspace (--detailed-launches); a full ring is counted. */
+static __always_inline void send_launch(u64 id, u32 op, u64 start, s32 err, u64 dur,
+					struct launch_args *a)
+{
+	struct launch_event *e;
+
+	if (!detailed_launches)
+		return;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_EVENTS_RING);
+		return;
+	}
+	e->ts_ns = start;
+	e->pid = id >> 32;
+	e->tid = (u32)id;
+	e->op = op;
+	e->err = err;
+	e->duration_ns = dur;
+	e->launch = *a;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* Sends a kernel name source to userspace; a full ring is counted. */
 static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 name_ptr)
 {
@@ -651,8 +684,10 @@ int timed_return(struct pt_regs *ctx)
 		break;
 	default:
 		/* Timed launches (full mode): per-kernel count, geometry and latency. */
-		if (is_runtime_launch(in.op) || is_driver_launch(in.op))
+		if (is_runtime_launch(in.op) || is_driver_launch(in.op)) {
 			add_launch(key.pid, in.op, in.launch.func, &in.launch, dur, weight);
+			send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
+		}
 		break;
 	}
 
@@ -690,6 +725,7 @@ int launch_entry(struct pt_regs *ctx)
 		mark_runtime_launch(ctx, id);
 	decode_launch(ctx, op, &a);
 	add_launch(id >> 32, op, 0, &a, 0, 0);
+	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);
 	return 0;
 }
 

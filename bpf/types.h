@@ -160,6 +160,17 @@ struct text_range {
 	u64 end;
 };
 
+/* One launch, sent on the events ring buffer with --detailed-launches. */
+struct launch_event {
+	u64 ts_ns; /* bpf_ktime_get_ns at entry */
+	u32 pid;
+	u32 tid;
+	u32 op;
+	s32 err;	 /* return code; 0 when not seen (anonymous mode) */
+	u64 duration_ns; /* host-side launch latency; 0 when not timed */
+	struct launch_args launch;
+};
+
 /* Runtime launch in progress on a thread, for the runtime->driver guard. */
 struct rt_launch {
 	u64 sp;

@@ -67,6 +67,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Inflight:    cfg.EntriesSize,
 		MallocSizes: cfg.MallocSizesSize,
 		SampleRate:  uint32(cfg.SampleRate),
+		Detailed:    cfg.DetailedLaunches,
 	})
 	if err != nil {
 		return err
@@ -94,6 +95,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 
 	names := aggregate.NewNames(cfg.ProcPath, log)
+	var events *aggregate.Events
+	if cfg.DetailedLaunches {
+		events = aggregate.NewEvents(log, func(d time.Duration) { self.EventDuration.Observe(d.Seconds()) })
+	}
 	agg := aggregate.New(aggregate.Options{
 		Source:           aggregate.MapSource{Objects: objs},
 		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
@@ -113,6 +118,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Attach:       attacher.Counters,
 		Started:      started,
 		NameFailures: names.Failures,
+		LaunchEvents: launchEventsTotal(events),
 		MapCapacity: map[string]uint32{
 			"aggregated": objs.Aggregated.MaxEntries(),
 			"launch_agg": objs.LaunchAgg.MaxEntries(),
@@ -127,7 +133,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Listen:   cfg.Listen,
 		Gatherer: reg,
 		Status: func() any {
-			return collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
+			doc := collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
+			if events != nil {
+				doc.RecentLaunches = events.Recent()
+			}
+			return doc
 		},
 		Ready: func() bool { return true }, // BPF is loaded before the server exists
 		// The main loop is healthy while drains are fresh and discovery
@@ -158,6 +168,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	})
 	g.Go(func() error { return agg.Run(ctx) })
 	g.Go(func() error { return names.Run(ctx, objs) })
+	if events != nil {
+		g.Go(func() error { return events.Run(ctx, objs.Events) })
+	}
 	g.Go(func() error { return srv.Run(ctx) })
 	if cfg.ReportInterval > 0 {
 		g.Go(func() error { return collector.Report(ctx, os.Stdout, agg.Snapshot, cfg.ReportInterval) })
@@ -165,4 +178,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("profi stopped")
 	return err
+}
+
+func launchEventsTotal(e *aggregate.Events) func() uint64 {
+	if e == nil {
+		return nil
+	}
+	return e.Total
 }

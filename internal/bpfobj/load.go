@@ -14,6 +14,7 @@ import (
 // the other load-time settings.
 type Sizes struct {
 	SampleRate  uint32 // --sample-rate; 0 or 1 = every timed call
+	Detailed    bool   // --detailed-launches: one ring-buffer event per launch
 	Aggregated  uint32 // --aggregated-size
 	LaunchAgg   uint32 // --launch-agg-size
 	Inflight    uint32 // --entries-size
@@ -49,6 +50,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if sizes.SampleRate > 1 {
 		if err := spec.Variables[ProfiVarSampleRate].Set(sizes.SampleRate); err != nil {
 			return nil, fmt.Errorf("set sample_rate: %w", err)
+		}
+	}
+	if sizes.Detailed {
+		if err := spec.Variables[ProfiVarDetailedLaunches].Set(true); err != nil {
+			return nil, fmt.Errorf("set detailed_launches: %w", err)
 		}
 	}
 	var objs Objects

@@ -81,6 +81,24 @@ type ProfiInflightCall struct {
 	}
 }
 
+type ProfiLaunchEvent struct {
+	_          structs.HostLayout
+	TsNs       uint64
+	Pid        uint32
+	Tid        uint32
+	Op         uint32
+	Err        int32
+	DurationNs uint64
+	Launch     struct {
+		_            structs.HostLayout
+		Func         uint64
+		Stream       uint64
+		GridBlocks   uint64
+		BlockThreads uint64
+		SharedBytes  uint64
+	}
+}
+
 type ProfiLaunchKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -183,26 +201,29 @@ type ProfiTextRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfiMapAggregated      = "aggregated"
-	ProfiMapDrops           = "drops"
-	ProfiMapInflight        = "inflight"
-	ProfiMapKernelRegs      = "kernel_regs"
-	ProfiMapLaunchAgg       = "launch_agg"
-	ProfiMapMallocSizes     = "malloc_sizes"
-	ProfiMapPidClaim        = "pid_claim"
-	ProfiMapPidFiles        = "pid_files"
-	ProfiMapRtLaunches      = "rt_launches"
-	ProfiMapRtText          = "rt_text"
-	ProfiMapThreadDevice    = "thread_device"
-	ProfiProgLaunchEntry    = "launch_entry"
-	ProfiProgNameEntry      = "name_entry"
-	ProfiProgTimedEntry     = "timed_entry"
-	ProfiProgTimedReturn    = "timed_return"
-	ProfiVarSampleRate      = "sample_rate"
-	ProfiVarUnusedDrop      = "unused_drop"
-	ProfiVarUnusedNameEvent = "unused_name_event"
-	ProfiVarUnusedNameKind  = "unused_name_kind"
-	ProfiVarUnusedOp        = "unused_op"
+	ProfiMapAggregated        = "aggregated"
+	ProfiMapDrops             = "drops"
+	ProfiMapEvents            = "events"
+	ProfiMapInflight          = "inflight"
+	ProfiMapKernelRegs        = "kernel_regs"
+	ProfiMapLaunchAgg         = "launch_agg"
+	ProfiMapMallocSizes       = "malloc_sizes"
+	ProfiMapPidClaim          = "pid_claim"
+	ProfiMapPidFiles          = "pid_files"
+	ProfiMapRtLaunches        = "rt_launches"
+	ProfiMapRtText            = "rt_text"
+	ProfiMapThreadDevice      = "thread_device"
+	ProfiProgLaunchEntry      = "launch_entry"
+	ProfiProgNameEntry        = "name_entry"
+	ProfiProgTimedEntry       = "timed_entry"
+	ProfiProgTimedReturn      = "timed_return"
+	ProfiVarDetailedLaunches  = "detailed_launches"
+	ProfiVarSampleRate        = "sample_rate"
+	ProfiVarUnusedDrop        = "unused_drop"
+	ProfiVarUnusedLaunchEvent = "unused_launch_event"
+	ProfiVarUnusedNameEvent   = "unused_name_event"
+	ProfiVarUnusedNameKind    = "unused_name_kind"
+	ProfiVarUnusedOp          = "unused_op"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -259,6 +280,7 @@ type ProfiProgramSpecs struct {
 type ProfiMapSpecs struct {
 	Aggregated   *ebpf.MapSpec `ebpf:"aggregated"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
 	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
@@ -274,11 +296,13 @@ type ProfiMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
-	SampleRate      *ebpf.VariableSpec `ebpf:"sample_rate"`
-	UnusedDrop      *ebpf.VariableSpec `ebpf:"unused_drop"`
-	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
-	UnusedNameKind  *ebpf.VariableSpec `ebpf:"unused_name_kind"`
-	UnusedOp        *ebpf.VariableSpec `ebpf:"unused_op"`
+	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
+	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
+	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedLaunchEvent *ebpf.VariableSpec `ebpf:"unused_launch_event"`
+	UnusedNameEvent   *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	UnusedNameKind    *ebpf.VariableSpec `ebpf:"unused_name_kind"`
+	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -303,6 +327,7 @@ func (o *ProfiObjects) Close() error {
 type ProfiMaps struct {
 	Aggregated   *ebpf.Map `ebpf:"aggregated"`
 	Drops        *ebpf.Map `ebpf:"drops"`
+	Events       *ebpf.Map `ebpf:"events"`
 	Inflight     *ebpf.Map `ebpf:"inflight"`
 	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
@@ -318,6 +343,7 @@ func (m *ProfiMaps) Close() error {
 	return _ProfiClose(
 		m.Aggregated,
 		m.Drops,
+		m.Events,
 		m.Inflight,
 		m.KernelRegs,
 		m.LaunchAgg,
@@ -334,11 +360,13 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
-	SampleRate      *ebpf.Variable `ebpf:"sample_rate"`
-	UnusedDrop      *ebpf.Variable `ebpf:"unused_drop"`
-	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
-	UnusedNameKind  *ebpf.Variable `ebpf:"unused_name_kind"`
-	UnusedOp        *ebpf.Variable `ebpf:"unused_op"`
+	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
+	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
+	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedLaunchEvent *ebpf.Variable `ebpf:"unused_launch_event"`
+	UnusedNameEvent   *ebpf.Variable `ebpf:"unused_name_event"`
+	UnusedNameKind    *ebpf.Variable `ebpf:"unused_name_kind"`
+	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.

@@ -34,6 +34,8 @@ type Data struct {
 	Started  time.Time
 	// NameFailures returns kernel name resolve failures by reason; may be nil.
 	NameFailures func() map[string]uint64
+	// LaunchEvents counts --detailed-launches events; nil when off.
+	LaunchEvents func() uint64
 	// MapCapacity is max_entries of the aggregation maps, by map label.
 	MapCapacity map[string]uint32
 }
@@ -50,7 +52,7 @@ type Collector struct {
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
 	scanProblems                                  *prometheus.Desc
 	memset, mallocHost                            *prometheus.Desc
-	mapEntries, mapCapacity                       *prometheus.Desc
+	mapEntries, mapCapacity, launchEvents         *prometheus.Desc
 	kBucket, kSum, kCount, kHist, nameFailures    *prometheus.Desc
 }
 
@@ -90,6 +92,7 @@ func New(data Data) *Collector {
 		kSum:         d("profi_cuda_kernel_duration_sum_seconds_total", "Sum of kernel launch-call latencies, seconds (full mode)."+hostSide, kHistLabels, nil),
 		kCount:       d("profi_cuda_kernel_duration_count_total", "Number of timed kernel launches (full mode)."+hostSide, kHistLabels, nil),
 		kHist:        d("profi_cuda_kernel_duration_seconds", "Kernel launch-call latency (full mode)."+hostSide, kHistLabels, nil),
+		launchEvents: d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
 		mapEntries:   d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
 		mapCapacity:  d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
 		nameFailures: d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
@@ -104,7 +107,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
-		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures, c.mapEntries, c.mapCapacity,
+		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 	} {
 		ch <- d
 	}
@@ -235,6 +238,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
 
+	if c.data.LaunchEvents != nil {
+		counter(c.launchEvents, c.data.LaunchEvents())
+	}
 	gauge(c.mapEntries, float64(s.AggregatedKeys), "aggregated")
 	gauge(c.mapEntries, float64(s.LaunchKeys), "launch_agg")
 	for name, n := range c.data.MapCapacity {

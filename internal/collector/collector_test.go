@@ -474,6 +474,7 @@ func TestSelfBuckets(t *testing.T) {
 		"profi_system_discovery_scan_duration_seconds":       {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5},
 		"profi_system_aggregated_map_drain_duration_seconds": {1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01},
 		"profi_system_prometheus_encode_duration_seconds":    {1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1},
+		"profi_system_event_loop_process_duration_seconds":   {1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 0.001},
 	}
 	if len(mfs) != len(want) {
 		t.Errorf("%d families, want %d", len(mfs), len(want))

@@ -9,6 +9,7 @@ type Self struct {
 	ScanDuration   prometheus.Histogram
 	DrainDuration  prometheus.Histogram
 	EncodeDuration prometheus.Histogram
+	EventDuration  prometheus.Histogram
 }
 
 // NewSelf creates the self histograms with the bounds of interface.md 5.7.
@@ -29,10 +30,15 @@ func NewSelf() *Self {
 			Help:    "Duration of one /metrics render.",
 			Buckets: []float64{1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1},
 		}),
+		EventDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "profi_system_event_loop_process_duration_seconds",
+			Help:    "Processing time of one events ring-buffer record (--detailed-launches).",
+			Buckets: []float64{1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 0.001},
+		}),
 	}
 }
 
 // Collectors returns the histograms for registration.
 func (s *Self) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.ScanDuration, s.DrainDuration, s.EncodeDuration}
+	return []prometheus.Collector{s.ScanDuration, s.DrainDuration, s.EncodeDuration, s.EventDuration}
 }

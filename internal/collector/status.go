@@ -26,6 +26,8 @@ type StatusDoc struct {
 	ExportedSeries    int                    `json:"exported_series"`
 	Drops             map[string]uint64      `json:"drops"`
 	LastDrain         time.Time              `json:"last_drain"`
+	// RecentLaunches are the latest launches with --detailed-launches.
+	RecentLaunches []aggregate.LaunchEvent `json:"recent_launches,omitempty"`
 }
 
 // Status assembles /status from the current state.

@@ -846,9 +846,6 @@ func (c *Config) Unsupported() []string {
 	if c.NCCLHangTimeout != 60*time.Second && c.NCCLHangTimeout != 0 {
 		add("--nccl-hang-timeout=%d is not yet supported (NCCL hang detection is not implemented)", int64(c.NCCLHangTimeout/time.Second))
 	}
-	if c.DetailedLaunches {
-		add("--detailed-launches is not yet supported (per-launch events are not implemented)")
-	}
 	if c.OTLP.Enabled() {
 		add("OTLP push is not yet supported (endpoint %q is set)", c.OTLP.Endpoint)
 	}

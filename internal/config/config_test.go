@@ -734,7 +734,7 @@ func TestUnsupported(t *testing.T) {
 		{"nccl-hang-timeout", []string{"--nccl-hang-timeout=30"}, nil, []string{"--nccl-hang-timeout=30 is not yet supported"}},
 		{"nccl-hang-timeout 0 (detection off) is honoured", []string{"--nccl-hang-timeout=0"}, nil, nil},
 		{"sample-rate", []string{"--sample-rate=4"}, nil, nil},
-		{"detailed-launches", []string{"--detailed-launches"}, nil, []string{"--detailed-launches is not yet supported"}},
+		{"detailed-launches", []string{"--detailed-launches"}, nil, nil},
 		{"otlp flag", []string{"--otlp-endpoint=http://c:4317"}, nil, []string{"OTLP push is not yet supported"}},
 		{"otlp env", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []string{"OTLP push is not yet supported"}},
 		{"otlp settings without endpoint", []string{"--otlp-protocol=http", "--otlp-interval-secs=5"}, nil, nil},

@@ -27,6 +27,8 @@ func TestModesAndProfiles(t *testing.T) {
 		{attach.KernelModeAnonymous, attach.ProfileLean},
 		{attach.KernelModeAnonymous, attach.ProfileFull},
 		{attach.KernelModeOff, attach.ProfileLean},
+		{attach.KernelModeOff, attach.ProfileFull},
+		{attach.KernelModeFull, attach.ProfileLean},
 		{attach.KernelModeFull, attach.ProfileFull},
 	} {
 		t.Run(m.kernel+"/"+m.profile, func(t *testing.T) {
@@ -163,5 +165,53 @@ func TestCardinalityCaps(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// --detailed-launches sends one event per launch besides the aggregated
+// path, which stays exact: events received + ring drops = launches.
+func TestDetailedLaunches(t *testing.T) {
+	a := startAgent(t, "--detailed-launches")
+	w := startWorkload(t, fixtures.Workload, defaultArgs)
+	waitAttached(t, a, w.PID)
+	gt := runPhase(t, w)
+	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+	err := testutil.Eventually(15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		one := func(name string) float64 {
+			s := testutil.Samples(mfs[name])
+			if len(s) != 1 {
+				return -1
+			}
+			return s[0].Value
+		}
+		events, drops := one("profi_system_detailed_launch_events_total"), one("profi_dropped_events_total")
+		if events+drops != float64(gt.Launches) {
+			return fmt.Errorf("launch events %v + ring drops %v != %d launches", events, drops, gt.Launches)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Recent []struct {
+			PID       int    `json:"pid"`
+			Operation string `json:"operation"`
+		} `json:"recent_launches"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Recent) != 256 {
+		t.Fatalf("/status holds %d recent launches, want 256", len(st.Recent))
+	}
+	for _, e := range st.Recent {
+		if e.PID != w.PID || e.Operation != "cudaLaunchKernel" {
+			t.Fatalf("recent launch %+v: want pid %d, cudaLaunchKernel", e, w.PID)
+		}
 	}
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package aggregate
+
+import "time"
+
+func bootTime() time.Time { return time.Time{} }

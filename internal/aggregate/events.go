@@ -1,0 +1,126 @@
+package aggregate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// recentLaunches is how many detailed launches /status keeps.
+const recentLaunches = 256
+
+// LaunchEvent is one launch seen with --detailed-launches.
+type LaunchEvent struct {
+	Time         time.Time `json:"time"` // approximate wall time of the launch
+	PID          int       `json:"pid"`
+	TID          int       `json:"tid"`
+	Operation    string    `json:"operation"`
+	Error        int32     `json:"error_code"`  // 0 when not seen (anonymous mode)
+	DurationNs   uint64    `json:"duration_ns"` // host-side latency; 0 when not timed
+	Function     uint64    `json:"function"`
+	Stream       string    `json:"stream"`
+	GridBlocks   uint64    `json:"grid_blocks"`
+	BlockThreads uint64    `json:"block_threads"`
+	SharedBytes  uint64    `json:"shared_bytes"`
+}
+
+// Events consumes the events ring buffer (--detailed-launches): it counts
+// every launch event and keeps the latest few for /status. It is a
+// debugging aid beside the aggregated path, never a replacement for it.
+type Events struct {
+	log     *slog.Logger
+	observe func(time.Duration)
+	// bootOffset converts bpf_ktime_get_ns (monotonic since boot) to wall time.
+	bootOffset time.Time
+
+	mu     sync.Mutex
+	total  uint64
+	recent []LaunchEvent // ring of the latest events
+	next   int
+}
+
+// NewEvents returns a consumer; observe (may be nil) receives the
+// processing time of each event (profi_system_event_loop_process_duration_seconds).
+func NewEvents(log *slog.Logger, observe func(time.Duration)) *Events {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Events{log: log.With("component", "events"), observe: observe, bootOffset: bootTime()}
+}
+
+// Run reads the ring buffer until ctx ends.
+func (e *Events) Run(ctx context.Context, ring *ebpf.Map) error {
+	rd, err := ringbuf.NewReader(ring)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
+	defer stop()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			e.log.Warn("read events ring buffer", "err", err)
+			continue
+		}
+		began := time.Now()
+		if len(rec.RawSample) >= int(unsafe.Sizeof(bpfobj.ProfiLaunchEvent{})) {
+			e.add((*bpfobj.ProfiLaunchEvent)(unsafe.Pointer(&rec.RawSample[0])))
+		}
+		if e.observe != nil {
+			e.observe(time.Since(began))
+		}
+	}
+}
+
+func (e *Events) add(ev *bpfobj.ProfiLaunchEvent) {
+	le := LaunchEvent{
+		Time:         e.bootOffset.Add(time.Duration(ev.TsNs)),
+		PID:          int(ev.Pid),
+		TID:          int(ev.Tid),
+		Operation:    bpfobj.OpName(ev.Op),
+		Error:        ev.Err,
+		DurationNs:   ev.DurationNs,
+		Function:     ev.Launch.Func,
+		Stream:       bpfobj.StreamLabel(ev.Launch.Stream),
+		GridBlocks:   ev.Launch.GridBlocks,
+		BlockThreads: ev.Launch.BlockThreads,
+		SharedBytes:  ev.Launch.SharedBytes,
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.total++
+	if len(e.recent) < recentLaunches {
+		e.recent = append(e.recent, le)
+		return
+	}
+	e.recent[e.next] = le
+	e.next = (e.next + 1) % recentLaunches
+}
+
+// Total is the number of launch events received.
+func (e *Events) Total() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.total
+}
+
+// Recent returns the latest events, oldest first.
+func (e *Events) Recent() []LaunchEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]LaunchEvent, 0, len(e.recent))
+	out = append(out, e.recent[e.next:]...)
+	return append(out, e.recent[:e.next]...)
+}
