@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -93,6 +94,9 @@ type config struct {
 	empty []emptyProbe // floor-program probes
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
 	ns    []float64    // ns per call, one per run
+
+	links          int             // uprobe links profi attached (profi configurations)
+	attach, detach []time.Duration // attach.Attacher's Sync and Sync(nil)+Close, one per run
 }
 
 func (c *config) probed() bool { return c.traps > 0 }
@@ -223,6 +227,13 @@ func BenchmarkOverhead(b *testing.B) {
 	for _, c := range configs {
 		fmt.Printf("  %-48s %s\n", c.fn+"/"+c.name, fmtRuns(c.ns))
 	}
+	fmt.Printf("\nattach.Attacher, medians: uprobe links on both libraries, Sync (attach), Sync(nil)+Close (detach)\n")
+	for _, c := range configs {
+		if c.mode != "" {
+			fmt.Printf("  %-48s %d links, attach %v, detach %v\n", c.fn+"/"+c.name, c.links,
+				medianDur(c.attach).Round(time.Microsecond), medianDur(c.detach).Round(time.Millisecond))
+		}
+	}
 	fmt.Println()
 
 	// The same numbers as benchmark results (benchstat-friendly).
@@ -352,8 +363,17 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		return 0, fmt.Errorf("unexpected loop output %q (%v)", line, err)
 	}
 
+	began := time.Now()
 	detach, traps, err := bc.attach(c, pid)
-	defer detach()
+	attached := time.Since(began)
+	defer func() {
+		began := time.Now()
+		detach()
+		if err == nil && c.mode != "" {
+			c.attach = append(c.attach, attached)
+			c.detach = append(c.detach, time.Since(began))
+		}
+	}()
 	if err != nil {
 		return 0, err
 	}
@@ -398,6 +418,7 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 // attach attaches c's probes to the loop process pid and returns how to
 // detach them and how many uprobe traps one call of c.fn now costs.
 func (bc *bench) attach(c *config, pid int) (detach func(), traps int, err error) {
+	c.links = 0
 	filter := 0
 	if *flagPIDFilter {
 		filter = pid
@@ -464,6 +485,7 @@ func (bc *bench) attachProfi(c *config, pid, filter int) (detach func(), traps i
 	}
 	for _, ls := range a.Status().Attached {
 		for _, p := range ls.Probes {
+			c.links += p.Traps // one link per trap: entry, and return when timed
 			for _, s := range callPath[c.fn] {
 				if string(s.lib) == ls.Library && s.sym == p.Symbol {
 					traps += p.Traps
@@ -702,6 +724,14 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(median(xs))
 }
 
 func fmtNs(ns float64) string {

@@ -91,6 +91,19 @@ struct {
 } rt_launches SEC(".maps");
 
 /*
+ * Processes upgraded to full mode whatever the global mode (the pod
+ * annotation profi/mode: full): (pid, file) present means PID-filtered
+ * full-mode probes on that file serve this process, so the anonymous
+ * launch probe leaves its launches to them.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct pid_file);
+	__type(value, u8);
+} full_files SEC(".maps");
+
+/*
  * libcudart's code in each process, written by userspace from each scan:
  * a driver launch whose return address lies there was made by the runtime.
  */
@@ -717,7 +730,11 @@ int launch_entry(struct pt_regs *ctx)
 	u32 op = COOKIE_OP(cookie);
 	struct launch_args a = {};
 
+	struct pid_file upgraded = {.pid = id >> 32, .file = COOKIE_FILE(cookie)};
+
 	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
+		return 0;
+	if (bpf_map_lookup_elem(&full_files, &upgraded))
 		return 0;
 	if (is_driver_launch(op) && called_by_runtime(ctx, id))
 		return 0;

@@ -91,6 +91,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:      log,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
+		FullFiles:   objs.FullFiles,
 	})
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 

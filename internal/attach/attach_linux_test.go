@@ -3,6 +3,7 @@
 package attach
 
 import (
+	"context"
 	"os"
 	"reflect"
 	"slices"
@@ -215,4 +216,126 @@ func TestAttachStubTwoKeys(t *testing.T) {
 	if st := a.Status(); len(st.Attached) != 0 {
 		t.Errorf("attached after Close: %+v", st.Attached)
 	}
+}
+
+// An upgraded process (profi/mode: full on its pod) gets timed, per-kernel
+// launches from PID-filtered full-mode probes while the rest of the node
+// stays anonymous; each launch is counted once, by one path.
+func TestFullModeUpgrade(t *testing.T) {
+	skipShort(t)
+	testutil.RequireBPF(t)
+	fx := fixtures(t)
+	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+
+	start := func() *testutil.Workload {
+		w, err := testutil.StartWorkload(context.Background(), fx.Workload, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop() })
+		return w
+	}
+	up, plain := start(), start()
+	res := &discover.Result{}
+	for _, pid := range []int{up.PID, plain.PID} {
+		r, err := (&discover.Scanner{ProcRoot: "/proc", PID: pid}).Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Processes = append(res.Processes, r.Processes...)
+	}
+	a := New(Options{
+		Programs: map[string]*ebpf.Program{
+			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
+			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
+			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
+			bpfobj.ProfiProgNameEntry:   objs.NameEntry,
+		},
+		KernelMode:  KernelModeAnonymous,
+		Profile:     ProfileLean,
+		PIDFiles:    objs.PidFiles,
+		RuntimeText: objs.RtText,
+		FullFiles:   objs.FullFiles,
+	})
+	defer a.Close()
+	a.SetFullModePIDs([]int{up.PID})
+	a.Sync(Targets(res, "/proc"))
+	for _, l := range a.Status().Attached {
+		if !slices.Equal(l.FullModePIDs, []int{up.PID}) {
+			t.Fatalf("%s: full-mode pids %v, want [%d]", l.Library, l.FullModePIDs, up.PID)
+		}
+	}
+
+	gtUp, err := up.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gtPlain, err := plain.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sums struct{ count, timed, named uint64 }
+	got := map[uint32]*sums{}
+	var (
+		k    bpfobj.ProfiLaunchKey
+		cpus []bpfobj.ProfiLaunchVal
+	)
+	it := objs.LaunchAgg.Iterate()
+	for it.Next(&k, &cpus) {
+		s := got[k.Pid]
+		if s == nil {
+			s = &sums{}
+			got[k.Pid] = s
+		}
+		for _, c := range cpus {
+			s.count += c.Count
+			s.timed += c.Timed
+			if k.Func != 0 {
+				s.named += c.Count
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	failed := gtUp.Errors["cudaLaunchKernel"]["98"] // NULL function: no name to key by
+	if s := got[uint32(up.PID)]; s == nil || s.count != gtUp.Launches || s.timed != gtUp.Launches || s.named != gtUp.Launches-failed {
+		t.Errorf("upgraded pid: %+v, want %d launches, all timed, %d with a function", s, gtUp.Launches, gtUp.Launches-failed)
+	}
+	if s := got[uint32(plain.PID)]; s == nil || s.count != gtPlain.Launches || s.timed != 0 || s.named != 0 {
+		t.Errorf("plain pid: %+v, want %d anonymous launches", s, gtPlain.Launches)
+	}
+
+	// Downgrade: the upgrade links and full_files entries go away.
+	a.SetFullModePIDs(nil)
+	a.Sync(Targets(res, "/proc"))
+	for _, l := range a.Status().Attached {
+		if len(l.FullModePIDs) != 0 {
+			t.Errorf("%s still upgraded: %v", l.Library, l.FullModePIDs)
+		}
+	}
+	if n := countKeys(t, objs.FullFiles); n != 0 {
+		t.Errorf("full_files has %d entries after the downgrade", n)
+	}
+}
+
+func countKeys(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var (
+		k bpfobj.ProfiPidFile
+		v uint8
+		n int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

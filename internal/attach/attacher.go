@@ -73,10 +73,17 @@ type Options struct {
 	// RuntimeText is the BPF map of libcudart's code range per process
 	// (rt_text), for the runtime->driver launch guard; may be nil.
 	RuntimeText *ebpf.Map
+	// FullFiles is the BPF map of (pid, file) served by full-mode upgrade
+	// probes (full_files); may be nil.
+	FullFiles *ebpf.Map
 }
 
 type attached struct {
-	id         uint32 // goes into every probe's cookie
+	id   uint32          // goes into every probe's cookie
+	syms map[string]bool // functions the file defines
+	// upgrades are PID-filtered full-mode links for processes upgraded
+	// to full mode (SetFullModePIDs), by pid.
+	upgrades   map[int][]link.Link
 	target     Target
 	links      []link.Link // in creation order: a return probe before its entry
 	probes     []Probe
@@ -115,6 +122,7 @@ type Attacher struct {
 	nextID       uint32
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
+	fullPIDs     map[int]bool                 // processes upgraded to full mode
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -197,6 +205,9 @@ func (a *Attacher) Sync(targets []Target) {
 	for key, f := range a.files {
 		if !seen[key] {
 			a.log.Info("library unmapped by every process, detaching", "lib", f.target.Lib, "path", f.target.Path, "file", key)
+			for pid := range f.upgrades {
+				a.dropUpgrade(f, pid)
+			}
 			closeLinks(f.links)
 			delete(a.files, key)
 		}
@@ -208,6 +219,107 @@ func (a *Attacher) Sync(targets []Target) {
 	}
 	a.syncPIDFiles()
 	a.syncRuntimeText()
+	a.syncUpgrades()
+}
+
+// SetFullModePIDs sets the processes that get full kernel mode whatever
+// the global mode (pods annotated profi/mode: full): PID-filtered
+// full-mode probes (timed launches, name sources) are attached for them at
+// the next Sync, so only they pay the extra traps.
+func (a *Attacher) SetFullModePIDs(pids []int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fullPIDs = make(map[int]bool, len(pids))
+	for _, p := range pids {
+		a.fullPIDs[p] = true
+	}
+}
+
+// upgradeProbes are the probes full mode adds to, or changes in, the
+// probe set of the global mode.
+func upgradeProbes(lib discover.Library, mode, profile string) []Probe {
+	base := Probes(lib, mode, profile)
+	var out []Probe
+	for _, p := range Probes(lib, KernelModeFull, profile) {
+		if !slices.Contains(base, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// syncUpgrades attaches PID-filtered full-mode probes for upgraded
+// processes and removes those of processes no longer upgraded. full_files
+// is written after the links exist and deleted before they close, so a
+// launch is never left to probes that are not there.
+func (a *Attacher) syncUpgrades() {
+	for _, f := range a.files {
+		want := map[int]bool{}
+		if a.opts.KernelMode != KernelModeFull {
+			for _, pid := range f.target.PIDs {
+				if a.fullPIDs[pid] {
+					want[pid] = true
+				}
+			}
+		}
+		for pid := range f.upgrades {
+			if !want[pid] {
+				a.dropUpgrade(f, pid)
+			}
+		}
+		for pid := range want {
+			if _, ok := f.upgrades[pid]; ok {
+				continue
+			}
+			if err := a.upgrade(f, pid); err != nil {
+				a.log.Warn("full-mode upgrade failed; retried at the next scan", "lib", f.target.Lib, "pid", pid, "err", err)
+			}
+		}
+	}
+}
+
+func (a *Attacher) upgrade(f *attached, pid int) error {
+	probes := upgradeProbes(f.target.Lib, a.opts.KernelMode, a.opts.Profile)
+	if len(probes) == 0 {
+		return nil
+	}
+	file, err := f.target.Open()
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.target.Path, err)
+	}
+	defer file.Close()
+	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", file.Fd()))
+	if err != nil {
+		return fmt.Errorf("open executable %s: %w", f.target.Path, err)
+	}
+	links, _, _, _, _, err := a.attachProbes(ex, f.target, probes, f.syms, f.id, pid)
+	if err != nil {
+		return err
+	}
+	if a.opts.FullFiles != nil {
+		k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
+		if err := a.opts.FullFiles.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
+			closeLinks(links)
+			return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
+		}
+	}
+	if f.upgrades == nil {
+		f.upgrades = map[int][]link.Link{}
+	}
+	f.upgrades[pid] = links
+	a.log.Info("process upgraded to full kernel mode", "lib", f.target.Lib, "pid", pid, "probes", len(links))
+	return nil
+}
+
+func (a *Attacher) dropUpgrade(f *attached, pid int) {
+	if a.opts.FullFiles != nil {
+		k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
+		if err := a.opts.FullFiles.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			a.log.Warn("unmark upgraded pid", "pid", pid, "err", err)
+		}
+	}
+	closeLinks(f.upgrades[pid])
+	delete(f.upgrades, pid)
 }
 
 // syncRuntimeText writes where libcudart's code is mapped in every process
@@ -385,40 +497,51 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 	}
 
 	a.nextID++
-	att := &attached{target: t, id: a.nextID}
-	for _, p := range Probes(t.Lib, a.opts.KernelMode, a.opts.Profile) {
+	att := &attached{target: t, id: a.nextID, syms: syms}
+	links, probes, missing, absent, reason, err := a.attachProbes(ex, t, Probes(t.Lib, a.opts.KernelMode, a.opts.Profile), syms, att.id, a.opts.PID)
+	if err != nil {
+		return nil, reason, err
+	}
+	att.links, att.probes, att.missing, att.absent = links, probes, missing, absent
+	if len(att.probes) == 0 {
+		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
+	}
+	return att, "", nil
+}
+
+// attachProbes attaches every probe whose symbol the file defines, all or
+// nothing: on any error the links made so far are closed.
+func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]bool, fileID uint32, pid int) (links []link.Link, attached []Probe, missing, absent []string, reason string, err error) {
+	for _, p := range probes {
 		if !syms[p.Symbol] {
 			if p.Optional {
-				att.absent = append(att.absent, p.Symbol)
+				absent = append(absent, p.Symbol)
 			} else {
-				att.missing = append(att.missing, p.Symbol)
+				missing = append(missing, p.Symbol)
 			}
 			continue
 		}
-		opts := &link.UprobeOptions{PID: a.opts.PID, Cookie: bpfobj.Cookie(p.Op, att.id)}
+		opts := &link.UprobeOptions{PID: pid, Cookie: bpfobj.Cookie(p.Op, fileID)}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.
 		if p.Return != "" {
 			l, err := ex.Uretprobe(p.Symbol, a.opts.Programs[p.Return], opts)
 			if err != nil {
-				closeLinks(att.links)
-				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
+				closeLinks(links)
+				return nil, nil, nil, nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
 			}
-			att.links = append(att.links, l)
+			links = append(links, l)
 		}
 		l, err := ex.Uprobe(p.Symbol, a.opts.Programs[p.Entry], opts)
 		if err != nil {
-			closeLinks(att.links)
-			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
+			closeLinks(links)
+			return nil, nil, nil, nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
 		}
-		att.links = append(att.links, l)
-		att.probes = append(att.probes, p)
+		links = append(links, l)
+		attached = append(attached, p)
 	}
-	if len(att.probes) == 0 {
-		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
-	}
-	return att, "", nil
+	return links, attached, missing, absent, "", nil
 }
 
 // definedFuncs returns the function symbols a shared object defines in
@@ -481,6 +604,9 @@ func (a *Attacher) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for key, f := range a.files {
+		for pid := range f.upgrades {
+			a.dropUpgrade(f, pid)
+		}
 		closeLinks(f.links)
 		delete(a.files, key)
 	}

@@ -16,14 +16,16 @@ type ProbeStatus struct {
 
 // LibraryStatus is an attached library file.
 type LibraryStatus struct {
-	Library    string        `json:"library"`
-	Path       string        `json:"path"`
-	File       string        `json:"file"` // dev major:minor/inode
-	PIDs       []int         `json:"pids"`
-	Probes     []ProbeStatus `json:"probes"`
-	Missing    []string      `json:"missing_symbols,omitempty"`
-	Absent     []string      `json:"absent_optional_symbols,omitempty"`
-	AttachedAt time.Time     `json:"attached_at"`
+	Library string        `json:"library"`
+	Path    string        `json:"path"`
+	File    string        `json:"file"` // dev major:minor/inode
+	PIDs    []int         `json:"pids"`
+	Probes  []ProbeStatus `json:"probes"`
+	Missing []string      `json:"missing_symbols,omitempty"`
+	Absent  []string      `json:"absent_optional_symbols,omitempty"`
+	// FullModePIDs are processes upgraded to full kernel mode on this file.
+	FullModePIDs []int     `json:"full_mode_pids,omitempty"`
+	AttachedAt   time.Time `json:"attached_at"`
 }
 
 // FailureStatus is a library file whose attach failed and waits for a retry.
@@ -52,13 +54,14 @@ func (a *Attacher) Status() Status {
 	s := Status{Attached: []LibraryStatus{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
 	for key, f := range a.files {
 		ls := LibraryStatus{
-			Library:    string(f.target.Lib),
-			Path:       f.target.Path,
-			File:       key.String(),
-			PIDs:       sortedPIDs(f.target.PIDs),
-			Missing:    slices.Clone(f.missing),
-			Absent:     slices.Clone(f.absent),
-			AttachedAt: f.attachedAt,
+			Library:      string(f.target.Lib),
+			Path:         f.target.Path,
+			File:         key.String(),
+			PIDs:         sortedPIDs(f.target.PIDs),
+			Missing:      slices.Clone(f.missing),
+			Absent:       slices.Clone(f.absent),
+			FullModePIDs: upgradedPIDs(f),
+			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {
 			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: opName(p), Return: p.Timed(), Traps: p.Traps()})
@@ -91,4 +94,16 @@ func sortedPIDs(p []int) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+func upgradedPIDs(f *attached) []int {
+	if len(f.upgrades) == 0 {
+		return nil
+	}
+	out := make([]int, 0, len(f.upgrades))
+	for pid := range f.upgrades {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -204,6 +204,7 @@ const (
 	ProfiMapAggregated        = "aggregated"
 	ProfiMapDrops             = "drops"
 	ProfiMapEvents            = "events"
+	ProfiMapFullFiles         = "full_files"
 	ProfiMapInflight          = "inflight"
 	ProfiMapKernelRegs        = "kernel_regs"
 	ProfiMapLaunchAgg         = "launch_agg"
@@ -281,6 +282,7 @@ type ProfiMapSpecs struct {
 	Aggregated   *ebpf.MapSpec `ebpf:"aggregated"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	FullFiles    *ebpf.MapSpec `ebpf:"full_files"`
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
 	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
@@ -328,6 +330,7 @@ type ProfiMaps struct {
 	Aggregated   *ebpf.Map `ebpf:"aggregated"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
+	FullFiles    *ebpf.Map `ebpf:"full_files"`
 	Inflight     *ebpf.Map `ebpf:"inflight"`
 	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
@@ -344,6 +347,7 @@ func (m *ProfiMaps) Close() error {
 		m.Aggregated,
 		m.Drops,
 		m.Events,
+		m.FullFiles,
 		m.Inflight,
 		m.KernelRegs,
 		m.LaunchAgg,
