@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 )
@@ -59,29 +57,15 @@ func NewEvents(log *slog.Logger, observe func(time.Duration)) *Events {
 
 // Run reads the ring buffer until ctx ends.
 func (e *Events) Run(ctx context.Context, ring *ebpf.Map) error {
-	rd, err := ringbuf.NewReader(ring)
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
-	defer stop()
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return nil
-			}
-			e.log.Warn("read events ring buffer", "err", err)
-			continue
-		}
+	return readRing(ctx, ring, e.log, func(raw []byte) {
 		began := time.Now()
-		if len(rec.RawSample) >= int(unsafe.Sizeof(bpfobj.ProfiLaunchEvent{})) {
-			e.add((*bpfobj.ProfiLaunchEvent)(unsafe.Pointer(&rec.RawSample[0])))
+		if len(raw) >= int(unsafe.Sizeof(bpfobj.ProfiLaunchEvent{})) {
+			e.add((*bpfobj.ProfiLaunchEvent)(unsafe.Pointer(&raw[0])))
 		}
 		if e.observe != nil {
 			e.observe(time.Since(began))
 		}
-	}
+	})
 }
 
 func (e *Events) add(ev *bpfobj.ProfiLaunchEvent) {

@@ -3,12 +3,14 @@ package aggregate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"sync"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -65,27 +67,11 @@ func NewNames(procRoot string, log *slog.Logger) *Names {
 
 // Run reads name events from the kernel_regs ring buffer until ctx ends.
 func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
-	rd, err := ringbuf.NewReader(objs.KernelRegs)
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
-	defer stop()
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return nil
-			}
-			n.log.Warn("read kernel_regs ring buffer", "err", err)
-			continue
+	return readRing(ctx, objs.KernelRegs, n.log, func(raw []byte) {
+		if len(raw) >= int(unsafe.Sizeof(bpfobj.ProfiNameEvent{})) {
+			n.add((*bpfobj.ProfiNameEvent)(unsafe.Pointer(&raw[0])))
 		}
-		if len(rec.RawSample) < int(unsafe.Sizeof(bpfobj.ProfiNameEvent{})) {
-			continue
-		}
-		ev := (*bpfobj.ProfiNameEvent)(unsafe.Pointer(&rec.RawSample[0]))
-		n.add(ev)
-	}
+	})
 }
 
 func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
@@ -188,5 +174,27 @@ func resolveReason(err error) string {
 		return "open_failed"
 	default:
 		return "read_failed"
+	}
+}
+
+// readRing hands every record of a BPF ring buffer to fn until ctx ends.
+// The record's bytes are reused after fn returns.
+func readRing(ctx context.Context, m *ebpf.Map, log *slog.Logger, fn func([]byte)) error {
+	rd, err := ringbuf.NewReader(m)
+	if err != nil {
+		return fmt.Errorf("open ring buffer %s: %w", m, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
+	defer stop()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			log.Warn("read ring buffer", "map", m.String(), "err", err)
+			continue
+		}
+		fn(rec.RawSample)
 	}
 }

@@ -46,20 +46,19 @@ type Collector struct {
 
 	calls, memcpy, malloc, active, errors         *prometheus.Desc
 	launches, gridBlocks, blockThreads, sharedMem *prometheus.Desc
-	durBucket, durSum, durCount, durHist          *prometheus.Desc
+	durations, kernelDurations                    latencyFamilies
 	tracked, ringDrops, ringDropRate, cardDrops   *prometheus.Desc
 	launchDrops, mapDrops, probeMisses            *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
 	scanProblems                                  *prometheus.Desc
 	memset, mallocHost                            *prometheus.Desc
 	mapEntries, mapCapacity, launchEvents         *prometheus.Desc
-	kBucket, kSum, kCount, kHist, nameFailures    *prometheus.Desc
+	nameFailures                                  *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
 func New(data Data) *Collector {
 	d := prometheus.NewDesc
-	const hostSide = " Host-side API latency (uprobe at entry to return), not GPU execution time."
 	return &Collector{
 		data:         data,
 		calls:        d("profi_cuda_calls_total", "CUDA API calls per operation and stream.", counterLabels, nil),
@@ -71,10 +70,7 @@ func New(data Data) *Collector {
 		gridBlocks:   d("profi_cuda_kernel_grid_blocks_total", "Sum of gridDim.x*y*z over kernel launches; divide by launches for the mean grid size.", kernelLabels, nil),
 		blockThreads: d("profi_cuda_kernel_block_threads_total", "Sum of blockDim.x*y*z over kernel launches; divide by launches for the mean block size.", kernelLabels, nil),
 		sharedMem:    d("profi_cuda_kernel_shared_memory_bytes_total", "Sum of dynamic shared memory requested by kernel launches.", kernelLabels, nil),
-		durBucket:    d("profi_cuda_duration_bucket_total", "Latency histogram of timed CUDA calls as cumulative counters per le."+hostSide, append(histLabels[:len(histLabels):len(histLabels)], "le"), nil),
-		durSum:       d("profi_cuda_duration_sum_seconds_total", "Sum of latencies of timed CUDA calls, seconds."+hostSide, histLabels, nil),
-		durCount:     d("profi_cuda_duration_count_total", "Number of timed CUDA calls."+hostSide, histLabels, nil),
-		durHist:      d("profi_cuda_duration_seconds", "Latency of timed CUDA calls."+hostSide, histLabels, nil),
+		durations:    newLatencyFamilies("profi_cuda_duration", "timed CUDA calls", histLabels, bpfobj.LatencyBoundsNs[:]),
 		tracked:      d("profi_tracked_pids", "Live processes with at least one attached CUDA/NCCL library.", nil, nil),
 		ringDrops:    d("profi_dropped_events_total", "Reserve failures of the events ring buffer (this version sends no per-call events).", nil, nil),
 		ringDropRate: d("profi_system_ring_buffer_drops_rate", "Ring-buffer drops per second over the last drain interval.", nil, nil),
@@ -84,20 +80,17 @@ func New(data Data) *Collector {
 		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
 			[]string{"library", "reason"}, nil),
-		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
-		uptime:       d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
-		memset:       d("profi_cuda_memset_bytes_total", "Bytes set by successful cudaMemset/cudaMemsetAsync calls (never counted as memcpy).", counterLabels, nil),
-		mallocHost:   d("profi_cuda_malloc_host_bytes_total", "Pinned host bytes allocated by successful cudaMallocHost calls (not device memory).", memLabels, nil),
-		kBucket:      d("profi_cuda_kernel_duration_bucket_total", "Kernel launch-call latency histogram as cumulative counters per le (full mode)."+hostSide, append(kHistLabels[:len(kHistLabels):len(kHistLabels)], "le"), nil),
-		kSum:         d("profi_cuda_kernel_duration_sum_seconds_total", "Sum of kernel launch-call latencies, seconds (full mode)."+hostSide, kHistLabels, nil),
-		kCount:       d("profi_cuda_kernel_duration_count_total", "Number of timed kernel launches (full mode)."+hostSide, kHistLabels, nil),
-		kHist:        d("profi_cuda_kernel_duration_seconds", "Kernel launch-call latency (full mode)."+hostSide, kHistLabels, nil),
-		launchEvents: d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
-		mapEntries:   d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
-		mapCapacity:  d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
-		nameFailures: d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
-		scanProblems: d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
-		series:       d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
+		attachedLibs:    d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
+		memset:          d("profi_cuda_memset_bytes_total", "Bytes set by successful cudaMemset/cudaMemsetAsync calls (never counted as memcpy).", counterLabels, nil),
+		mallocHost:      d("profi_cuda_malloc_host_bytes_total", "Pinned host bytes allocated by successful cudaMallocHost calls (not device memory).", memLabels, nil),
+		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
+		launchEvents:    d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
+		mapEntries:      d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
+		mapCapacity:     d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
+		nameFailures:    d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
+		scanProblems:    d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
+		series:          d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
 	}
 }
 
@@ -105,9 +98,10 @@ func New(data Data) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
-		c.durBucket, c.durSum, c.durCount, c.durHist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
+		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
-		c.memset, c.mallocHost, c.kBucket, c.kSum, c.kCount, c.kHist, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
+		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
+		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 	} {
 		ch <- d
 	}
@@ -115,10 +109,50 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // leLabels are the `le` values of the CUDA latency buckets, formatted as
 // client libraries format bucket bounds.
-var (
-	leLabels, leBounds   = bounds(bpfobj.LatencyBoundsNs[:])
-	kleLabels, kleBounds = bounds(bpfobj.KernelLatencyBoundsNs[:])
-)
+// latencyFamilies are the four families that carry one BPF latency
+// histogram: cumulative `*_bucket_total` counters per `le`, sum, count,
+// and the same data as a native histogram.
+type latencyFamilies struct {
+	bucket, sum, count, hist *prometheus.Desc
+	le                       []string  // `le` labels, "+Inf" last
+	bounds                   []float64 // finite bounds, seconds
+}
+
+// newLatencyFamilies describes the families of prefix; subject names what
+// is timed ("timed CUDA calls").
+func newLatencyFamilies(prefix, subject string, labels []string, boundsNs []uint64) latencyFamilies {
+	d := prometheus.NewDesc
+	le, b := bounds(boundsNs)
+	return latencyFamilies{
+		bucket: d(prefix+"_bucket_total", "Latency of "+subject+": histogram buckets as cumulative counters per le."+hostSide, append(labels[:len(labels):len(labels)], "le"), nil),
+		sum:    d(prefix+"_sum_seconds_total", "Sum of the latencies of "+subject+", seconds."+hostSide, labels, nil),
+		count:  d(prefix+"_count_total", "Number of "+subject+" measured (scaled: an estimate under --sample-rate)."+hostSide, labels, nil),
+		hist:   d(prefix+"_seconds", "Latency of "+subject+"."+hostSide, labels, nil),
+		le:     le,
+		bounds: b,
+	}
+}
+
+// emit sends the four families for one label set from non-cumulative
+// BPF buckets (the last one +Inf).
+func (f latencyFamilies) emit(ch chan<- prometheus.Metric, labels []string, buckets []uint64, sumNs, count uint64) {
+	n := len(labels)
+	cum := uint64(0)
+	native := make(map[float64]uint64, len(f.bounds))
+	for i, v := range buckets {
+		cum += v
+		ch <- prometheus.MustNewConstMetric(f.bucket, prometheus.CounterValue, float64(cum), append(labels[:n:n], f.le[i])...)
+		if i < len(f.bounds) {
+			native[f.bounds[i]] = cum
+		}
+	}
+	sum := float64(sumNs) / 1e9
+	ch <- prometheus.MustNewConstMetric(f.sum, prometheus.CounterValue, sum, labels...)
+	ch <- prometheus.MustNewConstMetric(f.count, prometheus.CounterValue, float64(count), labels...)
+	ch <- prometheus.MustNewConstHistogram(f.hist, count, sum, native, labels...)
+}
+
+const hostSide = " Host-side API latency (uprobe at entry to return), not GPU execution time."
 
 // bounds turns nanosecond bucket bounds into `le` labels (plus "+Inf")
 // and seconds.
@@ -190,37 +224,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	for k, h := range s.Hists {
-		labels := []string{k.Op, k.Namespace, k.Pod, k.GPU}
-		cum := uint64(0)
-		buckets := make(map[float64]uint64, len(leBounds))
-		for i, n := range h.Buckets {
-			cum += n
-			counter(c.durBucket, cum, append(labels[:4:4], leLabels[i])...)
-			if i < len(leBounds) {
-				buckets[leBounds[i]] = cum
-			}
-		}
-		sum := float64(h.SumNs) / 1e9
-		ch <- prometheus.MustNewConstMetric(c.durSum, prometheus.CounterValue, sum, labels...)
-		counter(c.durCount, h.Count, labels...)
-		ch <- prometheus.MustNewConstHistogram(c.durHist, h.Count, sum, buckets, labels...)
+		c.durations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
 	}
-
 	for k, h := range s.KernelHists {
-		labels := []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, ""}
-		cum := uint64(0)
-		buckets := make(map[float64]uint64, len(kleBounds))
-		for i, n := range h.Buckets {
-			cum += n
-			counter(c.kBucket, cum, append(labels[:6:6], kleLabels[i])...)
-			if i < len(kleBounds) {
-				buckets[kleBounds[i]] = cum
-			}
-		}
-		sum := float64(h.SumNs) / 1e9
-		ch <- prometheus.MustNewConstMetric(c.kSum, prometheus.CounterValue, sum, labels...)
-		counter(c.kCount, h.Count, labels...)
-		ch <- prometheus.MustNewConstHistogram(c.kHist, h.Count, sum, buckets, labels...)
+		c.kernelDurations.emit(ch, []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, ""}, h.Buckets[:], h.SumNs, h.Count)
 	}
 	if c.data.NameFailures != nil {
 		for reason, v := range c.data.NameFailures() {
