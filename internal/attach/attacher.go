@@ -1,7 +1,6 @@
 package attach
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -79,8 +78,8 @@ type Options struct {
 }
 
 type attached struct {
-	id   uint32          // goes into every probe's cookie
-	syms map[string]bool // functions the file defines
+	id   uint32             // goes into every probe's cookie
+	syms map[string]funcSym // functions the file defines, with probe offsets
 	// upgrades are PID-filtered full-mode links for processes upgraded
 	// to full mode (SetFullModePIDs), by pid.
 	upgrades   map[int][]link.Link
@@ -511,9 +510,10 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 // attachProbes attaches every probe whose symbol the file defines, all or
 // nothing: on any error the links made so far are closed.
-func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]bool, fileID uint32, pid int) (links []link.Link, attached []Probe, missing, absent []string, reason string, err error) {
+func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (links []link.Link, attached []Probe, missing, absent []string, reason string, err error) {
 	for _, p := range probes {
-		if !syms[p.Symbol] {
+		sym, ok := syms[p.Symbol]
+		if !ok {
 			if p.Optional {
 				absent = append(absent, p.Symbol)
 			} else {
@@ -521,7 +521,7 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 			}
 			continue
 		}
-		opts := &link.UprobeOptions{PID: pid, Cookie: bpfobj.Cookie(p.Op, fileID)}
+		opts := &link.UprobeOptions{PID: pid, Cookie: bpfobj.Cookie(p.Op, fileID), Offset: sym.offset}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.
@@ -542,30 +542,6 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 		attached = append(attached, p)
 	}
 	return links, attached, missing, absent, "", nil
-}
-
-// definedFuncs returns the function symbols a shared object defines in
-// .dynsym, the table the dynamic linker (and so every caller) uses.
-func definedFuncs(f *os.File) (map[string]bool, error) {
-	var magic [4]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
-		return nil, errors.New("not an ELF file")
-	}
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("parse ELF: %w", err)
-	}
-	syms, err := ef.DynamicSymbols()
-	if err != nil {
-		return nil, fmt.Errorf("read dynamic symbols: %w", err)
-	}
-	out := make(map[string]bool, len(syms))
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-			out[s.Name] = true
-		}
-	}
-	return out, nil
 }
 
 func requiredProbes(lib discover.Library, mode, profile string) int {

@@ -12,6 +12,9 @@ type ProbeStatus struct {
 	Operation string `json:"operation"`
 	Return    bool   `json:"return_probe"`
 	Traps     int    `json:"traps_per_call"`
+	// Offset is where the probe sits past the symbol: 4 when it skips an
+	// endbr64 to land on an emulated push (one trap instead of two).
+	Offset uint64 `json:"offset"`
 }
 
 // LibraryStatus is an attached library file.
@@ -64,7 +67,7 @@ func (a *Attacher) Status() Status {
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {
-			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: opName(p), Return: p.Timed(), Traps: p.Traps()})
+			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: opName(p), Return: p.Timed(), Traps: p.Traps(), Offset: f.syms[p.Symbol].offset})
 		}
 		s.Attached = append(s.Attached, ls)
 	}

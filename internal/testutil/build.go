@@ -52,10 +52,13 @@ const (
 
 // Fixtures holds paths of built fixtures.
 type Fixtures struct {
-	Dir            string // build dir (absolute)
-	Cuda           string // <dir>/libcuda.so.1, the stub driver
-	Cudart         string // <dir>/libcudart.so.12: NEEDED libcuda.so.1, RUNPATH <dir>
-	CudartMissing  string // <dir>/missing/libcudart.so.12 (no graph symbols; same driver)
+	Dir           string // build dir (absolute)
+	Cuda          string // <dir>/libcuda.so.1, the stub driver
+	Cudart        string // <dir>/libcudart.so.12: NEEDED libcuda.so.1, RUNPATH <dir>
+	CudartMissing string // <dir>/missing/libcudart.so.12 (no graph symbols; same driver)
+	// CudartCET is built with -fcf-protection=full: every function starts
+	// with endbr64 then push %rbp, as in CET-hardened distribution builds.
+	CudartCET      string // <dir>/cet/libcudart.so.12
 	CudartNotELF   string // <dir>/notelf/libcudart.so.12 (a text file)
 	Workload       string // linked against Cudart, found through its RUNPATH; the driver through Cudart's
 	WorkloadDlopen string // dlopens the library given by --lib (and --lib-cuda for --driver)
@@ -67,6 +70,7 @@ func fixturesIn(dir string) *Fixtures {
 		Cuda:           filepath.Join(dir, "libcuda.so.1"),
 		Cudart:         filepath.Join(dir, "libcudart.so.12"),
 		CudartMissing:  filepath.Join(dir, "missing", "libcudart.so.12"),
+		CudartCET:      filepath.Join(dir, "cet", "libcudart.so.12"),
 		CudartNotELF:   filepath.Join(dir, "notelf", "libcudart.so.12"),
 		Workload:       filepath.Join(dir, "workload"),
 		WorkloadDlopen: filepath.Join(dir, "workload-dlopen"),
@@ -74,7 +78,7 @@ func fixturesIn(dir string) *Fixtures {
 }
 
 func (f *Fixtures) all() []string {
-	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
+	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -130,7 +134,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 	defer os.RemoveAll(tmp)
 	t := fixturesIn(tmp)
-	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartNotELF)} {
+	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -152,6 +156,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcuda.so.1", "-o", t.Cuda, src(cudaSrc), "-lpthread"}),
 		cudart(t.Cudart),
 		cudart(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
+		cudart(t.CudartCET, "-fcf-protection=full"), // overrides stubFlags' none
 		// Likewise; -rpath-link makes ld check Cudart's NEEDED against the
 		// new driver, not whatever the final dir holds.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Workload, src(workloadSrc),
@@ -166,7 +171,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		}
 	}
 
-	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartNotELF)} {
+	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}

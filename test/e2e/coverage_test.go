@@ -215,3 +215,46 @@ func TestDetailedLaunches(t *testing.T) {
 		}
 	}
 }
+
+// A CET-built library (every function starts endbr64; push %rbp) is probed
+// just past the endbr64, on the push the kernel emulates: counts stay
+// exact, every timed and launch probe reports offset 4 in /status.
+func TestProbesSkipEndbr64(t *testing.T) {
+	a := startAgent(t)
+	w := startWorkload(t, fixtures.WorkloadDlopen, append([]string{"--lib", fixtures.CudartCET, "--lib-cuda", fixtures.Cuda}, mixArgs...))
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, a, w.PID)
+	gt := runPhase(t, w)
+	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+
+	var st struct {
+		Attached []struct {
+			Path   string `json:"path"`
+			Probes []struct {
+				Symbol string `json:"symbol"`
+				Offset uint64 `json:"offset"`
+			} `json:"probes"`
+		} `json:"attached_libraries"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, l := range st.Attached {
+		for _, p := range l.Probes {
+			want := uint64(0) // the driver stub is not built with CET
+			if l.Path == fixtures.CudartCET {
+				want = 4
+			}
+			if p.Offset != want {
+				t.Errorf("%s %s: offset %d, want %d", l.Path, p.Symbol, p.Offset, want)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no probes in /status")
+	}
+}
