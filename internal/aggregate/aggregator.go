@@ -256,46 +256,7 @@ func (a *Aggregator) Drain() error {
 			delete(a.undeleted, pid) // its keys are gone after all
 		}
 	}
-	for k, h := range a.retired {
-		if !a.admit(tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}) {
-			continue
-		}
-		cp := *h
-		snap.Hists[k] = &cp
-	}
-	for _, p := range snap.Processes {
-		for op, h := range p.hists {
-			k := HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}
-			if !a.admit(tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}) {
-				continue
-			}
-			if snap.Hists[k] == nil {
-				snap.Hists[k] = &Hist{}
-			}
-			snap.Hists[k].add(h)
-		}
-		p.hists = nil
-	}
-	for k, h := range a.retiredKernels {
-		if !a.admit(tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}) {
-			continue
-		}
-		cp := *h
-		snap.KernelHists[k] = &cp
-	}
-	for _, p := range snap.Processes {
-		for kern, h := range p.khists {
-			k := KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}
-			if !a.admit(tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}) {
-				continue
-			}
-			if snap.KernelHists[k] == nil {
-				snap.KernelHists[k] = &KernelHist{}
-			}
-			snap.KernelHists[k].add(h)
-		}
-		p.khists = nil
-	}
+	a.histograms(snap)
 	snap.Events = a.retiredCalls
 	for _, p := range snap.Processes {
 		snap.Events += p.events
@@ -313,6 +274,53 @@ func (a *Aggregator) Drain() error {
 		a.opts.Observe(snap.DrainDuration)
 	}
 	return nil
+}
+
+// histograms fills the snapshot's histogram families (no pid label):
+// the retained data of exited processes plus every live process, per
+// label set, within --max-time-series.
+func (a *Aggregator) histograms(snap *Snapshot) {
+	histTuple := func(k HistKey) tuple {
+		return tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
+	}
+	kernelTuple := func(k KernelHistKey) tuple {
+		return tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}
+	}
+	for k, h := range a.retired {
+		if a.admit(histTuple(k)) {
+			mergeInto(snap.Hists, k, h)
+		}
+	}
+	for k, h := range a.retiredKernels {
+		if a.admit(kernelTuple(k)) {
+			mergeInto(snap.KernelHists, k, h)
+		}
+	}
+	for _, p := range snap.Processes {
+		for op, h := range p.hists {
+			if k := (HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(histTuple(k)) {
+				mergeInto(snap.Hists, k, h)
+			}
+		}
+		for kern, h := range p.khists {
+			if k := (KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(kernelTuple(k)) {
+				mergeInto(snap.KernelHists, k, h)
+			}
+		}
+		p.hists, p.khists = nil, nil
+	}
+}
+
+// mergeInto adds h to dst[k], creating it; the snapshot never aliases
+// the aggregator's own histograms.
+func mergeInto[K comparable, H any, P interface {
+	*H
+	add(*H)
+}](dst map[K]P, k K, h P) {
+	if dst[k] == nil {
+		dst[k] = P(new(H))
+	}
+	dst[k].add(h)
 }
 
 // process returns the state of a live process, reading its metadata at
@@ -342,12 +350,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	}
 	for k, v := range d.agg {
 		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
-		h := a.retired[hk]
-		if h == nil {
-			h = &Hist{}
-			a.retired[hk] = h
-		}
-		h.add(histOf(&v))
+		mergeInto(a.retired, hk, histOf(&v))
 		a.retiredCalls += v.Count
 	}
 	if ps, ok := a.procs[pid]; ok {
@@ -357,12 +360,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 			}
 			kern := a.kernel(ps, k, true)
 			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
-			h := a.retiredKernels[hk]
-			if h == nil {
-				h = &KernelHist{}
-				a.retiredKernels[hk] = h
-			}
-			h.add(kernelHistOf(&v))
+			mergeInto(a.retiredKernels, hk, kernelHistOf(&v))
 		}
 	}
 	for _, v := range d.launch {
@@ -507,12 +505,7 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		case fam == bpfobj.FamilyFree && p.memory:
 			p.FreedBytes += v.Bytes
 		}
-		h := p.hists[op]
-		if h == nil {
-			h = &Hist{}
-			p.hists[op] = h
-		}
-		h.add(histOf(&v))
+		mergeInto(p.hists, op, histOf(&v))
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(d.launch), compareLaunchKeys) {
 		v := d.launch[k]
@@ -533,12 +526,7 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		l.SharedBytes += v.SharedBytes
 		p.Launches[kern] = l
 		if v.Timed > 0 {
-			kh := p.khists[kern]
-			if kh == nil {
-				kh = &KernelHist{}
-				p.khists[kern] = kh
-			}
-			kh.add(kernelHistOf(&v))
+			mergeInto(p.khists, kern, kernelHistOf(&v))
 		}
 	}
 	return p
