@@ -17,8 +17,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -34,12 +34,10 @@ import (
 // Run sizes. Probed calls trap into the kernel (5-30 µs each on our VMs),
 // so probed runs are short; unprobed runs are long enough to time ~3 ns calls.
 var (
-	flagReps      = flag.Int("overhead.reps", 5, "runs of each configuration (interleaved)")
-	flagProbed    = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe on the call path")
-	flagUnprobed  = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run with no probe on the call path")
-	flagWarmup    = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
-	flagPIDFilter = flag.Bool("overhead.pid-filter", false,
-		"attach every probe with the loop's PID as uprobe filter (profi --pid); default: none, as profi runs by default")
+	flagReps     = flag.Int("overhead.reps", 5, "runs of each configuration (interleaved)")
+	flagProbed   = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe on the call path")
+	flagUnprobed = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run with no probe on the call path")
+	flagWarmup   = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
 )
 
 // The functions bench/loop.c calls.
@@ -95,8 +93,10 @@ type config struct {
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
 	ns    []float64    // ns per call, one per run
 
-	links          int             // uprobe links profi attached (profi configurations)
-	attach, detach []time.Duration // attach.Attacher's Sync and Sync(nil)+Close, one per run
+	libDir string                      // this configuration's private library copies
+	libs   map[discover.Library]string // their real paths, as /proc/PID/maps shows them
+	links  []link.Link                 // floor-program probes, attached once
+	att    *attach.Attacher            // profi, attached once, synced with every loop
 }
 
 func (c *config) probed() bool { return c.traps > 0 }
@@ -104,8 +104,7 @@ func (c *config) probed() bool { return c.traps > 0 }
 // bench is what every run shares.
 type bench struct {
 	loop  string
-	libs  map[discover.Library]string // the loop's private library copies (real paths)
-	exes  map[discover.Library]*link.Executable
+	fx    *testutil.Fixtures
 	objs  *bpfobj.Objects
 	empty *ebpf.Program
 }
@@ -126,8 +125,8 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatal("-overhead.* flags must be positive")
 	}
 	dir := b.TempDir()
-	bc := &bench{exes: map[discover.Library]*link.Executable{}}
-	bc.loop, bc.libs = buildLoop(b, dir)
+	bc := &bench{}
+	bc.loop, bc.fx = buildLoop(b, dir)
 
 	objs, err := bpfobj.Load(bpfobj.Sizes{})
 	if err != nil {
@@ -145,11 +144,6 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatalf("load empty program: %v", err)
 	}
 	defer bc.empty.Close()
-	for lib, path := range bc.libs {
-		if bc.exes[lib], err = link.OpenExecutable(path); err != nil {
-			b.Fatal(err)
-		}
-	}
 
 	entry := func(s site) []emptyProbe { return []emptyProbe{{at: s}} }
 	pair := func(s site) []emptyProbe { return []emptyProbe{{at: s, ret: true}} }
@@ -173,7 +167,13 @@ func BenchmarkOverhead(b *testing.B) {
 		{fn: fnTimed, name: cfgProfi + attach.KernelModeAnonymous, traps: 2, mode: attach.KernelModeAnonymous},
 	}
 
-	printMachine(bc.libs)
+	defer bc.teardown(configs)
+	for i, c := range configs {
+		if err := bc.setup(c, filepath.Join(dir, fmt.Sprintf("cfg%02d", i))); err != nil {
+			b.Fatalf("%s/%s: %v", c.fn, c.name, err)
+		}
+	}
+	printMachine(configs[0].libs)
 	for rep := 0; rep < *flagReps; rep++ {
 		for _, c := range configs {
 			ns, err := bc.measure(c)
@@ -222,17 +222,9 @@ func BenchmarkOverhead(b *testing.B) {
 			fmtRatio(med/median(none.ns)), same, perTrap)
 	}
 	fmt.Printf("\nfloor = %s on the called function; runs per configuration: %d (interleaved); "+
-		"calls per run: %d probed, %d unprobed; PID filter: %v\n",
-		cfgEmpty, *flagReps, *flagProbed, *flagUnprobed, *flagPIDFilter)
+		"calls per run: %d probed, %d unprobed\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed)
 	for _, c := range configs {
 		fmt.Printf("  %-48s %s\n", c.fn+"/"+c.name, fmtRuns(c.ns))
-	}
-	fmt.Printf("\nattach.Attacher, medians: uprobe links on both libraries, Sync (attach), Sync(nil)+Close (detach)\n")
-	for _, c := range configs {
-		if c.mode != "" {
-			fmt.Printf("  %-48s %d links, attach %v, detach %v\n", c.fn+"/"+c.name, c.links,
-				medianDur(c.attach).Round(time.Microsecond), medianDur(c.detach).Round(time.Millisecond))
-		}
 	}
 	fmt.Println()
 
@@ -253,15 +245,10 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 }
 
-// buildLoop builds the stubs and bench/loop.c into dir. The loop links
-// against private copies of both stubs whose files are not named
-// libcudart.so* / libcuda.so*, reached through libcudart.so.12 and
-// libcuda.so.1 symlinks: the private inodes keep other uprobes on the
-// shared fixtures off them, and the names in /proc/PID/maps keep any profi
-// agent running on this host (other tests) from discovering and probing
-// the loop. The loop links libcuda.so.1 itself, so the copy of libcudart
-// finds the driver already loaded instead of the fixture its RUNPATH names.
-func buildLoop(b *testing.B, dir string) (loop string, libs map[discover.Library]string) {
+// buildLoop builds the stubs and bench/loop.c into dir. The loop is linked
+// without a RUNPATH: each run finds its configuration's library copies
+// through LD_LIBRARY_PATH (see setup).
+func buildLoop(b *testing.B, dir string) (string, *testutil.Fixtures) {
 	b.Helper()
 	fx, err := testutil.BuildFixtures(filepath.Join(dir, "fixtures"))
 	if errors.Is(err, testutil.ErrNoCompiler) {
@@ -274,37 +261,119 @@ func buildLoop(b *testing.B, dir string) (loop string, libs map[discover.Library
 	if err != nil {
 		b.Fatal(err)
 	}
-	libDir := filepath.Join(dir, "lib")
-	if err := os.MkdirAll(libDir, 0o755); err != nil {
-		b.Fatal(err)
+	loop := filepath.Join(dir, "loop")
+	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror",
+		"-I"+filepath.Join(root, "test", "stubs"), "-o", loop, filepath.Join(root, "bench", "loop.c"),
+		"-L"+fx.Dir, "-l:libcudart.so.12", "-l:libcuda.so.1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
-	if libDir, err = filepath.EvalSymlinks(libDir); err != nil { // the path /proc/PID/maps shows
-		b.Fatal(err)
+	return loop, fx
+}
+
+// setup gives c its own copies of both stubs in dir and attaches its
+// probes to them, once for the whole run.
+//
+// The copies' files are not named libcudart.so* / libcuda.so*; the loop
+// reaches them through libcudart.so.12 and libcuda.so.1 symlinks in dir
+// (LD_LIBRARY_PATH; the loop links libcuda.so.1 itself, so the copy of
+// libcudart finds the driver loaded instead of the fixture its RUNPATH
+// names). Private inodes per configuration keep every other probe off
+// c's loops: other configurations' (attached all run long), the shared
+// fixtures', and those of any profi agent on this host (other tests),
+// which the names in /proc/PID/maps keep from discovering the loop.
+//
+// Attaching once keeps uprobe teardown out of the run (closing a uprobe
+// link waits for an RCU grace period: 2.8-5.4 s for profi's 34-57 links
+// here), and matches an agent's steady state: the probes are in place
+// when a process maps the library, and each new process is synced in.
+func (bc *bench) setup(c *config, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	libs = map[discover.Library]string{}
+	dir, err := filepath.EvalSymlinks(dir) // the path /proc/PID/maps shows
+	if err != nil {
+		return err
+	}
+	c.libDir, c.libs = dir, map[discover.Library]string{}
 	for _, l := range []struct {
 		lib             discover.Library
 		from, priv, alt string
 	}{
-		{discover.LibCudart, fx.Cudart, "libprofibench-rt.so", "libcudart.so.12"},
-		{discover.LibCuda, fx.Cuda, "libprofibench-drv.so", "libcuda.so.1"},
+		{discover.LibCudart, bc.fx.Cudart, "libprofibench-rt.so", "libcudart.so.12"},
+		{discover.LibCuda, bc.fx.Cuda, "libprofibench-drv.so", "libcuda.so.1"},
 	} {
-		libs[l.lib] = filepath.Join(libDir, l.priv)
-		if err := copyFile(l.from, libs[l.lib]); err != nil {
-			b.Fatal(err)
+		c.libs[l.lib] = filepath.Join(dir, l.priv)
+		if err := copyFile(l.from, c.libs[l.lib]); err != nil {
+			return err
 		}
-		if err := os.Symlink(l.priv, filepath.Join(libDir, l.alt)); err != nil {
-			b.Fatal(err)
+		if err := os.Symlink(l.priv, filepath.Join(dir, l.alt)); err != nil {
+			return err
 		}
 	}
-	loop = filepath.Join(dir, "loop")
-	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror",
-		"-I"+filepath.Join(root, "test", "stubs"), "-o", loop, filepath.Join(root, "bench", "loop.c"),
-		"-L"+libDir, "-l:libcudart.so.12", "-l:libcuda.so.1", "-Wl,-rpath,"+libDir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+
+	if c.mode != "" {
+		// profi as the agent runs it: its attacher, the kernel mode, the
+		// default probe profile, no PID filter (--pid unset).
+		c.att = attach.New(attach.Options{
+			Programs: map[string]*ebpf.Program{
+				bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
+				bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
+				bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
+				bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
+			},
+			KernelMode:  c.mode,
+			Profile:     attach.ProfileLean,
+			PIDFiles:    bc.objs.PidFiles,
+			RuntimeText: bc.objs.RtText,
+			FullFiles:   bc.objs.FullFiles,
+		})
+		return nil // attached by the first Sync, with the first loop
 	}
-	return loop, libs
+	exes := map[discover.Library]*link.Executable{}
+	for lib, path := range c.libs {
+		if exes[lib], err = link.OpenExecutable(path); err != nil {
+			return err
+		}
+	}
+	traps := 0
+	for _, e := range c.empty {
+		// As the attacher does: return probe first, cookie = op | file << 32.
+		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(e.at.op, 1)}
+		if e.ret {
+			l, err := exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
+			if err != nil {
+				return fmt.Errorf("attach return probe %s: %w", e.at.sym, err)
+			}
+			c.links = append(c.links, l)
+			traps++
+		}
+		l, err := exes[e.at.lib].Uprobe(e.at.sym, bc.empty, opts)
+		if err != nil {
+			return fmt.Errorf("attach probe %s: %w", e.at.sym, err)
+		}
+		c.links = append(c.links, l)
+		traps++
+	}
+	if traps != c.traps {
+		return fmt.Errorf("the probes attached trap %d times per call, the configuration says %d", traps, c.traps)
+	}
+	return nil
+}
+
+// teardown detaches every configuration, all at once: each link close
+// waits for a grace period, and the waits overlap.
+func (bc *bench) teardown(configs []*config) {
+	var wg sync.WaitGroup
+	for _, c := range configs {
+		if c.att != nil {
+			wg.Go(func() { c.att.Sync(nil); c.att.Close() })
+		}
+		for _, l := range c.links {
+			wg.Go(func() { l.Close() })
+		}
+	}
+	wg.Wait()
 }
 
 func copyFile(from, to string) error {
@@ -324,10 +393,10 @@ func copyFile(from, to string) error {
 	return dst.Close()
 }
 
-// measure starts the loop, attaches c's probes to it while it waits,
-// lets it run, checks that the traps per call are c's and, for profi,
-// that the BPF maps counted exactly its calls, detaches, and returns ns
-// per call.
+// measure starts a loop on c's libraries and, while it waits, syncs
+// profi's attacher with it (c's other probes are in place already). Then
+// it lets the loop run, checks for profi that the BPF maps counted
+// exactly its calls, and returns ns per call.
 func (bc *bench) measure(c *config) (ns float64, err error) {
 	calls := *flagUnprobed
 	if c.probed() {
@@ -335,6 +404,7 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(bc.loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+c.libDir)
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -363,22 +433,15 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		return 0, fmt.Errorf("unexpected loop output %q (%v)", line, err)
 	}
 
-	began := time.Now()
-	detach, traps, err := bc.attach(c, pid)
-	attached := time.Since(began)
-	defer func() {
-		began := time.Now()
-		detach()
-		if err == nil && c.mode != "" {
-			c.attach = append(c.attach, attached)
-			c.detach = append(c.detach, time.Since(began))
-		}
-	}()
+	// Every run checks the loop's mappings, so no foreign probe can reach it.
+	targets, err := c.targets(pid)
 	if err != nil {
 		return 0, err
 	}
-	if traps != c.traps {
-		return 0, fmt.Errorf("the probes attached trap %d times per call, the configuration says %d", traps, c.traps)
+	if c.att != nil {
+		if err := c.syncProfi(targets); err != nil {
+			return 0, err
+		}
 	}
 	before, err := bc.drops()
 	if err != nil {
@@ -403,7 +466,7 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		&gotPID, &gotCalls, &warmup, &elapsed); err != nil || gotPID != pid || gotCalls != calls {
 		return 0, fmt.Errorf("unexpected loop output %q (%v)", rest, err)
 	}
-	if c.mode != "" {
+	if c.att != nil {
 		after, err := bc.drops()
 		if err != nil {
 			return 0, err
@@ -415,77 +478,21 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 	return float64(elapsed) / float64(calls), nil
 }
 
-// attach attaches c's probes to the loop process pid and returns how to
-// detach them and how many uprobe traps one call of c.fn now costs.
-func (bc *bench) attach(c *config, pid int) (detach func(), traps int, err error) {
-	c.links = 0
-	filter := 0
-	if *flagPIDFilter {
-		filter = pid
-	}
-	if c.mode != "" {
-		return bc.attachProfi(c, pid, filter)
-	}
-	var links []link.Link
-	detach = func() {
-		for i := len(links) - 1; i >= 0; i-- { // as the attacher: entries before returns
-			links[i].Close()
-		}
-	}
-	for _, e := range c.empty {
-		opts := &link.UprobeOptions{PID: filter, Cookie: bpfobj.Cookie(e.at.op, 1)}
-		if e.ret { // return probe first, as the attacher does
-			l, err := bc.exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
-			if err != nil {
-				return detach, 0, fmt.Errorf("attach return probe %s: %w", e.at.sym, err)
-			}
-			links = append(links, l)
-			traps++
-		}
-		l, err := bc.exes[e.at.lib].Uprobe(e.at.sym, bc.empty, opts)
-		if err != nil {
-			return detach, 0, fmt.Errorf("attach probe %s: %w", e.at.sym, err)
-		}
-		links = append(links, l)
-		traps++
-	}
-	return detach, traps, nil
-}
-
-// attachProfi attaches profi to the loop as the agent does: an
-// attach.Attacher with the kernel mode and the default probe profile,
-// synced with the targets of a discovery pass over the loop (built here,
-// since discover does not recognise the private library names), which
-// also writes pid_files and rt_text, the runtime→driver guard's range.
-func (bc *bench) attachProfi(c *config, pid, filter int) (detach func(), traps int, err error) {
-	targets, err := bc.targets(pid)
-	if err != nil {
-		return func() {}, 0, err
-	}
-	a := attach.New(attach.Options{
-		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
-			bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
-		},
-		KernelMode:  c.mode,
-		Profile:     attach.ProfileLean,
-		PID:         filter,
-		PIDFiles:    bc.objs.PidFiles,
-		RuntimeText: bc.objs.RtText,
-	})
-	// Sync(nil) detaches and takes the loop out of pid_files and rt_text.
-	detach = func() { a.Sync(nil); a.Close() }
-	a.Sync(targets)
-	cnt := a.Counters()
+// syncProfi syncs c's attacher with the loop's targets, as a discovery
+// pass does: it attaches the libraries on the first run and, on every
+// run, writes pid_files and rt_text (the runtime→driver guard's range)
+// for the new process. Then it checks that both libraries are attached
+// without failures and that one call of c.fn traps c.traps times.
+func (c *config) syncProfi(targets []attach.Target) error {
+	c.att.Sync(targets)
+	cnt := c.att.Counters()
 	if len(cnt.Failures) > 0 || cnt.Attached[discover.LibCudart] != 1 || cnt.Attached[discover.LibCuda] != 1 {
-		return detach, 0, fmt.Errorf("attach: %d libcudart and %d libcuda files attached, failures %v, status %+v",
-			cnt.Attached[discover.LibCudart], cnt.Attached[discover.LibCuda], cnt.Failures, a.Status())
+		return fmt.Errorf("attach: %d libcudart and %d libcuda files attached, failures %v, status %+v",
+			cnt.Attached[discover.LibCudart], cnt.Attached[discover.LibCuda], cnt.Failures, c.att.Status())
 	}
-	for _, ls := range a.Status().Attached {
+	traps := 0
+	for _, ls := range c.att.Status().Attached {
 		for _, p := range ls.Probes {
-			c.links += p.Traps // one link per trap: entry, and return when timed
 			for _, s := range callPath[c.fn] {
 				if string(s.lib) == ls.Library && s.sym == p.Symbol {
 					traps += p.Traps
@@ -493,7 +500,10 @@ func (bc *bench) attachProfi(c *config, pid, filter int) (detach func(), traps i
 			}
 		}
 	}
-	return detach, traps, nil
+	if traps != c.traps {
+		return fmt.Errorf("profi's probes trap %d times per call, the configuration says %d", traps, c.traps)
+	}
+	return nil
 }
 
 // targets is what attach.Targets makes of a discovery scan of the loop,
@@ -501,7 +511,7 @@ func (bc *bench) attachProfi(c *config, pid, filter int) (detach func(), traps i
 // file, its code = the first executable mapping), with the private copies
 // standing for libcudart and libcuda. It fails if the loop maps anything
 // discover would recognise: an agent elsewhere on the host could probe it.
-func (bc *bench) targets(pid int) ([]attach.Target, error) {
+func (c *config) targets(pid int) ([]attach.Target, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return nil, err
@@ -519,7 +529,7 @@ func (bc *bench) targets(pid int) ([]attach.Target, error) {
 			return nil, fmt.Errorf("the loop maps %s (%s), which any profi agent on this host would probe", e.Path, lib)
 		}
 		var lib discover.Library
-		for l, path := range bc.libs {
+		for l, path := range c.libs {
 			if e.Path == path {
 				lib = l
 			}
@@ -536,10 +546,10 @@ func (bc *bench) targets(pid int) ([]attach.Target, error) {
 			m.TextStart, m.TextEnd = e.Start, e.End
 		}
 	}
-	for _, lib := range slices.Sorted(maps.Keys(bc.libs)) {
+	for _, lib := range slices.Sorted(maps.Keys(c.libs)) {
 		i := slices.IndexFunc(proc.Libs, func(m discover.Mapping) bool { return m.Lib == lib })
 		if i < 0 || proc.Libs[i].TextEnd == 0 {
-			return nil, fmt.Errorf("the loop does not map the code of %s (%s)", bc.libs[lib], lib)
+			return nil, fmt.Errorf("the loop does not map the code of %s (%s)", c.libs[lib], lib)
 		}
 	}
 	return attach.Targets(&discover.Result{Processes: []discover.Process{proc}}, discover.DefaultProcRoot), nil
@@ -724,14 +734,6 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func medianDur(ds []time.Duration) time.Duration {
-	xs := make([]float64, len(ds))
-	for i, d := range ds {
-		xs[i] = float64(d)
-	}
-	return time.Duration(median(xs))
 }
 
 func fmtNs(ns float64) string {
