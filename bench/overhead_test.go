@@ -420,9 +420,9 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 	waited := false
 	defer func() {
 		if !waited {
-			stdin.Close() // the loop exits when stdin ends before the go-ahead
-			cmd.Process.Kill()
-			cmd.Wait()
+			stdin.Close()          // the loop exits when stdin ends before the go-ahead
+			_ = cmd.Process.Kill() // cleanup of a failed run: the run's error is what matters
+			_ = cmd.Wait()
 		}
 	}()
 	out := bufio.NewReader(stdout)
