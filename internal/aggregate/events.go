@@ -57,7 +57,7 @@ func NewEvents(log *slog.Logger, observe func(time.Duration)) *Events {
 
 // Run reads the ring buffer until ctx ends.
 func (e *Events) Run(ctx context.Context, ring *ebpf.Map) error {
-	return readRing(ctx, ring, e.log, func(raw []byte) {
+	return bpfobj.ReadRing(ctx, ring, e.log, func(raw []byte) {
 		began := time.Now()
 		if len(raw) >= int(unsafe.Sizeof(bpfobj.ProfiLaunchEvent{})) {
 			e.add((*bpfobj.ProfiLaunchEvent)(unsafe.Pointer(&raw[0])))

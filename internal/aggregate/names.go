@@ -3,15 +3,12 @@ package aggregate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"sync"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
@@ -67,7 +64,7 @@ func NewNames(procRoot string, log *slog.Logger) *Names {
 
 // Run reads name events from the kernel_regs ring buffer until ctx ends.
 func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
-	return readRing(ctx, objs.KernelRegs, n.log, func(raw []byte) {
+	return bpfobj.ReadRing(ctx, objs.KernelRegs, n.log, func(raw []byte) {
 		if len(raw) >= int(unsafe.Sizeof(bpfobj.ProfiNameEvent{})) {
 			n.add((*bpfobj.ProfiNameEvent)(unsafe.Pointer(&raw[0])))
 		}
@@ -174,27 +171,5 @@ func resolveReason(err error) string {
 		return "open_failed"
 	default:
 		return "read_failed"
-	}
-}
-
-// readRing hands every record of a BPF ring buffer to fn until ctx ends.
-// The record's bytes are reused after fn returns.
-func readRing(ctx context.Context, m *ebpf.Map, log *slog.Logger, fn func([]byte)) error {
-	rd, err := ringbuf.NewReader(m)
-	if err != nil {
-		return fmt.Errorf("open ring buffer %s: %w", m, err)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
-	defer stop()
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return nil
-			}
-			log.Warn("read ring buffer", "map", m.String(), "err", err)
-			continue
-		}
-		fn(rec.RawSample)
 	}
 }
