@@ -288,16 +288,58 @@ static __always_inline u64 vol3(u64 x, u64 y, u64 z)
 	return (x & 0xffffffff) * (y & 0xffffffff) * (z & 0xffffffff);
 }
 
+/*
+ * The per-thread-stream variants (_ptsz/_ptds) take the same arguments as
+ * their base function: they are decoded as the base, and keep their own
+ * operation id in the maps.
+ */
+static __always_inline u32 base_op(u32 op)
+{
+	switch (op) {
+	case OP_CUDA_MEMCPY_PTDS:
+		return OP_CUDA_MEMCPY;
+	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
+		return OP_CUDA_MEMCPY_ASYNC;
+	case OP_CUDA_MEMCPY_2D_PTDS:
+		return OP_CUDA_MEMCPY_2D;
+	case OP_CUDA_MEMCPY_2D_ASYNC_PTSZ:
+		return OP_CUDA_MEMCPY_2D_ASYNC;
+	case OP_CUDA_MEMSET_PTDS:
+		return OP_CUDA_MEMSET;
+	case OP_CUDA_MEMSET_ASYNC_PTSZ:
+		return OP_CUDA_MEMSET_ASYNC;
+	case OP_CUDA_STREAM_SYNC_PTSZ:
+		return OP_CUDA_STREAM_SYNC;
+	case OP_CUDA_GRAPH_LAUNCH_PTSZ:
+		return OP_CUDA_GRAPH_LAUNCH;
+	case OP_CUDA_MALLOC_ASYNC_PTSZ:
+		return OP_CUDA_MALLOC_ASYNC;
+	case OP_CUDA_FREE_ASYNC_PTSZ:
+		return OP_CUDA_FREE_ASYNC;
+	case OP_CUDA_LAUNCH_KERNEL_PTSZ:
+		return OP_CUDA_LAUNCH_KERNEL;
+	case OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ:
+		return OP_CUDA_LAUNCH_KERNEL_EXC;
+	case OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ:
+		return OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
+	case OP_CU_LAUNCH_KERNEL_PTSZ:
+		return OP_CU_LAUNCH_KERNEL;
+	}
+	return op;
+}
+
 static __always_inline bool is_runtime_launch(u32 op)
 {
-	return op == OP_CUDA_LAUNCH_KERNEL || op == OP_CUDA_LAUNCH_KERNEL_PTSZ ||
-	       op == OP_CUDA_LAUNCH_KERNEL_EXC || op == OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
+	op = base_op(op);
+	return op == OP_CUDA_LAUNCH_KERNEL || op == OP_CUDA_LAUNCH_KERNEL_EXC ||
+	       op == OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
 }
 
 static __always_inline bool is_driver_launch(u32 op)
 {
-	return op == OP_CU_LAUNCH_KERNEL || op == OP_CU_LAUNCH_KERNEL_PTSZ ||
-	       op == OP_CU_LAUNCH_KERNEL_EX || op == OP_CU_LAUNCH_COOPERATIVE_KERNEL;
+	op = base_op(op);
+	return op == OP_CU_LAUNCH_KERNEL || op == OP_CU_LAUNCH_KERNEL_EX ||
+	       op == OP_CU_LAUNCH_COOPERATIVE_KERNEL;
 }
 
 /*
@@ -307,9 +349,8 @@ static __always_inline bool is_driver_launch(u32 op)
  */
 static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a)
 {
-	switch (op) {
+	switch (base_op(op)) {
 	case OP_CUDA_LAUNCH_KERNEL:
-	case OP_CUDA_LAUNCH_KERNEL_PTSZ:
 	case OP_CUDA_LAUNCH_COOPERATIVE_KERNEL:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
 		a->func = arg(ctx, 1);
@@ -336,7 +377,6 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		break;
 	}
 	case OP_CU_LAUNCH_KERNEL:
-	case OP_CU_LAUNCH_KERNEL_PTSZ:
 	case OP_CU_LAUNCH_COOPERATIVE_KERNEL:
 		/* (f, gx, gy, gz, bx, by, bz, shmem, hStream, ...) */
 		a->func = arg(ctx, 1);
@@ -498,7 +538,7 @@ int timed_entry(struct pt_regs *ctx)
 	}
 
 	in.op = COOKIE_OP(cookie);
-	switch (in.op) {
+	switch (base_op(in.op)) {
 	case OP_CUDA_MALLOC:
 	case OP_CUDA_MALLOC_MANAGED:
 	case OP_CUDA_MALLOC_HOST:
@@ -525,7 +565,7 @@ int timed_entry(struct pt_regs *ctx)
 			in.arg1 = *size;
 			bpf_map_delete_elem(&malloc_sizes, &ak);
 		}
-		if (in.op == OP_CUDA_FREE_ASYNC)
+		if (base_op(in.op) == OP_CUDA_FREE_ASYNC)
 			in.stream = arg(ctx, 2);
 		break;
 	}
@@ -534,7 +574,6 @@ int timed_entry(struct pt_regs *ctx)
 		in.kind = arg(ctx, 4);
 		break;
 	case OP_CUDA_MEMCPY_ASYNC:
-	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
 		in.arg1 = arg(ctx, 3);
 		in.kind = arg(ctx, 4);
 		in.stream = arg(ctx, 5);
@@ -554,7 +593,7 @@ int timed_entry(struct pt_regs *ctx)
 		/* (dst, dpitch, src, spitch, width, height, kind[, stream]) */
 		in.arg1 = arg(ctx, 5) * arg(ctx, 6);
 		in.kind = arg(ctx, 7);
-		if (in.op == OP_CUDA_MEMCPY_2D_ASYNC)
+		if (base_op(in.op) == OP_CUDA_MEMCPY_2D_ASYNC)
 			in.stream = arg(ctx, 8);
 		break;
 	case OP_CUDA_MEMSET:
@@ -638,7 +677,7 @@ int timed_return(struct pt_regs *ctx)
 	u32 weight = in.sampled ? (sample_rate > 1 ? sample_rate : 1) : 0;
 	u64 dur = in.sampled ? now - in.start_ns : 0;
 
-	switch (in.op) {
+	switch (base_op(in.op)) {
 	case OP_CUDA_MALLOC:
 	case OP_CUDA_MALLOC_ASYNC:
 	case OP_CUDA_MALLOC_MANAGED:
@@ -666,7 +705,6 @@ int timed_return(struct pt_regs *ctx)
 	case OP_CUDA_MALLOC_HOST: /* pinned host memory: counted, not tracked */
 	case OP_CUDA_MEMCPY:
 	case OP_CUDA_MEMCPY_ASYNC:
-	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
 	case OP_CUDA_MEMCPY_PEER:
 	case OP_CUDA_MEMCPY_PEER_ASYNC:
 	case OP_CUDA_MEMCPY_2D:

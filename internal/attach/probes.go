@@ -83,6 +83,13 @@ var (
 		optional(timed("cudaMemcpy2DAsync", bpfobj.OpCudaMemcpy2DAsync)),
 		optional(timed("cudaMallocManaged", bpfobj.OpCudaMallocManaged)),
 		optional(timed("cudaSetDevice", bpfobj.OpCudaSetDevice)),
+		// Per-thread default stream variants (nvcc --default-stream per-thread).
+		optional(timed("cudaMemcpy_ptds", bpfobj.OpCudaMemcpyPtds)),
+		optional(timed("cudaMemcpy2D_ptds", bpfobj.OpCudaMemcpy2DPtds)),
+		optional(timed("cudaMemcpy2DAsync_ptsz", bpfobj.OpCudaMemcpy2DAsyncPtsz)),
+		optional(timed("cudaGraphLaunch_ptsz", bpfobj.OpCudaGraphLaunchPtsz)),
+		optional(timed("cudaMallocAsync_ptsz", bpfobj.OpCudaMallocAsyncPtsz)),
+		optional(timed("cudaFreeAsync_ptsz", bpfobj.OpCudaFreeAsyncPtsz)),
 	}
 	// cudartDiagnostic is what --probe-profile full adds: synchronisation
 	// and pinned-host/memset calls, useful to diagnose, costly in hot loops.
@@ -94,12 +101,17 @@ var (
 		timed("cudaMallocHost", bpfobj.OpCudaMallocHost),
 		timed("cudaFreeHost", bpfobj.OpCudaFreeHost),
 		optional(timed("cudaDeviceSynchronize", bpfobj.OpCudaDeviceSync)),
+		optional(timed("cudaStreamSynchronize_ptsz", bpfobj.OpCudaStreamSyncPtsz)),
+		optional(timed("cudaMemset_ptds", bpfobj.OpCudaMemsetPtds)),
+		optional(timed("cudaMemsetAsync_ptsz", bpfobj.OpCudaMemsetAsyncPtsz)),
 	}
 	cudartLaunches = []launchRow{
 		{"cudaLaunchKernel", bpfobj.OpCudaLaunchKernel, false},
 		{"cudaLaunchKernel_ptsz", bpfobj.OpCudaLaunchKernelPtsz, true},
 		{"cudaLaunchKernelExC", bpfobj.OpCudaLaunchKernelExC, true},
 		{"cudaLaunchCooperativeKernel", bpfobj.OpCudaLaunchCooperative, true},
+		{"cudaLaunchKernelExC_ptsz", bpfobj.OpCudaLaunchKernelExCPtsz, true},
+		{"cudaLaunchCooperativeKernel_ptsz", bpfobj.OpCudaLaunchCooperativePtsz, true},
 	}
 	// cudartNames are the name sources of full mode in libcudart.
 	cudartNames = []Probe{

@@ -93,10 +93,10 @@ func TestProbesExactSets(t *testing.T) {
 		mode, profile string
 		n, traps      int
 	}{
-		{discover.LibCudart, KernelModeOff, ProfileLean, 15, 30},
-		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 19, 34},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 20, 39},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 26, 48},
+		{discover.LibCudart, KernelModeOff, ProfileLean, 21, 42},
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 27, 48},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 28, 55},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 37, 68},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 2, 4},
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 6, 8},
 		{discover.LibCuda, KernelModeFull, ProfileFull, 9, 18},
@@ -114,7 +114,7 @@ func TestProbesReturnsACopy(t *testing.T) {
 	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
 	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 19 {
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 27 {
 		t.Errorf("Probes changed by its callers: %+v", got)
 	}
 }

@@ -108,6 +108,12 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"OP_CU_GRAPH_LAUNCH": uint64(OpCuGraphLaunch), "OP_CU_MODULE_LOAD_DATA": uint64(OpCuModuleLoadData),
 			"OP_CU_MODULE_GET_FUNCTION": uint64(OpCuModuleGetFunction), "OP_CU_LIBRARY_GET_KERNEL": uint64(OpCuLibraryGetKernel),
 			"OP_CU_KERNEL_GET_FUNCTION": uint64(OpCuKernelGetFunction), "OP_CUDA_REGISTER_FUNCTION": uint64(OpCudaRegisterFunction),
+			"OP_CUDA_MEMCPY_PTDS": uint64(OpCudaMemcpyPtds), "OP_CUDA_MEMCPY_2D_PTDS": uint64(OpCudaMemcpy2DPtds),
+			"OP_CUDA_MEMCPY_2D_ASYNC_PTSZ": uint64(OpCudaMemcpy2DAsyncPtsz), "OP_CUDA_MEMSET_PTDS": uint64(OpCudaMemsetPtds),
+			"OP_CUDA_MEMSET_ASYNC_PTSZ": uint64(OpCudaMemsetAsyncPtsz), "OP_CUDA_STREAM_SYNC_PTSZ": uint64(OpCudaStreamSyncPtsz),
+			"OP_CUDA_GRAPH_LAUNCH_PTSZ": uint64(OpCudaGraphLaunchPtsz), "OP_CUDA_MALLOC_ASYNC_PTSZ": uint64(OpCudaMallocAsyncPtsz),
+			"OP_CUDA_FREE_ASYNC_PTSZ": uint64(OpCudaFreeAsyncPtsz), "OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ": uint64(OpCudaLaunchKernelExCPtsz),
+			"OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ": uint64(OpCudaLaunchCooperativePtsz),
 		}},
 		{"drop", map[string]uint64{
 			"DROP_AGGREGATED": uint64(DropAggregated), "DROP_LAUNCH_AGG": uint64(DropLaunchAgg),

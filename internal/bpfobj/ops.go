@@ -10,44 +10,55 @@ type Op = ProfiOp
 
 // Operations, named for Go. Values come from the C enum via bpf2go.
 const (
-	OpUnknown               Op = ProfiOpOP_UNKNOWN
-	OpCudaMalloc            Op = ProfiOpOP_CUDA_MALLOC
-	OpCudaFree              Op = ProfiOpOP_CUDA_FREE
-	OpCudaMemcpy            Op = ProfiOpOP_CUDA_MEMCPY
-	OpCudaMemcpyAsync       Op = ProfiOpOP_CUDA_MEMCPY_ASYNC
-	OpCudaLaunchKernel      Op = ProfiOpOP_CUDA_LAUNCH_KERNEL
-	OpCudaMallocAsync       Op = ProfiOpOP_CUDA_MALLOC_ASYNC
-	OpCudaFreeAsync         Op = ProfiOpOP_CUDA_FREE_ASYNC
-	OpCudaGraphLaunch       Op = ProfiOpOP_CUDA_GRAPH_LAUNCH
-	OpCudaGraphInstantiate  Op = ProfiOpOP_CUDA_GRAPH_INSTANTIATE
-	OpCudaLaunchKernelPtsz  Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ
-	OpCudaLaunchKernelExC   Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC
-	OpCudaLaunchCooperative Op = ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL
-	OpCudaMemcpyAsyncPtsz   Op = ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ
-	OpCudaMemcpyPeer        Op = ProfiOpOP_CUDA_MEMCPY_PEER
-	OpCudaMemcpyPeerAsync   Op = ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC
-	OpCudaMemcpy2D          Op = ProfiOpOP_CUDA_MEMCPY_2D
-	OpCudaMemcpy2DAsync     Op = ProfiOpOP_CUDA_MEMCPY_2D_ASYNC
-	OpCudaMallocManaged     Op = ProfiOpOP_CUDA_MALLOC_MANAGED
-	OpCudaMallocHost        Op = ProfiOpOP_CUDA_MALLOC_HOST
-	OpCudaFreeHost          Op = ProfiOpOP_CUDA_FREE_HOST
-	OpCudaMemset            Op = ProfiOpOP_CUDA_MEMSET
-	OpCudaMemsetAsync       Op = ProfiOpOP_CUDA_MEMSET_ASYNC
-	OpCudaStreamSync        Op = ProfiOpOP_CUDA_STREAM_SYNC
-	OpCudaEventSync         Op = ProfiOpOP_CUDA_EVENT_SYNC
-	OpCudaDeviceSync        Op = ProfiOpOP_CUDA_DEVICE_SYNC
-	OpCudaSetDevice         Op = ProfiOpOP_CUDA_SET_DEVICE
-	OpCuLaunchKernel        Op = ProfiOpOP_CU_LAUNCH_KERNEL
-	OpCuLaunchKernelPtsz    Op = ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ
-	OpCuLaunchKernelEx      Op = ProfiOpOP_CU_LAUNCH_KERNEL_EX
-	OpCuLaunchCooperative   Op = ProfiOpOP_CU_LAUNCH_COOPERATIVE_KERNEL
-	OpCuGraphLaunch         Op = ProfiOpOP_CU_GRAPH_LAUNCH
-	OpCuModuleLoadData      Op = ProfiOpOP_CU_MODULE_LOAD_DATA
-	OpCuModuleGetFunction   Op = ProfiOpOP_CU_MODULE_GET_FUNCTION
-	OpCuLibraryGetKernel    Op = ProfiOpOP_CU_LIBRARY_GET_KERNEL
-	OpCuKernelGetFunction   Op = ProfiOpOP_CU_KERNEL_GET_FUNCTION
-	OpCudaRegisterFunction  Op = ProfiOpOP_CUDA_REGISTER_FUNCTION
-	NumOps                  Op = ProfiOpOP_MAX
+	OpUnknown                   Op = ProfiOpOP_UNKNOWN
+	OpCudaMalloc                Op = ProfiOpOP_CUDA_MALLOC
+	OpCudaFree                  Op = ProfiOpOP_CUDA_FREE
+	OpCudaMemcpy                Op = ProfiOpOP_CUDA_MEMCPY
+	OpCudaMemcpyAsync           Op = ProfiOpOP_CUDA_MEMCPY_ASYNC
+	OpCudaLaunchKernel          Op = ProfiOpOP_CUDA_LAUNCH_KERNEL
+	OpCudaMallocAsync           Op = ProfiOpOP_CUDA_MALLOC_ASYNC
+	OpCudaFreeAsync             Op = ProfiOpOP_CUDA_FREE_ASYNC
+	OpCudaGraphLaunch           Op = ProfiOpOP_CUDA_GRAPH_LAUNCH
+	OpCudaGraphInstantiate      Op = ProfiOpOP_CUDA_GRAPH_INSTANTIATE
+	OpCudaLaunchKernelPtsz      Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ
+	OpCudaLaunchKernelExC       Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC
+	OpCudaLaunchCooperative     Op = ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL
+	OpCudaMemcpyAsyncPtsz       Op = ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ
+	OpCudaMemcpyPeer            Op = ProfiOpOP_CUDA_MEMCPY_PEER
+	OpCudaMemcpyPeerAsync       Op = ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC
+	OpCudaMemcpy2D              Op = ProfiOpOP_CUDA_MEMCPY_2D
+	OpCudaMemcpy2DAsync         Op = ProfiOpOP_CUDA_MEMCPY_2D_ASYNC
+	OpCudaMallocManaged         Op = ProfiOpOP_CUDA_MALLOC_MANAGED
+	OpCudaMallocHost            Op = ProfiOpOP_CUDA_MALLOC_HOST
+	OpCudaFreeHost              Op = ProfiOpOP_CUDA_FREE_HOST
+	OpCudaMemset                Op = ProfiOpOP_CUDA_MEMSET
+	OpCudaMemsetAsync           Op = ProfiOpOP_CUDA_MEMSET_ASYNC
+	OpCudaStreamSync            Op = ProfiOpOP_CUDA_STREAM_SYNC
+	OpCudaEventSync             Op = ProfiOpOP_CUDA_EVENT_SYNC
+	OpCudaDeviceSync            Op = ProfiOpOP_CUDA_DEVICE_SYNC
+	OpCudaSetDevice             Op = ProfiOpOP_CUDA_SET_DEVICE
+	OpCuLaunchKernel            Op = ProfiOpOP_CU_LAUNCH_KERNEL
+	OpCuLaunchKernelPtsz        Op = ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ
+	OpCuLaunchKernelEx          Op = ProfiOpOP_CU_LAUNCH_KERNEL_EX
+	OpCuLaunchCooperative       Op = ProfiOpOP_CU_LAUNCH_COOPERATIVE_KERNEL
+	OpCuGraphLaunch             Op = ProfiOpOP_CU_GRAPH_LAUNCH
+	OpCuModuleLoadData          Op = ProfiOpOP_CU_MODULE_LOAD_DATA
+	OpCuModuleGetFunction       Op = ProfiOpOP_CU_MODULE_GET_FUNCTION
+	OpCuLibraryGetKernel        Op = ProfiOpOP_CU_LIBRARY_GET_KERNEL
+	OpCuKernelGetFunction       Op = ProfiOpOP_CU_KERNEL_GET_FUNCTION
+	OpCudaRegisterFunction      Op = ProfiOpOP_CUDA_REGISTER_FUNCTION
+	OpCudaMemcpyPtds            Op = ProfiOpOP_CUDA_MEMCPY_PTDS
+	OpCudaMemcpy2DPtds          Op = ProfiOpOP_CUDA_MEMCPY_2D_PTDS
+	OpCudaMemcpy2DAsyncPtsz     Op = ProfiOpOP_CUDA_MEMCPY_2D_ASYNC_PTSZ
+	OpCudaMemsetPtds            Op = ProfiOpOP_CUDA_MEMSET_PTDS
+	OpCudaMemsetAsyncPtsz       Op = ProfiOpOP_CUDA_MEMSET_ASYNC_PTSZ
+	OpCudaStreamSyncPtsz        Op = ProfiOpOP_CUDA_STREAM_SYNC_PTSZ
+	OpCudaGraphLaunchPtsz       Op = ProfiOpOP_CUDA_GRAPH_LAUNCH_PTSZ
+	OpCudaMallocAsyncPtsz       Op = ProfiOpOP_CUDA_MALLOC_ASYNC_PTSZ
+	OpCudaFreeAsyncPtsz         Op = ProfiOpOP_CUDA_FREE_ASYNC_PTSZ
+	OpCudaLaunchKernelExCPtsz   Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC_PTSZ
+	OpCudaLaunchCooperativePtsz Op = ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ
+	NumOps                      Op = ProfiOpOP_MAX
 )
 
 // Family groups operations by what their bytes mean.
@@ -110,6 +121,18 @@ var ops = [NumOps]OpInfo{
 	OpCuLibraryGetKernel:    {"cuLibraryGetKernel", FamilyOther},
 	OpCuKernelGetFunction:   {"cuKernelGetFunction", FamilyOther},
 	OpCudaRegisterFunction:  {"__cudaRegisterFunction", FamilyOther},
+
+	OpCudaMemcpyPtds:            {"cudaMemcpy_ptds", FamilyMemcpy},
+	OpCudaMemcpy2DPtds:          {"cudaMemcpy2D_ptds", FamilyMemcpy},
+	OpCudaMemcpy2DAsyncPtsz:     {"cudaMemcpy2DAsync_ptsz", FamilyMemcpy},
+	OpCudaMemsetPtds:            {"cudaMemset_ptds", FamilyMemset},
+	OpCudaMemsetAsyncPtsz:       {"cudaMemsetAsync_ptsz", FamilyMemset},
+	OpCudaStreamSyncPtsz:        {"cudaStreamSynchronize_ptsz", FamilyOther},
+	OpCudaGraphLaunchPtsz:       {"cudaGraphLaunch_ptsz", FamilyOther},
+	OpCudaMallocAsyncPtsz:       {"cudaMallocAsync_ptsz", FamilyMalloc},
+	OpCudaFreeAsyncPtsz:         {"cudaFreeAsync_ptsz", FamilyFree},
+	OpCudaLaunchKernelExCPtsz:   {"cudaLaunchKernelExC_ptsz", FamilyLaunch},
+	OpCudaLaunchCooperativePtsz: {"cudaLaunchCooperativeKernel_ptsz", FamilyLaunch},
 }
 
 // Info describes op; ids out of range are "unknown".

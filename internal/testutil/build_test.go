@@ -46,13 +46,13 @@ func fixtures(t *testing.T) *Fixtures {
 	return sharedFx
 }
 
-var graphFuncs = []string{"cudaGraphLaunch", "cudaGraphInstantiate"}
+var graphFuncs = []string{"cudaGraphLaunch", "cudaGraphInstantiate", "cudaGraphLaunch_ptsz"}
 
 // registerFuncs are the runtime's kernel registration entry points.
 var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary"}
 
 // exportedFuncs are all functions the runtime stub defines and exports.
-var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, registerFuncs,
+var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs,
 	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
 
 // driverExports are all functions the driver stub defines and exports.
@@ -191,9 +191,10 @@ func TestStubELF(t *testing.T) {
 func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
 	for lib, names := range map[string][]string{
-		fx.Cudart:        slices.Concat(ProbedFuncs, ExtraFuncs, registerFuncs),
-		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs),
-		fx.Cuda:          driverExports,
+		fx.Cudart: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs),
+		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs,
+			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
+		fx.Cuda: driverExports,
 	} {
 		f, err := elf.Open(lib)
 		if err != nil {
@@ -355,6 +356,7 @@ type params struct {
 	threads, iters, launches, memcpys, mallocs, graphs, streams int
 	driver                                                      int  // --driver N
 	extra                                                       bool // --extra
+	ptsz                                                        bool // --ptsz
 }
 
 func (p params) args() []string {
@@ -366,6 +368,9 @@ func (p params) args() []string {
 	if p.extra {
 		a = append(a, "--extra")
 	}
+	if p.ptsz {
+		a = append(a, "--ptsz")
+	}
 	return a
 }
 
@@ -374,6 +379,12 @@ var small = params{threads: 3, iters: 25, launches: 7, memcpys: 2, mallocs: 2, g
 
 // smallAll adds every new API; driver > 3 so each driver API runs per iteration.
 var smallAll = func() params { p := small; p.driver, p.extra = 5, true; return p }()
+
+// smallPtsz and smallAllPtsz add the per-thread stream variants.
+var (
+	smallPtsz    = func() params { p := small; p.ptsz = true; return p }()
+	smallAllPtsz = func() params { p := smallAll; p.ptsz = true; return p }()
+)
 
 // defaults are the workload's own defaults (flags absent).
 var defaults = params{threads: 2, iters: 200, launches: 20, memcpys: 2, mallocs: 1, graphs: 1, streams: 2}
@@ -407,6 +418,22 @@ func wantCalls(p params, errors, graphs bool) map[string]uint64 {
 			c["cudaGraphLaunch"] += errIters
 		}
 	}
+	if p.ptsz {
+		// Each variant once per iteration; the failing calls like their
+		// base functions'.
+		for _, fn := range PtszFuncs {
+			if graphs || !contains(graphFuncs, fn) {
+				c[fn] = perIter(1)
+			}
+		}
+		if errors {
+			errIters := T * uint64((p.iters+9)/10)
+			c["cudaMemcpy_ptds"] += errIters
+			if graphs {
+				c["cudaGraphLaunch_ptsz"] += errIters
+			}
+		}
+	}
 	return c
 }
 
@@ -420,6 +447,12 @@ func wantErrors(p params, graphs bool) map[string]map[string]uint64 {
 	}
 	if graphs {
 		e["cudaGraphLaunch"] = map[string]uint64{"400": n}
+	}
+	if p.ptsz {
+		e["cudaMemcpy_ptds"] = map[string]uint64{"21": n}
+		if graphs {
+			e["cudaGraphLaunch_ptsz"] = map[string]uint64{"400": n}
+		}
 	}
 	return e
 }
@@ -610,7 +643,7 @@ func contains(list []string, s string) bool {
 // Check must catch each kind of inconsistency it claims to.
 func TestGroundTruthCheck(t *testing.T) {
 	fx := fixtures(t)
-	w := start(t, fx.Workload, smallAll.args())
+	w := start(t, fx.Workload, smallAllPtsz.args())
 	good, err := w.Run()
 	if err != nil {
 		t.Fatal(err)
@@ -655,12 +688,20 @@ func TestGroundTruthCheck(t *testing.T) {
 			g.LaunchesByKernel[""]++
 			g.LaunchesByKernel[DriverKernels[0]]--
 		},
-		"geometry":        geometry("cudaLaunchKernel", func(l *LaunchGeometry) { l.SharedBytes++ }),
-		"geometry blocks": geometry("cuLaunchKernelEx", func(l *LaunchGeometry) { l.GridBlocks = 0 }),
-		"geometry api":    func(g *GroundTruth) { g.LaunchGeometryByAPI["cuBogus"] = LaunchGeometry{} },
-		"memset key":      func(g *GroundTruth) { g.MemsetBytes["0x0"] = 1 },
-		"managed":         func(g *GroundTruth) { g.ManagedBytes = g.MallocBytes + 1 },
-		"set device":      func(g *GroundTruth) { g.SetDeviceCalls++ },
+		"geometry":           geometry("cudaLaunchKernel", func(l *LaunchGeometry) { l.SharedBytes++ }),
+		"geometry blocks":    geometry("cuLaunchKernelEx", func(l *LaunchGeometry) { l.GridBlocks = 0 }),
+		"geometry api":       func(g *GroundTruth) { g.LaunchGeometryByAPI["cuBogus"] = LaunchGeometry{} },
+		"memset key":         func(g *GroundTruth) { g.MemsetBytes["0x0"] = 1 },
+		"managed":            func(g *GroundTruth) { g.ManagedBytes = g.MallocBytes + 1 },
+		"set device":         func(g *GroundTruth) { g.SetDeviceCalls++ },
+		"ptsz launch api":    func(g *GroundTruth) { g.LaunchesByAPI["cudaLaunchKernelExC_ptsz"]++ },
+		"ptsz stream sum":    func(g *GroundTruth) { g.CallsByStream["cudaFreeAsync_ptsz"]["0x1"]++ },
+		"ptds stream":        func(g *GroundTruth) { g.CallsByStream["cudaMemcpy_ptds"] = map[string]uint64{} },
+		"ptds memcpy calls":  func(g *GroundTruth) { g.Calls["cudaMemcpy2D_ptds"]++ },
+		"ptds memcpy error":  func(g *GroundTruth) { g.Errors["cudaMemcpy2D_ptds"] = map[string]uint64{"21": 1} },
+		"ptsz listed":        func(g *GroundTruth) { delete(g.Calls, "cudaMemset_ptds") },
+		"ptsz geometry":      geometry("cudaLaunchCooperativeKernel_ptsz", func(l *LaunchGeometry) { l.GridBlocks = 0 }),
+		"ptsz failed launch": func(g *GroundTruth) { g.Errors["cudaLaunchKernelExC_ptsz"] = map[string]uint64{"98": 1} },
 	} {
 		g := clone()
 		mutate(g)
@@ -673,7 +714,11 @@ func TestGroundTruthCheck(t *testing.T) {
 	}
 	// Without the new APIs nothing of them may show.
 	g := clone()
-	g.MemsetBytes, g.Calls["cudaMemset"], g.Calls["cudaMemsetAsync"] = map[string]uint64{"default": 1}, 0, 0
+	g.MemsetBytes = map[string]uint64{"default": 1}
+	for _, fn := range []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"} {
+		g.Calls[fn] = 0
+		delete(g.CallsByStream, fn)
+	}
 	if err := g.Check(); err == nil {
 		t.Error("memset bytes without memset calls: not caught")
 	}
@@ -817,6 +862,26 @@ func simulate(p params, errors, graphs bool) *threadSim {
 			g.SetDeviceCalls++
 			call("cudaGetDevice", -1, 0)
 		}
+		if p.ptsz {
+			p1, p2, p3 := (i+1)%ns, (i+2)%ns, i%ns
+			blocks, threads := dims(i%4+1, 1, i%2+1), dims(64, i%3+1, 2)
+			copyKind("cudaMemcpy_ptds", -1, (i+3)%5, 1024+64*(i%8))
+			copyKind("cudaMemcpy2D_ptds", -1, (i+4)%5, (128+16*(i%4))*(2+i%3))
+			copyKind("cudaMemcpy2DAsync_ptsz", p1, i%5, 256*(1+i%4))
+			call("cudaMemset_ptds", -1, 0)
+			sim.memset[0] += uint64(2048 * (i%2 + 1))
+			call("cudaMemsetAsync_ptsz", p2, 0)
+			sim.memset[p2] += uint64(512 * (i%3 + 1))
+			call("cudaStreamSynchronize_ptsz", p3, 0)
+			if graphs {
+				call("cudaGraphLaunch_ptsz", p1, 0)
+			}
+			size := uint64(i%4+1) << 14
+			alloc("cudaMallocAsync_ptsz", p2, size)
+			free("cudaFreeAsync_ptsz", p2, size)
+			launch("cudaLaunchKernelExC_ptsz", RuntimeKernels[(i+3)%4], blocks, threads, 256, p3, 0)
+			launch("cudaLaunchCooperativeKernel_ptsz", RuntimeKernels[i%4], blocks, threads, 128*(i%3), p1, 0)
+		}
 		if errors && i%10 == 0 {
 			st := i % ns
 			call("cudaMalloc", -1, 2)
@@ -835,6 +900,12 @@ func simulate(p params, errors, graphs bool) *threadSim {
 			if p.extra {
 				call("cudaSetDevice", -1, 101)
 				g.SetDeviceCalls++
+			}
+			if p.ptsz {
+				copyKind("cudaMemcpy_ptds", -1, 7, 64)
+				if graphs {
+					call("cudaGraphLaunch_ptsz", st, 400)
+				}
 			}
 		}
 	}
@@ -927,6 +998,9 @@ func checkExact(t *testing.T, got *GroundTruth, p params, phases int, errors, gr
 	}
 	if p.driver > 0 {
 		listed = append(listed, DriverFuncs...)
+	}
+	if p.ptsz {
+		listed = append(listed, PtszFuncs...)
 	}
 	var keys []string
 	for fn := range got.Calls {
@@ -1088,19 +1162,24 @@ func TestWorkloadDefaultSize(t *testing.T) {
 	}
 }
 
-// The runtime must reach the driver through the driver's exported symbols
-// (PLT), where driver uprobes fire. glibc's LD_DEBUG=bindings shows each
-// lazily bound symbol at its first call.
-func TestRuntimeCallsDriver(t *testing.T) {
-	fx := fixtures(t)
+// bindingsEnv is the environment with lazy binding reported on stderr.
+func bindingsEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "LD_BIND_NOW=") && !strings.HasPrefix(kv, "LD_DEBUG") {
 			env = append(env, kv)
 		}
 	}
+	return append(env, "LD_DEBUG=bindings")
+}
+
+// The runtime must reach the driver through the driver's exported symbols
+// (PLT), where driver uprobes fire. glibc's LD_DEBUG=bindings shows each
+// lazily bound symbol at its first call.
+func TestRuntimeCallsDriver(t *testing.T) {
+	fx := fixtures(t)
 	w := start(t, fx.Workload, []string{"--threads", "1", "--iters", "1", "--launches", "1", "--extra"},
-		WithEnv(append(env, "LD_DEBUG=bindings")))
+		WithEnv(bindingsEnv()))
 	if _, err := w.Run(); err != nil {
 		t.Fatal(err)
 	}
@@ -1115,6 +1194,205 @@ func TestRuntimeCallsDriver(t *testing.T) {
 		line := fmt.Sprintf("binding file %s [0] to %s [0]: normal symbol `%s'", fx.Cudart, fx.Cuda, sym)
 		if !strings.Contains(stderr, line) {
 			t.Errorf("no %q in the loader's bindings", line)
+		}
+	}
+}
+
+// Each per-thread stream variant is its base function's name plus _ptsz
+// when the base takes a stream, else _ptds, and every table treats the two
+// alike.
+func TestPtszTables(t *testing.T) {
+	if len(PtszBase) != len(PtszFuncs) {
+		t.Errorf("PtszBase has %d entries, PtszFuncs %d", len(PtszBase), len(PtszFuncs))
+	}
+	seen := map[string]bool{}
+	for _, fn := range AllFuncs {
+		if seen[fn] {
+			t.Errorf("AllFuncs lists %s twice", fn)
+		}
+		seen[fn] = true
+	}
+	for _, fn := range PtszFuncs {
+		base, ok := PtszBase[fn]
+		if !ok || !contains(slices.Concat(ProbedFuncs, ExtraFuncs), base) {
+			t.Errorf("%s: base %q is no default or --extra function", fn, base)
+			continue
+		}
+		stream := contains(AllStreamFuncs, base)
+		if suffix := map[bool]string{true: "_ptsz", false: "_ptds"}[stream]; fn != base+suffix {
+			t.Errorf("%s: want %s%s (base takes a stream: %v)", fn, base, suffix, stream)
+		}
+		for name, list := range map[string][]string{
+			"AllStreamFuncs": AllStreamFuncs, "LaunchAPIs": LaunchAPIs, "memcpyFuncs": memcpyFuncs,
+			"memsetFuncs": memsetFuncs, "graphFuncs": graphFuncs,
+		} {
+			if contains(list, fn) != contains(list, base) {
+				t.Errorf("%s in %s: %v, its base %s: %v", fn, name, contains(list, fn), base, contains(list, base))
+			}
+		}
+	}
+}
+
+// checkPtsz checks the per-thread stream variants' totals by formula, apart
+// from the simulation.
+func checkPtsz(t *testing.T, gt *GroundTruth, p params, phases uint64, errors, graphs bool) {
+	t.Helper()
+	want := wantCalls(p, errors, graphs)
+	fns := PtszFuncs
+	if !p.extra { // --extra adds managed frees to cudaFree: see checkClosedForm
+		fns = slices.Concat(ProbedFuncs, PtszFuncs)
+	}
+	for _, fn := range fns {
+		if gt.Calls[fn] != phases*want[fn] {
+			t.Errorf("calls[%s] = %d, want %d", fn, gt.Calls[fn], phases*want[fn])
+		}
+	}
+	for fn, codes := range wantErrors(p, graphs) {
+		if !contains(PtszFuncs, fn) {
+			continue
+		}
+		for code, n := range codes {
+			if gt.Errors[fn][code] != phases*n || len(gt.Errors[fn]) != 1 {
+				t.Errorf("errors[%s] = %v, want {%s: %d}", fn, gt.Errors[fn], code, phases*n)
+			}
+		}
+	}
+	TI := phases * uint64(p.threads*p.iters)
+	for _, api := range []string{"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz"} {
+		if gt.LaunchesByAPI[api] != TI || len(gt.Errors[api]) != 0 {
+			t.Errorf("launches_by_api[%s] = %d (errors %v), want %d", api, gt.LaunchesByAPI[api], gt.Errors[api], TI)
+		}
+	}
+	// Every asynchronous allocation is freed: only the resident buffers stay.
+	if want := phases * uint64(p.threads) * (72 << 20); gt.ActiveBytes != want {
+		t.Errorf("active_bytes = %d, want %d", gt.ActiveBytes, want)
+	}
+}
+
+// The per-thread default stream variants, alone and with every other API,
+// through both builds: exact counts over two phases.
+func TestWorkloadPtsz(t *testing.T) {
+	fx := fixtures(t)
+	for _, pc := range []struct {
+		name string
+		p    params
+	}{{"ptsz", smallPtsz}, {"all", smallAllPtsz}} {
+		for _, bc := range []struct {
+			name string
+			bin  string
+			args []string
+		}{
+			{"linked", fx.Workload, nil},
+			{"dlopen", fx.WorkloadDlopen, []string{"--lib", fx.Cudart}},
+		} {
+			t.Run(pc.name+"/"+bc.name, func(t *testing.T) {
+				w := start(t, bc.bin, append(pc.p.args(), bc.args...))
+				if err := w.Load(); err != nil {
+					t.Fatal(err)
+				}
+				for phase := 1; phase <= 2; phase++ {
+					gt, err := w.Run()
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkExact(t, gt, pc.p, phase, true, true)
+					checkPtsz(t, gt, pc.p, uint64(phase), true, true)
+					if pc.p.extra {
+						checkClosedForm(t, gt, pc.p, uint64(phase))
+					}
+				}
+				if err := w.Stop(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// Without graph symbols cudaGraphLaunch_ptsz is skipped like cudaGraphLaunch.
+func TestWorkloadDlopenPtszMissingGraph(t *testing.T) {
+	fx := fixtures(t)
+	for _, p := range []params{smallPtsz, smallAllPtsz} {
+		w := start(t, fx.WorkloadDlopen, append(p.args(), "--lib", fx.CudartMissing, "--lib-cuda", fx.Cuda))
+		if err := w.Load(); err != nil {
+			t.Fatal(err)
+		}
+		gt, err := w.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExact(t, gt, p, 1, true, false)
+		checkPtsz(t, gt, p, 1, true, false)
+		if n, ok := gt.Calls["cudaGraphLaunch_ptsz"]; !ok || n != 0 {
+			t.Errorf("calls[cudaGraphLaunch_ptsz] = %d (listed %v), want 0, listed", n, ok)
+		}
+		if err := w.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// --ptsz adds its calls to the default run and changes nothing else; with
+// every API on the run stays within the e2e tests' budget.
+func TestWorkloadDefaultSizePtsz(t *testing.T) {
+	fx := fixtures(t)
+	p := defaults
+	p.ptsz = true
+	gt, err := start(t, fx.Workload, []string{"--ptsz"}).Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, n := range wantCalls(p, true, true) {
+		want += n
+	}
+	// 11 variants per iteration and thread, 2 failing calls every 10th.
+	if gt.TotalCalls() != want || want != 18328+2*200*11+2*20*2 {
+		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*11+2*20*2)
+	}
+	checkExact(t, gt, p, 1, true, true)
+	checkPtsz(t, gt, p, 1, true, true)
+
+	p.driver, p.extra = 5, true
+	gt, err = start(t, fx.Workload, []string{"--driver", "5", "--extra", "--ptsz"}).Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, gt, p, 1, true, true)
+	checkPtsz(t, gt, p, 1, true, true)
+	checkClosedForm(t, gt, p, 1)
+	if gt.TotalCalls() > 50000 {
+		t.Errorf("--driver 5 --extra --ptsz: %d calls, want at most 50000", gt.TotalCalls())
+	}
+}
+
+// The variants' launches reach the driver through its exported symbols like
+// their base functions: with no other launch in the run, the loader binds
+// exactly the driver launch functions they call.
+func TestRuntimePtszCallsDriver(t *testing.T) {
+	fx := fixtures(t)
+	w := start(t, fx.Workload, []string{"--threads", "1", "--iters", "1", "--launches", "0",
+		"--graphs", "0", "--no-errors", "--ptsz"}, WithEnv(bindingsEnv()))
+	if _, err := w.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stderr := w.Stderr()
+	if !strings.Contains(stderr, "binding file") {
+		t.Skip("dynamic loader does not report bindings (not glibc?)")
+	}
+	for sym, want := range map[string]bool{
+		"cuLaunchKernelEx":          true, // cudaLaunchKernelExC_ptsz
+		"cuLaunchCooperativeKernel": true, // cudaLaunchCooperativeKernel_ptsz
+		"cuGraphLaunch":             true, // cudaGraphLaunch_ptsz
+		"cuLaunchKernel":            false,
+		"cuLaunchKernel_ptsz":       false,
+	} {
+		line := fmt.Sprintf("binding file %s [0] to %s [0]: normal symbol `%s'", fx.Cudart, fx.Cuda, sym)
+		if got := strings.Contains(stderr, line); got != want {
+			t.Errorf("%q in the loader's bindings: %v, want %v", line, got, want)
 		}
 	}
 }

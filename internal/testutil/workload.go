@@ -45,8 +45,35 @@ var DriverFuncs = []string{
 	"cuLaunchCooperativeKernel",
 }
 
+// PtszFuncs are the per-thread default stream variants (_ptds without a
+// stream argument, _ptsz with one) the workload calls with --ptsz, once each
+// per iteration, and then lists in GroundTruth.Calls. Each is tallied like
+// its base function (PtszBase). cudaGraphLaunch_ptsz is a graph function:
+// absent from the library without graph symbols, and then never called.
+var PtszFuncs = []string{
+	"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz", "cudaMemset_ptds",
+	"cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz", "cudaGraphLaunch_ptsz",
+	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaLaunchKernelExC_ptsz",
+	"cudaLaunchCooperativeKernel_ptsz",
+}
+
+// PtszBase maps each of PtszFuncs to its base function.
+var PtszBase = map[string]string{
+	"cudaMemcpy_ptds":                  "cudaMemcpy",
+	"cudaMemcpy2D_ptds":                "cudaMemcpy2D",
+	"cudaMemcpy2DAsync_ptsz":           "cudaMemcpy2DAsync",
+	"cudaMemset_ptds":                  "cudaMemset",
+	"cudaMemsetAsync_ptsz":             "cudaMemsetAsync",
+	"cudaStreamSynchronize_ptsz":       "cudaStreamSynchronize",
+	"cudaGraphLaunch_ptsz":             "cudaGraphLaunch",
+	"cudaMallocAsync_ptsz":             "cudaMallocAsync",
+	"cudaFreeAsync_ptsz":               "cudaFreeAsync",
+	"cudaLaunchKernelExC_ptsz":         "cudaLaunchKernelExC",
+	"cudaLaunchCooperativeKernel_ptsz": "cudaLaunchCooperativeKernel",
+}
+
 // AllFuncs are all keys GroundTruth.Calls may have.
-var AllFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, DriverFuncs)
+var AllFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, DriverFuncs, PtszFuncs)
 
 // StreamFuncs are the probed functions that take a stream argument, the keys
 // of GroundTruth.CallsByStream in a default run.
@@ -60,12 +87,16 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
 	"cudaMemcpyAsync_ptsz", "cudaMemcpyPeerAsync", "cudaMemcpy2DAsync", "cudaMemsetAsync",
 	"cudaStreamSynchronize", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+	"cudaMemcpy2DAsync_ptsz", "cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz",
+	"cudaGraphLaunch_ptsz", "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz",
+	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
-// LaunchGeometryByAPI, runtime then driver.
+// LaunchGeometryByAPI (always all listed), runtime then driver.
 var LaunchAPIs = []string{
 	"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
 	"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
 }
 
@@ -96,8 +127,10 @@ const MemcpyPeer = "p2p"
 // memcpyFuncs take a cudaMemcpyKind; memcpy_calls counts them under their
 // kind, and the peer copies under MemcpyPeer.
 var (
-	memcpyFuncs     = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync"}
+	memcpyFuncs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync",
+		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz"}
 	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync"}
+	memsetFuncs     = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}
 )
 
 // GroundTruth is what the workload did in all its measured phases so far,
@@ -167,6 +200,16 @@ func (g *GroundTruth) Check() error {
 			fail("calls: unknown function %q", fn)
 		}
 	}
+	// --ptsz lists all its functions (0 included) or none.
+	listed := 0
+	for _, fn := range PtszFuncs {
+		if _, ok := g.Calls[fn]; ok {
+			listed++
+		}
+	}
+	if listed != 0 && listed != len(PtszFuncs) {
+		fail("calls lists %d of the %d per-thread stream variants, want all or none", listed, len(PtszFuncs))
+	}
 	if g.Launches != g.Calls["cudaLaunchKernel"] {
 		fail("launches %d != calls[cudaLaunchKernel] %d", g.Launches, g.Calls["cudaLaunchKernel"])
 	}
@@ -232,7 +275,7 @@ func (g *GroundTruth) Check() error {
 			fail("memset_bytes: bad stream key %q", key)
 		}
 	}
-	if len(g.MemsetBytes) > 0 && g.Calls["cudaMemset"]+g.Calls["cudaMemsetAsync"] == 0 {
+	if len(g.MemsetBytes) > 0 && sumCalls(memsetFuncs) == 0 {
 		fail("memset_bytes %v without memset calls", g.MemsetBytes)
 	}
 	if g.MallocHostBytes > 0 && g.Calls["cudaMallocHost"] == 0 {

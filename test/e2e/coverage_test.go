@@ -16,7 +16,7 @@ import (
 // The full mix: runtime launches through every launch API (each going down
 // into the stub driver), direct driver launches, peer/2D copies, managed
 // and pinned memory, memsets, synchronisation, cudaSetDevice.
-var mixArgs = []string{"--driver", "5", "--extra"}
+var mixArgs = []string{"--driver", "5", "--extra", "--ptsz"}
 
 // Every probed call exactly once, in each kernel mode and probe profile:
 // runtime launches that enter the driver are not counted twice, the

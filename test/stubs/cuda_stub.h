@@ -107,15 +107,45 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaSetDevice, (int device))                                        \
 	X(cudaGetDevice, (int *device))
 
+/* Per-thread default stream variants (_ptds: no stream argument, _ptsz:
+ * with one), same prototypes as their base functions; the dlopen build
+ * resolves them only for --ptsz. cudaGraphLaunch_ptsz is a graph function
+ * (below). */
+#define PROFI_CUDA_PTSZ_FUNCS(X)                                              \
+	X(cudaMemcpy_ptds, (void *dst, const void *src, size_t count,         \
+			    enum cudaMemcpyKind kind))                        \
+	X(cudaMemcpy2D_ptds, (void *dst, size_t dpitch, const void *src,      \
+			      size_t spitch, size_t width, size_t height,     \
+			      enum cudaMemcpyKind kind))                      \
+	X(cudaMemcpy2DAsync_ptsz, (void *dst, size_t dpitch, const void *src, \
+				   size_t spitch, size_t width,               \
+				   size_t height, enum cudaMemcpyKind kind,   \
+				   cudaStream_t stream))                      \
+	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
+	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \
+				 cudaStream_t stream))                        \
+	X(cudaStreamSynchronize_ptsz, (cudaStream_t stream))                  \
+	X(cudaMallocAsync_ptsz, (void **devPtr, size_t size,                  \
+				 cudaStream_t hStream))                       \
+	X(cudaFreeAsync_ptsz, (void *devPtr, cudaStream_t hStream))           \
+	X(cudaLaunchKernelExC_ptsz, (const cudaLaunchConfig_t *config,        \
+				     const void *func, void **args))          \
+	X(cudaLaunchCooperativeKernel_ptsz, (const void *func, dim3 gridDim,  \
+					     dim3 blockDim, void **args,      \
+					     size_t sharedMem,                \
+					     cudaStream_t stream))
+
 /* Omitted from the PROFI_STUB_OMIT_GRAPH build ("library missing symbols"). */
 #define PROFI_CUDA_GRAPH_FUNCS(X)                                             \
 	X(cudaGraphLaunch, (cudaGraphExec_t exec, cudaStream_t stream))       \
 	X(cudaGraphInstantiate, (cudaGraphExec_t * pGraphExec,                \
-				 cudaGraph_t graph, unsigned long long flags))
+				 cudaGraph_t graph, unsigned long long flags)) \
+	X(cudaGraphLaunch_ptsz, (cudaGraphExec_t exec, cudaStream_t stream))
 
 #define PROFI_DECLARE_FUNC(name, params) cudaError_t name params;
 PROFI_CUDA_CORE_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_EXTRA_FUNCS(PROFI_DECLARE_FUNC)
+PROFI_CUDA_PTSZ_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_GRAPH_FUNCS(PROFI_DECLARE_FUNC)
 #undef PROFI_DECLARE_FUNC
 

@@ -9,13 +9,20 @@
  * Like the real runtime, it implements launches by calling the driver (the
  * stub libcuda.so.1, through its exported symbols, so driver uprobes fire
  * inside runtime calls): cudaLaunchKernel -> cuLaunchKernel,
- * cudaLaunchKernel_ptsz -> cuLaunchKernel_ptsz, cudaLaunchCooperativeKernel ->
- * cuLaunchCooperativeKernel, cudaLaunchKernelExC -> cuLaunchKernelEx,
- * cudaGraphLaunch -> cuGraphLaunch (always, even for a NULL exec). A launch
- * with a NULL function or config fails in the runtime and reaches no driver
- * function. __cudaRegisterFatBinary calls cuModuleLoadData and each
- * __cudaRegisterFunction calls cuModuleGetFunction. Nothing else calls the
- * driver. */
+ * cudaLaunchKernel_ptsz -> cuLaunchKernel_ptsz, cudaLaunchCooperativeKernel
+ * and cudaLaunchCooperativeKernel_ptsz -> cuLaunchCooperativeKernel,
+ * cudaLaunchKernelExC and cudaLaunchKernelExC_ptsz -> cuLaunchKernelEx,
+ * cudaGraphLaunch and cudaGraphLaunch_ptsz -> cuGraphLaunch (always, even
+ * for a NULL exec). A launch with a NULL function or config fails in the
+ * runtime and reaches no driver function. __cudaRegisterFatBinary calls
+ * cuModuleLoadData and each __cudaRegisterFunction calls
+ * cuModuleGetFunction. Nothing else calls the driver.
+ *
+ * The per-thread default stream variants (_ptds for functions without a
+ * stream argument, _ptsz for those with one, what nvcc
+ * --default-stream per-thread compiles calls into) are distinct exported
+ * functions with the same semantics and return codes as their base
+ * functions. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +39,9 @@ static volatile cudaError_t last_rc;
 static volatile uintptr_t last_func, last_args, last_stream;
 static volatile unsigned last_grid[3], last_block[3];
 static volatile size_t last_shared;
+
+/* cudaStreamPerThread, the stream the _ptds variants work on. */
+#define PER_THREAD_STREAM ((cudaStream_t)(uintptr_t)0x2)
 
 /* Fake handles: unique, never dereferenced, recognisable in a dump. */
 static uintptr_t next_dev_ptr; /* device pointers: 0x7e0000000000 + n*0x10000 */
@@ -508,6 +518,67 @@ EXPORT cudaError_t cudaGetDevice(int *device)
 	WRAP(do_get_device(device));
 }
 
+/* Per-thread default stream variants: same implementations as the base
+ * functions, each its own exported (noinline, never folded) function. */
+EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
+				   enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy(dst, src, count, kind, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src,
+				     size_t spitch, size_t width, size_t height,
+				     enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src,
+					  size_t spitch, size_t width, size_t height,
+					  enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
+{
+	WRAP(do_memset(devPtr, value, count, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count,
+					cudaStream_t stream)
+{
+	WRAP(do_memset(devPtr, value, count, stream));
+}
+
+EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
+{
+	WRAP(do_sync((uintptr_t)stream));
+}
+
+EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+	WRAP(do_malloc(devPtr, size, hStream));
+}
+
+EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+	WRAP(do_free(devPtr, hStream));
+}
+
+EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config,
+					    const void *func, void **args)
+{
+	WRAP(do_launch_ex(config, func, args));
+}
+
+EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim,
+						    dim3 blockDim, void **args,
+						    size_t sharedMem, cudaStream_t stream)
+{
+	WRAP(do_launch(L_COOP, func, gridDim, blockDim, args, sharedMem, stream));
+}
+
 /* The registration functions return no cudaError_t, but likewise store what
  * the implementation returned, so they start with "push %rbp" too. */
 static volatile uintptr_t last_handle;
@@ -561,6 +632,11 @@ EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
 }
 
 EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
+{
+	WRAP(do_graph_launch(exec, stream));
+}
+
+EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream)
 {
 	WRAP(do_graph_launch(exec, stream));
 }

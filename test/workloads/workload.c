@@ -29,6 +29,7 @@
 #define DECLARE_PTR(name, params) static cudaError_t(*p_##name) params;
 PROFI_CUDA_CORE_FUNCS(DECLARE_PTR)
 PROFI_CUDA_EXTRA_FUNCS(DECLARE_PTR)
+PROFI_CUDA_PTSZ_FUNCS(DECLARE_PTR)
 PROFI_CUDA_GRAPH_FUNCS(DECLARE_PTR)
 static void **(*p___cudaRegisterFatBinary)(void *);
 static void (*p___cudaRegisterFunction)(void **, const char *, char *, const char *, int,
@@ -47,8 +48,8 @@ PROFI_CU_FUNCS(DECLARE_CU_PTR)
 #define CU(name) d_##name
 
 /* Every function the workload calls and reports, in ground-truth order.
- * Groups: the default set, --extra, --driver. */
-enum { G_CORE, G_EXTRA, G_DRIVER };
+ * Groups: the default set, --extra, --driver, --ptsz. */
+enum { G_CORE, G_EXTRA, G_DRIVER, G_PTSZ };
 enum {
 	F_MALLOC, F_FREE, F_MEMCPY, F_MEMCPY_ASYNC, F_LAUNCH, F_MALLOC_ASYNC,
 	F_FREE_ASYNC, F_GRAPH_LAUNCH, F_GRAPH_INST,
@@ -59,6 +60,9 @@ enum {
 	F_CU_INIT, F_CU_MODULE_LOAD, F_CU_MODULE_GET_FUNCTION, F_CU_LIBRARY_LOAD,
 	F_CU_LIBRARY_GET_KERNEL, F_CU_KERNEL_GET_FUNCTION, F_CU_LAUNCH,
 	F_CU_LAUNCH_EX, F_CU_LAUNCH_COOP,
+	F_MEMCPY_PTDS, F_MEMCPY_2D_PTDS, F_MEMCPY_2D_ASYNC_PTSZ, F_MEMSET_PTDS,
+	F_MEMSET_ASYNC_PTSZ, F_STREAM_SYNC_PTSZ, F_GRAPH_LAUNCH_PTSZ,
+	F_MALLOC_ASYNC_PTSZ, F_FREE_ASYNC_PTSZ, F_LAUNCH_EXC_PTSZ, F_LAUNCH_COOP_PTSZ,
 	NFN
 };
 static const struct {
@@ -84,11 +88,19 @@ static const struct {
 	{"cuLibraryGetKernel", 0, G_DRIVER}, {"cuKernelGetFunction", 0, G_DRIVER},
 	{"cuLaunchKernel", 1, G_DRIVER}, {"cuLaunchKernelEx", 1, G_DRIVER},
 	{"cuLaunchCooperativeKernel", 1, G_DRIVER},
+	{"cudaMemcpy_ptds", 0, G_PTSZ}, {"cudaMemcpy2D_ptds", 0, G_PTSZ},
+	{"cudaMemcpy2DAsync_ptsz", 1, G_PTSZ}, {"cudaMemset_ptds", 0, G_PTSZ},
+	{"cudaMemsetAsync_ptsz", 1, G_PTSZ}, {"cudaStreamSynchronize_ptsz", 1, G_PTSZ},
+	{"cudaGraphLaunch_ptsz", 1, G_PTSZ}, {"cudaMallocAsync_ptsz", 1, G_PTSZ},
+	{"cudaFreeAsync_ptsz", 1, G_PTSZ}, {"cudaLaunchKernelExC_ptsz", 1, G_PTSZ},
+	{"cudaLaunchCooperativeKernel_ptsz", 1, G_PTSZ},
 };
 
-/* Launch APIs, the keys of launches_by_api. */
-enum { LA_RT, LA_RT_PTSZ, LA_RT_EXC, LA_RT_COOP, LA_CU, LA_CU_EX, LA_CU_COOP, NLA };
+/* Launch APIs, the keys of launches_by_api (all always listed). */
+enum { LA_RT, LA_RT_PTSZ, LA_RT_EXC, LA_RT_COOP, LA_RT_EXC_PTSZ, LA_RT_COOP_PTSZ,
+       LA_CU, LA_CU_EX, LA_CU_COOP, NLA };
 static const int la_fn[NLA] = {F_LAUNCH, F_LAUNCH_PTSZ, F_LAUNCH_EXC, F_LAUNCH_COOP,
+			       F_LAUNCH_EXC_PTSZ, F_LAUNCH_COOP_PTSZ,
 			       F_CU_LAUNCH, F_CU_LAUNCH_EX, F_CU_LAUNCH_COOP};
 
 /* Kernels, the keys of launches_by_kernel: four registered with the
@@ -144,10 +156,11 @@ struct tally {
 
 static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
-	int driver, extra;
+	int driver, extra, ptsz;
 	const char *lib, *lib_cuda;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, "libcudart.so.12", NULL};
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, "libcudart.so.12", NULL};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
+static int have_graph_ptsz = 1; /* likewise for cudaGraphLaunch_ptsz */
 static struct tally total;
 
 /* What nvcc embeds for __cudaRegisterFatBinary: a wrapper around the fat
@@ -211,12 +224,16 @@ static void record(struct tally *t, int f, cudaStream_t stream, int rc)
 		add_err(t, f, rc, 1);
 }
 
-/* Call wrappers: each makes exactly one CUDA call and accounts for it. */
+/* Call wrappers: each makes exactly one CUDA call and accounts for it.
+ * async: 0 for the synchronous function, 1 for its Async variant, 2 for
+ * the Async variant's _ptsz. */
 static void *dev_malloc(struct tally *t, size_t size, int async, cudaStream_t s)
 {
 	void *p = NULL;
-	cudaError_t rc = async ? CUDA(cudaMallocAsync)(&p, size, s) : CUDA(cudaMalloc)(&p, size);
-	record(t, async ? F_MALLOC_ASYNC : F_MALLOC, s, rc);
+	cudaError_t rc = async == 2 ? CUDA(cudaMallocAsync_ptsz)(&p, size, s)
+			 : async    ? CUDA(cudaMallocAsync)(&p, size, s)
+				    : CUDA(cudaMalloc)(&p, size);
+	record(t, async == 2 ? F_MALLOC_ASYNC_PTSZ : async ? F_MALLOC_ASYNC : F_MALLOC, s, rc);
 	if (rc == cudaSuccess)
 		t->malloc_bytes += size;
 	return rc == cudaSuccess ? p : NULL;
@@ -239,8 +256,10 @@ static void *managed_malloc(struct tally *t, size_t size)
 /* size is what p was allocated with; freeing NULL frees nothing. */
 static void dev_free(struct tally *t, void *p, size_t size, int async, cudaStream_t s)
 {
-	cudaError_t rc = async ? CUDA(cudaFreeAsync)(p, s) : CUDA(cudaFree)(p);
-	record(t, async ? F_FREE_ASYNC : F_FREE, s, rc);
+	cudaError_t rc = async == 2 ? CUDA(cudaFreeAsync_ptsz)(p, s)
+			 : async    ? CUDA(cudaFreeAsync)(p, s)
+				    : CUDA(cudaFree)(p);
+	record(t, async == 2 ? F_FREE_ASYNC_PTSZ : async ? F_FREE_ASYNC : F_FREE, s, rc);
 	if (rc == cudaSuccess && p)
 		t->free_bytes += size;
 }
@@ -263,23 +282,38 @@ static void tally_copy(struct tally *t, int kind, size_t bytes, cudaError_t rc)
 		t->memcpy_bytes[k] += bytes;
 }
 
-/* f: F_MEMCPY, F_MEMCPY_ASYNC or F_MEMCPY_ASYNC_PTSZ. */
+/* f: F_MEMCPY, F_MEMCPY_ASYNC, F_MEMCPY_ASYNC_PTSZ or F_MEMCPY_PTDS (s
+ * ignored for the synchronous ones). */
 static void copy(struct tally *t, int f, void *dst, const void *src, size_t count,
 		 int kind, cudaStream_t s)
 {
-	cudaError_t rc = f == F_MEMCPY	     ? CUDA(cudaMemcpy)(dst, src, count, kind)
+	cudaError_t rc = f == F_MEMCPY	       ? CUDA(cudaMemcpy)(dst, src, count, kind)
+			 : f == F_MEMCPY_PTDS  ? CUDA(cudaMemcpy_ptds)(dst, src, count, kind)
 			 : f == F_MEMCPY_ASYNC ? CUDA(cudaMemcpyAsync)(dst, src, count, kind, s)
 					       : CUDA(cudaMemcpyAsync_ptsz)(dst, src, count, kind, s);
 	record(t, f, s, rc);
 	tally_copy(t, kind, count, rc);
 }
 
-static void copy_2d(struct tally *t, int async, void *dst, size_t dpitch, const void *src,
+/* f: F_MEMCPY_2D, F_MEMCPY_2D_ASYNC, F_MEMCPY_2D_PTDS or F_MEMCPY_2D_ASYNC_PTSZ. */
+static void copy_2d(struct tally *t, int f, void *dst, size_t dpitch, const void *src,
 		    size_t spitch, size_t width, size_t height, int kind, cudaStream_t s)
 {
-	cudaError_t rc = async ? CUDA(cudaMemcpy2DAsync)(dst, dpitch, src, spitch, width, height, kind, s)
-			       : CUDA(cudaMemcpy2D)(dst, dpitch, src, spitch, width, height, kind);
-	record(t, async ? F_MEMCPY_2D_ASYNC : F_MEMCPY_2D, s, rc);
+	cudaError_t rc;
+	switch (f) {
+	case F_MEMCPY_2D_ASYNC:
+		rc = CUDA(cudaMemcpy2DAsync)(dst, dpitch, src, spitch, width, height, kind, s);
+		break;
+	case F_MEMCPY_2D_PTDS:
+		rc = CUDA(cudaMemcpy2D_ptds)(dst, dpitch, src, spitch, width, height, kind);
+		break;
+	case F_MEMCPY_2D_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpy2DAsync_ptsz)(dst, dpitch, src, spitch, width, height, kind, s);
+		break;
+	default:
+		rc = CUDA(cudaMemcpy2D)(dst, dpitch, src, spitch, width, height, kind);
+	}
+	record(t, f, s, rc);
 	tally_copy(t, kind, width * height, rc);
 }
 
@@ -294,10 +328,15 @@ static void copy_peer(struct tally *t, int async, void *dst, const void *src, si
 		t->p2p_bytes += count;
 }
 
-static void set_mem(struct tally *t, int async, void *p, size_t count, cudaStream_t s)
+/* f: F_MEMSET, F_MEMSET_ASYNC, F_MEMSET_PTDS or F_MEMSET_ASYNC_PTSZ; the
+ * synchronous ones get s = NULL (their bytes count on the default stream). */
+static void set_mem(struct tally *t, int f, void *p, size_t count, cudaStream_t s)
 {
-	cudaError_t rc = async ? CUDA(cudaMemsetAsync)(p, 0, count, s) : CUDA(cudaMemset)(p, 0, count);
-	record(t, async ? F_MEMSET_ASYNC : F_MEMSET, s, rc);
+	cudaError_t rc = f == F_MEMSET_ASYNC	    ? CUDA(cudaMemsetAsync)(p, 0, count, s)
+			 : f == F_MEMSET_ASYNC_PTSZ ? CUDA(cudaMemsetAsync_ptsz)(p, 0, count, s)
+			 : f == F_MEMSET_PTDS	    ? CUDA(cudaMemset_ptds)(p, 0, count)
+						    : CUDA(cudaMemset)(p, 0, count);
+	record(t, f, s, rc);
 	if (rc == cudaSuccess)
 		stream_row(t, (uintptr_t)s)->memset_bytes += count;
 }
@@ -332,9 +371,17 @@ static void launch(struct tally *t, int api, int kernel, dim3 grid, dim3 block,
 	case LA_RT_COOP:
 		rc = CUDA(cudaLaunchCooperativeKernel)(func, grid, block, args, shared, s);
 		break;
+	case LA_RT_COOP_PTSZ:
+		rc = CUDA(cudaLaunchCooperativeKernel_ptsz)(func, grid, block, args, shared, s);
+		break;
 	case LA_RT_EXC: {
 		cudaLaunchConfig_t c = {grid, block, shared, s, NULL, 0};
 		rc = CUDA(cudaLaunchKernelExC)(&c, func, args);
+		break;
+	}
+	case LA_RT_EXC_PTSZ: {
+		cudaLaunchConfig_t c = {grid, block, shared, s, NULL, 0};
+		rc = CUDA(cudaLaunchKernelExC_ptsz)(&c, func, args);
 		break;
 	}
 	default:
@@ -371,6 +418,11 @@ static void cu_launch(struct tally *t, int api, CUfunction f, int kernel, dim3 g
 static void graph_launch(struct tally *t, cudaGraphExec_t exec, cudaStream_t s)
 {
 	record(t, F_GRAPH_LAUNCH, s, CUDA(cudaGraphLaunch)(exec, s));
+}
+
+static void graph_launch_ptsz(struct tally *t, cudaGraphExec_t exec, cudaStream_t s)
+{
+	record(t, F_GRAPH_LAUNCH_PTSZ, s, CUDA(cudaGraphLaunch_ptsz)(exec, s));
 }
 
 /* A setup call that must succeed. */
@@ -482,14 +534,15 @@ static void *worker_main(void *arg)
 			copy(t, F_MEMCPY_ASYNC_PTSZ, weights, host[1], 2048 + 128 * (i % 4), i % 5, s3);
 			copy_peer(t, 0, weights, kv, (1 << 16) + 64 * (i % 8), NULL);
 			copy_peer(t, 1, weights, kv, 1 << 15, s2);
-			copy_2d(t, 0, weights, 512, host[1], 512, 256 + 32 * (i % 4), 4 + i % 3,
-				(i + 1) % 5, NULL);
-			copy_2d(t, 1, host[0], 1024, kv, 512, 384, 2 + i % 5, (i + 2) % 5, s1);
+			copy_2d(t, F_MEMCPY_2D, weights, 512, host[1], 512, 256 + 32 * (i % 4),
+				4 + i % 3, (i + 1) % 5, NULL);
+			copy_2d(t, F_MEMCPY_2D_ASYNC, host[0], 1024, kv, 512, 384, 2 + i % 5,
+				(i + 2) % 5, s1);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
-			set_mem(t, 0, weights, 4096 * (i % 3 + 1), NULL);
-			set_mem(t, 1, kv, 1024 * (i % 5 + 1), s2);
+			set_mem(t, F_MEMSET, weights, 4096 * (i % 3 + 1), NULL);
+			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
 			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
 			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
 			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
@@ -499,6 +552,28 @@ static void *worker_main(void *arg)
 			record(t, F_GET_DEVICE, NULL, CUDA(cudaGetDevice)(&dev));
 			if (dev != w->id % 2)
 				die("cudaGetDevice does not return the thread's device");
+		}
+
+		/* Each per-thread default stream variant once, on streams and
+		 * sizes of its own. */
+		if (opt.ptsz) {
+			cudaStream_t p1 = s[(i + 1) % ns], p2 = s[(i + 2) % ns], p3 = s[i % ns];
+			dim3 grid = {i % 4 + 1, 1, i % 2 + 1}, block = {64, i % 3 + 1, 2};
+			copy(t, F_MEMCPY_PTDS, weights, host[1], 1024 + 64 * (i % 8), (i + 3) % 5, NULL);
+			copy_2d(t, F_MEMCPY_2D_PTDS, host[0], 256, kv, 256, 128 + 16 * (i % 4),
+				2 + i % 3, (i + 4) % 5, NULL);
+			copy_2d(t, F_MEMCPY_2D_ASYNC_PTSZ, weights, 1024, kv, 1024, 256, 1 + i % 4,
+				i % 5, p1);
+			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
+			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
+			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
+			if (have_graphs && have_graph_ptsz)
+				graph_launch_ptsz(t, exec, p1);
+			size_t asize = (size_t)(i % 4 + 1) << 14;
+			dev_free(t, dev_malloc(t, asize, 2, p2), asize, 2, p2);
+			launch(t, LA_RT_EXC_PTSZ, (i + 3) % NRT_KERNELS, grid, block, args, 256, p3);
+			launch(t, LA_RT_COOP_PTSZ, i % NRT_KERNELS, grid, block, args,
+			       128 * (i % 3), p1);
 		}
 
 		if (opt.errors && i % 10 == 0) {
@@ -519,6 +594,11 @@ static void *worker_main(void *arg)
 			if (opt.extra) {
 				record(t, F_SET_DEVICE, NULL, CUDA(cudaSetDevice)(7)); /* 101 */
 				t->set_device_calls++;
+			}
+			if (opt.ptsz) {
+				copy(t, F_MEMCPY_PTDS, host[0], host[1], 64, 7, NULL); /* 21 */
+				if (have_graphs && have_graph_ptsz)
+					graph_launch_ptsz(t, NULL, st); /* 400 */
 			}
 		}
 	}
@@ -578,7 +658,7 @@ static void print_stream_key(int first, uintptr_t handle, uint64_t n)
 static int fn_listed(int f)
 {
 	return fn[f].group == G_CORE || (fn[f].group == G_EXTRA && opt.extra) ||
-	       (fn[f].group == G_DRIVER && opt.driver);
+	       (fn[f].group == G_DRIVER && opt.driver) || (fn[f].group == G_PTSZ && opt.ptsz);
 }
 
 static void print_truth(const struct tally *t)
@@ -740,6 +820,9 @@ static void load(void)
 	if (opt.extra) {
 		PROFI_CUDA_EXTRA_FUNCS(RESOLVE)
 	}
+	if (opt.ptsz) {
+		PROFI_CUDA_PTSZ_FUNCS(RESOLVE)
+	}
 #undef RESOLVE
 	/* Graph symbols are optional: a library lacking them still serves the
 	 * rest, and the ground truth then simply has no graph calls. */
@@ -748,6 +831,12 @@ static void load(void)
 	have_graphs = p_cudaGraphLaunch && p_cudaGraphInstantiate;
 	if (!have_graphs)
 		fprintf(stderr, "workload: no graph symbols in %s, skipping graphs\n", opt.lib);
+	if (opt.ptsz) {
+		*(void **)&p_cudaGraphLaunch_ptsz = dlsym(h, "cudaGraphLaunch_ptsz");
+		have_graph_ptsz = p_cudaGraphLaunch_ptsz != NULL;
+		if (have_graphs && !have_graph_ptsz)
+			fprintf(stderr, "workload: no cudaGraphLaunch_ptsz in %s, skipping it\n", opt.lib);
+	}
 
 	/* Registration is optional too: unregistered kernels still launch. */
 	*(void **)&p___cudaRegisterFatBinary = dlsym(h, "__cudaRegisterFatBinary");
@@ -811,6 +900,8 @@ int main(int argc, char **argv)
 			opt.errors = a[2] == 'e';
 		} else if (!strcmp(a, "--extra")) {
 			opt.extra = 1;
+		} else if (!strcmp(a, "--ptsz")) {
+			opt.ptsz = 1;
 		} else if (!strcmp(a, "--lib") && i + 1 < argc) {
 			opt.lib = argv[++i];
 		} else if (!strcmp(a, "--lib-cuda") && i + 1 < argc) {
