@@ -424,7 +424,7 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "operation ids out of range are unknown",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, 42, 0, 0, 0):               aval(1, 5, 0, 0),
+				akey(pid, bpfobj.NumOps+5, 0, 0, 0):  aval(1, 5, 0, 0),
 				akey(pid, bpfobj.OpUnknown, 0, 0, 0): aval(2, 5, 0, 0),
 			},
 			want: want{
