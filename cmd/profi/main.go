@@ -168,9 +168,21 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
-	g.Go(func() error { return names.Run(ctx, objs) })
+	// The ring consumers are extras: if one cannot start, the agent keeps
+	// counting without it.
+	g.Go(func() error {
+		if err := names.Run(ctx, objs); err != nil {
+			log.Warn("kernel names unavailable; launches keep unknown_0x... labels", "err", err)
+		}
+		return nil
+	})
 	if events != nil {
-		g.Go(func() error { return events.Run(ctx, objs.Events) })
+		g.Go(func() error {
+			if err := events.Run(ctx, objs.Events); err != nil {
+				log.Warn("detailed launch events unavailable", "err", err)
+			}
+			return nil
+		})
 	}
 	g.Go(func() error { return srv.Run(ctx) })
 	if cfg.ReportInterval > 0 {
