@@ -61,7 +61,7 @@ var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "
 // runtimeImports are the driver functions the runtime stub calls.
 var runtimeImports = []string{
 	"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
-	"cuGraphLaunch", "cuModuleLoadData", "cuModuleGetFunction",
+	"cuGraphLaunch",
 }
 
 // dynFuncs returns the global functions path defines in .dynsym (CUDA names only).
