@@ -508,7 +508,12 @@ static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 n
 	e->pid = pid;
 	e->kind = kind;
 	e->key = key;
-	e->aux = aux;
+	/*
+	 * For named kinds aux carries the name's address: BPF cannot fault in
+	 * a page that is not resident yet (a young process's .rodata), and
+	 * userspace then reads the name through /proc/PID/mem, which can.
+	 */
+	e->aux = name_ptr ? name_ptr : aux;
 	e->name[0] = 0;
 	if (name_ptr)
 		bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name_ptr);

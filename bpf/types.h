@@ -162,7 +162,7 @@ struct name_event {
 	u32 pid;
 	u32 kind; /* enum name_kind */
 	u64 key;  /* host stub, CUfunction or CUkernel */
-	u64 aux;  /* NAME_KERNEL_FUNC: the CUkernel */
+	u64 aux;  /* NAME_KERNEL_FUNC: the CUkernel; other kinds: the name's address */
 	char name[NAME_LEN];
 };
 

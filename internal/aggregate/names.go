@@ -40,8 +40,9 @@ func (p *pidNames) size() int {
 // fall back to the ELF symbols of the mapped file containing the host
 // stub: nvcc gives the host stub the kernel's mangled name.
 type Names struct {
-	log *slog.Logger
-	sym *kernelname.Symbolizer
+	log      *slog.Logger
+	sym      *kernelname.Symbolizer
+	procRoot string
 
 	mu       sync.Mutex
 	byPID    map[int]*pidNames
@@ -57,6 +58,7 @@ func NewNames(procRoot string, log *slog.Logger) *Names {
 	return &Names{
 		log:      log.With("component", "names"),
 		sym:      kernelname.NewSymbolizer(procRoot, 64),
+		procRoot: procRoot,
 		byPID:    map[int]*pidNames{},
 		failures: map[string]uint64{},
 	}
@@ -72,8 +74,23 @@ func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
 }
 
 func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
-	raw := unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(&ev.Name[0])), len(ev.Name)))
-	name := kernelname.Normalize(raw)
+	kind := bpfobj.ProfiNameKind(ev.Kind)
+	name := ""
+	if kind != bpfobj.ProfiNameKindNAME_KERNEL_FUNC {
+		raw := unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(&ev.Name[0])), len(ev.Name)))
+		if raw == "" && ev.Aux != 0 {
+			// BPF could not read it (page not resident yet): /proc/PID/mem can.
+			var err error
+			if raw, err = kernelname.ReadString(n.procRoot, int(ev.Pid), ev.Aux, kernelname.MaxStringLen); err != nil {
+				n.countFailure(kernelname.Reason(err))
+				return // a host stub still has the ELF fallback
+			}
+		}
+		if name = kernelname.Normalize(raw); name == "" {
+			n.countFailure("empty")
+			return
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p := n.pid(int(ev.Pid))
@@ -81,7 +98,7 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 		n.dropped++
 		return
 	}
-	switch bpfobj.ProfiNameKind(ev.Kind) {
+	switch kind {
 	case bpfobj.ProfiNameKindNAME_HOST_FUNC:
 		p.host[ev.Key] = name
 	case bpfobj.ProfiNameKindNAME_CU_FUNCTION:
@@ -91,9 +108,12 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	case bpfobj.ProfiNameKindNAME_KERNEL_FUNC:
 		p.fnKernel[ev.Key] = ev.Aux
 	}
-	if name == "" && ev.Kind != uint32(bpfobj.ProfiNameKindNAME_KERNEL_FUNC) {
-		n.failures["empty"]++
-	}
+}
+
+func (n *Names) countFailure(reason string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.failures[reason]++
 }
 
 func (n *Names) pid(pid int) *pidNames {

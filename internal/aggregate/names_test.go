@@ -1,0 +1,35 @@
+package aggregate
+
+import (
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// A name BPF could not read (its page not resident yet in a young
+// process) is read through /proc/PID/mem from the address in the event;
+// an unreadable one is not stored, so the ELF fallback stays available.
+func TestNamesReadsWhatBPFCouldNot(t *testing.T) {
+	t.Parallel()
+	n := NewNames("/proc", nil)
+	pid := os.Getpid()
+	mangled := []byte("_ZN5flash16flash_fwd_kernelILi128ELi64EEEvPKfPfi\x00")
+	n.add(&bpfobj.ProfiNameEvent{
+		Pid:  uint32(pid),
+		Kind: uint32(bpfobj.ProfiNameKindNAME_CU_FUNCTION),
+		Key:  0xf00,
+		Aux:  uint64(uintptr(unsafe.Pointer(&mangled[0]))),
+	})
+	if got := n.Kernel(pid, bpfobj.OpCuLaunchKernel, 0xf00); got != "flash::flash_fwd_kernel" {
+		t.Errorf("name read from memory = %q, want flash::flash_fwd_kernel", got)
+	}
+	n.add(&bpfobj.ProfiNameEvent{Pid: uint32(pid), Kind: uint32(bpfobj.ProfiNameKindNAME_CU_FUNCTION), Key: 0xbad})
+	if got := n.Kernel(pid, bpfobj.OpCuLaunchKernel, 0xbad); got != "" {
+		t.Errorf("an empty name was stored as %q", got)
+	}
+	if f := n.Failures(); f["empty"] != 1 {
+		t.Errorf("failures = %v, want one empty", f)
+	}
+}
