@@ -41,7 +41,7 @@ demo: build
 	./scripts/demo.sh
 
 # Probe overhead on the stub library, all configurations in one run (root
-# needed; under a minute): ns per call and ratios to an empty uprobe. See
+# needed; about a minute): ns per call and ratios to an empty uprobe. See
 # docs/BENCHMARK.md. PROFI_E2E=1 makes a missing privilege fail, not skip.
 bench:
 	PROFI_E2E=1 $(GO) test -run '^$$' -bench Overhead -benchtime 1x -count 1 -timeout 10m ./bench/
