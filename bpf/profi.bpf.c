@@ -134,6 +134,12 @@ struct {
 	__uint(max_entries, 2 * 1024 * 1024);
 } events SEC(".maps");
 
+/* Processes whose dynamic loader just changed their library list. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} lib_loads SEC(".maps");
+
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
 /* clang-format off */
 static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
@@ -799,5 +805,21 @@ int name_entry(struct pt_regs *ctx)
 	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
 	send_name(pid, NAME_HOST_FUNC, arg(ctx, 2), 0, arg(ctx, 3));
+	return 0;
+}
+
+/*
+ * _dl_debug_state in ld.so: the loader calls it whenever a process's list
+ * of loaded libraries changes (start-up, dlopen, dlclose), for debuggers.
+ * Userspace checks that process at once, so a new CUDA library is attached
+ * without waiting for the periodic rescan. Rare: a few calls per process.
+ */
+SEC("uprobe")
+int dl_event(struct pt_regs *ctx)
+{
+	u32 pid = bpf_get_current_pid_tgid() >> 32;
+
+	if (bpf_ringbuf_output(&lib_loads, &pid, sizeof(pid), 0))
+		count_drop(DROP_LIB_LOADS);
 	return 0;
 }

@@ -79,7 +79,8 @@ enum drop {
 	DROP_PID_CLAIM = 7,   /* pid_claim update failed: the hit is counted by every alias */
 	DROP_KERNEL_REGS = 8, /* kernel_regs ring-buffer reserve failure: a kernel name is lost */
 	DROP_RT_TO_DRV = 9,   /* driver launch made by a runtime launch: counted once, as runtime */
-	DROP_MAX = 10,
+	DROP_LIB_LOADS = 10,  /* lib_loads ring full: that process waits for the periodic rescan */
+	DROP_MAX = 11,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */

@@ -82,6 +82,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
 			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
 			bpfobj.ProfiProgNameEntry:   objs.NameEntry,
+			bpfobj.ProfiProgDlEvent:     objs.DlEvent,
 		},
 		KernelMode:  cfg.KernelMode,
 		Profile:     cfg.ProbeProfile,
@@ -158,8 +159,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	passDue := make(chan struct{}, 1)
+	g.Go(func() error {
+		if err := attacher.WatchLoads(ctx, objs.LibLoads, cfg.ProcPath, passDue); err != nil {
+			log.Warn("event-driven discovery unavailable; new libraries wait for the periodic rescan", "err", err)
+		}
+		return nil
+	})
 	g.Go(func() error {
 		return attacher.Run(ctx, attach.LoopOptions{
+			Trigger:  passDue,
 			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID},
 			ProcRoot: cfg.ProcPath,
 			Interval: cfg.RefreshInterval,

@@ -376,6 +376,9 @@ func (a *Attacher) syncPIDFiles() {
 	}
 	want := map[bpfobj.ProfiPidFile]bool{}
 	for _, f := range a.files {
+		if f.target.Lib == discover.LibLoader {
+			continue // its program counts nothing: no ownership needed
+		}
 		for _, pid := range f.target.PIDs {
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = true
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = true
@@ -438,6 +441,20 @@ func (a *Attacher) merge(t Target) {
 
 func (a *Attacher) attach(t Target, now time.Time) {
 	att, reason, err := a.attachFile(t)
+	if err != nil && t.Lib == discover.LibLoader {
+		// Only the attach-speed hook is lost: not an attach failure of a
+		// profiled library. Retried with backoff like any other.
+		a.log.Debug("loader hook not attached", "path", t.Path, "reason", reason, "err", err)
+		fl := a.failed[t.Key]
+		if fl == nil {
+			fl = &failure{}
+			a.failed[t.Key] = fl
+		}
+		fl.target, fl.reason, fl.err = t, reason, err
+		fl.attempts++
+		fl.next = now.Add(a.opts.RetryMax)
+		return
+	}
 	if err != nil {
 		fl := a.failed[t.Key]
 		if fl == nil {
@@ -462,6 +479,10 @@ func (a *Attacher) attach(t Target, now time.Time) {
 	delete(a.failed, t.Key)
 	att.attachedAt = now
 	a.files[t.Key] = att
+	if t.Lib == discover.LibLoader {
+		a.log.Debug("loader hook attached", "path", t.Path, "file", t.Key)
+		return
+	}
 	if len(att.missing) > 0 {
 		a.counts[failureKey{string(t.Lib), ReasonSymbolNotFound}] += uint64(len(att.missing))
 		a.log.Warn("library attached without some symbols", "lib", t.Lib, "path", t.Path, "missing", att.missing)
@@ -633,6 +654,9 @@ func (a *Attacher) Counters() Counters {
 	}
 	pids := map[int]bool{}
 	for _, f := range a.files {
+		if f.target.Lib == discover.LibLoader {
+			continue // a hook, not a profiled library
+		}
 		c.Attached[f.target.Lib]++
 		for _, p := range f.target.PIDs {
 			pids[p] = true

@@ -15,6 +15,7 @@ const (
 	progTimedReturn = bpfobj.ProfiProgTimedReturn
 	progLaunchEntry = bpfobj.ProfiProgLaunchEntry
 	progNameEntry   = bpfobj.ProfiProgNameEntry
+	progDlEvent     = bpfobj.ProfiProgDlEvent
 )
 
 // Probe is one probed function: its entry program and, when the call is
@@ -177,6 +178,10 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 		if kernelMode == KernelModeFull {
 			out = append(out, cudartNames...)
 		}
+	case discover.LibLoader:
+		// Not profiled: the hook that announces library loads. Optional:
+		// a loader without it (some musl builds) only loses the speed-up.
+		out = append(out, optional(Probe{Symbol: "_dl_debug_state", Op: bpfobj.OpUnknown, Entry: progDlEvent}))
 	case discover.LibCuda:
 		out = append(out, cudaLean...)
 		out = append(out, launches(cudaLaunches, kernelMode)...)

@@ -2,8 +2,11 @@ package attach
 
 import (
 	"slices"
+
 	"sort"
 	"time"
+
+	"github.com/profi-dev/profi/internal/discover"
 )
 
 // ProbeStatus describes one attached probe.
@@ -43,19 +46,33 @@ type FailureStatus struct {
 	NextRetry time.Time `json:"next_retry"`
 }
 
+// LoaderHook is a dynamic loader hooked to announce library loads.
+type LoaderHook struct {
+	Path      string `json:"path"`
+	File      string `json:"file"`
+	Processes int    `json:"processes"`
+}
+
 // Status is the attach state for /status.
 type Status struct {
 	Attached []LibraryStatus `json:"attached_libraries"`
-	Failed   []FailureStatus `json:"attach_failures"`
-	LastSync time.Time       `json:"last_sync"`
+	// LoaderHooks are the ld.so files whose library loads trigger a check
+	// of the loading process (event-driven discovery).
+	LoaderHooks []LoaderHook    `json:"loader_hooks"`
+	Failed      []FailureStatus `json:"attach_failures"`
+	LastSync    time.Time       `json:"last_sync"`
 }
 
 // Status returns a copy of the attach state, sorted by path.
 func (a *Attacher) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Attached: []LibraryStatus{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
+	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
 	for key, f := range a.files {
+		if f.target.Lib == discover.LibLoader {
+			s.LoaderHooks = append(s.LoaderHooks, LoaderHook{Path: f.target.Path, File: key.String(), Processes: len(f.target.PIDs)})
+			continue
+		}
 		ls := LibraryStatus{
 			Library:      string(f.target.Lib),
 			Path:         f.target.Path,
@@ -72,6 +89,9 @@ func (a *Attacher) Status() Status {
 		s.Attached = append(s.Attached, ls)
 	}
 	for key, fl := range a.failed {
+		if fl.target.Lib == discover.LibLoader {
+			continue // see LoaderHooks; not a profiled library
+		}
 		s.Failed = append(s.Failed, FailureStatus{
 			Library:   string(fl.target.Lib),
 			Path:      fl.target.Path,

@@ -121,7 +121,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_ORPHAN_RETURN": uint64(DropOrphanReturn), "DROP_NESTED": uint64(DropNested),
 			"DROP_EVENTS_RING": uint64(DropEventsRing), "DROP_PID_CLAIM": uint64(DropPIDClaim),
 			"DROP_KERNEL_REGS": uint64(DropKernelRegs), "DROP_RT_TO_DRV": uint64(DropRuntimeToDrv),
-			"DROP_MAX": uint64(NumDrops),
+			"DROP_LIB_LOADS": uint64(DropLibLoads),
+			"DROP_MAX":       uint64(NumDrops),
 		}},
 	}
 	for _, tc := range tests {

@@ -185,6 +185,7 @@ const (
 	DropPIDClaim     Drop = ProfiDropDROP_PID_CLAIM
 	DropKernelRegs   Drop = ProfiDropDROP_KERNEL_REGS
 	DropRuntimeToDrv Drop = ProfiDropDROP_RT_TO_DRV
+	DropLibLoads     Drop = ProfiDropDROP_LIB_LOADS
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

@@ -58,7 +58,8 @@ const (
 	ProfiDropDROP_PID_CLAIM     ProfiDrop = 7
 	ProfiDropDROP_KERNEL_REGS   ProfiDrop = 8
 	ProfiDropDROP_RT_TO_DRV     ProfiDrop = 9
-	ProfiDropDROP_MAX           ProfiDrop = 10
+	ProfiDropDROP_LIB_LOADS     ProfiDrop = 10
+	ProfiDropDROP_MAX           ProfiDrop = 11
 )
 
 type ProfiInflightCall struct {
@@ -219,12 +220,14 @@ const (
 	ProfiMapInflight          = "inflight"
 	ProfiMapKernelRegs        = "kernel_regs"
 	ProfiMapLaunchAgg         = "launch_agg"
+	ProfiMapLibLoads          = "lib_loads"
 	ProfiMapMallocSizes       = "malloc_sizes"
 	ProfiMapPidClaim          = "pid_claim"
 	ProfiMapPidFiles          = "pid_files"
 	ProfiMapRtLaunches        = "rt_launches"
 	ProfiMapRtText            = "rt_text"
 	ProfiMapThreadDevice      = "thread_device"
+	ProfiProgDlEvent          = "dl_event"
 	ProfiProgLaunchEntry      = "launch_entry"
 	ProfiProgNameEntry        = "name_entry"
 	ProfiProgTimedEntry       = "timed_entry"
@@ -280,6 +283,7 @@ type ProfiSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
+	DlEvent     *ebpf.ProgramSpec `ebpf:"dl_event"`
 	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
 	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
 	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
@@ -297,6 +301,7 @@ type ProfiMapSpecs struct {
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
 	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
+	LibLoads     *ebpf.MapSpec `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
 	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
@@ -345,6 +350,7 @@ type ProfiMaps struct {
 	Inflight     *ebpf.Map `ebpf:"inflight"`
 	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
+	LibLoads     *ebpf.Map `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
 	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles     *ebpf.Map `ebpf:"pid_files"`
@@ -362,6 +368,7 @@ func (m *ProfiMaps) Close() error {
 		m.Inflight,
 		m.KernelRegs,
 		m.LaunchAgg,
+		m.LibLoads,
 		m.MallocSizes,
 		m.PidClaim,
 		m.PidFiles,
@@ -388,6 +395,7 @@ type ProfiVariables struct {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
+	DlEvent     *ebpf.Program `ebpf:"dl_event"`
 	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
 	NameEntry   *ebpf.Program `ebpf:"name_entry"`
 	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
@@ -396,6 +404,7 @@ type ProfiPrograms struct {
 
 func (p *ProfiPrograms) Close() error {
 	return _ProfiClose(
+		p.DlEvent,
 		p.LaunchEntry,
 		p.NameEntry,
 		p.TimedEntry,

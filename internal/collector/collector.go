@@ -180,6 +180,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropMallocSizes: "malloc_sizes",
 	bpfobj.DropPIDClaim:    "pid_claim",
 	bpfobj.DropKernelRegs:  "kernel_regs",
+	bpfobj.DropLibLoads:    "lib_loads",
 }
 
 // Collect builds every metric from the current state.

@@ -20,6 +20,7 @@ type StatusDoc struct {
 	BPFLoaded         bool                   `json:"bpf_loaded"`
 	AttachedLibraries []attach.LibraryStatus `json:"attached_libraries"`
 	AttachFailures    []attach.FailureStatus `json:"attach_failures"`
+	LoaderHooks       []attach.LoaderHook    `json:"loader_hooks"`
 	LastDiscovery     time.Time              `json:"last_discovery"`
 	TrackedPIDs       []int                  `json:"tracked_pids"`
 	EventsProcessed   uint64                 `json:"events_processed"`
@@ -55,6 +56,7 @@ func Status(version string, cfg *config.Config, started time.Time, snap *aggrega
 		BPFLoaded:         true,
 		AttachedLibraries: st.Attached,
 		AttachFailures:    st.Failed,
+		LoaderHooks:       st.LoaderHooks,
 		LastDiscovery:     st.LastSync,
 		TrackedPIDs:       tracked,
 		EventsProcessed:   snap.Events,

@@ -47,6 +47,7 @@ func TestStatus(t *testing.T) {
 			"pid_claim":         uint64(bpfobj.DropPIDClaim) + 1,
 			"kernel_regs":       uint64(bpfobj.DropKernelRegs) + 1,
 			"runtime_to_driver": uint64(bpfobj.DropRuntimeToDrv) + 1,
+			"lib_loads":         uint64(bpfobj.DropLibLoads) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

@@ -8,7 +8,13 @@ const (
 	LibCudart Library = "libcudart.so" // CUDA runtime
 	LibCuda   Library = "libcuda.so"   // CUDA driver
 	LibNCCL   Library = "libnccl.so"   // NCCL
+	// LibLoader is the dynamic loader (ld.so): not profiled, but hooked so
+	// that every library a process loads announces itself at once.
+	LibLoader Library = "ld.so"
 )
+
+// loaders are the basenames of the dynamic loaders of glibc and musl.
+var loaders = [...]string{"ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "ld-musl-x86_64.so.1", "ld-musl-aarch64.so.1"}
 
 // libraries lists the recognised libraries with the part of the basename
 // between "lib" and ".so".
@@ -42,6 +48,11 @@ func classify[T string | []byte](path T) (Library, bool) {
 		if path[i] == '/' {
 			base = path[i+1:]
 			break
+		}
+	}
+	for _, l := range loaders {
+		if string(base) == l {
+			return LibLoader, true
 		}
 	}
 	if len(base) < len("lib.so") || string(base[:3]) != "lib" {

@@ -326,6 +326,9 @@ func maybeLibrary(line []byte) bool {
 		return false
 	}
 	base := line[i+1:]
+	if len(base) >= 3 && string(base[:3]) == "ld-" {
+		return true // a dynamic loader, classified exactly later
+	}
 	if len(base) < 6 || string(base[:3]) != "lib" {
 		return false
 	}

@@ -231,7 +231,7 @@ func TestScanUnreadable(t *testing.T) {
 }
 
 // TestScanLiveProc scans this test process in the real /proc: it maps no
-// CUDA library.
+// CUDA library (at most the dynamic loader).
 func TestScanLiveProc(t *testing.T) {
 	if _, err := os.Stat("/proc/self/maps"); err != nil {
 		t.Skip("no procfs:", err)
@@ -240,8 +240,15 @@ func TestScanLiveProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Scanned != 1 || len(res.Processes) != 0 || len(res.Problems) != 0 {
+	if res.Scanned != 1 || len(res.Problems) != 0 || len(res.Processes) > 1 {
 		t.Errorf("result = %+v; want one scanned process and nothing else", res)
+	}
+	for _, p := range res.Processes {
+		for _, m := range p.Libs {
+			if m.Lib != LibLoader {
+				t.Errorf("test process maps %+v", m)
+			}
+		}
 	}
 	all, err := (&Scanner{ProcRoot: "/proc"}).Scan()
 	if err != nil {

@@ -31,7 +31,7 @@ type Problem struct {
 
 // Result is the outcome of one scan.
 type Result struct {
-	Processes []Process // only processes that map at least one CUDA/NCCL library, sorted by PID
+	Processes []Process // only processes that map at least one CUDA/NCCL library or a dynamic loader, sorted by PID
 	Scanned   int       // processes whose maps were looked at (processes that vanished before are not counted)
 	Problems  []Problem
 }

@@ -281,3 +281,33 @@ func TestDrainWhileCalling(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A library that a running process dlopens is attached at once: the
+// loader's _dl_debug_state hook triggers a pass; the periodic rescan is
+// set to an hour here, so it cannot be what finds it.
+func TestEventDrivenAttach(t *testing.T) {
+	w := startWorkload(t, fixtures.WorkloadDlopen, []string{"--lib", fixtures.Cudart})
+	a := startAgent(t, "--refresh-interval", "3600")
+	// The first pass, at start-up, hooks this host's ld.so.
+	err := testutil.Eventually(15*time.Second, func() error {
+		var st struct {
+			Hooks []struct{ Path string } `json:"loader_hooks"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Hooks) == 0 {
+			return fmt.Errorf("no loader hooked: %+v", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, a, w.PID)
+	gt := runPhase(t, w)
+	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+}

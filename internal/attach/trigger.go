@@ -1,0 +1,77 @@
+package attach
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// maxChecksPerSecond bounds the per-process maps reads that library-load
+// events cause, so a node starting thousands of processes cannot turn
+// the trigger into a scan storm; events beyond it wait for the periodic
+// rescan.
+const maxChecksPerSecond = 200
+
+// WatchLoads turns library-load events (dl_event on ld.so's
+// _dl_debug_state, ring lib_loads) into discovery passes: when the loading
+// process now maps a CUDA library file that is neither attached nor
+// waiting for a retry, it asks for a pass on due, so the library is
+// attached within a scan instead of up to --refresh-interval later. The
+// periodic rescan stays the safety net. It returns when ctx ends.
+func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot string, due chan<- struct{}) error {
+	var (
+		window time.Time
+		checks int
+	)
+	return bpfobj.ReadRing(ctx, ring, a.log, func(raw []byte) {
+		if len(raw) < 4 {
+			return
+		}
+		if now := time.Now(); now.Sub(window) >= time.Second {
+			window, checks = now, 0
+		}
+		if checks++; checks > maxChecksPerSecond {
+			return
+		}
+		pid := int(binary.NativeEndian.Uint32(raw))
+		if a.opts.PID != 0 && pid != a.opts.PID {
+			return
+		}
+		if a.needsPass(procRoot, pid) {
+			select {
+			case due <- struct{}{}:
+			default: // a pass is already due; it will see this process too
+			}
+		}
+	})
+}
+
+// needsPass reports whether pid maps a profiled library file the attacher
+// does not know yet.
+func (a *Attacher) needsPass(procRoot string, pid int) bool {
+	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid}).Scan()
+	if err != nil || len(res.Processes) == 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range res.Processes[0].Libs {
+		if m.Lib == discover.LibLoader || len(Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+			continue
+		}
+		key := FileKey{Dev: m.Dev, Inode: m.Inode}
+		if _, ok := a.files[key]; ok {
+			continue
+		}
+		if _, ok := a.failed[key]; ok {
+			continue // its retry has its own schedule
+		}
+		return true
+	}
+	return false
+}
