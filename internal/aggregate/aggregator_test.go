@@ -80,27 +80,13 @@ func (s *fakeSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 // add accumulates into a key like BPF does: values only grow.
 func (s *fakeSource) add(k bpfobj.ProfiAggKey, v bpfobj.ProfiAggVal) {
 	cur := s.agg[k]
-	cur.Count += v.Count
-	cur.Timed += v.Timed
-	cur.DurationNs += v.DurationNs
-	cur.Bytes += v.Bytes
-	for i := range cur.Buckets {
-		cur.Buckets[i] += v.Buckets[i]
-	}
+	cur.Add(&v)
 	s.agg[k] = cur
 }
 
 func (s *fakeSource) addLaunch(k bpfobj.ProfiLaunchKey, v bpfobj.ProfiLaunchVal) {
 	cur := s.launch[k]
-	cur.Count += v.Count
-	cur.GridBlocks += v.GridBlocks
-	cur.BlockThreads += v.BlockThreads
-	cur.SharedBytes += v.SharedBytes
-	cur.Timed += v.Timed
-	cur.DurationNs += v.DurationNs
-	for i := range cur.Buckets {
-		cur.Buckets[i] += v.Buckets[i]
-	}
+	cur.Add(&v)
 	s.launch[k] = cur
 }
 

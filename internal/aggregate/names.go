@@ -46,8 +46,7 @@ type Names struct {
 
 	mu       sync.Mutex
 	byPID    map[int]*pidNames
-	failures map[string]uint64 // profi_system_kernel_name_resolve_failures_total
-	dropped  uint64            // names refused at maxNamesPerPID
+	failures map[string]uint64 // profi_system_kernel_name_resolve_failures_total (incl. table_full)
 }
 
 // NewNames returns a resolver that reads files of processes under procRoot.
@@ -95,7 +94,7 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	defer n.mu.Unlock()
 	p := n.pid(int(ev.Pid))
 	if p.size() >= maxNamesPerPID {
-		n.dropped++
+		n.failures["table_full"]++
 		return
 	}
 	switch kind {
@@ -128,10 +127,10 @@ func (n *Names) pid(pid int) *pidNames {
 // Kernel implements Namer.
 func (n *Names) Kernel(pid int, op bpfobj.Op, fn uint64) string {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	p := n.pid(pid)
 	if bpfobj.IsDriver(op) {
 		// Driver launch: fn is a CUfunction, opaque; only name sources know it.
+		defer n.mu.Unlock()
 		if name, ok := p.function[fn]; ok {
 			return name
 		}
@@ -141,23 +140,33 @@ func (n *Names) Kernel(pid int, op bpfobj.Op, fn uint64) string {
 		return ""
 	}
 	if name, ok := p.host[fn]; ok {
+		n.mu.Unlock()
 		return name
 	}
 	if name, ok := p.elf[fn]; ok {
+		n.mu.Unlock()
 		return name
 	}
 	if p.size() >= maxNamesPerPID {
-		n.dropped++
+		n.failures["table_full"]++
+		n.mu.Unlock()
 		return ""
 	}
+	n.mu.Unlock()
+
+	// Reading and parsing ELF files happens outside the lock, so the ring
+	// consumer never waits for it. Once per (process, function).
 	raw, err := n.sym.Resolve(pid, fn)
 	name := ""
-	if err != nil {
-		n.failures[resolveReason(err)]++
-	} else {
+	if err == nil {
 		name = kernelname.Normalize(raw)
 	}
-	p.elf[fn] = name
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		n.failures[resolveReason(err)]++
+	}
+	n.pid(pid).elf[fn] = name
 	return name
 }
 

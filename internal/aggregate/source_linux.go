@@ -26,14 +26,7 @@ func (s MapSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) 
 	for it.Next(&k, &cpus) {
 		var sum bpfobj.ProfiAggVal
 		for i := range cpus {
-			c := &cpus[i]
-			sum.Count += c.Count
-			sum.Timed += c.Timed
-			sum.DurationNs += c.DurationNs
-			sum.Bytes += c.Bytes
-			for b := range sum.Buckets {
-				sum.Buckets[b] += c.Buckets[b]
-			}
+			sum.Add(&cpus[i])
 		}
 		fn(k, &sum)
 	}
@@ -50,16 +43,7 @@ func (s MapSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVa
 	for it.Next(&k, &cpus) {
 		var sum bpfobj.ProfiLaunchVal
 		for i := range cpus {
-			c := &cpus[i]
-			sum.Count += c.Count
-			sum.GridBlocks += c.GridBlocks
-			sum.BlockThreads += c.BlockThreads
-			sum.SharedBytes += c.SharedBytes
-			sum.Timed += c.Timed
-			sum.DurationNs += c.DurationNs
-			for b := range sum.Buckets {
-				sum.Buckets[b] += c.Buckets[b]
-			}
+			sum.Add(&cpus[i])
 		}
 		fn(k, &sum)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,6 +117,8 @@ type Attacher struct {
 	counts   map[failureKey]uint64
 	closed   bool
 	lastSync time.Time
+	// loadChecksSkipped counts library-load events over the check rate limit.
+	loadChecksSkipped atomic.Uint64
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
 	nextID       uint32
@@ -376,7 +379,7 @@ func (a *Attacher) syncPIDFiles() {
 	}
 	want := map[bpfobj.ProfiPidFile]bool{}
 	for _, f := range a.files {
-		if f.target.Lib == discover.LibLoader {
+		if !profiled(f.target.Lib) {
 			continue // its program counts nothing: no ownership needed
 		}
 		for _, pid := range f.target.PIDs {
@@ -441,20 +444,6 @@ func (a *Attacher) merge(t Target) {
 
 func (a *Attacher) attach(t Target, now time.Time) {
 	att, reason, err := a.attachFile(t)
-	if err != nil && t.Lib == discover.LibLoader {
-		// Only the attach-speed hook is lost: not an attach failure of a
-		// profiled library. Retried with backoff like any other.
-		a.log.Debug("loader hook not attached", "path", t.Path, "reason", reason, "err", err)
-		fl := a.failed[t.Key]
-		if fl == nil {
-			fl = &failure{}
-			a.failed[t.Key] = fl
-		}
-		fl.target, fl.reason, fl.err = t, reason, err
-		fl.attempts++
-		fl.next = now.Add(a.opts.RetryMax)
-		return
-	}
 	if err != nil {
 		fl := a.failed[t.Key]
 		if fl == nil {
@@ -463,23 +452,27 @@ func (a *Attacher) attach(t Target, now time.Time) {
 		}
 		fl.target, fl.reason, fl.err = t, reason, err
 		fl.attempts++
-		delay := a.opts.RetryBase << min(fl.attempts-1, 20)
-		fl.next = now.Add(min(delay, a.opts.RetryMax))
-		if reason == ReasonSymbolNotFound {
+		fl.next = now.Add(min(a.opts.RetryBase<<min(fl.attempts-1, 20), a.opts.RetryMax))
+		switch {
+		case !profiled(t.Lib):
+			// Only the attach-speed hook is lost, not a profiled library:
+			// no failure counted, and the periodic rescan still works.
+			a.log.Debug("loader hook not attached", "path", t.Path, "reason", reason, "err", err)
+		case reason == ReasonSymbolNotFound:
 			// The file's symbols cannot change: no retry while it stays mapped.
 			fl.next = permanent
 			a.counts[failureKey{string(t.Lib), reason}] += uint64(requiredProbes(t.Lib, a.opts.KernelMode, a.opts.Profile))
 			a.log.Warn("library defines none of the probed symbols; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
-			return
+		default:
+			a.counts[failureKey{string(t.Lib), reason}]++
+			a.log.Warn("attach failed", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "reason", reason, "attempt", fl.attempts, "retry_in", fl.next.Sub(now), "err", err)
 		}
-		a.counts[failureKey{string(t.Lib), reason}]++
-		a.log.Warn("attach failed", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "reason", reason, "attempt", fl.attempts, "retry_in", fl.next.Sub(now), "err", err)
 		return
 	}
 	delete(a.failed, t.Key)
 	att.attachedAt = now
 	a.files[t.Key] = att
-	if t.Lib == discover.LibLoader {
+	if !profiled(t.Lib) {
 		a.log.Debug("loader hook attached", "path", t.Path, "file", t.Key)
 		return
 	}
@@ -489,6 +482,11 @@ func (a *Attacher) attach(t Target, now time.Time) {
 	}
 	a.log.Info("library attached", "lib", t.Lib, "path", t.Path, "file", t.Key, "pids", t.PIDs, "probes", len(att.probes))
 }
+
+// profiled reports whether lib's calls are counted. The dynamic loader is
+// only hooked (library-load events): it never makes a process tracked, an
+// attach failure, or a pid_files owner.
+func profiled(lib discover.Library) bool { return lib != discover.LibLoader }
 
 // attachFile attaches every probe whose symbol the file defines. It is
 // all or nothing for the symbols present: on any error the links made so
@@ -642,19 +640,22 @@ type Counters struct {
 	TrackedPIDs []int
 	// ScanProblems counts per-process procfs problems (malformed maps lines, unreadable files).
 	ScanProblems uint64
+	// LoadChecksSkipped counts library-load events not checked (rate limit);
+	// those processes wait for the periodic rescan.
+	LoadChecksSkipped uint64
 }
 
 // Counters returns a copy of the counters.
 func (a *Attacher) Counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems}
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load()}
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}
 	pids := map[int]bool{}
 	for _, f := range a.files {
-		if f.target.Lib == discover.LibLoader {
+		if !profiled(f.target.Lib) {
 			continue // a hook, not a profiled library
 		}
 		c.Attached[f.target.Lib]++

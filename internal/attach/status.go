@@ -5,8 +5,6 @@ import (
 
 	"sort"
 	"time"
-
-	"github.com/profi-dev/profi/internal/discover"
 )
 
 // ProbeStatus describes one attached probe.
@@ -69,7 +67,7 @@ func (a *Attacher) Status() Status {
 	defer a.mu.Unlock()
 	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
 	for key, f := range a.files {
-		if f.target.Lib == discover.LibLoader {
+		if !profiled(f.target.Lib) {
 			s.LoaderHooks = append(s.LoaderHooks, LoaderHook{Path: f.target.Path, File: key.String(), Processes: len(f.target.PIDs)})
 			continue
 		}
@@ -89,7 +87,7 @@ func (a *Attacher) Status() Status {
 		s.Attached = append(s.Attached, ls)
 	}
 	for key, fl := range a.failed {
-		if fl.target.Lib == discover.LibLoader {
+		if !profiled(fl.target.Lib) {
 			continue // see LoaderHooks; not a profiled library
 		}
 		s.Failed = append(s.Failed, FailureStatus{

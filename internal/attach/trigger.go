@@ -36,6 +36,7 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 			window, checks = now, 0
 		}
 		if checks++; checks > maxChecksPerSecond {
+			a.loadChecksSkipped.Add(1)
 			return
 		}
 		pid := int(binary.NativeEndian.Uint32(raw))
@@ -61,7 +62,7 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range res.Processes[0].Libs {
-		if m.Lib == discover.LibLoader || len(Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		if !profiled(m.Lib) || len(Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 			continue
 		}
 		key := FileKey{Dev: m.Dev, Inode: m.Inode}

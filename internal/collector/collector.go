@@ -50,7 +50,7 @@ type Collector struct {
 	tracked, ringDrops, ringDropRate, cardDrops   *prometheus.Desc
 	launchDrops, mapDrops, probeMisses            *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
-	scanProblems                                  *prometheus.Desc
+	scanProblems, loadSkips                       *prometheus.Desc
 	memset, mallocHost                            *prometheus.Desc
 	mapEntries, mapCapacity, launchEvents         *prometheus.Desc
 	nameFailures                                  *prometheus.Desc
@@ -90,6 +90,7 @@ func New(data Data) *Collector {
 		mapCapacity:     d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
 		nameFailures:    d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
 		scanProblems:    d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
+		loadSkips:       d("profi_system_library_load_checks_skipped_total", "Library-load events not checked at once (over 200 checks/s); those processes are found by the periodic rescan.", nil, nil),
 		series:          d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
 	}
 }
@@ -99,7 +100,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems,
+		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 	} {
@@ -242,6 +243,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
 	}
 	counter(c.scanProblems, att.ScanProblems)
+	counter(c.loadSkips, att.LoadChecksSkipped)
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
