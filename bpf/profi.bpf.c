@@ -140,6 +140,20 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } lib_loads SEC(".maps");
 
+/*
+ * Probe hits per process, for the overhead estimate of --overhead-budget:
+ * every program run is one trap in that process. Counted only when
+ * count_hits is set; otherwise the verifier drops the code.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u64);
+} pid_hits SEC(".maps");
+
+volatile const bool count_hits = false;
+
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
 /* clang-format off */
 static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
@@ -194,6 +208,20 @@ static __always_inline void count_drop(u32 idx)
  * map is counted as a drop of that map; the call is then lost, never
  * folded into another key.
  */
+static __always_inline void count_hit(u32 pid)
+{
+	u64 one = 1;
+	u64 *n;
+
+	if (!count_hits)
+		return;
+	n = bpf_map_lookup_elem(&pid_hits, &pid);
+	if (n)
+		*n += 1;
+	else
+		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
+}
+
 static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero,
 					    u32 drop_idx)
 {
@@ -534,6 +562,7 @@ int timed_entry(struct pt_regs *ctx)
 	struct inflight_call *cur;
 	struct inflight_call in = {};
 
+	count_hit(id >> 32);
 	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
@@ -664,6 +693,7 @@ int timed_return(struct pt_regs *ctx)
 	u64 out = 0;
 	s32 ret;
 
+	count_hit(id >> 32);
 	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
@@ -781,6 +811,7 @@ int launch_entry(struct pt_regs *ctx)
 
 	struct pid_file upgraded = {.pid = id >> 32, .file = COOKIE_FILE(cookie)};
 
+	count_hit(id >> 32);
 	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
 	if (bpf_map_lookup_elem(&full_files, &upgraded))
@@ -802,6 +833,7 @@ int name_entry(struct pt_regs *ctx)
 	u64 cookie = bpf_get_attach_cookie(ctx);
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
 
+	count_hit(pid);
 	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
 	send_name(pid, NAME_HOST_FUNC, arg(ctx, 2), 0, arg(ctx, 3));
@@ -819,6 +851,7 @@ int dl_event(struct pt_regs *ctx)
 {
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
 
+	count_hit(pid);
 	if (bpf_ringbuf_output(&lib_loads, &pid, sizeof(pid), 0))
 		count_drop(DROP_LIB_LOADS);
 	return 0;

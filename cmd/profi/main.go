@@ -19,10 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/budget"
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/discover"
@@ -68,6 +70,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MallocSizes: cfg.MallocSizesSize,
 		SampleRate:  uint32(cfg.SampleRate),
 		Detailed:    cfg.DetailedLaunches,
+		CountHits:   cfg.OverheadBudget > 0,
 	})
 	if err != nil {
 		return err
@@ -96,6 +99,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	})
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 
+	ctl, stopStats := startBudget(cfg, objs, attacher, log)
+	defer stopStats()
+	var scale func(int, bpfobj.Op) float64
+	var budgetStats func() *budget.Stats
+	if ctl != nil {
+		scale, budgetStats = ctl.Scale, ctl.Stats
+	}
+
 	names := aggregate.NewNames(cfg.ProcPath, log)
 	var events *aggregate.Events
 	if cfg.DetailedLaunches {
@@ -112,6 +123,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Names:            names,
 		Logger:           log,
 		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },
+		Scale:            scale,
 	})
 
 	reg := prometheus.NewRegistry()
@@ -125,6 +137,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			"aggregated": objs.Aggregated.MaxEntries(),
 			"launch_agg": objs.LaunchAgg.MaxEntries(),
 		},
+		Budget: budgetStats,
 	}))
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -177,6 +190,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
+	if ctl != nil {
+		g.Go(func() error { return ctl.Run(ctx) })
+	}
 	// The ring consumers are extras: if one cannot start, the agent keeps
 	// counting without it.
 	g.Go(func() error {
@@ -200,6 +216,41 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("profi stopped")
 	return err
+}
+
+// startBudget prepares --overhead-budget: BPF run-time statistics and a
+// calibrated trap cost. Without them it logs why and returns nil: the
+// agent then profiles every call, as with the budget off.
+func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Attacher, log *slog.Logger) (ctl *budget.Controller, stop func()) {
+	stop = func() {}
+	if cfg.OverheadBudget <= 0 {
+		return nil, stop
+	}
+	// Statistics run while the returned fd is open: the caller closes it
+	// when the agent stops (dropped, the GC would close it and stop them).
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		log.Warn("overhead budget off: BPF run-time statistics unavailable", "err", err)
+		return nil, stop
+	}
+	stop = func() { _ = stats.Close() }
+	trap, err := budget.Calibrate()
+	if err != nil {
+		log.Warn("overhead budget off: trap cost calibration failed", "err", err)
+		return nil, stop
+	}
+	log.Info("overhead budget on", "budget_percent", cfg.OverheadBudget*100, "trap_cost", trap)
+	return budget.New(budget.Options{
+		Budget:   cfg.OverheadBudget,
+		TrapCost: trap,
+		Files:    attacher,
+		Sources: budget.MapSources{
+			PIDHits:  objs.PidHits,
+			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent},
+			ProcRoot: cfg.ProcPath,
+		},
+		Logger: log,
+	}), stop
 }
 
 func launchEventsTotal(e *aggregate.Events) func() uint64 {

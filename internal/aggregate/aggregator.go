@@ -51,6 +51,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Observe receives each drain's duration (self metric); may be nil.
 	Observe func(time.Duration)
+	// Scale, when set (--overhead-budget), is the factor by which op's
+	// counts in pid are multiplied now: 1 when counted exactly, 1/ratio
+	// while the op's probes are duty-cycled. Exported values are then the
+	// sum of each drain's scaled increase.
+	Scale func(pid int, op bpfobj.Op) float64
 }
 
 type procState struct {
@@ -58,6 +63,9 @@ type procState struct {
 	start   uint64
 	streams map[uint64]bool // admitted stream handles
 	kernels map[string]bool // admitted kernel labels
+	// With Options.Scale: per key, the last raw value and the estimate.
+	aggEst    map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal
+	launchEst map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal
 }
 
 // Namer resolves the name of a launched function.
@@ -231,6 +239,9 @@ func (a *Aggregator) Drain() error {
 			dead[uint32(pid)] = true
 			continue
 		}
+		if a.opts.Scale != nil {
+			a.estimate(ps, d)
+		}
 		snap.Processes = append(snap.Processes, a.build(ps, d, snap))
 	}
 	// Processes known from an earlier drain that have no keys any more.
@@ -341,12 +352,46 @@ func (a *Aggregator) process(pid int) *procState {
 	return ps
 }
 
+// estimate replaces a process's raw values by estimates: every drain adds
+// each key's increase times Scale. Exact (scale 1) increases are added as
+// they are, so a process that is never duty-cycled keeps exact counts.
+func (a *Aggregator) estimate(ps *procState, d *pidData) {
+	pid := ps.meta.PID
+	if ps.aggEst == nil {
+		ps.aggEst = map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal{}
+		ps.launchEst = map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal{}
+	}
+	for k, v := range d.agg {
+		e := ps.aggEst[k]
+		if e == nil {
+			e = new([2]bpfobj.ProfiAggVal)
+			ps.aggEst[k] = e
+		}
+		e[1].AddScaled(&v, &e[0], a.opts.Scale(pid, bpfobj.Op(k.Op)))
+		e[0] = v
+		d.agg[k] = e[1]
+	}
+	for k, v := range d.launch {
+		e := ps.launchEst[k]
+		if e == nil {
+			e = new([2]bpfobj.ProfiLaunchVal)
+			ps.launchEst[k] = e
+		}
+		e[1].AddScaled(&v, &e[0], a.opts.Scale(pid, bpfobj.Op(k.Op)))
+		e[0] = v
+		d.launch[k] = e[1]
+	}
+}
+
 // retire folds an exited process's latency data into the retained
 // histograms and forgets the process.
 func (a *Aggregator) retire(pid int, d *pidData) {
 	var meta Meta
 	if ps, ok := a.procs[pid]; ok {
 		meta = ps.meta
+		if a.opts.Scale != nil {
+			a.estimate(ps, d) // retained data continues the exported estimate
+		}
 	}
 	for k, v := range d.agg {
 		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}

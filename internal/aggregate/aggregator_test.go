@@ -1033,3 +1033,50 @@ func TestMonotonic(t *testing.T) {
 		}
 	}
 }
+
+// With a duty-cycled operation, each drain's increase is scaled and the
+// estimates add up; unscaled operations stay exact; the retained latency
+// data of the exited process continues the estimate (never goes back).
+func TestDrainScalesDutyCycledCounts(t *testing.T) {
+	src := newFakeSource()
+	procs := newFakeProcs(map[int]fakeProc{7: {comm: "w", start: 1}})
+	scale := 1.0
+	a := New(Options{Source: src, Procs: procs, Scale: func(pid int, op bpfobj.Op) float64 {
+		if op == bpfobj.OpCudaMemcpyAsync {
+			return scale
+		}
+		return 1
+	}})
+	memcpy := akey(7, bpfobj.OpCudaMemcpyAsync, 1, 0, 0)
+	malloc := akey(7, bpfobj.OpCudaMalloc, 0, 0, 0)
+	calls := func(s *Snapshot, op string) uint64 { return process(t, s, 7).Calls[OpStream{op, "default"}] }
+
+	src.add(memcpy, aval(10, 1000, 100, 2))
+	src.add(malloc, aval(3, 30, 300, 1))
+	s := drain(t, a)
+	if got := calls(s, "cudaMemcpyAsync"); got != 10 {
+		t.Fatalf("exact phase: memcpy calls = %d, want 10", got)
+	}
+	scale = 4 // a sampling ratio of 0.25
+	src.add(memcpy, aval(5, 500, 50, 2))
+	src.add(malloc, aval(2, 20, 200, 1))
+	s = drain(t, a)
+	if got := calls(s, "cudaMemcpyAsync"); got != 10+5*4 {
+		t.Errorf("scaled: memcpy calls = %d, want 30", got)
+	}
+	if got := process(t, s, 7).Memcpy[DirStream{"h2d", "default"}]; got != 100+50*4 {
+		t.Errorf("scaled: memcpy bytes = %d, want 300", got)
+	}
+	if got := calls(s, "cudaMalloc"); got != 5 {
+		t.Errorf("malloc calls = %d, want the exact 5", got)
+	}
+	want := hists(s)[HistKey{Op: "cudaMemcpyAsync"}]
+	if want.Count != 30 || want.Buckets[2] != 30 || want.SumNs != 1000+500*4 {
+		t.Errorf("scaled histogram = %+v, want count 30 in bucket 2, sum 3000", want)
+	}
+	delete(procs.live, 7)
+	s = drain(t, a)
+	if got := hists(s)[HistKey{Op: "cudaMemcpyAsync"}]; got != want {
+		t.Errorf("after exit: histogram = %+v, want the estimate %+v kept", got, want)
+	}
+}

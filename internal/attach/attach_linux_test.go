@@ -341,3 +341,137 @@ func countKeys(t *testing.T, m *ebpf.Map) int {
 	}
 	return n
 }
+
+// opCounts sums the calls per operation of pid in the aggregation maps.
+func opCounts(t *testing.T, objs *bpfobj.Objects, pid int) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	var (
+		ak   bpfobj.ProfiAggKey
+		avs  []bpfobj.ProfiAggVal
+		lk   bpfobj.ProfiLaunchKey
+		lvs  []bpfobj.ProfiLaunchVal
+		errs []error
+	)
+	it := objs.Aggregated.Iterate()
+	for it.Next(&ak, &avs) {
+		for _, v := range avs {
+			if ak.Pid == uint32(pid) {
+				out[bpfobj.OpName(ak.Op)] += v.Count
+			}
+		}
+	}
+	errs = append(errs, it.Err())
+	lit := objs.LaunchAgg.Iterate()
+	for lit.Next(&lk, &lvs) {
+		for _, v := range lvs {
+			if lk.Pid == uint32(pid) {
+				out[bpfobj.OpName(lk.Op)] += v.Count
+			}
+		}
+	}
+	errs = append(errs, lit.Err())
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Pausing a file (the overhead budget's duty cycle) detaches exactly the
+// Pausable probes: while paused, hot calls are not counted and allocations
+// still are; resumed, every hot call counts again.
+func TestPauseDetachesOnlyHotProbes(t *testing.T) {
+	skipShort(t)
+	testutil.RequireBPF(t)
+	fx := fixtures(t)
+	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	w, err := testutil.StartWorkload(context.Background(), fx.Workload, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	res, err := (&discover.Scanner{ProcRoot: "/proc", PID: w.PID}).Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{
+		Programs: map[string]*ebpf.Program{
+			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
+			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
+			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
+		},
+		KernelMode:  KernelModeAnonymous,
+		PID:         w.PID,
+		PIDFiles:    objs.PidFiles,
+		RuntimeText: objs.RtText,
+	})
+	defer a.Close()
+	a.Sync(Targets(res, "/proc"))
+	files := a.Files()
+	if len(files) != 2 {
+		t.Fatalf("attached files %+v, want libcudart and libcuda", files)
+	}
+	setAll := func(paused bool) {
+		for _, f := range files {
+			if err := a.SetPaused(f.Key, paused); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, l := range a.Status().Attached {
+			if l.Paused != paused {
+				t.Fatalf("%s: status paused = %v, want %v", l.Library, l.Paused, paused)
+			}
+		}
+	}
+	run := func() *testutil.GroundTruth {
+		gt, err := w.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gt
+	}
+	hot := []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaGraphLaunch"}
+	cold := []string{"cudaMalloc", "cudaFree", "cudaGraphInstantiate"}
+	check := func(phase string, want map[string]uint64) {
+		t.Helper()
+		got := opCounts(t, objs, w.PID)
+		for _, op := range append(slices.Clone(hot), cold...) {
+			if got[op] != want[op] {
+				t.Errorf("%s: %s counted %d, want %d", phase, op, got[op], want[op])
+			}
+		}
+	}
+
+	gt1 := run()
+	for _, op := range append(slices.Clone(hot), cold...) {
+		if gt1.Calls[op] == 0 {
+			t.Fatalf("the workload made no %s call: the test would prove nothing", op)
+		}
+	}
+	check("attached", gt1.Calls)
+	setAll(true)
+	gt2 := run()
+	want := map[string]uint64{}
+	for _, op := range hot {
+		want[op] = gt1.Calls[op] // nothing added while paused
+	}
+	for _, op := range cold {
+		want[op] = gt2.Calls[op] // cumulative: never paused
+	}
+	check("paused", want)
+	setAll(false)
+	gt3 := run()
+	for _, op := range hot {
+		want[op] = gt1.Calls[op] + gt3.Calls[op] - gt2.Calls[op]
+	}
+	for _, op := range cold {
+		want[op] = gt3.Calls[op]
+	}
+	check("resumed", want)
+}

@@ -85,7 +85,9 @@ type attached struct {
 	// to full mode (SetFullModePIDs), by pid.
 	upgrades   map[int]*linkSet
 	target     Target
-	links      *linkSet
+	links      *linkSet // every probe the budget never pauses
+	hot        *linkSet // Pausable probes; nil while paused
+	paused     bool
 	probes     []Probe
 	missing    []string // required symbols the file lacks (counted as failures)
 	absent     []string // optional symbols the file lacks (normal)
@@ -210,6 +212,7 @@ func (a *Attacher) Sync(targets []Target) {
 			for pid := range f.upgrades {
 				a.dropUpgrade(f, pid)
 			}
+			f.hot.close()
 			f.links.close()
 			delete(a.files, key)
 		}
@@ -285,16 +288,7 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 	if len(probes) == 0 {
 		return nil
 	}
-	file, err := f.target.Open()
-	if err != nil {
-		return fmt.Errorf("open %s: %w", f.target.Path, err)
-	}
-	defer file.Close()
-	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", file.Fd()))
-	if err != nil {
-		return fmt.Errorf("open executable %s: %w", f.target.Path, err)
-	}
-	links, _, _, _, _, err := a.attachProbes(ex, f.target, probes, f.syms, f.id, pid)
+	links, err := a.reattach(f, probes, pid)
 	if err != nil {
 		return err
 	}
@@ -516,11 +510,28 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 	a.nextID++
 	att := &attached{target: t, id: a.nextID, syms: syms}
-	links, probes, missing, absent, reason, err := a.attachProbes(ex, t, Probes(t.Lib, a.opts.KernelMode, a.opts.Profile), syms, att.id, a.opts.PID)
+	all := Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
+	cold, hot := splitPausable(all)
+	links, reason, err := a.attachProbes(ex, t, cold, syms, att.id, a.opts.PID)
 	if err != nil {
 		return nil, reason, err
 	}
-	att.links, att.probes, att.missing, att.absent = links, probes, missing, absent
+	hotLinks, reason, err := a.attachProbes(ex, t, hot, syms, att.id, a.opts.PID)
+	if err != nil {
+		links.close()
+		return nil, reason, err
+	}
+	att.links, att.hot = links, hotLinks
+	for _, p := range all {
+		switch _, ok := syms[p.Symbol]; {
+		case ok:
+			att.probes = append(att.probes, p)
+		case p.Optional:
+			att.absent = append(att.absent, p.Symbol)
+		default:
+			att.missing = append(att.missing, p.Symbol)
+		}
+	}
 	if len(att.probes) == 0 {
 		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
 	}
@@ -529,17 +540,12 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 // attachProbes attaches every probe whose symbol the file defines, all or
 // nothing: on any error the links made so far are closed.
-func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, attached []Probe, missing, absent []string, reason string, err error) {
+func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
 	links = &linkSet{}
 	for _, p := range probes {
 		sym, ok := syms[p.Symbol]
 		if !ok {
-			if p.Optional {
-				absent = append(absent, p.Symbol)
-			} else {
-				missing = append(missing, p.Symbol)
-			}
-			continue
+			continue // listed as missing or absent by the caller
 		}
 		opts := &link.UprobeOptions{PID: pid, Cookie: bpfobj.Cookie(p.Op, fileID), Offset: sym.offset}
 		// Return probe first: an entry without its return would leave
@@ -549,19 +555,96 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 			l, err := ex.Uretprobe(p.Symbol, a.opts.Programs[p.Return], opts)
 			if err != nil {
 				links.close()
-				return nil, nil, nil, nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
+				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
 			}
 			links.returns = append(links.returns, l)
 		}
 		l, err := ex.Uprobe(p.Symbol, a.opts.Programs[p.Entry], opts)
 		if err != nil {
 			links.close()
-			return nil, nil, nil, nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
+			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
 		}
 		links.entries = append(links.entries, l)
-		attached = append(attached, p)
 	}
-	return links, attached, missing, absent, "", nil
+	return links, "", nil
+}
+
+// splitPausable splits probes into those the overhead budget never
+// pauses and those it may (Pausable).
+func splitPausable(probes []Probe) (cold, hot []Probe) {
+	for _, p := range probes {
+		if Pausable(p.Op) {
+			hot = append(hot, p)
+		} else {
+			cold = append(cold, p)
+		}
+	}
+	return cold, hot
+}
+
+// FileInfo is an attached, profiled library file and who maps it.
+type FileInfo struct {
+	Key    FileKey
+	Lib    discover.Library
+	PIDs   []int
+	Paused bool
+}
+
+// Files returns the attached, profiled library files.
+func (a *Attacher) Files() []FileInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]FileInfo, 0, len(a.files))
+	for key, f := range a.files {
+		if profiled(f.target.Lib) {
+			out = append(out, FileInfo{Key: key, Lib: f.target.Lib, PIDs: slices.Clone(f.target.PIDs), Paused: f.paused})
+		}
+	}
+	return out
+}
+
+// SetPaused detaches (true) or re-attaches (false) the Pausable probes of
+// an attached file: the duty cycle of the overhead budget. Detaching waits
+// for RCU grace periods, so it happens outside the lock. A file no longer
+// attached is not an error.
+func (a *Attacher) SetPaused(key FileKey, paused bool) error {
+	a.mu.Lock()
+	f := a.files[key]
+	if f == nil || f.paused == paused || a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	if paused {
+		hot := f.hot
+		f.hot, f.paused = nil, true
+		a.mu.Unlock()
+		hot.close()
+		return nil
+	}
+	defer a.mu.Unlock()
+	_, hot := splitPausable(f.probes)
+	links, err := a.reattach(f, hot, a.opts.PID)
+	if err != nil {
+		return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
+	}
+	f.hot, f.paused = links, false
+	return nil
+}
+
+// reattach attaches probes of an already attached file again, with the
+// symbols and offsets read at the first attach.
+func (a *Attacher) reattach(f *attached, probes []Probe, pid int) (*linkSet, error) {
+	file, err := f.target.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", f.target.Path, err)
+	}
+	defer file.Close()
+	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", file.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("open executable %s: %w", f.target.Path, err)
+	}
+	links, _, err := a.attachProbes(ex, f.target, probes, f.syms, f.id, pid)
+	return links, err
 }
 
 func requiredProbes(lib discover.Library, mode, profile string) int {
@@ -623,6 +706,7 @@ func (a *Attacher) Close() error {
 		for pid := range f.upgrades {
 			a.dropUpgrade(f, pid)
 		}
+		f.hot.close()
 		f.links.close()
 		delete(a.files, key)
 	}

@@ -39,6 +39,24 @@ func (p Probe) Traps() int {
 	return 1
 }
 
+// Pausable reports whether the overhead budget may detach probes of op for
+// a while (duty cycling): the hot calls whose counts can be extrapolated.
+// Allocations and frees (the active-memory gauge pairs them), the current
+// device, and the name sources keep state that later calls depend on, so
+// they are never paused.
+func Pausable(op bpfobj.Op) bool {
+	switch bpfobj.Info(uint32(op)).Family {
+	case bpfobj.FamilyLaunch, bpfobj.FamilyMemcpy, bpfobj.FamilyMemset:
+		return true
+	}
+	switch op {
+	case bpfobj.OpCudaStreamSync, bpfobj.OpCudaStreamSyncPtsz, bpfobj.OpCudaEventSync, bpfobj.OpCudaDeviceSync,
+		bpfobj.OpCudaGraphLaunch, bpfobj.OpCudaGraphLaunchPtsz, bpfobj.OpCuGraphLaunch:
+		return true
+	}
+	return false
+}
+
 // Timed reports whether the probe measures latency and return codes.
 func (p Probe) Timed() bool { return p.Return != "" }
 
@@ -191,6 +209,22 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 	}
 	return out
 }
+
+// libraryOf maps every probed operation to the library that defines it.
+var libraryOf = func() map[bpfobj.Op]discover.Library {
+	m := map[bpfobj.Op]discover.Library{}
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
+		for _, mode := range []string{KernelModeAnonymous, KernelModeFull} {
+			for _, p := range Probes(lib, mode, ProfileFull) {
+				m[p.Op] = lib
+			}
+		}
+	}
+	return m
+}()
+
+// LibraryOf returns the library whose probes count op ("" for none).
+func LibraryOf(op bpfobj.Op) discover.Library { return libraryOf[op] }
 
 func opName(p Probe) string { return bpfobj.OpName(uint32(p.Op)) }
 

@@ -28,8 +28,11 @@ type LibraryStatus struct {
 	Missing []string      `json:"missing_symbols,omitempty"`
 	Absent  []string      `json:"absent_optional_symbols,omitempty"`
 	// FullModePIDs are processes upgraded to full kernel mode on this file.
-	FullModePIDs []int     `json:"full_mode_pids,omitempty"`
-	AttachedAt   time.Time `json:"attached_at"`
+	FullModePIDs []int `json:"full_mode_pids,omitempty"`
+	// Paused is set while the overhead budget has detached the file's
+	// Pausable probes (duty cycling); their counts are then estimates.
+	Paused     bool      `json:"paused,omitempty"`
+	AttachedAt time.Time `json:"attached_at"`
 }
 
 // FailureStatus is a library file whose attach failed and waits for a retry.
@@ -79,6 +82,7 @@ func (a *Attacher) Status() Status {
 			Missing:      slices.Clone(f.missing),
 			Absent:       slices.Clone(f.absent),
 			FullModePIDs: upgradedPIDs(f),
+			Paused:       f.paused,
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {

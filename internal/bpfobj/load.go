@@ -19,6 +19,9 @@ type Sizes struct {
 	LaunchAgg   uint32 // --launch-agg-size
 	Inflight    uint32 // --entries-size
 	MallocSizes uint32 // --malloc-sizes-size
+	// CountHits counts probe hits per process in pid_hits, for the
+	// overhead estimate (--overhead-budget). Off, the code is not loaded.
+	CountHits bool
 }
 
 // Objects are the loaded programs and maps. Close releases them.
@@ -55,6 +58,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if sizes.Detailed {
 		if err := spec.Variables[ProfiVarDetailedLaunches].Set(true); err != nil {
 			return nil, fmt.Errorf("set detailed_launches: %w", err)
+		}
+	}
+	if sizes.CountHits {
+		if err := spec.Variables[ProfiVarCountHits].Set(true); err != nil {
+			return nil, fmt.Errorf("set count_hits: %w", err)
 		}
 	}
 	var objs Objects

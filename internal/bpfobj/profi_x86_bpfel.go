@@ -224,6 +224,7 @@ const (
 	ProfiMapMallocSizes       = "malloc_sizes"
 	ProfiMapPidClaim          = "pid_claim"
 	ProfiMapPidFiles          = "pid_files"
+	ProfiMapPidHits           = "pid_hits"
 	ProfiMapRtLaunches        = "rt_launches"
 	ProfiMapRtText            = "rt_text"
 	ProfiMapThreadDevice      = "thread_device"
@@ -232,6 +233,7 @@ const (
 	ProfiProgNameEntry        = "name_entry"
 	ProfiProgTimedEntry       = "timed_entry"
 	ProfiProgTimedReturn      = "timed_return"
+	ProfiVarCountHits         = "count_hits"
 	ProfiVarDetailedLaunches  = "detailed_launches"
 	ProfiVarSampleRate        = "sample_rate"
 	ProfiVarUnusedDrop        = "unused_drop"
@@ -305,6 +307,7 @@ type ProfiMapSpecs struct {
 	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
 	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
+	PidHits      *ebpf.MapSpec `ebpf:"pid_hits"`
 	RtLaunches   *ebpf.MapSpec `ebpf:"rt_launches"`
 	RtText       *ebpf.MapSpec `ebpf:"rt_text"`
 	ThreadDevice *ebpf.MapSpec `ebpf:"thread_device"`
@@ -314,6 +317,7 @@ type ProfiMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
+	CountHits         *ebpf.VariableSpec `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
 	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
@@ -354,6 +358,7 @@ type ProfiMaps struct {
 	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
 	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles     *ebpf.Map `ebpf:"pid_files"`
+	PidHits      *ebpf.Map `ebpf:"pid_hits"`
 	RtLaunches   *ebpf.Map `ebpf:"rt_launches"`
 	RtText       *ebpf.Map `ebpf:"rt_text"`
 	ThreadDevice *ebpf.Map `ebpf:"thread_device"`
@@ -372,6 +377,7 @@ func (m *ProfiMaps) Close() error {
 		m.MallocSizes,
 		m.PidClaim,
 		m.PidFiles,
+		m.PidHits,
 		m.RtLaunches,
 		m.RtText,
 		m.ThreadDevice,
@@ -382,6 +388,7 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
+	CountHits         *ebpf.Variable `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
 	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`

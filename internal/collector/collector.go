@@ -9,6 +9,7 @@ import (
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/budget"
 	"github.com/profi-dev/profi/internal/discover"
 )
 
@@ -38,6 +39,8 @@ type Data struct {
 	LaunchEvents func() uint64
 	// MapCapacity is max_entries of the aggregation maps, by map label.
 	MapCapacity map[string]uint32
+	// Budget is the overhead estimate of --overhead-budget; nil when off.
+	Budget func() *budget.Stats
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -54,6 +57,8 @@ type Collector struct {
 	memset, mallocHost                            *prometheus.Desc
 	mapEntries, mapCapacity, launchEvents         *prometheus.Desc
 	nameFailures                                  *prometheus.Desc
+	trapCost, hitCost, probeCPU, probeShare       *prometheus.Desc
+	samplingRatio, pausedFiles                    *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -92,6 +97,12 @@ func New(data Data) *Collector {
 		scanProblems:    d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
 		loadSkips:       d("profi_system_library_load_checks_skipped_total", "Library-load events not checked at once (over 200 checks/s); those processes are found by the periodic rescan.", nil, nil),
 		series:          d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
+		trapCost:        d("profi_system_trap_cost_seconds", "Cost of one uprobe trap, calibrated at start-up on a probe of the agent's own (--overhead-budget).", nil, nil),
+		hitCost:         d("profi_system_probe_hit_cost_seconds", "Estimated cost of one probe hit: the trap cost plus the average run time of profi's BPF programs (--overhead-budget).", nil, nil),
+		probeCPU:        d("profi_system_probe_overhead_seconds_total", "Estimated CPU time a process has spent in profi's probes (hits × cost per hit) since the agent first measured it (--overhead-budget).", []string{"pid"}, nil),
+		probeShare:      d("profi_system_probe_overhead_ratio", "Estimated probe cost over the process's CPU time in the last duty cycle (10 s); compare with --overhead-budget.", []string{"pid"}, nil),
+		samplingRatio:   d("profi_system_sampling_ratio", "Share of time a process's hot probes are attached (--overhead-budget); below 1 its launch, copy, memset and sync counts are estimates.", []string{"pid"}, nil),
+		pausedFiles:     d("profi_system_duty_cycled_libraries", "Library files whose hot probes are detached right now by the overhead budget.", nil, nil),
 	}
 }
 
@@ -103,6 +114,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
+		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 	} {
 		ch <- d
 	}
@@ -268,4 +280,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.probeMisses, s.Drops[bpfobj.DropRuntimeToDrv], "runtime_to_driver")
 	gauge(c.uptime, time.Since(c.data.Started).Seconds())
 	gauge(c.series, float64(s.Series))
+	if c.data.Budget != nil {
+		b := c.data.Budget()
+		gauge(c.trapCost, b.TrapCost.Seconds())
+		gauge(c.hitCost, b.HitCost.Seconds())
+		gauge(c.pausedFiles, float64(b.Paused))
+		for pid, p := range b.Procs {
+			l := strconv.Itoa(pid)
+			ch <- prometheus.MustNewConstMetric(c.probeCPU, prometheus.CounterValue, p.Estimated.Seconds(), l)
+			gauge(c.probeShare, p.Share, l)
+			gauge(c.samplingRatio, p.Ratio, l)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // errUnsupported is returned by everything that needs Linux procfs.
@@ -26,6 +27,12 @@ func ReadComm(procRoot string, pid int) (string, error) { return "", errUnsuppor
 // ReadStartTime needs Linux; elsewhere it returns an error wrapping
 // errors.ErrUnsupported.
 func ReadStartTime(procRoot string, pid int) (uint64, error) { return 0, errUnsupported }
+
+// ReadCPUTime needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func ReadCPUTime(procRoot string, pid int) (time.Duration, uint64, error) {
+	return 0, 0, errUnsupported
+}
 
 // Alive needs Linux; elsewhere it reports false.
 func Alive(procRoot string, pid int, startTime uint64) bool { return false }

@@ -237,3 +237,11 @@ func devParts(dev uint64) (major, minor uint32) {
 	minor = uint32(dev&0x000000ff) | uint32((dev>>12)&0xffffff00)
 	return major, minor
 }
+
+func TestParseStatCPUTime(t *testing.T) {
+	line := "500 (worker ) (x) R 1 500 500 0 -1 4194560 2710 0 0 0 31 12 0 0 20 0 9 0 500500 3171237888\n"
+	st, err := parseStat([]byte(line))
+	if err != nil || st.utime != 31 || st.stime != 12 || st.start != 500500 || st.state != 'R' {
+		t.Errorf("parseStat(%q) = %+v, %v; want utime 31, stime 12, start 500500, state R", line, st, err)
+	}
+}

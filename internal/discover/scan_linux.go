@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -364,6 +365,24 @@ func ReadComm(procRoot string, pid int) (string, error) {
 func ReadStartTime(procRoot string, pid int) (uint64, error) {
 	_, start, err := readStat(procRootOr(procRoot), pid)
 	return start, err
+}
+
+// ReadCPUTime returns the user plus system CPU time a process has used
+// (fields 14 and 15 of /proc/PID/stat) and its start time, which tells a
+// reused PID apart. A missing process gives an error wrapping
+// ErrProcessGone.
+func ReadCPUTime(procRoot string, pid int) (cpu time.Duration, start uint64, err error) {
+	var buf [4096]byte
+	b, err := readProcFile(procRootOr(procRoot), pid, "stat", buf[:])
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read stat of pid %d: %w", pid, err)
+	}
+	// procfs reports clock ticks of USER_HZ, which is 100 on every Linux ABI.
+	return time.Duration(st.utime+st.stime) * (time.Second / 100), st.start, nil
 }
 
 func readStat(root string, pid int) (state byte, start uint64, err error) {

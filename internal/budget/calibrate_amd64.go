@@ -1,0 +1,11 @@
+package budget
+
+// Implemented in calibrate_amd64.s.
+
+//nolint:unused // called only from callTarget, in assembly
+func trapTarget()
+
+func callTarget(n int)
+
+// trapTargetPC is the ABI0 entry of trapTarget, set in assembly.
+var trapTargetPC uintptr

@@ -1,0 +1,109 @@
+//go:build linux && amd64
+
+package budget
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// Calibrate measures what one uprobe trap costs on this machine: it
+// times calls of a function of the agent's own with and without an empty
+// probe on it and returns the difference per call (the median of rounds).
+func Calibrate() (time.Duration, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.Kprobe,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "GPL",
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load calibration program: %w", err)
+	}
+	defer prog.Close()
+	off, err := fileOffset(trapTargetPC)
+	if err != nil {
+		return 0, err
+	}
+	ex, err := link.OpenExecutable("/proc/self/exe")
+	if err != nil {
+		return 0, fmt.Errorf("open own executable: %w", err)
+	}
+	// The uprobe filter matches the agent's memory, so every thread of it.
+	l, err := ex.Uprobe("trapTarget", prog, &link.UprobeOptions{Address: off, PID: os.Getpid()})
+	if err != nil {
+		return 0, fmt.Errorf("attach calibration probe: %w", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const calls, rounds = 1000, 5
+	probed := make([]time.Duration, rounds)
+	for i := range probed {
+		probed[i] = timeCalls(calls)
+	}
+	l.Close()
+	bare := make([]time.Duration, rounds)
+	for i := range bare {
+		bare[i] = timeCalls(calls)
+	}
+	per := (median(probed) - median(bare)) / calls
+	if per <= 0 {
+		return 0, fmt.Errorf("calibration probe did not slow calls down (%v vs %v per %d calls): probe not hit", median(probed), median(bare), calls)
+	}
+	return per, nil
+}
+
+// timeCalls measures the calling thread's CPU time, which is what traps
+// cost a process, rather than wall time, which preemption inflates on a
+// busy node.
+func timeCalls(n int) time.Duration {
+	t0 := threadCPU()
+	callTarget(n)
+	return threadCPU() - t0
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) // cannot fail for this clock
+	return time.Duration(ts.Nano())
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// fileOffset converts an address in the agent's executable into the file
+// offset a uprobe takes, from the mapping that contains it.
+func fileOffset(addr uintptr) (uint64, error) {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("read own maps: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		e, ok, err := discover.ParseMapsLine(sc.Text())
+		if err != nil || !ok {
+			continue
+		}
+		if uint64(addr) >= e.Start && uint64(addr) < e.End {
+			return uint64(addr) - e.Start + e.Offset, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read own maps: %w", err)
+	}
+	return 0, fmt.Errorf("address %#x not in any file mapping of the agent", addr)
+}
