@@ -1,7 +1,9 @@
 // Package testutil builds and drives the GPU-free test fixtures: stub
 // libcudart.so.12 and libcuda.so.1 with the real CUDA Runtime and Driver
 // symbols and ABI (the runtime calling into the driver, as the real one
-// does), and a workload that calls them and reports exact ground truth.
+// does), libnccl.so.2 with NCCL's, an NVTX library (libnvToolsExt.so.1 and
+// libnvtx3interop.so.1), a workload that calls the CUDA and NVTX stubs and an
+// NCCL workload (one process per rank), both reporting exact ground truth.
 package testutil
 
 import (
@@ -29,7 +31,7 @@ var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the
 // they decide each exported function's first instruction ("push %rbp"), and
 // that decides how the kernel executes a uprobe placed there, hence probe
 // cost. -fno-ipa-icf keeps identical bodies at distinct addresses, so every
-// symbol is its own probe site. Both stubs use them; only the SONAME
+// symbol is its own probe site. All stubs use them; only the SONAME
 // differs. Warning flags do not change code generation. -rdynamic puts the
 // workload's kernel host stubs in .dynsym, where symbolizers look first.
 var (
@@ -48,6 +50,12 @@ const (
 	cudaSrc     = "test/stubs/cuda.c"
 	cudaHeader  = "test/stubs/cuda_drv_stub.h"
 	workloadSrc = "test/workloads/workload.c"
+
+	ncclSrc         = "test/stubs/nccl.c"
+	ncclHeader      = "test/stubs/nccl_stub.h"
+	nvtxSrc         = "test/stubs/nvtx.c"
+	nvtxHeader      = "test/stubs/nvtx_stub.h"
+	ncclWorkloadSrc = "test/workloads/nccl_workload.c"
 )
 
 // Fixtures holds paths of built fixtures.
@@ -62,6 +70,14 @@ type Fixtures struct {
 	CudartNotELF   string // <dir>/notelf/libcudart.so.12 (a text file)
 	Workload       string // linked against Cudart, found through its RUNPATH; the driver through Cudart's
 	WorkloadDlopen string // dlopens the library given by --lib (and --lib-cuda for --driver)
+
+	// Nccl's API names are weak symbols with global pnccl* aliases at the
+	// same addresses, as in NVIDIA's builds.
+	Nccl         string // <dir>/libnccl.so.2, the stub NCCL
+	NcclWorkload string // one rank (testutil.StartNCCL); NEEDED libnccl.so.2 and libcudart.so.12, RUNPATH <dir>
+	// The same NVTX stub under both names; the workloads dlopen it only with --nvtx.
+	Nvtx         string // <dir>/libnvToolsExt.so.1
+	Nvtx3Interop string // <dir>/libnvtx3interop.so.1
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -74,11 +90,16 @@ func fixturesIn(dir string) *Fixtures {
 		CudartNotELF:   filepath.Join(dir, "notelf", "libcudart.so.12"),
 		Workload:       filepath.Join(dir, "workload"),
 		WorkloadDlopen: filepath.Join(dir, "workload-dlopen"),
+		Nccl:           filepath.Join(dir, "libnccl.so.2"),
+		NcclWorkload:   filepath.Join(dir, "nccl-workload"),
+		Nvtx:           filepath.Join(dir, "libnvToolsExt.so.1"),
+		Nvtx3Interop:   filepath.Join(dir, "libnvtx3interop.so.1"),
 	}
 }
 
 func (f *Fixtures) all() []string {
-	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen}
+	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
+		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -144,7 +165,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 
 	src := func(rel string) string { return filepath.Join(root, rel) }
-	incl := "-I" + filepath.Join(root, filepath.Dir(stubHeader)) // workload includes cuda_stub.h
+	incl := "-I" + filepath.Join(root, filepath.Dir(stubHeader)) // workloads include the stub headers
 	var builds [][]string
 	// The runtime stubs link against the driver stub being built, but
 	// record the final dir, where they find libcuda.so.1 at run time.
@@ -163,6 +184,12 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp, "-ldl"}),
 		cat(workloadFlags, warnFlags, []string{"-DPROFI_DLOPEN", incl, "-o", t.WorkloadDlopen,
 			src(workloadSrc), "-ldl"}),
+		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnccl.so.2", "-o", t.Nccl, src(ncclSrc), "-lpthread"}),
+		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnvToolsExt.so.1", "-o", t.Nvtx, src(nvtxSrc), "-lpthread"}),
+		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnvtx3interop.so.1", "-o", t.Nvtx3Interop, src(nvtxSrc), "-lpthread"}),
+		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.NcclWorkload, src(ncclWorkloadSrc),
+			"-L" + tmp, "-l:libnccl.so.2", "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 	)
 	for _, args := range builds {
 		cmd := exec.Command(gcc, args...)
@@ -220,7 +247,8 @@ func buildStamp(gcc, root, dir string) (string, error) {
 		return "", fmt.Errorf("testutil: %s -dumpfullversion: %w", gcc, err)
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
-	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc} {
+	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
+		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

@@ -1396,3 +1396,473 @@ func TestRuntimePtszCallsDriver(t *testing.T) {
 		}
 	}
 }
+
+// definedFuncs returns every function path defines in .dynsym, whatever
+// its binding.
+func definedFuncs(t *testing.T, path string) map[string]elf.Symbol {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]elf.Symbol{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+			out[s.Name] = s
+		}
+	}
+	return out
+}
+
+// checkPushRBP checks that each named symbol starts with push %rbp.
+func checkPushRBP(t *testing.T, lib string, syms map[string]elf.Symbol, names []string) {
+	t.Helper()
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	data, err := text.Data()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		off := syms[name].Value - text.Addr
+		if off >= uint64(len(data)) || data[off] != 0x55 {
+			t.Errorf("%s: %s does not start with push %%rbp (0x55)", lib, name)
+		}
+	}
+}
+
+// ncclControls are the stub-private functions of the NCCL stub.
+var ncclControls = []string{"profi_stub_nccl_set_delay_ns", "profi_stub_nccl_block_next", "profi_stub_nccl_set_device"}
+
+// nvtxExports are all functions the NVTX stub exports.
+var nvtxExports = slices.Concat(NVTXFuncs, []string{
+	"nvtxInitialize", "nvtxMarkA", "nvtxRangePushEx", "nvtxDomainDestroy", "nvtxDomainRegisterStringA",
+})
+
+// As NVIDIA builds libnccl (PROFAPI): every API name weak, its pnccl*
+// profiling name global at the same address; one address per API function.
+func TestNCCLStubELF(t *testing.T) {
+	fx := fixtures(t)
+	if got := dynStrings(t, fx.Nccl, elf.DT_SONAME); len(got) != 1 || got[0] != "libnccl.so.2" {
+		t.Errorf("%s: SONAME %q, want libnccl.so.2", fx.Nccl, got)
+	}
+	syms := definedFuncs(t, fx.Nccl)
+	addrs := map[uint64]string{}
+	var api []string
+	for name := range syms {
+		if strings.HasPrefix(name, "nccl") {
+			api = append(api, name)
+		}
+	}
+	if slices.Sort(api); !slices.Equal(api, slices.Sorted(slices.Values(NCCLFuncs))) {
+		t.Errorf("%s exports %q, want %q", fx.Nccl, api, slices.Sorted(slices.Values(NCCLFuncs)))
+	}
+	for _, name := range NCCLFuncs {
+		s, p := syms[name], syms["p"+name]
+		if elf.ST_BIND(s.Info) != elf.STB_WEAK || elf.ST_BIND(p.Info) != elf.STB_GLOBAL || s.Value != p.Value || s.Value == 0 {
+			t.Errorf("%s: %s %v at %#x, p%s %v at %#x; want weak and global at one address",
+				fx.Nccl, name, elf.ST_BIND(s.Info), s.Value, name, elf.ST_BIND(p.Info), p.Value)
+		}
+		if other, dup := addrs[s.Value]; dup {
+			t.Errorf("%s: %s and %s share address %#x", fx.Nccl, name, other, s.Value)
+		}
+		addrs[s.Value] = name
+	}
+	for _, name := range ncclControls {
+		if s, ok := syms[name]; !ok || elf.ST_BIND(s.Info) != elf.STB_GLOBAL {
+			t.Errorf("%s does not export %s", fx.Nccl, name)
+		}
+	}
+	checkPushRBP(t, fx.Nccl, syms, NCCLFuncs)
+}
+
+func TestNVTXStubELF(t *testing.T) {
+	fx := fixtures(t)
+	for lib, soname := range map[string]string{fx.Nvtx: "libnvToolsExt.so.1", fx.Nvtx3Interop: "libnvtx3interop.so.1"} {
+		if got := dynStrings(t, lib, elf.DT_SONAME); len(got) != 1 || got[0] != soname {
+			t.Errorf("%s: SONAME %q, want %s", lib, got, soname)
+		}
+		syms := definedFuncs(t, lib)
+		addrs := map[uint64]string{}
+		for _, name := range nvtxExports {
+			s, ok := syms[name]
+			if !ok || elf.ST_BIND(s.Info) != elf.STB_GLOBAL {
+				t.Errorf("%s does not export %s", lib, name)
+				continue
+			}
+			if other, dup := addrs[s.Value]; dup {
+				t.Errorf("%s: %s and %s share address %#x", lib, name, other, s.Value)
+			}
+			addrs[s.Value] = name
+		}
+		checkPushRBP(t, lib, syms, nvtxExports)
+	}
+}
+
+func TestNCCLWorkloadELF(t *testing.T) {
+	fx := fixtures(t)
+	needed := dynStrings(t, fx.NcclWorkload, elf.DT_NEEDED)
+	for _, lib := range []string{"libnccl.so.2", "libcudart.so.12"} {
+		if !contains(needed, lib) {
+			t.Errorf("NCCL workload NEEDED %q lacks %s", needed, lib)
+		}
+	}
+	if runpath := dynStrings(t, fx.NcclWorkload, elf.DT_RUNPATH); !contains(runpath, fx.Dir) {
+		t.Errorf("NCCL workload RUNPATH %q, want %s", runpath, fx.Dir)
+	}
+	// NVTX is opened only with --nvtx, never linked.
+	for _, bin := range []string{fx.Workload, fx.WorkloadDlopen, fx.NcclWorkload} {
+		for _, lib := range dynStrings(t, bin, elf.DT_NEEDED) {
+			if strings.Contains(lib, "nvToolsExt") || strings.Contains(lib, "nvtx") {
+				t.Errorf("%s links %s", bin, lib)
+			}
+		}
+	}
+}
+
+// startNCCL starts one rank, stopped at cleanup.
+func startNCCL(t *testing.T, args []string) *NCCLWorkload {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	w, err := StartNCCL(ctx, fixtures(t).NcclWorkload, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
+}
+
+// ncclWant is the predicted ground truth of the NCCL workload.
+type ncclWant struct {
+	calls  map[string]uint64
+	errors map[string]map[string]uint64
+	dts    map[string]map[string]NCCLTally
+}
+
+func (w *ncclWant) data(fn string, dt int, count uint64, code int) {
+	w.calls[fn]++
+	if w.dts[fn] == nil {
+		w.dts[fn] = map[string]NCCLTally{}
+	}
+	var size uint64
+	if dt >= 0 && dt < len(NCCLDatatypeSizes) {
+		size = NCCLDatatypeSizes[dt]
+	}
+	r := w.dts[fn][strconv.Itoa(dt)]
+	r.Calls++
+	r.Elements += count
+	r.Bytes += count * size
+	if code != 0 {
+		r.ErrorCalls++
+		r.ErrorBytes += count * size
+		w.err(fn, code)
+	}
+	w.dts[fn][strconv.Itoa(dt)] = r
+}
+
+func (w *ncclWant) err(fn string, code int) {
+	if w.errors[fn] == nil {
+		w.errors[fn] = map[string]uint64{}
+	}
+	w.errors[fn][strconv.Itoa(code)]++
+}
+
+// wantNCCL predicts the blocking workload's calls over phases "go"s of
+// iters steps (rank 0, which makes the unique id), from its documented
+// structure; the workload counts what happened, so the two are independent.
+func wantNCCL(iters, phases int) *ncclWant {
+	w := &ncclWant{calls: map[string]uint64{}, errors: map[string]map[string]uint64{}, dts: map[string]map[string]NCCLTally{}}
+	for _, fn := range NCCLFuncs {
+		w.calls[fn] = 0
+	}
+	w.calls["ncclGetUniqueId"], w.calls["ncclCommInitRank"] = 1, 1
+	for range phases {
+		for _, fn := range []string{"ncclGetVersion", "ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice",
+			"ncclCommGetAsyncError", "ncclGetErrorString"} {
+			w.calls[fn]++
+		}
+		for i := range uint64(iters) {
+			for d := range 12 {
+				w.data("ncclAllReduce", d, 256*uint64(d+1)+8*(i%4), 0)
+			}
+			for _, d := range []int{7, 9, 10} {
+				w.data("ncclAllGather", d, 512+64*(i%3), 0)
+			}
+			for _, d := range []int{7, 9, 6} {
+				w.data("ncclReduceScatter", d, 1024+16*(i%5), 0)
+			}
+			w.data("ncclBroadcast", 0, 4096, 0)
+			w.data("ncclBroadcast", 8, 4096, 0)
+			w.data("ncclReduce", 4, 2048, 0)
+			w.data("ncclReduce", 5, 2048, 0)
+			w.data("ncclAlltoAll", 9, 128*(i%4+1), 0)
+			w.data("ncclAlltoAll", 11, 128*(i%4+1), 0)
+			for _, d := range []int{7, 9, 3} {
+				w.data("ncclSend", d, 2048+uint64(d), 0)
+				w.data("ncclRecv", d, 2048+uint64(d), 0)
+			}
+			w.data("ncclAllReduce", 9, 1<<20, 0)
+			w.data("ncclAllGather", 11, 4096, 0)
+			w.calls["ncclGroupStart"] += 3
+			w.calls["ncclGroupEnd"] += 3
+			if i%10 != 0 {
+				continue
+			}
+			w.data("ncclAllReduce", 12, 4096, 4)
+			w.data("ncclSend", -1, 1024, 4)
+			w.data("ncclAllGather", 7, 256, 4)
+			w.data("ncclBroadcast", 2, 64, 4)
+			w.data("ncclRecv", 6, 64, 4)
+			w.data("ncclAllReduce", 6, 512, 4)
+			w.calls["ncclGroupEnd"]++
+			w.err("ncclGroupEnd", 5)
+			w.data("ncclBroadcast", 0, 1<<32+512, 0)
+		}
+	}
+	return w
+}
+
+func checkNCCL(t *testing.T, got *NCCLGroundTruth, want *ncclWant) {
+	t.Helper()
+	if !reflect.DeepEqual(got.Calls, want.calls) {
+		t.Errorf("calls\ngot  %v\nwant %v", got.Calls, want.calls)
+	}
+	if !reflect.DeepEqual(got.Errors, want.errors) {
+		t.Errorf("errors\ngot  %v\nwant %v", got.Errors, want.errors)
+	}
+	if !reflect.DeepEqual(got.ByDatatype, want.dts) {
+		t.Errorf("by_datatype\ngot  %v\nwant %v", got.ByDatatype, want.dts)
+	}
+}
+
+// A two-rank job: one unique id, one communicator hash, exact counts over
+// two phases on each rank.
+func TestNCCLWorkloadJob(t *testing.T) {
+	fx := fixtures(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const iters = 23
+	ranks, err := StartNCCLJob(ctx, fx.NcclWorkload, 2, func(int) []string { return []string{"--iters", strconv.Itoa(iters)} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranks {
+		t.Cleanup(func() { _ = r.Stop() })
+	}
+	var first *NCCLGroundTruth
+	for rank, r := range ranks {
+		for phase := 1; phase <= 2; phase++ {
+			gt, err := r.Go()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := wantNCCL(iters, phase)
+			if rank > 0 { // joined with rank 0's id
+				want.calls["ncclGetUniqueId"] = 0
+			}
+			checkNCCL(t, gt, want)
+			if gt.Rank != rank || gt.NRanks != 2 || gt.Device != rank || gt.Blocking != -1 || gt.CUDACalls["cudaSetDevice"] != 1 {
+				t.Errorf("rank %d: identity %+v, cuda_calls %v", rank, gt.NCCLIdentity, gt.CUDACalls)
+			}
+			if first == nil {
+				first = gt
+			} else if gt.ID != first.ID || gt.CommHash != first.CommHash {
+				t.Errorf("rank %d: id %s hash %s, rank 0: %s %s", rank, gt.ID, gt.CommHash, first.ID, first.CommHash)
+			}
+		}
+	}
+	// Every datatype value with its size, checked apart from the table.
+	gt, err := ranks[0].Go()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dt, size := range map[string]uint64{"0": 1, "1": 1, "2": 4, "3": 4, "4": 8, "5": 8, "6": 2, "7": 4, "8": 8, "9": 2, "10": 1, "11": 1, "12": 0} {
+		if r := gt.ByDatatype["ncclAllReduce"][dt]; r.Calls == 0 || r.Bytes != r.Elements*size {
+			t.Errorf("ncclAllReduce datatype %s: %+v, want %d bytes per element", dt, r, size)
+		}
+	}
+	if r := gt.ByDatatype["ncclBroadcast"]["0"]; r.Elements < 3*(1<<32) {
+		t.Errorf("broadcast int8 elements %d: the 2^32+512 counts are missing", r.Elements)
+	}
+}
+
+// Non-blocking: init returns 7 and is polled; outside groups every second
+// valid data call returns 7, as does every outer group end.
+func TestNCCLWorkloadNonBlocking(t *testing.T) {
+	const iters = 12
+	w := startNCCL(t, NCCLArgs(0, 2, "--iters", strconv.Itoa(iters), "--blocking", "0"))
+	in, err := w.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.RC != NCCLInProgress || in.Blocking != 0 {
+		t.Errorf("init %+v, want rc 7", in)
+	}
+	gt, err := w.Go()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inProgress uint64
+	for _, fn := range NCCLDataFuncs {
+		inProgress += gt.Errors[fn]["7"]
+	}
+	valid := uint64(24*iters + (iters+9)/10) // data calls outside groups passing the checks
+	if inProgress != valid/2 || gt.Errors["ncclGroupEnd"]["7"] != 2*iters || gt.Errors["ncclCommInitRankConfig"]["7"] != 1 {
+		t.Errorf("in progress: data %d (want %d), group end %v, init %v", inProgress, valid/2, gt.Errors["ncclGroupEnd"], gt.Errors["ncclCommInitRankConfig"])
+	}
+	if gt.Calls["ncclCommInitRankConfig"] != 1 || gt.Calls["ncclCommInitRank"] != 0 || gt.Calls["ncclCommGetAsyncError"] != 3 {
+		t.Errorf("calls %v", gt.Calls)
+	}
+}
+
+// hang, delay, initall, destroy, abort and a bad unique id.
+func TestNCCLWorkloadCommands(t *testing.T) {
+	w := startNCCL(t, NCCLArgs(0, 1, "--iters", "1"))
+	if _, err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := w.Hang(30*time.Millisecond, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Op != "ncclAllReduce" || h.RC != 0 || h.NS < uint64(30*time.Millisecond) {
+		t.Errorf("hang: %+v, want ncclAllReduce, 0, at least 30 ms", h)
+	}
+	if h, err = w.Hang(0, "ncclSend"); err != nil || h.Op != "ncclSend" || h.RC != 0 {
+		t.Errorf("hang 0 ncclSend: %+v, %v", h, err)
+	}
+	if err := w.SetDelay(uint64(2 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err := w.InitAll(3); err != nil || rc != 0 {
+		t.Errorf("initall 3: %d, %v", rc, err)
+	}
+	gt, err := w.Go()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wantNCCL(1, 1)
+	want.data("ncclAllReduce", 7, 1<<20, 0) // hang
+	want.data("ncclSend", 7, 1<<20, 0)
+	for range 3 { // initall
+		want.data("ncclAllReduce", 7, 1024, 0)
+	}
+	want.calls["ncclCommInitAll"], want.calls["ncclCommDestroy"] = 1, 3
+	want.calls["ncclGroupStart"]++
+	want.calls["ncclGroupEnd"]++
+	checkNCCL(t, gt, want)
+	// 12 + 1 + 3 (initall) ncclAllReduce calls since the delay succeeded.
+	ok := gt.Calls["ncclAllReduce"] - 1 - sumValues(gt.Errors["ncclAllReduce"])
+	if gt.DelayNS != uint64(2*time.Millisecond) || gt.HostNS["ncclAllReduce"] < ok*uint64(2*time.Millisecond) {
+		t.Errorf("delay %d: %d ncclAllReduce calls took %d ns in all", gt.DelayNS, ok, gt.HostNS["ncclAllReduce"])
+	}
+
+	if rc, err := w.Destroy(); err != nil || rc != 0 {
+		t.Errorf("destroy: %d, %v", rc, err)
+	}
+	if rc, err := w.Abort(); err != nil || rc != NCCLInvalidArgument {
+		t.Errorf("abort of a destroyed communicator: %d, %v; want 4", rc, err)
+	}
+	before := gt
+	if gt, err = w.Go(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range NCCLDataFuncs {
+		if n := gt.Calls[fn] - before.Calls[fn]; n == 0 || gt.Errors[fn]["4"]-before.Errors[fn]["4"] != n {
+			t.Errorf("%s on a destroyed communicator: %d calls, errors %v (before %v)", fn, n, gt.Errors[fn], before.Errors[fn])
+		}
+	}
+
+	w = startNCCL(t, NCCLArgs(0, 2, "--id", strings.Repeat("00", 128)))
+	if in, err := w.Init(); err == nil || in == nil || in.RC != NCCLInvalidArgument {
+		t.Errorf("init with a zero id: %+v, %v; want rc 4", in, err)
+	}
+}
+
+// A blocked call stays in flight until the process is killed.
+func TestNCCLWorkloadBlock(t *testing.T) {
+	w := startNCCL(t, NCCLArgs(0, 2))
+	if _, err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Block("ncclRecv"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.exited:
+		t.Fatalf("exited while blocked: %v", w.exitStatus())
+	case <-time.After(200 * time.Millisecond):
+	}
+	w.Kill()
+	if err := w.Stop(); err != nil {
+		t.Errorf("stop after kill: %v", err)
+	}
+}
+
+// --nvtx: the NVTX library is mapped only with the flag; every launch is
+// counted under its phase, and nothing else changes.
+func TestWorkloadNVTX(t *testing.T) {
+	fx := fixtures(t)
+	p := params{threads: 3, iters: 25, launches: 7, memcpys: 1, mallocs: 1, graphs: 1, streams: 2, driver: 2}
+	for _, tc := range []struct {
+		name, bin   string
+		plain, nvtx []string // arguments without and with NVTX
+		lib         string
+	}{
+		{"linked", fx.Workload, nil, []string{"--nvtx"}, fx.Nvtx},
+		{"dlopen", fx.WorkloadDlopen, []string{"--lib", fx.Cudart}, []string{"--lib", fx.Cudart, "--nvtx"}, fx.Nvtx},
+		{"nvtx3interop", fx.Workload, nil, []string{"--nvtx-lib", fx.Nvtx3Interop}, fx.Nvtx3Interop},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := start(t, tc.bin, append(p.args(), tc.nvtx...))
+			plain := start(t, tc.bin, append(p.args(), tc.plain...))
+			for _, x := range []*Workload{w, plain} {
+				if err := x.Load(); err != nil {
+					t.Fatal(err)
+				}
+				maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", x.PID))
+				nvtx := strings.Contains(string(maps), "libnvToolsExt") || strings.Contains(string(maps), "libnvtx3interop")
+				if err != nil || nvtx != (x == w) || (x == w && !strings.Contains(string(maps), tc.lib)) {
+					t.Errorf("pid %d (NVTX on: %v) maps NVTX wrongly (%v):\n%s", x.PID, x == w, err, maps)
+				}
+			}
+			for phase := uint64(1); phase <= 2; phase++ {
+				gt, err := w.Run()
+				if err != nil {
+					t.Fatal(err)
+				}
+				base, err := plain.Run()
+				if err != nil {
+					t.Fatal(err)
+				}
+				TI := phase * uint64(p.threads*p.iters)
+				want := map[string]uint64{"": 2 * TI, "prefill": 2 * TI, "decode": 2 * TI, "attention": TI, "mlp": 2 * TI, "norm": 2 * TI, "other": TI}
+				want[""] += sumValues(base.LaunchesByAPI) // every other launch: no range open
+				if !reflect.DeepEqual(gt.LaunchesByPhase, want) {
+					t.Errorf("launches_by_phase %v, want %v", gt.LaunchesByPhase, want)
+				}
+				wantCalls := map[string]uint64{"nvtxRangePushA": 7 * TI, "nvtxRangePushW": TI, "nvtxRangePop": 9 * TI,
+					"nvtxDomainCreateA": phase * uint64(p.threads), "nvtxDomainRangePushEx": 3 * TI, "nvtxDomainRangePop": 3 * TI}
+				if !reflect.DeepEqual(gt.NVTXCalls, wantCalls) {
+					t.Errorf("nvtx_calls %v, want %v", gt.NVTXCalls, wantCalls)
+				}
+				if got, want := gt.Calls["cudaLaunchKernel"], base.Calls["cudaLaunchKernel"]+12*TI; got != want {
+					t.Errorf("cudaLaunchKernel calls %d, want %d", got, want)
+				}
+				if base.LaunchesByPhase != nil || base.NVTXCalls != nil {
+					t.Errorf("without --nvtx: launches_by_phase %v, nvtx_calls %v", base.LaunchesByPhase, base.NVTXCalls)
+				}
+			}
+		})
+	}
+}

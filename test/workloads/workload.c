@@ -10,6 +10,14 @@
  * calls the runtime stub makes inside a runtime call (and at kernel
  * registration, outside any phase) are not in it.
  *
+ * With --nvtx (or --nvtx-lib PATH) it also dlopens the stub NVTX library
+ * at start (libnvToolsExt.so.1: through the RUNPATH in the linked build,
+ * next to --lib in the dlopen build) and, in every iteration, launches
+ * kernels inside nested NVTX ranges (nvtx_ranges()); the ground truth then
+ * adds launches_by_phase, every launch's phase per interface.md's `phase`
+ * rules computed from the thread's range stack at the launch, and
+ * nvtx_calls. Without it the output is exactly what it was before.
+ *
  * stdin protocol: prints "ready <pid>"; "load" -> dlopen -> "loaded" (the
  * linked build just answers); "go" -> one measured phase -> one JSON line of
  * cumulative totals; "exit" or EOF -> exit 0. */
@@ -21,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include "cuda_drv_stub.h"
 #include "cuda_stub.h"
+#include "nvtx_stub.h"
 
 #ifdef PROFI_DLOPEN
 #define DECLARE_PTR(name, params) static cudaError_t(*p_##name) params;
@@ -134,6 +144,21 @@ static void (*const kernel_fn[NRT_KERNELS])(void) = {k_flash, k_gemm, k_silu, k_
 /* Memcpy kinds 0..4, then "unknown" for invalid kinds. */
 static const char *const kind_name[6] = {"h2h", "h2d", "d2h", "d2d", "default", "unknown"};
 
+/* NVTX functions (--nvtx), the keys of nvtx_calls. */
+enum { N_PUSH_A, N_PUSH_W, N_POP, N_DOMAIN_CREATE, N_DOMAIN_PUSH_EX, N_DOMAIN_POP, NNVTX };
+static const char *const nvtx_name[NNVTX] = {
+	"nvtxRangePushA", "nvtxRangePushW", "nvtxRangePop",
+	"nvtxDomainCreateA", "nvtxDomainRangePushEx", "nvtxDomainRangePop",
+};
+
+/* interface.md `phase`: the innermost open range that matches a rule gives
+ * the phase; rules in this order, substrings of the lowercased name;
+ * "other" when ranges are open but none matches, "" when none is open. */
+enum { PH_NONE, PH_PREFILL, PH_DECODE, PH_ATTENTION, PH_MLP, PH_NORM, PH_OTHER, NPHASE };
+static const char *const phase_name[NPHASE] = {
+	"", "prefill", "decode", "attention", "mlp", "norm", "other",
+};
+
 #define MAX_CODES 8
 struct stream_row {
 	uintptr_t handle; /* 0 = default stream */
@@ -152,13 +177,14 @@ struct tally {
 	uint64_t api_launches[NLA], api_grid[NLA], api_block[NLA], api_shared[NLA];
 	uint64_t kernel_launches[NKERN];
 	uint64_t set_device_calls;
+	uint64_t phase_launches[NPHASE], nvtx_calls[NNVTX];
 };
 
 static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
-	int driver, extra, ptsz;
-	const char *lib, *lib_cuda;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, "libcudart.so.12", NULL};
+	int driver, extra, ptsz, nvtx;
+	const char *lib, *lib_cuda, *nvtx_lib;
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
 static int have_graph_ptsz = 1; /* likewise for cudaGraphLaunch_ptsz */
 static struct tally total;
@@ -341,6 +367,39 @@ static void set_mem(struct tally *t, int f, void *p, size_t count, cudaStream_t 
 		stream_row(t, (uintptr_t)s)->memset_bytes += count;
 }
 
+/* NVTX (--nvtx), always through dlsym'd pointers: the library is opened
+ * only when asked for, so default runs map no NVTX library at all. */
+#define DECLARE_NVTX_PTR(name, ret, params) static ret(*x_##name) params;
+PROFI_NVTX_FUNCS(DECLARE_NVTX_PTR)
+
+/* The phase rules: see phase_name. */
+static const struct {
+	int phase;
+	const char *subs[4];
+} phase_rules[] = {
+	{PH_PREFILL, {"prefill", "prompt", "encode"}}, {PH_DECODE, {"decode", "generate"}},
+	{PH_ATTENTION, {"attention", "attn"}}, {PH_MLP, {"mlp", "ffn", "expert"}},
+	{PH_NORM, {"norm", "embed"}},
+};
+
+/* The thread's open ranges over all domains, innermost last. Pushes and
+ * pops are strictly LIFO across domains, so one stack is the truth whether
+ * an agent keeps one per thread or one per thread and domain. */
+#define MAX_RANGES 16
+static _Thread_local struct range {
+	nvtxDomainHandle_t domain; /* NULL: the default domain */
+	int phase;		   /* the rule the name matches, else PH_OTHER */
+} ranges[MAX_RANGES];
+static _Thread_local int nranges;
+
+static int current_phase(void)
+{
+	for (int i = nranges - 1; i >= 0; i--)
+		if (ranges[i].phase != PH_OTHER)
+			return ranges[i].phase;
+	return nranges ? PH_OTHER : PH_NONE;
+}
+
 static void tally_launch(struct tally *t, int api, int kernel, uint64_t blocks,
 			 uint64_t threads, uint64_t shared, cudaStream_t s, int rc)
 {
@@ -350,6 +409,7 @@ static void tally_launch(struct tally *t, int api, int kernel, uint64_t blocks,
 	t->api_block[api] += threads;
 	t->api_shared[api] += shared;
 	t->kernel_launches[kernel]++;
+	t->phase_launches[current_phase()]++;
 	if (api == LA_RT) {
 		t->launches++;
 		t->grid_blocks += blocks;
@@ -452,6 +512,166 @@ static void driver_setup(struct tally *t, CUfunction f[3])
 	must(t, F_CU_KERNEL_GET_FUNCTION, CU(cuKernelGetFunction)(&f[2], k));
 }
 
+/* The rule phase of a range name (ASCII). */
+static int name_phase(const char *name)
+{
+	char low[64];
+	size_t n = strlen(name);
+	if (n >= sizeof(low))
+		die("range name too long");
+	for (size_t i = 0; i <= n; i++)
+		low[i] = name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a' : name[i];
+	for (size_t r = 0; r < sizeof(phase_rules) / sizeof(phase_rules[0]); r++)
+		for (int k = 0; k < 4 && phase_rules[r].subs[k]; k++)
+			if (strstr(low, phase_rules[r].subs[k]))
+				return phase_rules[r].phase;
+	return PH_OTHER;
+}
+
+/* Open ranges of domain d: the level NVTX returns for the next push. */
+static int domain_depth(nvtxDomainHandle_t d)
+{
+	int n = 0;
+	for (int i = 0; i < nranges; i++)
+		n += ranges[i].domain == d;
+	return n;
+}
+
+/* Checks the library's answer, then records the range; the name is kept
+ * ASCII here, whatever encoding the call passes. */
+static void pushed(nvtxDomainHandle_t d, const char *name, int level)
+{
+	if (level != domain_depth(d) || nranges == MAX_RANGES)
+		die("NVTX push returned an unexpected level");
+	ranges[nranges++] = (struct range){d, name_phase(name)};
+}
+
+static void popped(nvtxDomainHandle_t d, int level)
+{
+	if (nranges == 0 || ranges[nranges - 1].domain != d) {
+		if (level != -1 || domain_depth(d) != 0)
+			die("NVTX pop with nothing open did not return -1");
+		return;
+	}
+	nranges--;
+	if (level != domain_depth(d))
+		die("NVTX pop returned an unexpected level");
+}
+
+/* Copies ASCII name into a wide string of at most 64 characters. */
+static const wchar_t *widen(wchar_t *buf, const char *name)
+{
+	size_t i;
+	for (i = 0; name[i] && i < 63; i++)
+		buf[i] = (wchar_t)name[i];
+	buf[i] = 0;
+	return buf;
+}
+
+static void push_a(struct tally *t, const char *name)
+{
+	t->nvtx_calls[N_PUSH_A]++;
+	pushed(NULL, name, x_nvtxRangePushA(name));
+}
+
+static void push_w(struct tally *t, const char *name)
+{
+	wchar_t w[64];
+	t->nvtx_calls[N_PUSH_W]++;
+	pushed(NULL, name, x_nvtxRangePushW(widen(w, name)));
+}
+
+static void pop(struct tally *t)
+{
+	t->nvtx_calls[N_POP]++;
+	popped(NULL, x_nvtxRangePop());
+}
+
+/* wide: the message as NVTX_MESSAGE_TYPE_UNICODE, else ASCII. */
+static void domain_push(struct tally *t, nvtxDomainHandle_t d, const char *name, int wide)
+{
+	wchar_t w[64];
+	nvtxEventAttributes_t a = {
+		.version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE,
+		.colorType = NVTX_COLOR_ARGB, .color = 0xff76b900,
+		.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64, .payload.ullValue = 42,
+	};
+	if (wide) {
+		a.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+		a.message.unicode = widen(w, name);
+	} else {
+		a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+		a.message.ascii = name;
+	}
+	t->nvtx_calls[N_DOMAIN_PUSH_EX]++;
+	pushed(d, name, x_nvtxDomainRangePushEx(d, &a));
+}
+
+static void domain_pop(struct tally *t, nvtxDomainHandle_t d)
+{
+	t->nvtx_calls[N_DOMAIN_POP]++;
+	popped(d, x_nvtxDomainRangePop(d));
+}
+
+static nvtxDomainHandle_t domain_create(struct tally *t, const char *name)
+{
+	t->nvtx_calls[N_DOMAIN_CREATE]++;
+	nvtxDomainHandle_t d = x_nvtxDomainCreateA(name);
+	if (!d)
+		die("nvtxDomainCreateA failed");
+	return d;
+}
+
+/* One iteration's NVTX-annotated launches (runtime launches on stream s),
+ * each commented with its phase: every rule, nesting where the innermost
+ * range matches nothing, rule order deciding between two matches, wide and
+ * domain ranges, a domain push on the default domain (NULL), and a pop with
+ * nothing open. Twelve launches: "" 2, prefill 2, decode 2, attention 1,
+ * mlp 2, norm 2, other 1. */
+static void nvtx_ranges(struct tally *t, nvtxDomainHandle_t dom, int i, cudaStream_t s,
+			void **args)
+{
+	dim3 grid = {i % 3 + 1, 1, 1}, block = {64, 1, 1};
+	int k = i;
+#define NVTX_LAUNCH() launch(t, LA_RT, k++ % NRT_KERNELS, grid, block, args, 0, s)
+	NVTX_LAUNCH(); /* "" */
+	push_a(t, "Prefill");
+	NVTX_LAUNCH(); /* prefill */
+	push_a(t, "self_attention");
+	NVTX_LAUNCH(); /* attention */
+	pop(t);
+	push_a(t, "misc_io");
+	NVTX_LAUNCH(); /* prefill: the innermost range that matches */
+	pop(t);
+	pop(t);
+	push_a(t, "decode_step");
+	push_a(t, "MLP");
+	NVTX_LAUNCH(); /* mlp */
+	pop(t);
+	push_a(t, "DecodeAttn");
+	NVTX_LAUNCH(); /* decode: its rule comes before attention's */
+	pop(t);
+	pop(t);
+	push_a(t, "misc");
+	NVTX_LAUNCH(); /* other */
+	pop(t);
+	push_w(t, "RMSNorm");
+	NVTX_LAUNCH(); /* norm */
+	pop(t);
+	domain_push(t, dom, "generate", 0);
+	domain_push(t, dom, "Expert_FFN", 1);
+	NVTX_LAUNCH(); /* mlp */
+	domain_pop(t, dom);
+	NVTX_LAUNCH(); /* decode */
+	domain_pop(t, dom);
+	domain_push(t, NULL, "embed_tokens", 0);
+	NVTX_LAUNCH(); /* norm */
+	domain_pop(t, NULL);
+	pop(t); /* nothing open: returns -1 */
+	NVTX_LAUNCH(); /* "" */
+#undef NVTX_LAUNCH
+}
+
 struct worker {
 	pthread_t tid;
 	int id;
@@ -468,6 +688,7 @@ static void *worker_main(void *arg)
 	void *bogus = (void *)(uintptr_t)0xdead0000; /* never allocated */
 	cudaEvent_t event = (cudaEvent_t)(uintptr_t)(0xe0000000 + w->id * 0x10); /* fake */
 	CUfunction drv_f[3] = {NULL, NULL, NULL};
+	nvtxDomainHandle_t dom = opt.nvtx ? domain_create(t, "profi.workload") : NULL;
 
 	if (!s)
 		die("out of memory");
@@ -576,6 +797,9 @@ static void *worker_main(void *arg)
 			       128 * (i % 3), p1);
 		}
 
+		if (opt.nvtx)
+			nvtx_ranges(t, dom, i, s[i % ns], args);
+
 		if (opt.errors && i % 10 == 0) {
 			/* Deterministic failures, one per error path of the stub. */
 			cudaStream_t st = s[i % ns];
@@ -643,6 +867,10 @@ static void merge(struct tally *dst, const struct tally *src)
 	for (int k = 0; k < NKERN; k++)
 		dst->kernel_launches[k] += src->kernel_launches[k];
 	dst->set_device_calls += src->set_device_calls;
+	for (int p = 0; p < NPHASE; p++)
+		dst->phase_launches[p] += src->phase_launches[p];
+	for (int n = 0; n < NNVTX; n++)
+		dst->nvtx_calls[n] += src->nvtx_calls[n];
 }
 
 static void print_stream_key(int first, uintptr_t handle, uint64_t n)
@@ -734,8 +962,19 @@ static void print_truth(const struct tally *t)
 		first = 0;
 	}
 	printf("},\"malloc_host_bytes\":%" PRIu64 ",\"managed_bytes\":%" PRIu64
-	       ",\"set_device_calls\":%" PRIu64 "}\n",
+	       ",\"set_device_calls\":%" PRIu64,
 	       t->malloc_host_bytes, t->managed_bytes, t->set_device_calls);
+	if (opt.nvtx) {
+		printf(",\"launches_by_phase\":{");
+		for (int p = 0; p < NPHASE; p++)
+			printf("%s\"%s\":%" PRIu64, p ? "," : "", phase_name[p],
+			       t->phase_launches[p]);
+		printf("},\"nvtx_calls\":{");
+		for (int n = 0; n < NNVTX; n++)
+			printf("%s\"%s\":%" PRIu64, n ? "," : "", nvtx_name[n], t->nvtx_calls[n]);
+		printf("}");
+	}
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -876,6 +1115,28 @@ __attribute__((constructor)) static void register_at_start(void)
 }
 #endif
 
+/* --nvtx: the linked build finds libnvToolsExt.so.1 through its RUNPATH
+ * (dlopen searches the caller's), the dlopen build next to --lib. */
+static void load_nvtx(void)
+{
+	static const char base[] = "libnvToolsExt.so.1";
+	const char *slash = needs_load ? strrchr(opt.lib, '/') : NULL;
+	char *path = NULL;
+	if (!opt.nvtx_lib && slash) {
+		size_t dir = (size_t)(slash - opt.lib) + 1;
+		if (!(path = malloc(dir + sizeof(base))))
+			die("out of memory");
+		memcpy(path, opt.lib, dir);
+		strcpy(path + dir, base);
+	}
+	const char *lib = opt.nvtx_lib ? opt.nvtx_lib : path ? path : base;
+	void *h = open_lib(lib, RTLD_NOW | RTLD_LOCAL);
+#define RESOLVE_NVTX(name, ret, params) *(void **)&x_##name = resolve(h, lib, #name, 1);
+	PROFI_NVTX_FUNCS(RESOLVE_NVTX)
+#undef RESOLVE_NVTX
+	free(path);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct { const char *name; int *v; long max; } int_opts[] = {
@@ -906,6 +1167,11 @@ int main(int argc, char **argv)
 			opt.lib = argv[++i];
 		} else if (!strcmp(a, "--lib-cuda") && i + 1 < argc) {
 			opt.lib_cuda = argv[++i]; /* dlopen build only */
+		} else if (!strcmp(a, "--nvtx")) {
+			opt.nvtx = 1;
+		} else if (!strcmp(a, "--nvtx-lib") && i + 1 < argc) {
+			opt.nvtx = 1;
+			opt.nvtx_lib = argv[++i];
 		} else {
 			fprintf(stderr, "workload: bad argument %s\n", a);
 			return 2;
@@ -915,6 +1181,10 @@ int main(int argc, char **argv)
 	 * never a second copy). */
 	if (!needs_load && opt.driver)
 		load_driver("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	/* At start in both builds: mapped before "ready", so an agent can
+	 * attach before the first range. */
+	if (opt.nvtx)
+		load_nvtx();
 
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
