@@ -140,6 +140,41 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } lib_loads SEC(".maps");
 
+/* NCCL calls per (pid, op, communicator, result); max_entries set from Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct nccl_key);
+	__type(value, struct nccl_val);
+} nccl_agg SEC(".maps");
+
+/*
+ * NCCL calls in progress, per thread. A plain hash, not LRU: a hung call
+ * must stay visible until it returns or its thread exits (nccl_exit).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 10240);
+	__type(key, u64);
+	__type(value, struct nccl_call);
+} nccl_inflight SEC(".maps");
+
+/* Communicators seen at init, per process: rank, size, unique id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nccl_comm_key);
+	__type(value, struct nccl_comm);
+} nccl_comms SEC(".maps");
+
+/* Zeroed scratch for an nccl_call: too big for the stack next to the rest. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct nccl_call);
+} nccl_scratch SEC(".maps");
+
 /*
  * Probe hits per process, for the overhead estimate of --overhead-budget:
  * every program run is one trap in that process. Counted only when
@@ -171,6 +206,12 @@ static const u64 klat_bounds_ns[KLAT_BUCKETS - 1] = {
 	10000, 50000,                /* 10 us, 50 us */
 	100000, 500000,              /* 100 us, 500 us */
 	1000000, 10000000,           /* 1 ms, 10 ms */
+};
+
+/* NCCL latency bounds, ns (interface.md 5.5): 1e-5 .. 1 s. */
+static const u64 nlat_bounds_ns[NLAT_BUCKETS - 1] = {
+	10000ULL,     50000ULL,	    100000ULL,	  500000ULL,	 1000000ULL,   5000000ULL,
+	10000000ULL, 50000000ULL, 100000000ULL, 500000000ULL, 1000000000ULL,
 };
 /* clang-format on */
 
@@ -854,5 +895,223 @@ int dl_event(struct pt_regs *ctx)
 	count_hit(pid);
 	if (bpf_ringbuf_output(&lib_loads, &pid, sizeof(pid), 0))
 		count_drop(DROP_LIB_LOADS);
+	return 0;
+}
+
+/*
+ * NCCL. One entry and one return program serve every probed function of
+ * libnccl; the cookie names the operation. They are built twice: as
+ * uprobe.multi programs (one link per library for all symbols) and as
+ * classic uprobes for kernels without uprobe_multi.
+ */
+
+static __always_inline u32 nlat_bucket(u64 ns)
+{
+	u32 i;
+
+	for (i = 0; i < NLAT_BUCKETS - 1; i++)
+		if (ns <= nlat_bounds_ns[i])
+			return i;
+	return NLAT_BUCKETS - 1;
+}
+
+/* Bytes of one element of an ncclDataType_t; 0 when unknown. */
+static __always_inline u64 nccl_type_size(u64 dtype)
+{
+	switch (dtype) {
+	case 0:	 /* int8 */
+	case 1:	 /* uint8 */
+	case 10: /* fp8 e4m3 */
+	case 11: /* fp8 e5m2 */
+		return 1;
+	case 6: /* float16 */
+	case 9: /* bfloat16 */
+		return 2;
+	case 2: /* int32 */
+	case 3: /* uint32 */
+	case 7: /* float32 */
+		return 4;
+	case 4: /* int64 */
+	case 5: /* uint64 */
+	case 8: /* float64 */
+		return 8;
+	}
+	return 0;
+}
+
+static __always_inline void add_nccl(u32 pid, u32 op, u64 comm, s32 err, u64 bytes, bool timed,
+				     u64 dur)
+{
+	struct nccl_key key = {.pid = pid, .op = op, .comm = comm, .err = err};
+	struct nccl_val zero = {};
+	struct nccl_val *val;
+
+	val = lookup_or_init(&nccl_agg, &key, &zero, DROP_NCCL_AGG);
+	if (!val)
+		return;
+	val->count++;
+	val->bytes += bytes;
+	if (timed) {
+		u32 b = nlat_bucket(dur);
+
+		val->timed++;
+		val->duration_ns += dur;
+		if (b < NLAT_BUCKETS)
+			val->buckets[b]++;
+	}
+}
+
+static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
+{
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u64 id = bpf_get_current_pid_tgid();
+	u32 pid = id >> 32;
+	u32 op = COOKIE_OP(cookie);
+	struct nccl_call *cur, *c;
+	u32 zero = 0;
+	u64 count = 0, dtype = 0;
+
+	count_hit(pid);
+	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
+		return 0;
+	/* Entry-only: nothing to time, nothing can hang. */
+	if (op == OP_NCCL_GROUP_START) {
+		add_nccl(pid, op, 0, 0, 0, false, 0);
+		return 0;
+	}
+	cur = bpf_map_lookup_elem(&nccl_inflight, &id);
+	if (cur) {
+		cur->depth++;
+		count_drop(DROP_NESTED);
+		return 0;
+	}
+	c = bpf_map_lookup_elem(&nccl_scratch, &zero);
+	if (!c)
+		return 0;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->op = op;
+	switch (op) {
+	case OP_NCCL_ALL_REDUCE:
+	case OP_NCCL_REDUCE_SCATTER:
+	case OP_NCCL_BROADCAST:
+		count = arg(ctx, 3);
+		dtype = arg(ctx, 4);
+		c->comm = arg(ctx, 6);
+		break;
+	case OP_NCCL_ALL_GATHER:
+	case OP_NCCL_ALL_TO_ALL:
+		count = arg(ctx, 3);
+		dtype = arg(ctx, 4);
+		c->comm = arg(ctx, 5);
+		break;
+	case OP_NCCL_REDUCE:
+		count = arg(ctx, 3);
+		dtype = arg(ctx, 4);
+		c->comm = arg(ctx, 7); /* first stack argument */
+		break;
+	case OP_NCCL_SEND:
+	case OP_NCCL_RECV:
+		count = arg(ctx, 2);
+		dtype = arg(ctx, 3);
+		c->comm = arg(ctx, 5);
+		break;
+	case OP_NCCL_COMM_INIT_RANK:
+	case OP_NCCL_COMM_INIT_RANK_CONFIG:
+		/*
+		 * (ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ...):
+		 * the 128-byte id is passed by value, in memory, so it is the
+		 * first stack argument and rank takes the third register.
+		 */
+		c->out = arg(ctx, 1);
+		c->info.nranks = (s32)arg(ctx, 2);
+		c->info.rank = (s32)arg(ctx, 3);
+		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)(ctx->rsp + 8));
+		break;
+	case OP_NCCL_COMM_INIT_ALL:
+		c->info.nranks = (s32)arg(ctx, 2);
+		break;
+	case OP_NCCL_COMM_DESTROY:
+	case OP_NCCL_COMM_ABORT:
+		c->comm = arg(ctx, 1);
+		break;
+	}
+	c->bytes = count * nccl_type_size((u32)dtype);
+	c->start_ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&nccl_inflight, &id, c, BPF_ANY))
+		count_drop(DROP_NCCL_INFLIGHT);
+	return 0;
+}
+
+static __always_inline int nccl_return_impl(struct pt_regs *ctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u64 id = bpf_get_current_pid_tgid();
+	u32 pid = id >> 32;
+	struct nccl_call *c;
+	struct nccl_comm_key ck = {.pid = pid};
+	u64 comm;
+	s32 ret;
+
+	count_hit(pid);
+	if (!owns_hit(ctx, pid, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+		return 0;
+	c = bpf_map_lookup_elem(&nccl_inflight, &id);
+	if (!c) {
+		count_drop(DROP_ORPHAN_RETURN);
+		return 0;
+	}
+	if (c->depth) {
+		c->depth--;
+		return 0;
+	}
+	ret = (s32)PT_REGS_RC(ctx);
+	comm = c->comm;
+	/* ncclInProgress (7): a non-blocking init that goes on in the background. */
+	if ((c->op == OP_NCCL_COMM_INIT_RANK || c->op == OP_NCCL_COMM_INIT_RANK_CONFIG) &&
+	    (ret == 0 || ret == 7) && c->out &&
+	    !bpf_probe_read_user(&ck.comm, sizeof(ck.comm), (void *)c->out) && ck.comm) {
+		bpf_map_update_elem(&nccl_comms, &ck, &c->info, BPF_ANY);
+		comm = ck.comm;
+	}
+	add_nccl(pid, c->op, comm, ret, c->bytes, true, now - c->start_ns);
+	bpf_map_delete_elem(&nccl_inflight, &id);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int nccl_entry_multi(struct pt_regs *ctx)
+{
+	return nccl_entry_impl(ctx);
+}
+
+SEC("uretprobe.multi")
+int nccl_return_multi(struct pt_regs *ctx)
+{
+	return nccl_return_impl(ctx);
+}
+
+SEC("uprobe")
+int nccl_entry(struct pt_regs *ctx)
+{
+	return nccl_entry_impl(ctx);
+}
+
+SEC("uretprobe")
+int nccl_return(struct pt_regs *ctx)
+{
+	return nccl_return_impl(ctx);
+}
+
+/*
+ * A thread that exits inside an NCCL call (a rank killed mid-collective)
+ * never returns from it: its in-flight entry goes with it, so no hang is
+ * reported for a process that is gone.
+ */
+SEC("raw_tracepoint/sched_process_exit")
+int nccl_exit(void *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&nccl_inflight, &id);
 	return 0;
 }

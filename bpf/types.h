@@ -61,7 +61,23 @@ enum op {
 	OP_CUDA_FREE_ASYNC_PTSZ = 45,
 	OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ = 46,
 	OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ = 47,
-	OP_MAX = 48,
+	/* NCCL (libnccl.so.2), counted in nccl_agg. */
+	OP_NCCL_ALL_REDUCE = 48,
+	OP_NCCL_ALL_GATHER = 49,
+	OP_NCCL_REDUCE_SCATTER = 50,
+	OP_NCCL_BROADCAST = 51,
+	OP_NCCL_REDUCE = 52,
+	OP_NCCL_SEND = 53,
+	OP_NCCL_RECV = 54,
+	OP_NCCL_ALL_TO_ALL = 55,
+	OP_NCCL_GROUP_START = 56,
+	OP_NCCL_GROUP_END = 57,
+	OP_NCCL_COMM_INIT_RANK = 58,
+	OP_NCCL_COMM_INIT_RANK_CONFIG = 59,
+	OP_NCCL_COMM_INIT_ALL = 60,
+	OP_NCCL_COMM_DESTROY = 61,
+	OP_NCCL_COMM_ABORT = 62,
+	OP_MAX = 63,
 };
 
 /* memcpy kinds beyond cudaMemcpyKind, for copies that name no kind. */
@@ -80,7 +96,9 @@ enum drop {
 	DROP_KERNEL_REGS = 8, /* kernel_regs ring-buffer reserve failure: a kernel name is lost */
 	DROP_RT_TO_DRV = 9,   /* driver launch made by a runtime launch: counted once, as runtime */
 	DROP_LIB_LOADS = 10,  /* lib_loads ring full: that process waits for the periodic rescan */
-	DROP_MAX = 11,
+	DROP_NCCL_AGG = 11,   /* nccl_agg map full */
+	DROP_NCCL_INFLIGHT = 12, /* nccl_inflight insert failed: that call is neither timed nor watched */
+	DROP_MAX = 13,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -105,6 +123,55 @@ struct agg_val {
 	u64 duration_ns;	  /* sum of host-side API latency */
 	u64 bytes;		  /* memcpy bytes, allocated or freed bytes */
 	u64 buckets[LAT_BUCKETS]; /* latency histogram, not cumulative */
+};
+
+/* NCCL host-side latency buckets: 11 finite bounds (10 us .. 1 s) + +Inf. */
+#define NLAT_BUCKETS 12
+/* sizeof(ncclUniqueId): an opaque blob all ranks of one communicator share. */
+#define NCCL_ID_LEN 128
+
+/* Key of the nccl_agg map: one per (process, operation, communicator, result). */
+struct nccl_key {
+	u32 pid;
+	u32 op;
+	u64 comm; /* ncclComm_t handle; 0 for calls that name none (group calls, init) */
+	s32 err;  /* ncclResult_t */
+	u32 pad;
+};
+
+struct nccl_val {
+	u64 count;
+	u64 bytes; /* element count x datatype size; 0 for an unknown datatype */
+	u64 timed; /* calls with a latency (every call but ncclGroupStart) */
+	u64 duration_ns;
+	u64 buckets[NLAT_BUCKETS];
+};
+
+/* A communicator as its init call described it. */
+struct nccl_comm {
+	s32 rank;
+	s32 nranks;
+	u8 id[NCCL_ID_LEN]; /* the ncclUniqueId */
+};
+
+/*
+ * An NCCL call in progress on a thread (nccl_inflight, keyed by pid_tgid).
+ * Userspace reads the start times to find hung calls.
+ */
+struct nccl_call {
+	u64 start_ns;
+	u64 comm;
+	u64 bytes;
+	u64 out; /* init: the ncclComm_t * the call fills */
+	u32 op;
+	u32 depth;
+	struct nccl_comm info; /* init calls */
+};
+
+struct nccl_comm_key {
+	u32 pid;
+	u32 pad;
+	u64 comm;
 };
 
 /* Key of the launch aggregation map. */

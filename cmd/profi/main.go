@@ -71,6 +71,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		SampleRate:  uint32(cfg.SampleRate),
 		Detailed:    cfg.DetailedLaunches,
 		CountHits:   cfg.OverheadBudget > 0,
+		// A kernel without uprobe_multi could not even load those programs.
+		NoUprobeMulti: cfg.NoUprobeMulti || bpfobj.HaveUprobeMulti() != nil,
 	})
 	if err != nil {
 		return err
@@ -81,11 +83,15 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	self := collector.NewSelf()
 	attacher := attach.New(attach.Options{
 		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
-			bpfobj.ProfiProgNameEntry:   objs.NameEntry,
-			bpfobj.ProfiProgDlEvent:     objs.DlEvent,
+			bpfobj.ProfiProgTimedEntry:      objs.TimedEntry,
+			bpfobj.ProfiProgTimedReturn:     objs.TimedReturn,
+			bpfobj.ProfiProgLaunchEntry:     objs.LaunchEntry,
+			bpfobj.ProfiProgNameEntry:       objs.NameEntry,
+			bpfobj.ProfiProgDlEvent:         objs.DlEvent,
+			bpfobj.ProfiProgNcclEntry:       objs.NcclEntry,
+			bpfobj.ProfiProgNcclReturn:      objs.NcclReturn,
+			bpfobj.ProfiProgNcclEntryMulti:  objs.NcclEntryMulti,
+			bpfobj.ProfiProgNcclReturnMulti: objs.NcclReturnMulti,
 		},
 		KernelMode:  cfg.KernelMode,
 		Profile:     cfg.ProbeProfile,
@@ -96,7 +102,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
 		FullFiles:   objs.FullFiles,
+		UprobeMulti: !cfg.NoUprobeMulti,
 	})
+	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
+		log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
+	}
+	exitHook, err := attach.ExitHook(objs.NcclExit)
+	if err != nil {
+		log.Warn("process-exit hook unavailable: in-flight NCCL calls of killed processes are cleared by the --gc-interval sweep instead", "err", err)
+	} else {
+		defer exitHook.Close()
+	}
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 
 	ctl, stopStats := startBudget(cfg, objs, attacher, log)
@@ -124,6 +140,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:           log,
 		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },
 		Scale:            scale,
+		NCCLHangTimeout:  cfg.NCCLHangTimeout,
 	})
 
 	reg := prometheus.NewRegistry()
@@ -245,8 +262,9 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		TrapCost: trap,
 		Files:    attacher,
 		Sources: budget.MapSources{
-			PIDHits:  objs.PidHits,
-			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent},
+			PIDHits: objs.PidHits,
+			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent,
+				objs.NcclEntry, objs.NcclReturn, objs.NcclEntryMulti, objs.NcclReturnMulti},
 			ProcRoot: cfg.ProcPath,
 		},
 		Logger: log,

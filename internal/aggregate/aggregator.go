@@ -20,6 +20,10 @@ import (
 type Source interface {
 	Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error
 	Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error
+	NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error
+	// NCCLInflight reads the NCCL calls in progress, by pid_tgid.
+	NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) error
+	NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error
 	Drops() ([bpfobj.NumDrops]uint64, error)
 	// DeletePIDs removes every key of these processes from every map.
 	DeletePIDs(pids map[uint32]bool) error
@@ -56,6 +60,14 @@ type Options struct {
 	// while the op's probes are duty-cycled. Exported values are then the
 	// sum of each drain's scaled increase.
 	Scale func(pid int, op bpfobj.Op) float64
+	// NCCLHangTimeout is --nccl-hang-timeout; 0 disables hang detection.
+	NCCLHangTimeout time.Duration
+	// StragglerInterval is the window of the straggler ratio (default
+	// GCInterval, which interface.md ties it to).
+	StragglerInterval time.Duration
+	// Monotonic returns CLOCK_MONOTONIC in ns, the clock of
+	// bpf_ktime_get_ns (for the age of in-flight calls); nil = the real one.
+	Monotonic func() uint64
 }
 
 type procState struct {
@@ -90,6 +102,9 @@ const (
 	famMemset
 	famHostMemory
 	famKernelHist
+	famNCCL     // per (pid, operation): calls, bytes, hangs, oldest, straggler
+	famNCCLComm // per (pid, operation, communicator)
+	famNCCLHist
 )
 
 // tuple identifies one exported label tuple for the --max-time-series cap.
@@ -116,7 +131,11 @@ type Aggregator struct {
 	cardDrops      uint64
 	// undeleted are exited processes already retired whose keys could not
 	// be deleted yet: retried on every drain, never retired twice.
-	undeleted map[int]bool
+	undeleted    map[int]bool
+	retiredNCCL  map[HistKey]*NCCLHist
+	nccl         ncclState
+	stragHists   map[stragglerKey]*NCCLHist // this drain's, per communicator
+	monotonicNow func() uint64
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -130,16 +149,24 @@ func New(opts Options) *Aggregator {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = time.Minute
 	}
-	a := &Aggregator{
-		opts:      opts,
-		log:       opts.Logger.With("component", "aggregate"),
-		procs:     map[int]*procState{},
-		retired:   map[HistKey]*Hist{},
-		admitted:  map[tuple]struct{}{},
-		refused:   map[tuple]struct{}{},
-		undeleted: map[int]bool{},
+	if opts.StragglerInterval <= 0 {
+		opts.StragglerInterval = opts.GCInterval
 	}
-	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}})
+	if opts.Monotonic == nil {
+		opts.Monotonic = monotonicNs
+	}
+	a := &Aggregator{
+		opts:        opts,
+		log:         opts.Logger.With("component", "aggregate"),
+		procs:       map[int]*procState{},
+		retired:     map[HistKey]*Hist{},
+		admitted:    map[tuple]struct{}{},
+		refused:     map[tuple]struct{}{},
+		undeleted:   map[int]bool{},
+		retiredNCCL: map[HistKey]*NCCLHist{},
+		nccl:        newNCCLState(),
+	}
+	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, NCCLHists: map[HistKey]*NCCLHist{}})
 	return a
 }
 
@@ -189,6 +216,7 @@ func (a *Aggregator) GC() {
 type pidData struct {
 	agg    map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
 	launch map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
+	nccl   map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
 }
 
 // Drain reads the maps once and publishes a new Snapshot. Only the Run
@@ -199,7 +227,7 @@ func (a *Aggregator) Drain() error {
 	get := func(pid uint32) *pidData {
 		d := byPID[int(pid)]
 		if d == nil {
-			d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}}
+			d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}, nccl: map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{}}
 			byPID[int(pid)] = d
 		}
 		return d
@@ -210,12 +238,19 @@ func (a *Aggregator) Drain() error {
 	if err := a.opts.Source.Launches(func(k bpfobj.ProfiLaunchKey, v *bpfobj.ProfiLaunchVal) { get(k.Pid).launch[k] = *v }); err != nil {
 		return fmt.Errorf("read launch map: %w", err)
 	}
+	if err := a.opts.Source.NCCL(func(k bpfobj.ProfiNcclKey, v *bpfobj.ProfiNcclVal) { get(k.Pid).nccl[k] = *v }); err != nil {
+		return fmt.Errorf("read nccl_agg map: %w", err)
+	}
+	if err := a.readComms(); err != nil {
+		return fmt.Errorf("read nccl_comms map: %w", err)
+	}
 	drops, err := a.opts.Source.Drops()
 	if err != nil {
 		return fmt.Errorf("read drops map: %w", err)
 	}
 
-	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, Drops: drops}
+	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, NCCLHists: map[HistKey]*NCCLHist{}, Drops: drops}
+	a.stragHists = map[stragglerKey]*NCCLHist{}
 	for _, d := range byPID {
 		snap.AggregatedKeys += len(d.agg)
 		snap.LaunchKeys += len(d.launch)
@@ -267,6 +302,15 @@ func (a *Aggregator) Drain() error {
 			delete(a.undeleted, pid) // its keys are gone after all
 		}
 	}
+	live := make(map[int]*Process, len(snap.Processes))
+	for _, p := range snap.Processes {
+		live[p.Meta.PID] = p
+	}
+	if err := a.watchInflight(live, a.opts.Monotonic()); err != nil {
+		a.log.Warn("read in-flight NCCL calls", "err", err)
+	}
+	a.stragglers(live, began)
+	snap.NCCLStale = a.nccl.stale
 	a.histograms(snap)
 	snap.Events = a.retiredCalls
 	for _, p := range snap.Processes {
@@ -307,6 +351,14 @@ func (a *Aggregator) histograms(snap *Snapshot) {
 			mergeInto(snap.KernelHists, k, h)
 		}
 	}
+	ncclTuple := func(k HistKey) tuple {
+		return tuple{fam: famNCCLHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
+	}
+	for k, h := range a.retiredNCCL {
+		if a.admit(ncclTuple(k)) {
+			mergeInto(snap.NCCLHists, k, h)
+		}
+	}
 	for _, p := range snap.Processes {
 		for op, h := range p.hists {
 			if k := (HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(histTuple(k)) {
@@ -317,6 +369,14 @@ func (a *Aggregator) histograms(snap *Snapshot) {
 			if k := (KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(kernelTuple(k)) {
 				mergeInto(snap.KernelHists, k, h)
 			}
+		}
+		if p.NCCL != nil {
+			for op, h := range p.NCCL.hists {
+				if k := (HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(ncclTuple(k)) {
+					mergeInto(snap.NCCLHists, k, h)
+				}
+			}
+			p.NCCL.hists = nil
 		}
 		p.hists, p.khists = nil, nil
 	}
@@ -411,16 +471,23 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	for _, v := range d.launch {
 		a.retiredCalls += v.Count
 	}
+	for k, v := range d.nccl {
+		a.retiredCalls += v.Count
+		if v.Timed > 0 {
+			mergeInto(a.retiredNCCL, HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}, ncclHistOf(&v))
+		}
+	}
 	a.forget(pid)
 }
 
 func (a *Aggregator) forget(pid int) {
 	delete(a.procs, pid)
+	a.nccl.forget(pid)
 	if a.opts.Names != nil {
 		a.opts.Names.Forget(pid)
 	}
 	for t := range a.admitted {
-		if t.pid == pid && t.fam != famHist {
+		if t.pid == pid && t.fam != famHist && t.fam != famKernelHist && t.fam != famNCCLHist {
 			delete(a.admitted, t)
 		}
 	}
@@ -574,6 +641,7 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 			mergeInto(p.khists, kern, kernelHistOf(&v))
 		}
 	}
+	a.buildNCCL(p, d.nccl)
 	return p
 }
 

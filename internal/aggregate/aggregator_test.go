@@ -18,6 +18,9 @@ import (
 type fakeSource struct {
 	agg       map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
 	launch    map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
+	nccl      map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
+	inflight  map[uint64]bpfobj.ProfiNcclCall
+	comms     map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
 	drops     [bpfobj.NumDrops]uint64
 	deleted   []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr error             // returned by DeletePIDs (keys are then kept)
@@ -29,9 +32,33 @@ type fakeSource struct {
 
 func newFakeSource() *fakeSource {
 	return &fakeSource{
-		agg:    map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{},
-		launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
+		agg:      map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{},
+		launch:   map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
+		nccl:     map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{},
+		inflight: map[uint64]bpfobj.ProfiNcclCall{},
+		comms:    map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
 	}
+}
+
+func (s *fakeSource) NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error {
+	for k, v := range s.nccl {
+		fn(k, &v)
+	}
+	return nil
+}
+
+func (s *fakeSource) NCCLInflight(fn func(uint64, *bpfobj.ProfiNcclCall)) error {
+	for k, v := range s.inflight {
+		fn(k, &v)
+	}
+	return nil
+}
+
+func (s *fakeSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error {
+	for k, v := range s.comms {
+		fn(k, &v)
+	}
+	return nil
 }
 
 func (s *fakeSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error {
@@ -60,6 +87,9 @@ func (s *fakeSource) DeletePIDs(pids map[uint32]bool) error {
 	}
 	maps.DeleteFunc(s.agg, func(k bpfobj.ProfiAggKey, _ bpfobj.ProfiAggVal) bool { return pids[k.Pid] })
 	maps.DeleteFunc(s.launch, func(k bpfobj.ProfiLaunchKey, _ bpfobj.ProfiLaunchVal) bool { return pids[k.Pid] })
+	maps.DeleteFunc(s.nccl, func(k bpfobj.ProfiNcclKey, _ bpfobj.ProfiNcclVal) bool { return pids[k.Pid] })
+	maps.DeleteFunc(s.comms, func(k bpfobj.ProfiNcclCommKey, _ bpfobj.ProfiNcclComm) bool { return pids[k.Pid] })
+	maps.DeleteFunc(s.inflight, func(tid uint64, _ bpfobj.ProfiNcclCall) bool { return pids[uint32(tid>>32)] })
 	return nil
 }
 

@@ -16,3 +16,12 @@ func bootTime() time.Time {
 	}
 	return time.Now().Add(-time.Duration(ts.Nano()))
 }
+
+// monotonicNs is CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
+}

@@ -5,3 +5,5 @@ package aggregate
 import "time"
 
 func bootTime() time.Time { return time.Time{} }
+
+func monotonicNs() uint64 { return 0 }

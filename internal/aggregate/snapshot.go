@@ -73,6 +73,8 @@ type Process struct {
 	// MallocHostBytes is pinned host memory allocated (cudaMallocHost).
 	MallocHostBytes uint64
 	Launches        map[Kernel]Launch
+	// NCCL is the process's NCCL data; nil when it made no NCCL call.
+	NCCL *NCCL
 	// memory and hostMemory report whether those series were admitted.
 	memory     bool
 	hostMemory bool
@@ -123,6 +125,10 @@ type Snapshot struct {
 	Hists     map[HistKey]*Hist
 	// KernelHists are the launch latency histograms (full mode).
 	KernelHists map[KernelHistKey]*KernelHist
+	// NCCLHists are the NCCL host-side latency histograms.
+	NCCLHists map[HistKey]*NCCLHist
+	// NCCLStale is the number of in-flight NCCL calls older than the hang timeout.
+	NCCLStale int
 	// AggregatedKeys and LaunchKeys are the entries of those maps (fill level).
 	AggregatedKeys, LaunchKeys int
 	// Drops are the BPF drop counters, indexed by bpfobj.Drop.

@@ -50,6 +50,49 @@ func (s MapSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVa
 	return it.Err()
 }
 
+// NCCL sums each nccl_agg key's per-CPU values.
+func (s MapSource) NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error {
+	var (
+		k    bpfobj.ProfiNcclKey
+		cpus []bpfobj.ProfiNcclVal
+	)
+	it := s.Objects.NcclAgg.Iterate()
+	for it.Next(&k, &cpus) {
+		var sum bpfobj.ProfiNcclVal
+		for i := range cpus {
+			sum.Add(&cpus[i])
+		}
+		fn(k, &sum)
+	}
+	return it.Err()
+}
+
+// NCCLInflight reads the NCCL calls in progress, by pid_tgid.
+func (s MapSource) NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) error {
+	var (
+		k uint64
+		v bpfobj.ProfiNcclCall
+	)
+	it := s.Objects.NcclInflight.Iterate()
+	for it.Next(&k, &v) {
+		fn(k, &v)
+	}
+	return it.Err()
+}
+
+// NCCLComms reads the communicators seen at init.
+func (s MapSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error {
+	var (
+		k bpfobj.ProfiNcclCommKey
+		v bpfobj.ProfiNcclComm
+	)
+	it := s.Objects.NcclComms.Iterate()
+	for it.Next(&k, &v) {
+		fn(k, &v)
+	}
+	return it.Err()
+}
+
 // Drops sums the per-CPU drop counters.
 func (s MapSource) Drops() ([bpfobj.NumDrops]uint64, error) {
 	var out [bpfobj.NumDrops]uint64
@@ -72,7 +115,10 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	_, err1 := deleteWhere(s.Objects.Aggregated, func(k *bpfobj.ProfiAggKey) bool { return pids[k.Pid] })
 	_, err2 := deleteWhere(s.Objects.LaunchAgg, func(k *bpfobj.ProfiLaunchKey) bool { return pids[k.Pid] })
 	_, err3 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return pids[k.Pid] })
-	errs := []error{err1, err2, err3}
+	_, err5 := deleteWhere(s.Objects.NcclAgg, func(k *bpfobj.ProfiNcclKey) bool { return pids[k.Pid] })
+	_, err6 := deleteWhere(s.Objects.NcclComms, func(k *bpfobj.ProfiNcclCommKey) bool { return pids[k.Pid] })
+	_, err7 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return pids[uint32(*tid>>32)] })
+	errs := []error{err1, err2, err3, err5, err6, err7}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
 	_, err4 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return pids[k.Pid] })
 	errs = append(errs, err4)
@@ -92,7 +138,10 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 	}
 	n1, err1 := deleteWhere(s.Objects.MallocSizes, func(k *bpfobj.ProfiAllocKey) bool { return isDead(k.Pid) })
 	n2, err2 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return isDead(k.Pid) })
-	return n1 + n2, errors.Join(err1, err2)
+	// In-flight NCCL calls of processes that exited without the exit hook
+	// (raw tracepoint unavailable) would otherwise look hung forever.
+	n3, err3 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return isDead(uint32(*tid >> 32)) })
+	return n1 + n2 + n3, errors.Join(err1, err2, err3)
 }
 
 // deleteWhere collects matching keys first and deletes them afterwards,

@@ -76,6 +76,11 @@ type Options struct {
 	// FullFiles is the BPF map of (pid, file) served by full-mode upgrade
 	// probes (full_files); may be nil.
 	FullFiles *ebpf.Map
+	// UprobeMulti attaches the probes whose programs have a uprobe.multi
+	// variant (libnccl's) with one uprobe_multi link per program and file
+	// instead of one link per symbol. If the kernel refuses, the Attacher
+	// falls back to classic uprobes for good, with a logged note.
+	UprobeMulti bool
 }
 
 type attached struct {
@@ -127,6 +132,7 @@ type Attacher struct {
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
 	fullPIDs     map[int]bool                 // processes upgraded to full mode
+	noMulti      bool                         // uprobe_multi refused by the kernel
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -542,6 +548,22 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 // nothing: on any error the links made so far are closed.
 func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
 	links = &linkSet{}
+	if a.opts.UprobeMulti && !a.noMulti {
+		var multi []Probe
+		multi, probes = splitMulti(probes, syms)
+		if len(multi) > 0 {
+			err := a.attachMulti(ex, t, multi, syms, fileID, pid, links)
+			switch {
+			case errors.Is(err, ebpf.ErrNotSupported):
+				a.noMulti = true
+				a.log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
+				probes = append(probes, multi...)
+			case err != nil:
+				links.close()
+				return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
+			}
+		}
+	}
 	for _, p := range probes {
 		sym, ok := syms[p.Symbol]
 		if !ok {
@@ -567,6 +589,65 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 		links.entries = append(links.entries, l)
 	}
 	return links, "", nil
+}
+
+// multiPrograms maps a program to its uprobe.multi variant.
+var multiPrograms = map[string]string{
+	progNCCLEntry:  bpfobj.ProfiProgNcclEntryMulti,
+	progNCCLReturn: bpfobj.ProfiProgNcclReturnMulti,
+}
+
+// splitMulti splits the probes the file defines whose programs have a
+// uprobe.multi variant from the rest.
+func splitMulti(probes []Probe, syms map[string]funcSym) (multi, rest []Probe) {
+	for _, p := range probes {
+		_, ok := multiPrograms[p.Entry]
+		if _, defined := syms[p.Symbol]; ok && defined {
+			multi = append(multi, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return multi, rest
+}
+
+// attachMulti attaches probes with one uprobe_multi link per program:
+// returns first, like the classic path. All probes share one entry
+// program (and one return program, for those that have one).
+func (a *Attacher) attachMulti(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int, links *linkSet) error {
+	type group struct {
+		symbols          []string
+		offsets, cookies []uint64
+	}
+	add := func(g *group, p Probe) {
+		g.symbols = append(g.symbols, p.Symbol)
+		g.offsets = append(g.offsets, syms[p.Symbol].offset)
+		g.cookies = append(g.cookies, bpfobj.Cookie(p.Op, fileID))
+	}
+	var entries, returns group
+	for _, p := range probes {
+		add(&entries, p)
+		if p.Return != "" {
+			add(&returns, p)
+		}
+	}
+	if len(returns.symbols) > 0 {
+		prog := a.opts.Programs[multiPrograms[probes[0].Return]]
+		l, err := ex.UretprobeMulti(returns.symbols, prog, &link.UprobeMultiOptions{Offsets: returns.offsets, Cookies: returns.cookies, PID: uint32(pid)})
+		if err != nil {
+			return fmt.Errorf("return probes %v: %w", returns.symbols, err)
+		}
+		links.returns = append(links.returns, l)
+	}
+	prog := a.opts.Programs[multiPrograms[probes[0].Entry]]
+	l, err := ex.UprobeMulti(entries.symbols, prog, &link.UprobeMultiOptions{Offsets: entries.offsets, Cookies: entries.cookies, PID: uint32(pid)})
+	if err != nil {
+		links.close()
+		return fmt.Errorf("entry probes %v: %w", entries.symbols, err)
+	}
+	links.entries = append(links.entries, l)
+	links.multi = true
+	return nil
 }
 
 // splitPausable splits probes into those the overhead budget never
@@ -673,6 +754,7 @@ func classify(err error) string {
 // linkSet holds the links of one attachment.
 type linkSet struct {
 	entries, returns []link.Link
+	multi            bool // some links are uprobe_multi links
 }
 
 func (s *linkSet) len() int { return len(s.entries) + len(s.returns) }

@@ -16,6 +16,8 @@ const (
 	progLaunchEntry = bpfobj.ProfiProgLaunchEntry
 	progNameEntry   = bpfobj.ProfiProgNameEntry
 	progDlEvent     = bpfobj.ProfiProgDlEvent
+	progNCCLEntry   = bpfobj.ProfiProgNcclEntry
+	progNCCLReturn  = bpfobj.ProfiProgNcclReturn
 )
 
 // Probe is one probed function: its entry program and, when the call is
@@ -154,6 +156,34 @@ var (
 	}
 )
 
+// ncclProbes are libnccl's probes: every collective, point-to-point and
+// group call, communicator init and teardown. One entry and one return
+// program serve them all (the cookie names the operation); with
+// uprobe_multi they are two links per library file.
+var ncclProbes = []Probe{
+	ncclTimed("ncclAllReduce", bpfobj.OpNcclAllReduce),
+	ncclTimed("ncclAllGather", bpfobj.OpNcclAllGather),
+	ncclTimed("ncclReduceScatter", bpfobj.OpNcclReduceScatter),
+	ncclTimed("ncclBroadcast", bpfobj.OpNcclBroadcast),
+	ncclTimed("ncclReduce", bpfobj.OpNcclReduce),
+	ncclTimed("ncclSend", bpfobj.OpNcclSend),
+	ncclTimed("ncclRecv", bpfobj.OpNcclRecv),
+	// Count-only: nothing to time, and it cannot block.
+	{Symbol: "ncclGroupStart", Op: bpfobj.OpNcclGroupStart, Entry: progNCCLEntry},
+	ncclTimed("ncclGroupEnd", bpfobj.OpNcclGroupEnd),
+	ncclTimed("ncclCommInitRank", bpfobj.OpNcclCommInitRank),
+	ncclTimed("ncclCommDestroy", bpfobj.OpNcclCommDestroy),
+	ncclTimed("ncclCommAbort", bpfobj.OpNcclCommAbort),
+	// Newer APIs: ncclAlltoAll since 2.28, the config init since 2.14.
+	optional(ncclTimed("ncclAlltoAll", bpfobj.OpNcclAllToAll)),
+	optional(ncclTimed("ncclCommInitRankConfig", bpfobj.OpNcclCommInitRankConfig)),
+	optional(ncclTimed("ncclCommInitAll", bpfobj.OpNcclCommInitAll)),
+}
+
+func ncclTimed(symbol string, op bpfobj.Op) Probe {
+	return Probe{Symbol: symbol, Op: op, Entry: progNCCLEntry, Return: progNCCLReturn}
+}
+
 type launchRow struct {
 	symbol   string
 	op       bpfobj.Op
@@ -200,6 +230,9 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 		// Not profiled: the hook that announces library loads. Optional:
 		// a loader without it (some musl builds) only loses the speed-up.
 		out = append(out, optional(Probe{Symbol: "_dl_debug_state", Op: bpfobj.OpUnknown, Entry: progDlEvent}))
+	case discover.LibNCCL:
+		// Independent of the kernel mode and probe profile.
+		out = append(out, ncclProbes...)
 	case discover.LibCuda:
 		out = append(out, cudaLean...)
 		out = append(out, launches(cudaLaunches, kernelMode)...)
@@ -213,7 +246,7 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 // libraryOf maps every probed operation to the library that defines it.
 var libraryOf = func() map[bpfobj.Op]discover.Library {
 	m := map[bpfobj.Op]discover.Library{}
-	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL} {
 		for _, mode := range []string{KernelModeAnonymous, KernelModeFull} {
 			for _, p := range Probes(lib, mode, ProfileFull) {
 				m[p.Op] = lib
@@ -236,7 +269,7 @@ func TrapTable() string {
 	b.WriteString("| Function | Library | Profile | `off` | `anonymous` | `full` |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	seen := map[string]bool{}
-	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL} {
 		for _, profile := range []string{ProfileLean, ProfileFull} {
 			for _, p := range Probes(lib, KernelModeFull, profile) {
 				if seen[p.Symbol] {

@@ -62,7 +62,9 @@ func TestProbes(t *testing.T) {
 							t.Errorf("full-mode launch %s: %d traps, want 2 (timed)", p.Symbol, p.Traps())
 						case p.Op == bpfobj.OpCudaRegisterFunction && (mode != KernelModeFull || p.Traps() != 1):
 							t.Errorf("name source %s in mode %s with %d traps", p.Symbol, mode, p.Traps())
-						case !launch && p.Op != bpfobj.OpCudaRegisterFunction && (p.Traps() != 2 || !p.Timed()):
+						case p.Op == bpfobj.OpNcclGroupStart && p.Traps() != 1:
+							t.Errorf("count-only %s: %d traps, want 1", p.Symbol, p.Traps())
+						case !launch && p.Op != bpfobj.OpCudaRegisterFunction && p.Op != bpfobj.OpNcclGroupStart && (p.Traps() != 2 || !p.Timed()):
 							t.Errorf("timed probe %s: %d traps", p.Symbol, p.Traps())
 						}
 					}
@@ -100,7 +102,8 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCuda, KernelModeOff, ProfileLean, 2, 4},
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 6, 8},
 		{discover.LibCuda, KernelModeFull, ProfileFull, 9, 18},
-		{discover.LibNCCL, KernelModeFull, ProfileFull, 0, 0},
+		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
+		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 	}
 	for _, tc := range tests {
 		if n, traps := count(tc.lib, tc.mode, tc.profile); n != tc.n || traps != tc.traps {

@@ -31,8 +31,10 @@ type LibraryStatus struct {
 	FullModePIDs []int `json:"full_mode_pids,omitempty"`
 	// Paused is set while the overhead budget has detached the file's
 	// Pausable probes (duty cycling); their counts are then estimates.
-	Paused     bool      `json:"paused,omitempty"`
-	AttachedAt time.Time `json:"attached_at"`
+	Paused bool `json:"paused,omitempty"`
+	// UprobeMulti is set when the probes are uprobe_multi links (NCCL).
+	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
+	AttachedAt  time.Time `json:"attached_at"`
 }
 
 // FailureStatus is a library file whose attach failed and waits for a retry.
@@ -83,6 +85,7 @@ func (a *Attacher) Status() Status {
 			Absent:       slices.Clone(f.absent),
 			FullModePIDs: upgradedPIDs(f),
 			Paused:       f.paused,
+			UprobeMulti:  f.links.multi,
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {

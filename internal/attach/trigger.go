@@ -3,9 +3,11 @@ package attach
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
@@ -75,4 +77,15 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 		return true
 	}
 	return false
+}
+
+// ExitHook attaches prog to the sched_process_exit raw tracepoint (it
+// clears the in-flight state of every exiting thread). Raw tracepoints
+// need no tracefs mount.
+func ExitHook(prog *ebpf.Program) (link.Link, error) {
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exit", Program: prog})
+	if err != nil {
+		return nil, fmt.Errorf("attach sched_process_exit hook: %w", err)
+	}
+	return l, nil
 }

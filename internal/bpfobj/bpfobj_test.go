@@ -114,6 +114,13 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"OP_CUDA_GRAPH_LAUNCH_PTSZ": uint64(OpCudaGraphLaunchPtsz), "OP_CUDA_MALLOC_ASYNC_PTSZ": uint64(OpCudaMallocAsyncPtsz),
 			"OP_CUDA_FREE_ASYNC_PTSZ": uint64(OpCudaFreeAsyncPtsz), "OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ": uint64(OpCudaLaunchKernelExCPtsz),
 			"OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ": uint64(OpCudaLaunchCooperativePtsz),
+			"OP_NCCL_ALL_REDUCE":                     uint64(OpNcclAllReduce), "OP_NCCL_ALL_GATHER": uint64(OpNcclAllGather),
+			"OP_NCCL_REDUCE_SCATTER": uint64(OpNcclReduceScatter), "OP_NCCL_BROADCAST": uint64(OpNcclBroadcast),
+			"OP_NCCL_REDUCE": uint64(OpNcclReduce), "OP_NCCL_SEND": uint64(OpNcclSend), "OP_NCCL_RECV": uint64(OpNcclRecv),
+			"OP_NCCL_ALL_TO_ALL": uint64(OpNcclAllToAll), "OP_NCCL_GROUP_START": uint64(OpNcclGroupStart),
+			"OP_NCCL_GROUP_END": uint64(OpNcclGroupEnd), "OP_NCCL_COMM_INIT_RANK": uint64(OpNcclCommInitRank),
+			"OP_NCCL_COMM_INIT_RANK_CONFIG": uint64(OpNcclCommInitRankConfig), "OP_NCCL_COMM_INIT_ALL": uint64(OpNcclCommInitAll),
+			"OP_NCCL_COMM_DESTROY": uint64(OpNcclCommDestroy), "OP_NCCL_COMM_ABORT": uint64(OpNcclCommAbort),
 		}},
 		{"drop", map[string]uint64{
 			"DROP_AGGREGATED": uint64(DropAggregated), "DROP_LAUNCH_AGG": uint64(DropLaunchAgg),
@@ -121,8 +128,9 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_ORPHAN_RETURN": uint64(DropOrphanReturn), "DROP_NESTED": uint64(DropNested),
 			"DROP_EVENTS_RING": uint64(DropEventsRing), "DROP_PID_CLAIM": uint64(DropPIDClaim),
 			"DROP_KERNEL_REGS": uint64(DropKernelRegs), "DROP_RT_TO_DRV": uint64(DropRuntimeToDrv),
-			"DROP_LIB_LOADS": uint64(DropLibLoads),
-			"DROP_MAX":       uint64(NumDrops),
+			"DROP_LIB_LOADS": uint64(DropLibLoads), "DROP_NCCL_AGG": uint64(DropNCCLAgg),
+			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight),
+			"DROP_MAX":           uint64(NumDrops),
 		}},
 	}
 	for _, tc := range tests {
@@ -297,5 +305,20 @@ func TestSpecMapSizes(t *testing.T) {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s max_entries = %d, want %d", name, got, want)
 		}
+	}
+}
+
+func TestNCCLLatencyBoundsMatchBuckets(t *testing.T) {
+	interfaceSeconds := []float64{1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1}
+	if len(NCCLLatencyBoundsNs) != len(interfaceSeconds) {
+		t.Fatalf("%d bounds, interface has %d", len(NCCLLatencyBoundsNs), len(interfaceSeconds))
+	}
+	for i, s := range interfaceSeconds {
+		if want := uint64(math.Round(s * 1e9)); NCCLLatencyBoundsNs[i] != want {
+			t.Errorf("bound %d = %d ns, want %d", i, NCCLLatencyBoundsNs[i], want)
+		}
+	}
+	if got, want := len(ProfiNcclVal{}.Buckets), len(NCCLLatencyBoundsNs)+1; got != want {
+		t.Errorf("nccl_val has %d buckets, want %d", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
 )
 
@@ -22,7 +23,17 @@ type Sizes struct {
 	// CountHits counts probe hits per process in pid_hits, for the
 	// overhead estimate (--overhead-budget). Off, the code is not loaded.
 	CountHits bool
+	// NoUprobeMulti loads the uprobe.multi programs as classic ones: on
+	// kernels without uprobe_multi links (before 6.6) they would not load,
+	// and tests force the fallback with it.
+	NoUprobeMulti bool
 }
+
+// UprobeMultiPrograms are the programs built for uprobe_multi links.
+var UprobeMultiPrograms = []string{ProfiProgNcclEntryMulti, ProfiProgNcclReturnMulti}
+
+// HaveUprobeMulti reports whether the kernel has uprobe_multi links.
+func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }
 
 // Objects are the loaded programs and maps. Close releases them.
 type Objects struct {
@@ -58,6 +69,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if sizes.Detailed {
 		if err := spec.Variables[ProfiVarDetailedLaunches].Set(true); err != nil {
 			return nil, fmt.Errorf("set detailed_launches: %w", err)
+		}
+	}
+	if sizes.NoUprobeMulti {
+		for _, name := range UprobeMultiPrograms {
+			spec.Programs[name].AttachType = ebpf.AttachNone
 		}
 	}
 	if sizes.CountHits {

@@ -58,6 +58,21 @@ const (
 	OpCudaFreeAsyncPtsz         Op = ProfiOpOP_CUDA_FREE_ASYNC_PTSZ
 	OpCudaLaunchKernelExCPtsz   Op = ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC_PTSZ
 	OpCudaLaunchCooperativePtsz Op = ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ
+	OpNcclAllReduce             Op = ProfiOpOP_NCCL_ALL_REDUCE
+	OpNcclAllGather             Op = ProfiOpOP_NCCL_ALL_GATHER
+	OpNcclReduceScatter         Op = ProfiOpOP_NCCL_REDUCE_SCATTER
+	OpNcclBroadcast             Op = ProfiOpOP_NCCL_BROADCAST
+	OpNcclReduce                Op = ProfiOpOP_NCCL_REDUCE
+	OpNcclSend                  Op = ProfiOpOP_NCCL_SEND
+	OpNcclRecv                  Op = ProfiOpOP_NCCL_RECV
+	OpNcclAllToAll              Op = ProfiOpOP_NCCL_ALL_TO_ALL
+	OpNcclGroupStart            Op = ProfiOpOP_NCCL_GROUP_START
+	OpNcclGroupEnd              Op = ProfiOpOP_NCCL_GROUP_END
+	OpNcclCommInitRank          Op = ProfiOpOP_NCCL_COMM_INIT_RANK
+	OpNcclCommInitRankConfig    Op = ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG
+	OpNcclCommInitAll           Op = ProfiOpOP_NCCL_COMM_INIT_ALL
+	OpNcclCommDestroy           Op = ProfiOpOP_NCCL_COMM_DESTROY
+	OpNcclCommAbort             Op = ProfiOpOP_NCCL_COMM_ABORT
 	NumOps                      Op = ProfiOpOP_MAX
 )
 
@@ -73,6 +88,7 @@ const (
 	FamilyFree              // tracked device bytes freed
 	FamilyMallocHost        // pinned host bytes allocated
 	FamilyMemset            // bytes set
+	FamilyNCCL              // NCCL calls (nccl_agg): payload bytes
 )
 
 // OpInfo describes an operation.
@@ -133,6 +149,22 @@ var ops = [NumOps]OpInfo{
 	OpCudaFreeAsyncPtsz:         {"cudaFreeAsync_ptsz", FamilyFree},
 	OpCudaLaunchKernelExCPtsz:   {"cudaLaunchKernelExC_ptsz", FamilyLaunch},
 	OpCudaLaunchCooperativePtsz: {"cudaLaunchCooperativeKernel_ptsz", FamilyLaunch},
+
+	OpNcclAllReduce:          {"ncclAllReduce", FamilyNCCL},
+	OpNcclAllGather:          {"ncclAllGather", FamilyNCCL},
+	OpNcclReduceScatter:      {"ncclReduceScatter", FamilyNCCL},
+	OpNcclBroadcast:          {"ncclBroadcast", FamilyNCCL},
+	OpNcclReduce:             {"ncclReduce", FamilyNCCL},
+	OpNcclSend:               {"ncclSend", FamilyNCCL},
+	OpNcclRecv:               {"ncclRecv", FamilyNCCL},
+	OpNcclAllToAll:           {"ncclAlltoAll", FamilyNCCL},
+	OpNcclGroupStart:         {"ncclGroupStart", FamilyNCCL},
+	OpNcclGroupEnd:           {"ncclGroupEnd", FamilyNCCL},
+	OpNcclCommInitRank:       {"ncclCommInitRank", FamilyNCCL},
+	OpNcclCommInitRankConfig: {"ncclCommInitRankConfig", FamilyNCCL},
+	OpNcclCommInitAll:        {"ncclCommInitAll", FamilyNCCL},
+	OpNcclCommDestroy:        {"ncclCommDestroy", FamilyNCCL},
+	OpNcclCommAbort:          {"ncclCommAbort", FamilyNCCL},
 }
 
 // Info describes op; ids out of range are "unknown".
@@ -186,6 +218,8 @@ const (
 	DropKernelRegs   Drop = ProfiDropDROP_KERNEL_REGS
 	DropRuntimeToDrv Drop = ProfiDropDROP_RT_TO_DRV
 	DropLibLoads     Drop = ProfiDropDROP_LIB_LOADS
+	DropNCCLAgg      Drop = ProfiDropDROP_NCCL_AGG
+	DropNCCLInflight Drop = ProfiDropDROP_NCCL_INFLIGHT
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -203,6 +237,10 @@ func Cookie(op Op, file uint32) uint64 { return uint64(op) | uint64(file)<<32 }
 // KernelLatencyBoundsNs are the bounds of the kernel launch latency
 // buckets (klat_bounds_ns); the last bucket is +Inf.
 var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
+
+// NCCLLatencyBoundsNs are the bounds of the NCCL latency buckets
+// (nlat_bounds_ns in profi.bpf.c, interface.md 5.5); the last bucket is +Inf.
+var NCCLLatencyBoundsNs = [...]uint64{1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9}
 
 // StreamLabel formats a cudaStream_t handle as the `stream` label value.
 func StreamLabel(stream uint64) string {

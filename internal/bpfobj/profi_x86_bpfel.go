@@ -59,7 +59,9 @@ const (
 	ProfiDropDROP_KERNEL_REGS   ProfiDrop = 8
 	ProfiDropDROP_RT_TO_DRV     ProfiDrop = 9
 	ProfiDropDROP_LIB_LOADS     ProfiDrop = 10
-	ProfiDropDROP_MAX           ProfiDrop = 11
+	ProfiDropDROP_NCCL_AGG      ProfiDrop = 11
+	ProfiDropDROP_NCCL_INFLIGHT ProfiDrop = 12
+	ProfiDropDROP_MAX           ProfiDrop = 13
 )
 
 type ProfiInflightCall struct {
@@ -137,6 +139,49 @@ const (
 	ProfiNameKindNAME_KERNEL_FUNC ProfiNameKind = 4
 )
 
+type ProfiNcclCall struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Comm    uint64
+	Bytes   uint64
+	Out     uint64
+	Op      uint32
+	Depth   uint32
+	Info    ProfiNcclComm
+}
+
+type ProfiNcclComm struct {
+	_      structs.HostLayout
+	Rank   int32
+	Nranks int32
+	Id     [128]uint8
+}
+
+type ProfiNcclCommKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad  uint32
+	Comm uint64
+}
+
+type ProfiNcclKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Op   uint32
+	Comm uint64
+	Err  int32
+	Pad  uint32
+}
+
+type ProfiNcclVal struct {
+	_          structs.HostLayout
+	Count      uint64
+	Bytes      uint64
+	Timed      uint64
+	DurationNs uint64
+	Buckets    [12]uint64
+}
+
 type ProfiOp uint32
 
 const (
@@ -188,7 +233,22 @@ const (
 	ProfiOpOP_CUDA_FREE_ASYNC_PTSZ                ProfiOp = 45
 	ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC_PTSZ         ProfiOp = 46
 	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ ProfiOp = 47
-	ProfiOpOP_MAX                                 ProfiOp = 48
+	ProfiOpOP_NCCL_ALL_REDUCE                     ProfiOp = 48
+	ProfiOpOP_NCCL_ALL_GATHER                     ProfiOp = 49
+	ProfiOpOP_NCCL_REDUCE_SCATTER                 ProfiOp = 50
+	ProfiOpOP_NCCL_BROADCAST                      ProfiOp = 51
+	ProfiOpOP_NCCL_REDUCE                         ProfiOp = 52
+	ProfiOpOP_NCCL_SEND                           ProfiOp = 53
+	ProfiOpOP_NCCL_RECV                           ProfiOp = 54
+	ProfiOpOP_NCCL_ALL_TO_ALL                     ProfiOp = 55
+	ProfiOpOP_NCCL_GROUP_START                    ProfiOp = 56
+	ProfiOpOP_NCCL_GROUP_END                      ProfiOp = 57
+	ProfiOpOP_NCCL_COMM_INIT_RANK                 ProfiOp = 58
+	ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG          ProfiOp = 59
+	ProfiOpOP_NCCL_COMM_INIT_ALL                  ProfiOp = 60
+	ProfiOpOP_NCCL_COMM_DESTROY                   ProfiOp = 61
+	ProfiOpOP_NCCL_COMM_ABORT                     ProfiOp = 62
+	ProfiOpOP_MAX                                 ProfiOp = 63
 )
 
 type ProfiPidFile struct {
@@ -222,6 +282,10 @@ const (
 	ProfiMapLaunchAgg         = "launch_agg"
 	ProfiMapLibLoads          = "lib_loads"
 	ProfiMapMallocSizes       = "malloc_sizes"
+	ProfiMapNcclAgg           = "nccl_agg"
+	ProfiMapNcclComms         = "nccl_comms"
+	ProfiMapNcclInflight      = "nccl_inflight"
+	ProfiMapNcclScratch       = "nccl_scratch"
 	ProfiMapPidClaim          = "pid_claim"
 	ProfiMapPidFiles          = "pid_files"
 	ProfiMapPidHits           = "pid_hits"
@@ -231,6 +295,11 @@ const (
 	ProfiProgDlEvent          = "dl_event"
 	ProfiProgLaunchEntry      = "launch_entry"
 	ProfiProgNameEntry        = "name_entry"
+	ProfiProgNcclEntry        = "nccl_entry"
+	ProfiProgNcclEntryMulti   = "nccl_entry_multi"
+	ProfiProgNcclExit         = "nccl_exit"
+	ProfiProgNcclReturn       = "nccl_return"
+	ProfiProgNcclReturnMulti  = "nccl_return_multi"
 	ProfiProgTimedEntry       = "timed_entry"
 	ProfiProgTimedReturn      = "timed_return"
 	ProfiVarCountHits         = "count_hits"
@@ -285,11 +354,16 @@ type ProfiSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
-	DlEvent     *ebpf.ProgramSpec `ebpf:"dl_event"`
-	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
-	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
-	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
-	TimedReturn *ebpf.ProgramSpec `ebpf:"timed_return"`
+	DlEvent         *ebpf.ProgramSpec `ebpf:"dl_event"`
+	LaunchEntry     *ebpf.ProgramSpec `ebpf:"launch_entry"`
+	NameEntry       *ebpf.ProgramSpec `ebpf:"name_entry"`
+	NcclEntry       *ebpf.ProgramSpec `ebpf:"nccl_entry"`
+	NcclEntryMulti  *ebpf.ProgramSpec `ebpf:"nccl_entry_multi"`
+	NcclExit        *ebpf.ProgramSpec `ebpf:"nccl_exit"`
+	NcclReturn      *ebpf.ProgramSpec `ebpf:"nccl_return"`
+	NcclReturnMulti *ebpf.ProgramSpec `ebpf:"nccl_return_multi"`
+	TimedEntry      *ebpf.ProgramSpec `ebpf:"timed_entry"`
+	TimedReturn     *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
 
 // ProfiMapSpecs contains maps before they are loaded into the kernel.
@@ -305,6 +379,10 @@ type ProfiMapSpecs struct {
 	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
 	LibLoads     *ebpf.MapSpec `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
+	NcclAgg      *ebpf.MapSpec `ebpf:"nccl_agg"`
+	NcclComms    *ebpf.MapSpec `ebpf:"nccl_comms"`
+	NcclInflight *ebpf.MapSpec `ebpf:"nccl_inflight"`
+	NcclScratch  *ebpf.MapSpec `ebpf:"nccl_scratch"`
 	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
 	PidHits      *ebpf.MapSpec `ebpf:"pid_hits"`
@@ -356,6 +434,10 @@ type ProfiMaps struct {
 	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
 	LibLoads     *ebpf.Map `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
+	NcclAgg      *ebpf.Map `ebpf:"nccl_agg"`
+	NcclComms    *ebpf.Map `ebpf:"nccl_comms"`
+	NcclInflight *ebpf.Map `ebpf:"nccl_inflight"`
+	NcclScratch  *ebpf.Map `ebpf:"nccl_scratch"`
 	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles     *ebpf.Map `ebpf:"pid_files"`
 	PidHits      *ebpf.Map `ebpf:"pid_hits"`
@@ -375,6 +457,10 @@ func (m *ProfiMaps) Close() error {
 		m.LaunchAgg,
 		m.LibLoads,
 		m.MallocSizes,
+		m.NcclAgg,
+		m.NcclComms,
+		m.NcclInflight,
+		m.NcclScratch,
 		m.PidClaim,
 		m.PidFiles,
 		m.PidHits,
@@ -402,11 +488,16 @@ type ProfiVariables struct {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
-	DlEvent     *ebpf.Program `ebpf:"dl_event"`
-	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
-	NameEntry   *ebpf.Program `ebpf:"name_entry"`
-	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
-	TimedReturn *ebpf.Program `ebpf:"timed_return"`
+	DlEvent         *ebpf.Program `ebpf:"dl_event"`
+	LaunchEntry     *ebpf.Program `ebpf:"launch_entry"`
+	NameEntry       *ebpf.Program `ebpf:"name_entry"`
+	NcclEntry       *ebpf.Program `ebpf:"nccl_entry"`
+	NcclEntryMulti  *ebpf.Program `ebpf:"nccl_entry_multi"`
+	NcclExit        *ebpf.Program `ebpf:"nccl_exit"`
+	NcclReturn      *ebpf.Program `ebpf:"nccl_return"`
+	NcclReturnMulti *ebpf.Program `ebpf:"nccl_return_multi"`
+	TimedEntry      *ebpf.Program `ebpf:"timed_entry"`
+	TimedReturn     *ebpf.Program `ebpf:"timed_return"`
 }
 
 func (p *ProfiPrograms) Close() error {
@@ -414,6 +505,11 @@ func (p *ProfiPrograms) Close() error {
 		p.DlEvent,
 		p.LaunchEntry,
 		p.NameEntry,
+		p.NcclEntry,
+		p.NcclEntryMulti,
+		p.NcclExit,
+		p.NcclReturn,
+		p.NcclReturnMulti,
 		p.TimedEntry,
 		p.TimedReturn,
 	)

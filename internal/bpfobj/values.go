@@ -26,6 +26,17 @@ func (v *ProfiLaunchVal) Add(o *ProfiLaunchVal) {
 	}
 }
 
+// Add sums o into v.
+func (v *ProfiNcclVal) Add(o *ProfiNcclVal) {
+	v.Count += o.Count
+	v.Bytes += o.Bytes
+	v.Timed += o.Timed
+	v.DurationNs += o.DurationNs
+	for i := range v.Buckets {
+		v.Buckets[i] += o.Buckets[i]
+	}
+}
+
 // AddScaled adds (cur − last) × f to v: the estimate of a duty-cycled
 // key (see internal/budget). f == 1 adds the exact increase.
 func (v *ProfiAggVal) AddScaled(cur, last *ProfiAggVal, f float64) {

@@ -22,6 +22,10 @@ var (
 	kernelLabels  = []string{"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"}
 	errorLabels   = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"}
 	kHistLabels   = []string{"kernel", "namespace", "pod", "gpu", "kernel_class", "phase"}
+	ncclLabels    = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
+	// Additions: per-communicator families, joinable across nodes by communicator.
+	commLabels     = []string{"operation", "pid", "communicator"}
+	commInfoLabels = []string{"pid", "comm", "communicator", "rank", "nranks", "namespace", "pod", "gpu"}
 )
 
 // Libraries reported by profi_system_discovery_attached_libraries, always
@@ -59,6 +63,10 @@ type Collector struct {
 	nameFailures                                  *prometheus.Desc
 	trapCost, hitCost, probeCPU, probeShare       *prometheus.Desc
 	samplingRatio, pausedFiles                    *prometheus.Desc
+	ncclCalls, ncclBytes, ncclHangs, ncclStale    *prometheus.Desc
+	ncclOldest, ncclStraggler, ncclCommInfo       *prometheus.Desc
+	ncclCommCalls, ncclCommBytes                  *prometheus.Desc
+	ncclDurations                                 latencyFamilies
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -103,6 +111,16 @@ func New(data Data) *Collector {
 		probeShare:      d("profi_system_probe_overhead_ratio", "Estimated probe cost over the process's CPU time in the last duty cycle (10 s); compare with --overhead-budget.", []string{"pid"}, nil),
 		samplingRatio:   d("profi_system_sampling_ratio", "Share of time a process's hot probes are attached (--overhead-budget); below 1 its launch, copy, memset and sync counts are estimates.", []string{"pid"}, nil),
 		pausedFiles:     d("profi_system_duty_cycled_libraries", "Library files whose hot probes are detached right now by the overhead budget.", nil, nil),
+		ncclCalls:       d("profi_nccl_calls_total", "NCCL calls: collectives, point-to-point, group and communicator calls, failed calls included.", ncclLabels, nil),
+		ncclBytes:       d("profi_nccl_bytes_total", "NCCL payload bytes: element count x datatype size (the user buffer, not bytes on the wire; 0 for an unknown datatype).", ncclLabels, nil),
+		ncclDurations:   newLatencyFamilies("profi_nccl_duration", "NCCL calls (enqueue time on the host: the call returns before the GPU runs the collective, except when it blocks)", histLabels, bpfobj.NCCLLatencyBoundsNs[:]),
+		ncclHangs:       d("profi_nccl_hang_detected_total", "NCCL calls in flight for longer than --nccl-hang-timeout, each counted once.", []string{"operation", "pid"}, nil),
+		ncclStale:       d("profi_nccl_stale_entries", "NCCL calls in flight right now for longer than --nccl-hang-timeout.", nil, nil),
+		ncclOldest:      d("profi_nccl_oldest_inflight_seconds", "Age of the oldest NCCL call in flight, per process and operation; absent when none is.", []string{"operation", "pid"}, nil),
+		ncclStraggler:   d("profi_nccl_straggler_ratio", "A process's p95 NCCL latency over the median p95 of the other processes of its communicator on this node, per operation, over the last --gc-interval window.", []string{"pid", "gpu", "gpu_uuid", "operation"}, nil),
+		ncclCommInfo:    d("profi_nccl_communicator_info", "A communicator this process joined, as its init call described it: communicator is NCCL's hash of the unique id (the commHash of NCCL logs), the same on every rank and node.", commInfoLabels, nil),
+		ncclCommCalls:   d("profi_nccl_communicator_calls_total", "NCCL calls per communicator (communicator=\"unknown\": created before profi attached).", commLabels, nil),
+		ncclCommBytes:   d("profi_nccl_communicator_bytes_total", "NCCL payload bytes per communicator.", commLabels, nil),
 	}
 }
 
@@ -115,6 +133,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
+		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
+		c.ncclCommCalls, c.ncclCommBytes,
+		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
 	}
@@ -187,13 +208,15 @@ const (
 )
 
 var mapDropNames = map[bpfobj.Drop]string{
-	bpfobj.DropAggregated:  "aggregated",
-	bpfobj.DropLaunchAgg:   "launch_agg",
-	bpfobj.DropInflight:    "inflight",
-	bpfobj.DropMallocSizes: "malloc_sizes",
-	bpfobj.DropPIDClaim:    "pid_claim",
-	bpfobj.DropKernelRegs:  "kernel_regs",
-	bpfobj.DropLibLoads:    "lib_loads",
+	bpfobj.DropAggregated:   "aggregated",
+	bpfobj.DropLaunchAgg:    "launch_agg",
+	bpfobj.DropInflight:     "inflight",
+	bpfobj.DropMallocSizes:  "malloc_sizes",
+	bpfobj.DropPIDClaim:     "pid_claim",
+	bpfobj.DropKernelRegs:   "kernel_regs",
+	bpfobj.DropLibLoads:     "lib_loads",
+	bpfobj.DropNCCLAgg:      "nccl_agg",
+	bpfobj.DropNCCLInflight: "nccl_inflight",
 }
 
 // Collect builds every metric from the current state.
@@ -237,6 +260,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
+	for _, p := range s.Processes {
+		if p.NCCL != nil {
+			c.collectNCCL(ch, p)
+		}
+	}
+	for k, h := range s.NCCLHists {
+		c.ncclDurations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
+	}
+	gauge(c.ncclStale, float64(s.NCCLStale))
 	for k, h := range s.Hists {
 		c.durations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
 	}
@@ -290,6 +322,43 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.probeCPU, prometheus.CounterValue, p.Estimated.Seconds(), l)
 			gauge(c.probeShare, p.Share, l)
 			gauge(c.samplingRatio, p.Ratio, l)
+		}
+	}
+}
+
+// collectNCCL sends one process's NCCL families.
+func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Process) {
+	m, n := p.Meta, p.NCCL
+	pid := strconv.Itoa(m.PID)
+	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+	}
+	for op, v := range n.Calls {
+		send(c.ncclCalls, prometheus.CounterValue, float64(v), op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+	}
+	for op, v := range n.Bytes {
+		send(c.ncclBytes, prometheus.CounterValue, float64(v), op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+	}
+	for op, v := range n.Hangs {
+		send(c.ncclHangs, prometheus.CounterValue, float64(v), op, pid)
+	}
+	for op, age := range n.Oldest {
+		send(c.ncclOldest, prometheus.GaugeValue, age.Seconds(), op, pid)
+	}
+	for op, r := range n.Straggler {
+		send(c.ncclStraggler, prometheus.GaugeValue, r, pid, m.GPU, m.GPUUUID, op)
+	}
+	infos := map[aggregate.Communicator]bool{}
+	for co, v := range n.CommCalls {
+		send(c.ncclCommCalls, prometheus.CounterValue, float64(v), co.Op, pid, co.Comm.ID)
+		infos[co.Comm] = true
+	}
+	for co, v := range n.CommBytes {
+		send(c.ncclCommBytes, prometheus.CounterValue, float64(v), co.Op, pid, co.Comm.ID)
+	}
+	for comm := range infos {
+		if comm.Rank >= 0 {
+			send(c.ncclCommInfo, prometheus.GaugeValue, 1, pid, m.Comm, comm.ID, strconv.Itoa(comm.Rank), strconv.Itoa(comm.NRanks), m.Namespace, m.Pod, m.GPU)
 		}
 	}
 }

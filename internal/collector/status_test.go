@@ -48,6 +48,8 @@ func TestStatus(t *testing.T) {
 			"kernel_regs":       uint64(bpfobj.DropKernelRegs) + 1,
 			"runtime_to_driver": uint64(bpfobj.DropRuntimeToDrv) + 1,
 			"lib_loads":         uint64(bpfobj.DropLibLoads) + 1,
+			"nccl_agg":          uint64(bpfobj.DropNCCLAgg) + 1,
+			"nccl_inflight":     uint64(bpfobj.DropNCCLInflight) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

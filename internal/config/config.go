@@ -119,6 +119,7 @@ type Config struct {
 	MallocSizesSize  uint32        // --malloc-sizes-size
 	DetailedLaunches bool          // --detailed-launches
 	OverheadBudget   float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
+	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for NCCL (tests the fallback)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP             OTLPConfig    // --otlp-* and OTEL_* (interface.md 2.4)
 	MetricsTLS       TLSConfig     // --metrics-tls-* (interface.md 2.5)
@@ -223,6 +224,7 @@ type cli struct {
 	LaunchAggSize    int64   `name:"launch-agg-size" default:"8192" placeholder:"N" help:"max_entries of the kernel-launch aggregation BPF map."`
 	MallocSizesSize  int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
 	DetailedLaunches bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
+	NoUprobeMulti    bool    `name:"no-uprobe-multi" hidden:"" help:"Attach NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
 	OverheadBudget   float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
 	LogLevel         string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
@@ -465,6 +467,7 @@ func (p *parser) build(raw *cli) *Config {
 		MaxKernelsPerPID: raw.MaxKernelsPerPID,
 		SampleRate:       raw.SampleRate,
 		DetailedLaunches: raw.DetailedLaunches,
+		NoUprobeMulti:    raw.NoUprobeMulti,
 	}
 
 	p.checkListen(raw.Listen)
@@ -847,10 +850,6 @@ func (c *Config) Unsupported() []string {
 	// With NVML disabled the interval has nothing to govern.
 	if !c.DisableNVML && c.NVMLInterval != 5*time.Second {
 		add("--nvml-interval=%d is not yet supported (the NVML poller is not implemented)", int64(c.NVMLInterval/time.Second))
-	}
-	// 0 asks for no hang detection, which is what we do until it lands.
-	if c.NCCLHangTimeout != 60*time.Second && c.NCCLHangTimeout != 0 {
-		add("--nccl-hang-timeout=%d is not yet supported (NCCL hang detection is not implemented)", int64(c.NCCLHangTimeout/time.Second))
 	}
 	if c.OTLP.Enabled() {
 		add("OTLP push is not yet supported (endpoint %q is set)", c.OTLP.Endpoint)

@@ -734,7 +734,6 @@ func TestUnsupported(t *testing.T) {
 		{"nvml-interval", []string{"--nvml-interval=10"}, nil, []string{"--nvml-interval=10 is not yet supported"}},
 		{"nvml-interval irrelevant when disabled", []string{"--nvml-interval=10", "--disable-nvml"}, nil, nil},
 		{"disable-nvml", []string{"--disable-nvml"}, nil, nil},
-		{"nccl-hang-timeout", []string{"--nccl-hang-timeout=30"}, nil, []string{"--nccl-hang-timeout=30 is not yet supported"}},
 		{"nccl-hang-timeout 0 (detection off) is honoured", []string{"--nccl-hang-timeout=0"}, nil, nil},
 		{"sample-rate", []string{"--sample-rate=4"}, nil, nil},
 		{"detailed-launches", []string{"--detailed-launches"}, nil, nil},

@@ -1,0 +1,389 @@
+package aggregate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// maxCommsPerPID bounds the communicator series of one process; calls on
+// further communicators still count in the per-operation families.
+const maxCommsPerPID = 16
+
+// NCCLHist is an NCCL latency histogram (non-cumulative buckets, the last
+// one +Inf).
+type NCCLHist struct {
+	Buckets [len(bpfobj.NCCLLatencyBoundsNs) + 1]uint64
+	SumNs   uint64
+	Count   uint64
+}
+
+func (h *NCCLHist) add(o *NCCLHist) {
+	for i := range h.Buckets {
+		h.Buckets[i] += o.Buckets[i]
+	}
+	h.SumNs += o.SumNs
+	h.Count += o.Count
+}
+
+// sub returns h − o (a window of a cumulative histogram).
+func (h *NCCLHist) sub(o *NCCLHist) NCCLHist {
+	var d NCCLHist
+	for i := range h.Buckets {
+		d.Buckets[i] = h.Buckets[i] - min(h.Buckets[i], o.Buckets[i])
+	}
+	d.SumNs = h.SumNs - min(h.SumNs, o.SumNs)
+	d.Count = h.Count - min(h.Count, o.Count)
+	return d
+}
+
+// Quantile estimates the q-quantile in seconds the way PromQL's
+// histogram_quantile does: linear interpolation inside the bucket that
+// holds it; the last finite bound when it falls in +Inf. NaN when empty.
+func (h *NCCLHist) Quantile(q float64) float64 {
+	if h.Count == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(h.Count)
+	var cum uint64
+	for i, n := range h.Buckets {
+		if n == 0 || float64(cum+n) < rank {
+			cum += n
+			continue
+		}
+		if i == len(bpfobj.NCCLLatencyBoundsNs) {
+			return float64(bpfobj.NCCLLatencyBoundsNs[i-1]) / 1e9
+		}
+		lo := 0.0
+		if i > 0 {
+			lo = float64(bpfobj.NCCLLatencyBoundsNs[i-1])
+		}
+		hi := float64(bpfobj.NCCLLatencyBoundsNs[i])
+		return (lo + (hi-lo)*(rank-float64(cum))/float64(n)) / 1e9
+	}
+	return float64(bpfobj.NCCLLatencyBoundsNs[len(bpfobj.NCCLLatencyBoundsNs)-1]) / 1e9
+}
+
+func ncclHistOf(v *bpfobj.ProfiNcclVal) *NCCLHist {
+	h := &NCCLHist{SumNs: v.DurationNs, Count: v.Timed}
+	copy(h.Buckets[:], v.Buckets[:])
+	return h
+}
+
+// Communicator is an NCCL communicator as its init call described it.
+type Communicator struct {
+	// ID is NCCL's own hash of the ncclUniqueId (the commHash NCCL logs):
+	// the same in every rank of the communicator, on every node.
+	ID     string
+	Rank   int
+	NRanks int
+}
+
+// unknownComm labels calls on a communicator created before profi
+// attached (its init was not seen).
+var unknownComm = Communicator{ID: "unknown", Rank: -1, NRanks: -1}
+
+// CommOp keys per-communicator counts.
+type CommOp struct {
+	Comm Communicator
+	Op   string
+}
+
+// NCCL is one process's NCCL data.
+type NCCL struct {
+	Calls map[string]uint64 // by operation
+	Bytes map[string]uint64 // by data operation (collectives and point-to-point)
+	// CommCalls and CommBytes are the same per communicator (addition).
+	CommCalls map[CommOp]uint64
+	CommBytes map[CommOp]uint64
+	// Oldest is the age of the oldest in-flight call per operation.
+	Oldest map[string]time.Duration
+	// Hangs counts in-flight calls that exceeded the hang timeout, once each.
+	Hangs map[string]uint64
+	// Straggler is the straggler ratio per operation (see stragglers).
+	Straggler map[string]float64
+	hists     map[string]*NCCLHist // by op; merged into Snapshot.NCCLHists
+}
+
+// ncclDataOps are the operations whose bytes are exported.
+var ncclDataOps = map[bpfobj.Op]bool{
+	bpfobj.OpNcclAllReduce: true, bpfobj.OpNcclAllGather: true, bpfobj.OpNcclReduceScatter: true,
+	bpfobj.OpNcclBroadcast: true, bpfobj.OpNcclReduce: true, bpfobj.OpNcclSend: true,
+	bpfobj.OpNcclRecv: true, bpfobj.OpNcclAllToAll: true,
+}
+
+// CommHash is NCCL's hash of a unique id (getHash in NCCL's utils: DJB2a
+// over the bytes as signed chars), so the communicator label matches the
+// commHash of NCCL_DEBUG=INFO logs.
+func CommHash(id []byte) uint64 {
+	h := uint64(5381)
+	for _, b := range id {
+		h = (h<<5 + h) ^ uint64(int64(int8(b)))
+	}
+	return h
+}
+
+// commOf returns a communicator's description from its init, as read
+// from nccl_comms.
+func commOf(c *bpfobj.ProfiNcclComm) Communicator {
+	// Formatted as NCCL logs it ("commId 0x..." in its init lines).
+	return Communicator{ID: fmt.Sprintf("%#x", CommHash(c.Id[:])), Rank: int(c.Rank), NRanks: int(c.Nranks)}
+}
+
+// ncclState is the aggregator's NCCL bookkeeping, owned by the drain.
+type ncclState struct {
+	comms    map[int]map[uint64]Communicator // pid -> ncclComm_t -> identity
+	reported map[inflightKey]bool            // hung calls already counted
+	hangs    map[int]map[string]uint64       // pid -> op -> hangs
+	// Straggler windows: cumulative histograms at the last computation.
+	base      map[stragglerKey]NCCLHist
+	straggler map[int]map[string]float64
+	lastStrag time.Time
+	stale     int
+}
+
+type inflightKey struct {
+	tid   uint64
+	start uint64
+}
+
+type stragglerKey struct {
+	pid  int
+	comm string
+	op   string
+}
+
+func newNCCLState() ncclState {
+	return ncclState{
+		comms:     map[int]map[uint64]Communicator{},
+		reported:  map[inflightKey]bool{},
+		hangs:     map[int]map[string]uint64{},
+		base:      map[stragglerKey]NCCLHist{},
+		straggler: map[int]map[string]float64{},
+	}
+}
+
+func (s *ncclState) forget(pid int) {
+	delete(s.comms, pid)
+	delete(s.hangs, pid)
+	delete(s.straggler, pid)
+	for k := range s.base {
+		if k.pid == pid {
+			delete(s.base, k)
+		}
+	}
+}
+
+// readComms adds the communicators of nccl_comms to the table; entries
+// stay known until the process exits, even after BPF's LRU drops them.
+func (a *Aggregator) readComms() error {
+	return a.opts.Source.NCCLComms(func(k bpfobj.ProfiNcclCommKey, v *bpfobj.ProfiNcclComm) {
+		m := a.nccl.comms[int(k.Pid)]
+		if m == nil {
+			m = map[uint64]Communicator{}
+			a.nccl.comms[int(k.Pid)] = m
+		}
+		m[k.Comm] = commOf(v)
+	})
+}
+
+// buildNCCL turns one process's nccl_agg values into its NCCL data.
+func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal) {
+	if len(keys) == 0 {
+		return
+	}
+	pid := p.Meta.PID
+	n := &NCCL{
+		Calls: map[string]uint64{}, Bytes: map[string]uint64{},
+		CommCalls: map[CommOp]uint64{}, CommBytes: map[CommOp]uint64{},
+		hists: map[string]*NCCLHist{},
+	}
+	p.NCCL = n
+	comms := map[string]bool{}
+	sorted := make([]bpfobj.ProfiNcclKey, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.SortFunc(sorted, func(x, y bpfobj.ProfiNcclKey) int {
+		if x.Op != y.Op {
+			return int(x.Op) - int(y.Op)
+		}
+		if x.Comm != y.Comm {
+			if x.Comm < y.Comm {
+				return -1
+			}
+			return 1
+		}
+		return int(x.Err) - int(y.Err)
+	})
+	for _, k := range sorted {
+		v := keys[k]
+		op := bpfobj.OpName(k.Op)
+		p.events += v.Count
+		if a.admit(tuple{fam: famNCCL, pid: pid, a: op}) {
+			n.Calls[op] += v.Count
+			if ncclDataOps[bpfobj.Op(k.Op)] {
+				n.Bytes[op] += v.Bytes
+			}
+		}
+		if k.Err != 0 {
+			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, a: oc.Op, b: oc.Code}) {
+				p.Errors[oc] += v.Count
+			}
+		}
+		if v.Timed > 0 {
+			mergeInto(n.hists, op, ncclHistOf(&v))
+		}
+		if k.Comm == 0 {
+			continue // group and init-all calls name no communicator
+		}
+		comm, ok := a.nccl.comms[pid][k.Comm]
+		if !ok {
+			comm = unknownComm
+		}
+		if !comms[comm.ID] && len(comms) >= maxCommsPerPID {
+			continue
+		}
+		if !a.admit(tuple{fam: famNCCLComm, pid: pid, a: op, b: comm.ID}) {
+			continue
+		}
+		comms[comm.ID] = true
+		co := CommOp{comm, op}
+		n.CommCalls[co] += v.Count
+		if ncclDataOps[bpfobj.Op(k.Op)] {
+			n.CommBytes[co] += v.Bytes
+		}
+		if v.Timed > 0 && comm != unknownComm {
+			sk := stragglerKey{pid, comm.ID, op}
+			h := a.stragHists[sk]
+			if h == nil {
+				h = &NCCLHist{}
+				a.stragHists[sk] = h
+			}
+			h.add(ncclHistOf(&v))
+		}
+	}
+}
+
+// watchInflight finds hung NCCL calls: the oldest in-flight call per
+// (process, operation), and every call older than the hang timeout,
+// counted once per call (a call is its thread and start time).
+func (a *Aggregator) watchInflight(procs map[int]*Process, now uint64) error {
+	seen := map[inflightKey]bool{}
+	stale := 0
+	err := a.opts.Source.NCCLInflight(func(tid uint64, c *bpfobj.ProfiNcclCall) {
+		p := procs[int(tid>>32)]
+		if p == nil || now < c.StartNs {
+			return // exited (its entries are deleted) or not drained yet
+		}
+		if p.NCCL == nil {
+			p.NCCL = &NCCL{}
+		}
+		n := p.NCCL
+		op := bpfobj.OpName(c.Op)
+		age := time.Duration(now - c.StartNs)
+		if n.Oldest == nil {
+			n.Oldest = map[string]time.Duration{}
+		}
+		n.Oldest[op] = max(n.Oldest[op], age)
+		if a.opts.NCCLHangTimeout <= 0 || age <= a.opts.NCCLHangTimeout {
+			return
+		}
+		stale++
+		k := inflightKey{tid, c.StartNs}
+		seen[k] = true
+		if a.nccl.reported[k] {
+			return
+		}
+		a.nccl.reported[k] = true
+		pid := int(tid >> 32)
+		if a.nccl.hangs[pid] == nil {
+			a.nccl.hangs[pid] = map[string]uint64{}
+		}
+		a.nccl.hangs[pid][op]++
+		a.log.Warn("NCCL call hung", "pid", pid, "tid", uint32(tid), "operation", op, "age", age.Round(time.Millisecond), "timeout", a.opts.NCCLHangTimeout)
+	})
+	for k := range a.nccl.reported {
+		if !seen[k] {
+			delete(a.nccl.reported, k) // returned, or its thread exited
+		}
+	}
+	a.nccl.stale = stale
+	for pid, h := range a.nccl.hangs {
+		if p := procs[pid]; p != nil {
+			if p.NCCL == nil {
+				p.NCCL = &NCCL{}
+			}
+			p.NCCL.Hangs = h
+		}
+	}
+	return err
+}
+
+// stragglers computes, every StragglerInterval, each process's p95 NCCL
+// latency over the window since the last computation divided by the
+// median p95 of its peers: the other processes on this node in the same
+// communicator, same operation. A peer group needs at least 2 processes
+// with at least 10 calls each in the window; a process in several
+// communicators gets its largest ratio per operation.
+func (a *Aggregator) stragglers(procs map[int]*Process, now time.Time) {
+	if now.Sub(a.nccl.lastStrag) >= a.opts.StragglerInterval {
+		a.nccl.lastStrag = now
+		type member struct {
+			pid int
+			p95 float64
+		}
+		groups := map[[2]string][]member{}
+		for k, h := range a.stragHists {
+			base := a.nccl.base[k]
+			w := h.sub(&base)
+			a.nccl.base[k] = *h
+			if w.Count < 10 {
+				continue
+			}
+			g := [2]string{k.comm, k.op}
+			groups[g] = append(groups[g], member{k.pid, w.Quantile(0.95)})
+		}
+		a.nccl.straggler = map[int]map[string]float64{}
+		for g, ms := range groups {
+			if len(ms) < 2 {
+				continue
+			}
+			for i, m := range ms {
+				var peers []float64
+				for j, o := range ms {
+					if j != i {
+						peers = append(peers, o.p95)
+					}
+				}
+				med := median(peers)
+				if med <= 0 {
+					continue
+				}
+				r := m.p95 / med
+				if a.nccl.straggler[m.pid] == nil {
+					a.nccl.straggler[m.pid] = map[string]float64{}
+				}
+				a.nccl.straggler[m.pid][g[1]] = max(a.nccl.straggler[m.pid][g[1]], r)
+			}
+		}
+	}
+	for pid, s := range a.nccl.straggler {
+		if p := procs[pid]; p != nil && p.NCCL != nil {
+			p.NCCL.Straggler = s
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}

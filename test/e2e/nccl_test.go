@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+// ncclProbed are the NCCL functions profi probes (attach.ncclProbes).
+var ncclProbed = []string{
+	"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",
+	"ncclSend", "ncclRecv", "ncclAlltoAll", "ncclGroupStart", "ncclGroupEnd", "ncclCommInitRank",
+	"ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommDestroy", "ncclCommAbort",
+}
+
+// waitLib waits until /status lists pid among the processes of an
+// attached library file of lib.
+func waitLib(t *testing.T, a *testutil.Agent, pid int, lib string) status {
+	t.Helper()
+	var st status
+	err := testutil.Eventually(15*time.Second, func() error {
+		st = status{}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		for _, l := range st.AttachedLibraries {
+			for _, p := range l.PIDs {
+				if p == pid && l.Library == lib {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("pid %d has no attached %s", pid, lib)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// startJob starts the ranks of one NCCL job, waits until profi has
+// attached libnccl in each, then initialises them (rank 0 makes the unique
+// id) so the agent sees every communicator's init.
+func startJob(t *testing.T, a *testutil.Agent, nranks int, args func(rank int) []string) []*testutil.NCCLWorkload {
+	t.Helper()
+	var ranks []*testutil.NCCLWorkload
+	for rank := range nranks {
+		var extra []string
+		if args != nil {
+			extra = args(rank)
+		}
+		w, err := testutil.StartNCCL(context.Background(), fixtures.NcclWorkload, testutil.NCCLArgs(rank, nranks, extra...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop() })
+		waitLib(t, a, w.PID, "libnccl.so")
+		ranks = append(ranks, w)
+	}
+	id := ""
+	for _, w := range ranks {
+		in, err := w.InitWithID(id)
+		if err != nil {
+			t.Fatalf("init: %v\n%s", err, w.Stderr())
+		}
+		id = in.ID
+	}
+	return ranks
+}
+
+// series returns the value of every series of family, keyed by the given
+// labels' values joined with "|".
+func series(mfs map[string]*dto.MetricFamily, family string, labels ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range testutil.Samples(mfs[family]) {
+		k := ""
+		for i, l := range labels {
+			if i > 0 {
+				k += "|"
+			}
+			k += s.Labels[l]
+		}
+		out[k] += s.Value
+	}
+	return out
+}
+
+// ncclExpected is what /metrics must show for the ranks' ground truths.
+func ncclExpected(gts []*testutil.NCCLGroundTruth) values {
+	want := values{}
+	for _, gt := range gts {
+		pid := strconv.Itoa(gt.PID)
+		for _, op := range ncclProbed {
+			if n := gt.Calls[op]; n > 0 {
+				want[key("profi_nccl_calls_total", "operation="+op, "pid="+pid)] = float64(n)
+				if op != "ncclGroupStart" {
+					want[key("profi_nccl_duration_count_total", "operation="+op)] += float64(n)
+				}
+			}
+			for code, n := range gt.Errors[op] {
+				want[key("profi_cuda_errors_total", "operation="+op, "pid="+pid, "error_code="+code)] = float64(n)
+			}
+		}
+		for op, b := range gt.Bytes {
+			if gt.Calls[op] > 0 {
+				want[key("profi_nccl_bytes_total", "operation="+op, "pid="+pid)] = float64(b)
+			}
+		}
+		want[key("profi_nccl_communicator_info", "pid="+pid, "communicator="+gt.CommHash,
+			"rank="+strconv.Itoa(gt.Rank), "nranks="+strconv.Itoa(gt.NRanks))] = 1
+	}
+	return want
+}
+
+// ncclObserved reads the same families from /metrics for the given pids.
+func ncclObserved(mfs map[string]*dto.MetricFamily, pids []int) values {
+	got := values{}
+	own := map[string]bool{}
+	for _, p := range pids {
+		own[strconv.Itoa(p)] = true
+	}
+	add := func(family string, labels ...string) {
+		for _, s := range testutil.Samples(mfs[family]) {
+			if pid, ok := s.Labels["pid"]; ok && !own[pid] {
+				continue
+			}
+			if family == "profi_cuda_errors_total" && !strings.HasPrefix(s.Labels["operation"], "nccl") {
+				continue
+			}
+			got[key(family, pick(s.Labels, labels)...)] += s.Value
+		}
+	}
+	add("profi_nccl_calls_total", "operation", "pid")
+	add("profi_nccl_bytes_total", "operation", "pid")
+	add("profi_cuda_errors_total", "operation", "pid", "error_code")
+	add("profi_nccl_duration_count_total", "operation")
+	add("profi_nccl_communicator_info", "pid", "communicator", "rank", "nranks")
+	return got
+}
+
+func requireNCCLExact(t *testing.T, a *testutil.Agent, gts []*testutil.NCCLGroundTruth) map[string]*dto.MetricFamily {
+	t.Helper()
+	want := ncclExpected(gts)
+	var pids []int
+	for _, gt := range gts {
+		pids = append(pids, gt.PID)
+	}
+	var mfs map[string]*dto.MetricFamily
+	err := testutil.Eventually(10*time.Second, func() error {
+		var err error
+		if mfs, err = a.Metrics(); err != nil {
+			return err
+		}
+		if d := diff(want, ncclObserved(mfs, pids)); d != "" {
+			return fmt.Errorf("NCCL metrics differ from the ground truth:\n%s", d)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// Two ranks of one job: every probed call, byte and error code is exact
+// per rank, the latency histogram counts every timed call, and each rank's
+// communicator carries NCCL's commHash, its rank and the job size. The
+// same with classic uprobes (a kernel without uprobe_multi).
+func TestNCCLExact(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		multi bool
+	}{
+		{"uprobe_multi", nil, true},
+		{"classic uprobes", []string{"--no-uprobe-multi"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgent(t, tc.args...)
+			ranks := startJob(t, a, 2, func(int) []string { return []string{"--iters", "12"} })
+			var gts []*testutil.NCCLGroundTruth
+			for _, w := range ranks {
+				gt, err := w.Go()
+				if err != nil {
+					t.Fatalf("go: %v\n%s", err, w.Stderr())
+				}
+				gts = append(gts, gt)
+			}
+			requireNCCLExact(t, a, gts)
+
+			var st struct {
+				AttachedLibraries []struct {
+					Library     string `json:"library"`
+					UprobeMulti bool   `json:"uprobe_multi"`
+				} `json:"attached_libraries"`
+			}
+			if err := a.Status(&st); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range st.AttachedLibraries {
+				if l.Library == "libnccl.so" && l.UprobeMulti != tc.multi {
+					t.Errorf("libnccl attached with uprobe_multi = %v, want %v", l.UprobeMulti, tc.multi)
+				}
+			}
+		})
+	}
+}
