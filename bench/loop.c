@@ -12,6 +12,10 @@
  *   cuLaunchKernel    driver launch, called directly (no runtime on the path)
  *   cudaMemcpyAsync   runtime copy, timed by profi in every mode
  *
+ * The benchmark also runs it against the CET build of the runtime (whose
+ * cudaMemcpyAsync starts with endbr64) and with bench/interpose.c preloaded,
+ * which adds its own count of cuLaunchKernel calls to stderr at exit.
+ *
  * The loop first prints
  *
  *   ready pid=PID

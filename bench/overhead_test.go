@@ -71,28 +71,49 @@ var callPath = map[string][]site{
 // Configuration names, also the sub-benchmark names.
 const (
 	cfgNone      = "no_probe"
-	cfgEmpty     = "empty_uprobe" // the floor: one entry probe on the called function
+	cfgEmpty     = "empty_uprobe" // the floor: one entry probe at the called function's symbol (+0)
 	cfgEmptyPair = "empty_uprobe+uretprobe"
 	cfgEmptyRD   = "empty_uprobe_rt+drv"           // entry probes on cudaLaunchKernel and cuLaunchKernel
 	cfgEmptyRD4  = "empty_uprobe+uretprobe_rt+drv" // entry and return probes on both
-	cfgProfi     = "profi_"                        // + kernel mode
+	// At the offset internal/attach chooses: past an endbr64 followed by a push.
+	cfgEmptySkip     = "empty_uprobe@skip"
+	cfgEmptyPairSkip = "empty_uprobe+uretprobe@skip"
+	cfgBpftrace      = "bpftrace_count"        // bpftrace one-liner, @c = count()
+	cfgInterpose     = "ld_preload_interposer" // bench/interpose.c, no kernel
+	cfgProfi         = "profi_"                // + kernel mode
 )
 
 // An emptyProbe is a probe running the floor program.
 type emptyProbe struct {
-	at  site
-	ret bool // a return probe as well
+	at   site
+	ret  bool // a return probe as well
+	skip bool // at internal/attach's prologue offset instead of the symbol
 }
+
+// A probeAt is a probed address: a function and the offset past its symbol.
+type probeAt struct {
+	at     site
+	offset uint64
+}
+
+func (p probeAt) String() string { return fmt.Sprintf("%s+%d", p.at.sym, p.offset) }
 
 // A config is one way of probing one loop function.
 type config struct {
 	fn    string
+	cet   bool // the runtime is the CET build: every function starts endbr64; push %rbp
 	name  string
-	traps int          // uprobe traps per call; checked against what was attached
+	traps int // uprobe traps per call; checked against what was attached
+	// steps is how many of those traps also single-step the probed
+	// instruction out of line (a second kernel entry); checked against
+	// the bytes at the probed addresses.
+	steps int
 	empty []emptyProbe // floor-program probes
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
+	tool  counter      // a tool other than profi counting the calls (compare_test.go); nil = none
 	ns    []float64    // ns per call, one per run
 
+	probes []probeAt                   // the probed addresses on the call path, outermost first
 	libDir string                      // this configuration's private library copies
 	libs   map[discover.Library]string // their real paths, as /proc/PID/maps shows them
 	links  []link.Link                 // floor-program probes, attached once
@@ -101,22 +122,86 @@ type config struct {
 
 func (c *config) probed() bool { return c.traps > 0 }
 
+// function names the measured function in tables: the CET build's is a
+// different function body (endbr64 first).
+func (c *config) function() string {
+	if c.cet {
+		return c.fn + " (CET)"
+	}
+	return c.fn
+}
+
+// id is the sub-benchmark name.
+func (c *config) id() string {
+	if c.cet {
+		return c.fn + "_CET/" + c.name
+	}
+	return c.fn + "/" + c.name
+}
+
+// at is where the configuration probes the called function ("+4"), "—"
+// when nothing on the call path is probed.
+func (c *config) at() string {
+	if len(c.probes) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("+%d", c.probes[0].offset)
+}
+
+// results are the configurations of one run, with the lookups the reports
+// need. Ratios are only taken within one function (and build).
+type results []*config
+
+func (r results) find(like *config, match func(*config) bool) *config {
+	for _, c := range r {
+		if c.fn == like.fn && c.cet == like.cet && match(c) {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r results) named(like *config, name string) *config {
+	return r.find(like, func(e *config) bool { return e.name == name })
+}
+
+// floorOf is the empty entry probe at the symbol of c's function.
+func (r results) floorOf(c *config) *config { return r.named(c, cfgEmpty) }
+
+func (r results) noneOf(c *config) *config { return r.named(c, cfgNone) }
+
+// sameTraps is the empty-program configuration with the same traps and
+// single-steps as c.
+func (r results) sameTraps(c *config) *config {
+	if !c.probed() {
+		return nil
+	}
+	return r.find(c, func(e *config) bool { return e.empty != nil && e.traps == c.traps && e.steps == c.steps })
+}
+
 // bench is what every run shares.
 type bench struct {
-	loop  string
-	fx    *testutil.Fixtures
-	objs  *bpfobj.Objects
-	empty *ebpf.Program
+	dir       string // build outputs
+	loop      string
+	interpose string // the LD_PRELOAD interposer (bench/interpose.c)
+	fx        *testutil.Fixtures
+	objs      *bpfobj.Objects
+	empty     *ebpf.Program
+	// skip caches, per library file, the probe offset internal/attach
+	// chooses for each function (skipOffset).
+	skip map[string]map[string]uint64
 }
 
 // BenchmarkOverhead measures ns per call of stub CUDA functions called in a
 // tight loop by a separate process: with no probe, with an empty uprobe
 // (the floor: a BPF program that only returns 0) on the called function,
-// with empty probes at the sites profi probes, and with profi attached by
-// its own attach.Attacher in each kernel mode, runtime→driver guard
-// included. All configurations run interleaved in one run, so drift hits
-// them alike; ratios are taken within the run. Each sub-benchmark reports
-// ns/op = median ns per stub call.
+// with empty probes at the sites profi probes, with profi attached by its
+// own attach.Attacher in each kernel mode (runtime→driver guard included),
+// on a CET function at +0 and past its endbr64, and with the tools users
+// compare profi with: bpftrace and an LD_PRELOAD interposer. All
+// configurations run interleaved in one run, so drift hits them alike;
+// ratios are taken within the run. Each sub-benchmark reports ns/op =
+// median ns per stub call.
 //
 //	sudo go test -run '^$' -bench Overhead -benchtime 1x ./bench/
 func BenchmarkOverhead(b *testing.B) {
@@ -125,8 +210,8 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatal("-overhead.* flags must be positive")
 	}
 	dir := b.TempDir()
-	bc := &bench{}
-	bc.loop, bc.fx = buildLoop(b, dir)
+	bc := &bench{dir: dir, skip: map[string]map[string]uint64{}}
+	bc.build(b)
 
 	objs, err := bpfobj.Load(bpfobj.Sizes{})
 	if err != nil {
@@ -145,112 +230,110 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	defer bc.empty.Close()
 
-	entry := func(s site) []emptyProbe { return []emptyProbe{{at: s}} }
-	pair := func(s site) []emptyProbe { return []emptyProbe{{at: s, ret: true}} }
-	configs := []*config{
-		{fn: fnLaunch, name: cfgNone},
-		{fn: fnLaunch, name: cfgEmpty, traps: 1, empty: entry(siteLaunch)},
-		{fn: fnLaunch, name: cfgEmptyRD, traps: 2, empty: []emptyProbe{{at: siteLaunch}, {at: siteCuLaunch}}},
-		{fn: fnLaunch, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteLaunch, ret: true}, {at: siteCuLaunch, ret: true}}},
-		{fn: fnLaunch, name: cfgProfi + attach.KernelModeOff, mode: attach.KernelModeOff},
-		{fn: fnLaunch, name: cfgProfi + attach.KernelModeAnonymous, traps: 2, mode: attach.KernelModeAnonymous},
-		{fn: fnLaunch, name: cfgProfi + attach.KernelModeFull, traps: 4, mode: attach.KernelModeFull},
-		{fn: fnCuLaunch, name: cfgNone},
-		{fn: fnCuLaunch, name: cfgEmpty, traps: 1, empty: entry(siteCuLaunch)},
-		{fn: fnCuLaunch, name: cfgEmptyPair, traps: 2, empty: pair(siteCuLaunch)},
-		{fn: fnCuLaunch, name: cfgProfi + attach.KernelModeAnonymous, traps: 1, mode: attach.KernelModeAnonymous},
-		{fn: fnCuLaunch, name: cfgProfi + attach.KernelModeFull, traps: 2, mode: attach.KernelModeFull},
-		{fn: fnTimed, name: cfgNone},
-		{fn: fnTimed, name: cfgEmpty, traps: 1, empty: entry(siteTimed)},
-		{fn: fnTimed, name: cfgEmptyPair, traps: 2, empty: pair(siteTimed)},
-		// Timed in every mode; attached with the default mode.
-		{fn: fnTimed, name: cfgProfi + attach.KernelModeAnonymous, traps: 2, mode: attach.KernelModeAnonymous},
-	}
-
+	configs := bc.configurations()
 	defer bc.teardown(configs)
 	for i, c := range configs {
 		if err := bc.setup(c, filepath.Join(dir, fmt.Sprintf("cfg%02d", i))); err != nil {
-			b.Fatalf("%s/%s: %v", c.fn, c.name, err)
+			b.Fatalf("%s: %v", c.id(), err)
 		}
 	}
-	printMachine(configs[0].libs)
+	printMachine(configs)
 	for rep := 0; rep < *flagReps; rep++ {
 		for _, c := range configs {
 			ns, err := bc.measure(c)
 			if err != nil {
-				b.Fatalf("%s/%s, run %d: %v", c.fn, c.name, rep+1, err)
+				b.Fatalf("%s, run %d: %v", c.id(), rep+1, err)
 			}
 			c.ns = append(c.ns, ns)
 		}
 	}
 
-	find := func(fn string, match func(*config) bool) *config {
-		for _, c := range configs {
-			if c.fn == fn && match(c) {
-				return c
-			}
-		}
-		return nil
-	}
-	// sameTraps is the empty-program configuration with the same probes as c.
-	sameTraps := func(c *config) *config {
-		if !c.probed() {
-			return nil
-		}
-		return find(c.fn, func(e *config) bool { return e.empty != nil && e.traps == c.traps })
-	}
-	floorOf := func(c *config) *config { return find(c.fn, func(e *config) bool { return e.name == cfgEmpty }) }
-	noneOf := func(c *config) *config { return find(c.fn, func(e *config) bool { return e.name == cfgNone }) }
-
-	fmt.Printf("\n| Function | Configuration | Kernel mode | Traps/call | ns/call min | ns/call median | × floor (median) | × floor (min) | × no probe (median) | × empty, same traps (median) | ns per trap (median) |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, c := range configs {
-		floor, none := floorOf(c), noneOf(c)
-		mn, med := slices.Min(c.ns), median(c.ns)
-		same, perTrap, mode := "—", "—", "—"
-		if e := sameTraps(c); e != nil {
-			same = fmtRatio(med / median(e.ns))
-		}
-		if c.probed() {
-			perTrap = fmtNs((med - median(none.ns)) / float64(c.traps))
-		}
-		if c.mode != "" {
-			mode = c.mode
-		}
-		fmt.Printf("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.fn, c.name, mode, c.traps,
-			fmtNs(mn), fmtNs(med), fmtRatio(med/median(floor.ns)), fmtRatio(mn/slices.Min(floor.ns)),
-			fmtRatio(med/median(none.ns)), same, perTrap)
-	}
-	fmt.Printf("\nfloor = %s on the called function; runs per configuration: %d (interleaved); "+
-		"calls per run: %d probed, %d unprobed\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed)
-	for _, c := range configs {
-		fmt.Printf("  %-48s %s\n", c.fn+"/"+c.name, fmtRuns(c.ns))
-	}
-	fmt.Println()
+	printTable(configs)
+	printSkipTarget(configs)
+	printComparison(configs)
 
 	// The same numbers as benchmark results (benchstat-friendly).
 	for _, c := range configs {
-		floor, none, same := floorOf(c), noneOf(c), sameTraps(c)
-		b.Run(c.fn+"/"+c.name, func(b *testing.B) {
+		floor, none, same := configs.floorOf(c), configs.noneOf(c), configs.sameTraps(c)
+		b.Run(c.id(), func(b *testing.B) {
 			med := median(c.ns)
 			b.ReportMetric(med, "ns/op") // one op = one stub call
 			b.ReportMetric(slices.Min(c.ns), "min-ns/call")
 			b.ReportMetric(float64(c.traps), "traps/call")
+			b.ReportMetric(float64(c.steps), "steps/call")
 			b.ReportMetric(med/median(floor.ns), "x_floor")
 			b.ReportMetric(med/median(none.ns), "x_noprobe")
 			if same != nil {
 				b.ReportMetric(med/median(same.ns), "x_empty_same")
 			}
+			if c.name == cfgEmptySkip {
+				b.ReportMetric(skipRatio(c, floor, none, median), "x_plus0_hit")
+			}
 		})
 	}
 }
 
-// buildLoop builds the stubs and bench/loop.c into dir. The loop is linked
-// without a RUNPATH: each run finds its configuration's library copies
-// through LD_LIBRARY_PATH (see setup).
-func buildLoop(b *testing.B, dir string) (string, *testutil.Fixtures) {
+// configurations lists what runs, in the order of each round.
+func (bc *bench) configurations() results {
+	entry := func(s site) []emptyProbe { return []emptyProbe{{at: s}} }
+	pair := func(s site) []emptyProbe { return []emptyProbe{{at: s, ret: true}} }
+	skipped := func(ps []emptyProbe) []emptyProbe {
+		for i := range ps {
+			ps[i].skip = true
+		}
+		return ps
+	}
+	const (
+		off  = attach.KernelModeOff
+		anon = attach.KernelModeAnonymous
+		full = attach.KernelModeFull
+	)
+	// bpftrace runs where it is installed; elsewhere its row is left out
+	// with a message, not a failure.
+	var bpftraceRow results
+	if bin, err := exec.LookPath("bpftrace"); err != nil {
+		fmt.Printf("bpftrace not found in PATH, so its row is left out (install it: apt-get install -y bpftrace): %v\n", err)
+	} else {
+		bpftraceRow = results{{fn: fnCuLaunch, name: cfgBpftrace, traps: 1, tool: bpftrace{bin: bin}}}
+	}
+	return slices.Concat(results{
+		{fn: fnLaunch, name: cfgNone},
+		{fn: fnLaunch, name: cfgEmpty, traps: 1, empty: entry(siteLaunch)},
+		{fn: fnLaunch, name: cfgEmptyRD, traps: 2, empty: []emptyProbe{{at: siteLaunch}, {at: siteCuLaunch}}},
+		{fn: fnLaunch, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteLaunch, ret: true}, {at: siteCuLaunch, ret: true}}},
+		{fn: fnLaunch, name: cfgProfi + off, mode: off},
+		{fn: fnLaunch, name: cfgProfi + anon, traps: 2, mode: anon},
+		{fn: fnLaunch, name: cfgProfi + full, traps: 4, mode: full},
+		// The comparison (compare_test.go) is on the direct driver launch.
+		{fn: fnCuLaunch, name: cfgNone},
+		{fn: fnCuLaunch, name: cfgEmpty, traps: 1, empty: entry(siteCuLaunch)},
+		{fn: fnCuLaunch, name: cfgEmptyPair, traps: 2, empty: pair(siteCuLaunch)},
+	}, bpftraceRow, results{
+		{fn: fnCuLaunch, name: cfgProfi + off, mode: off},
+		{fn: fnCuLaunch, name: cfgProfi + anon, traps: 1, mode: anon},
+		{fn: fnCuLaunch, name: cfgProfi + full, traps: 2, mode: full},
+		{fn: fnCuLaunch, name: cfgInterpose, tool: interposer{lib: bc.interpose}},
+		{fn: fnTimed, name: cfgNone},
+		{fn: fnTimed, name: cfgEmpty, traps: 1, empty: entry(siteTimed)},
+		{fn: fnTimed, name: cfgEmptyPair, traps: 2, empty: pair(siteTimed)},
+		// Timed in every mode; attached with the default mode.
+		{fn: fnTimed, name: cfgProfi + anon, traps: 2, mode: anon},
+		// The same function in the CET build: at +0 the kernel single-steps
+		// endbr64; past it, it emulates the push (ebpf-notes.md 7b).
+		{fn: fnTimed, cet: true, name: cfgNone},
+		{fn: fnTimed, cet: true, name: cfgEmpty, traps: 1, steps: 1, empty: entry(siteTimed)},
+		{fn: fnTimed, cet: true, name: cfgEmptySkip, traps: 1, empty: skipped(entry(siteTimed))},
+		{fn: fnTimed, cet: true, name: cfgEmptyPairSkip, traps: 2, empty: skipped(pair(siteTimed))},
+		{fn: fnTimed, cet: true, name: cfgProfi + anon, traps: 2, mode: anon},
+	})
+}
+
+// build builds the stubs, bench/loop.c and bench/interpose.c into bc.dir.
+// The loop is linked without a RUNPATH: each run finds its configuration's
+// library copies through LD_LIBRARY_PATH (see setup).
+func (bc *bench) build(b *testing.B) {
 	b.Helper()
-	fx, err := testutil.BuildFixtures(filepath.Join(dir, "fixtures"))
+	fx, err := testutil.BuildFixtures(filepath.Join(bc.dir, "fixtures"))
 	if errors.Is(err, testutil.ErrNoCompiler) {
 		b.Skipf("skipping overhead benchmark: %v", err)
 	}
@@ -261,14 +344,40 @@ func buildLoop(b *testing.B, dir string) (string, *testutil.Fixtures) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop := filepath.Join(dir, "loop")
-	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror",
-		"-I"+filepath.Join(root, "test", "stubs"), "-o", loop, filepath.Join(root, "bench", "loop.c"),
-		"-L"+fx.Dir, "-l:libcudart.so.12", "-l:libcuda.so.1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	bc.fx = fx
+	bc.loop = filepath.Join(bc.dir, "loop")
+	// Not named libcuda*: discover must not recognise it (see targets).
+	bc.interpose = filepath.Join(bc.dir, "libprofibench-interpose.so")
+	incl := "-I" + filepath.Join(root, "test", "stubs")
+	for _, args := range [][]string{
+		{incl, "-o", bc.loop, filepath.Join(root, "bench", "loop.c"),
+			"-L" + fx.Dir, "-l:libcudart.so.12", "-l:libcuda.so.1"},
+		{"-shared", "-fPIC", incl, "-o", bc.interpose, filepath.Join(root, "bench", "interpose.c"), "-ldl"},
+	} {
+		cmd := exec.Command("gcc", append([]string{"-O2", "-Wall", "-Wextra", "-Werror"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
 	}
-	return loop, fx
+}
+
+// sources are the fixture files c's private copies are made from.
+func (bc *bench) sources(c *config) map[discover.Library]string {
+	src := map[discover.Library]string{discover.LibCudart: bc.fx.Cudart, discover.LibCuda: bc.fx.Cuda}
+	if c.cet {
+		src[discover.LibCudart] = bc.fx.CudartCET
+	}
+	return src
+}
+
+// profiPrograms are the programs profi's attacher attaches, by name.
+func (bc *bench) profiPrograms() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
+		bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
+		bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
+		bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
+	}
 }
 
 // setup gives c its own copies of both stubs in dir and attaches its
@@ -287,6 +396,7 @@ func buildLoop(b *testing.B, dir string) (string, *testutil.Fixtures) {
 // link waits for an RCU grace period: 2.8-5.4 s for profi's 34-57 links
 // here), and matches an agent's steady state: the probes are in place
 // when a process maps the library, and each new process is synced in.
+// Tools other than profi attach per run (see counter).
 func (bc *bench) setup(c *config, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -295,16 +405,17 @@ func (bc *bench) setup(c *config, dir string) error {
 	if err != nil {
 		return err
 	}
+	src := bc.sources(c)
 	c.libDir, c.libs = dir, map[discover.Library]string{}
 	for _, l := range []struct {
-		lib             discover.Library
-		from, priv, alt string
+		lib       discover.Library
+		priv, alt string
 	}{
-		{discover.LibCudart, bc.fx.Cudart, "libprofibench-rt.so", "libcudart.so.12"},
-		{discover.LibCuda, bc.fx.Cuda, "libprofibench-drv.so", "libcuda.so.1"},
+		{discover.LibCudart, "libprofibench-rt.so", "libcudart.so.12"},
+		{discover.LibCuda, "libprofibench-drv.so", "libcuda.so.1"},
 	} {
 		c.libs[l.lib] = filepath.Join(dir, l.priv)
-		if err := copyFile(l.from, c.libs[l.lib]); err != nil {
+		if err := copyFile(src[l.lib], c.libs[l.lib]); err != nil {
 			return err
 		}
 		if err := os.Symlink(l.priv, filepath.Join(dir, l.alt)); err != nil {
@@ -312,45 +423,64 @@ func (bc *bench) setup(c *config, dir string) error {
 		}
 	}
 
-	if c.mode != "" {
+	switch {
+	case c.mode != "":
 		// profi as the agent runs it: its attacher, the kernel mode, the
 		// default probe profile, no PID filter (--pid unset).
 		c.att = attach.New(attach.Options{
-			Programs: map[string]*ebpf.Program{
-				bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
-				bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
-				bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
-				bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
-			},
+			Programs:    bc.profiPrograms(),
 			KernelMode:  c.mode,
 			Profile:     attach.ProfileLean,
 			PIDFiles:    bc.objs.PidFiles,
 			RuntimeText: bc.objs.RtText,
 			FullFiles:   bc.objs.FullFiles,
 		})
-		return nil // attached by the first Sync, with the first loop
+		return nil // attached by the first Sync, with the first loop; checked there
+	case c.tool != nil:
+		c.probes = c.tool.probes(c)
+		if len(c.probes) != c.traps { // entry probes only: one trap each
+			return fmt.Errorf("%T probes %d functions, the configuration says %d traps", c.tool, len(c.probes), c.traps)
+		}
+		return c.checkSteps()
 	}
+	if err := bc.attachEmpty(c, src); err != nil {
+		return err
+	}
+	return c.checkSteps()
+}
+
+// attachEmpty attaches c's floor-program probes to its copies.
+func (bc *bench) attachEmpty(c *config, src map[discover.Library]string) error {
 	exes := map[discover.Library]*link.Executable{}
 	for lib, path := range c.libs {
+		var err error
 		if exes[lib], err = link.OpenExecutable(path); err != nil {
 			return err
 		}
 	}
 	traps := 0
 	for _, e := range c.empty {
+		var off uint64
+		if e.skip {
+			var err error
+			if off, err = bc.skipOffset(src[e.at.lib], e.at); err != nil {
+				return err
+			}
+		}
+		c.probes = append(c.probes, probeAt{e.at, off})
 		// As the attacher does: return probe first, cookie = op | file << 32.
-		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(e.at.op, 1)}
+		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(e.at.op, 1), Offset: off}
 		if e.ret {
 			l, err := exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
 			if err != nil {
-				return fmt.Errorf("attach return probe %s: %w", e.at.sym, err)
+				return fmt.Errorf("attach return probe %s+%d: %w", e.at.sym, off, err)
 			}
 			c.links = append(c.links, l)
 			traps++
 		}
 		l, err := exes[e.at.lib].Uprobe(e.at.sym, bc.empty, opts)
 		if err != nil {
-			return fmt.Errorf("attach probe %s: %w", e.at.sym, err)
+			return fmt.Errorf("attach probe %s+%d: %w", e.at.sym, off, err)
 		}
 		c.links = append(c.links, l)
 		traps++
@@ -359,6 +489,52 @@ func (bc *bench) setup(c *config, dir string) error {
 		return fmt.Errorf("the probes attached trap %d times per call, the configuration says %d", traps, c.traps)
 	}
 	return nil
+}
+
+// checkSteps counts, from the bytes at c's probed addresses, the hits per
+// call whose instruction the kernel single-steps, and fails if that is not
+// what c says. A return probe shares its entry's address (one breakpoint),
+// so each address counts once.
+func (c *config) checkSteps() error {
+	steps := 0
+	seen := map[probeAt]bool{}
+	for _, p := range c.probes {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		start, err := funcOffset(c.libs[p.at.lib], p.at.sym)
+		if err != nil {
+			return err
+		}
+		code, err := readAt(c.libs[p.at.lib], start+p.offset, 2)
+		if err != nil {
+			return err
+		}
+		if !emulated(code) {
+			steps++
+		}
+	}
+	if steps != c.steps {
+		return fmt.Errorf("probes at %v single-step %d instructions per call, the configuration says %d", c.probes, steps, c.steps)
+	}
+	return nil
+}
+
+// emulated reports whether the kernel emulates the instruction at code
+// under a uprobe (one trap) rather than single-stepping it out of line
+// (a second trap): a push of a general register, as in
+// internal/attach/prologue.go. The kernel emulates some jumps, calls and
+// nops as well; no measured function starts with one, so treating them as
+// stepped could only fail a run, never hide a step.
+func emulated(code []byte) bool {
+	switch {
+	case len(code) >= 1 && code[0] >= 0x50 && code[0] <= 0x57: // push %rax..%rdi
+		return true
+	case len(code) >= 2 && code[0] == 0x41 && code[1] >= 0x50 && code[1] <= 0x57: // push %r8..%r15
+		return true
+	}
+	return false
 }
 
 // teardown detaches every configuration, all at once: each link close
@@ -394,9 +570,9 @@ func copyFile(from, to string) error {
 }
 
 // measure starts a loop on c's libraries and, while it waits, syncs
-// profi's attacher with it (c's other probes are in place already). Then
-// it lets the loop run, checks for profi that the BPF maps counted
-// exactly its calls, and returns ns per call.
+// profi's attacher with it or starts c's tool (c's other probes are in
+// place already). Then it lets the loop run, checks that profi's BPF maps
+// or the tool counted exactly its calls, and returns ns per call.
 func (bc *bench) measure(c *config) (ns float64, err error) {
 	calls := *flagUnprobed
 	if c.probed() {
@@ -405,6 +581,9 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 	var stderr bytes.Buffer
 	cmd := exec.Command(bc.loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+c.libDir)
+	if c.tool != nil {
+		cmd.Env = append(cmd.Env, c.tool.env()...)
+	}
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -443,6 +622,17 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 			return 0, err
 		}
 	}
+	var stop func(loopStderr string) (uint64, error)
+	if c.tool != nil {
+		if stop, err = c.tool.start(c, pid); err != nil {
+			return 0, fmt.Errorf("%s: %w", c.name, err)
+		}
+		defer func() {
+			if stop != nil {
+				_, _ = stop("") // a failed run: only stop the tool
+			}
+		}()
+	}
 	before, err := bc.drops()
 	if err != nil {
 		return 0, err
@@ -466,12 +656,23 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		&gotPID, &gotCalls, &warmup, &elapsed); err != nil || gotPID != pid || gotCalls != calls {
 		return 0, fmt.Errorf("unexpected loop output %q (%v)", rest, err)
 	}
+	n := uint64(calls + warmup)
+	if stop != nil {
+		got, err := stop(stderr.String())
+		stop = nil
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", c.name, err)
+		}
+		if got != n {
+			return 0, fmt.Errorf("%s counted %d calls of %s, the loop made %d, so the run measured something else", c.name, got, c.fn, n)
+		}
+	}
 	if c.att != nil {
 		after, err := bc.drops()
 		if err != nil {
 			return 0, err
 		}
-		if err := bc.checkCounts(c, uint32(pid), uint64(calls+warmup), before, after); err != nil {
+		if err := bc.checkCounts(c, uint32(pid), n, before, after); err != nil {
 			return 0, fmt.Errorf("profi's counts are not exact, so the run measured something else: %w", err)
 		}
 	}
@@ -482,7 +683,9 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 // pass does: it attaches the libraries on the first run and, on every
 // run, writes pid_files and rt_text (the runtime→driver guard's range)
 // for the new process. Then it checks that both libraries are attached
-// without failures and that one call of c.fn traps c.traps times.
+// without failures, and, from the attacher's Status (what /status shows),
+// that one call of c.fn traps c.traps times and single-steps c.steps
+// instructions: on the CET build, the probe offsets must skip endbr64.
 func (c *config) syncProfi(targets []attach.Target) error {
 	c.att.Sync(targets)
 	cnt := c.att.Counters()
@@ -491,11 +694,13 @@ func (c *config) syncProfi(targets []attach.Target) error {
 			cnt.Attached[discover.LibCudart], cnt.Attached[discover.LibCuda], cnt.Failures, c.att.Status())
 	}
 	traps := 0
-	for _, ls := range c.att.Status().Attached {
-		for _, p := range ls.Probes {
-			for _, s := range callPath[c.fn] {
+	c.probes = c.probes[:0]
+	for _, s := range callPath[c.fn] {
+		for _, ls := range c.att.Status().Attached {
+			for _, p := range ls.Probes {
 				if string(s.lib) == ls.Library && s.sym == p.Symbol {
 					traps += p.Traps
+					c.probes = append(c.probes, probeAt{s, p.Offset})
 				}
 			}
 		}
@@ -503,29 +708,25 @@ func (c *config) syncProfi(targets []attach.Target) error {
 	if traps != c.traps {
 		return fmt.Errorf("profi's probes trap %d times per call, the configuration says %d", traps, c.traps)
 	}
-	return nil
+	return c.checkSteps()
 }
 
 // targets is what attach.Targets makes of a discovery scan of the loop,
 // read from /proc/PID/maps as discover's scan reads it (one mapping per
 // file, its code = the first executable mapping), with the private copies
-// standing for libcudart and libcuda. It fails if the loop maps anything
-// discover would recognise: an agent elsewhere on the host could probe it.
+// standing for libcudart and libcuda. It fails if the loop maps a CUDA
+// library discover would recognise: an agent elsewhere on the host could
+// probe it. The dynamic loader is left out: an agent's hook there fires
+// when a library loads, never in the timed loop, and hooking the host's
+// ld.so from here would trap every process's library loads.
 func (c *config) targets(pid int) ([]attach.Target, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	entries, err := readMaps(pid)
 	if err != nil {
 		return nil, err
 	}
 	proc := discover.Process{PID: pid}
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		e, ok, err := discover.ParseMapsLine(line)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		if lib, ok := discover.Classify(e.Path); ok {
+	for _, e := range entries {
+		if lib, ok := discover.Classify(e.Path); ok && lib != discover.LibLoader {
 			return nil, fmt.Errorf("the loop maps %s (%s), which any profi agent on this host would probe", e.Path, lib)
 		}
 		var lib discover.Library
@@ -555,6 +756,25 @@ func (c *config) targets(pid int) ([]attach.Target, error) {
 	return attach.Targets(&discover.Result{Processes: []discover.Process{proc}}, discover.DefaultProcRoot), nil
 }
 
+// readMaps returns the file mappings of a process.
+func readMaps(pid int) ([]discover.MapsEntry, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []discover.MapsEntry
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		e, ok, err := discover.ParseMapsLine(line)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 // drops sums the per-CPU drop counters (global to this benchmark's BPF
 // object, which only the loop's calls reach).
 func (bc *bench) drops() ([bpfobj.NumDrops]uint64, error) {
@@ -580,6 +800,10 @@ type counted struct {
 	drops         map[bpfobj.Drop]uint64
 }
 
+func newCounted() counted {
+	return counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+}
+
 // checkCounts verifies that profi counted the loop's n calls exactly, and
 // nothing else: a launch once, as the outermost probed launch API (a
 // runtime launch as cudaLaunchKernel, never as cuLaunchKernel too); a
@@ -587,7 +811,7 @@ type counted struct {
 // runtime launch merged (rt_to_drv drop reason, anonymous mode) or nested
 // (nested, full mode), which also proves its probe trapped on every call.
 func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpfobj.NumDrops]uint64) error {
-	want := counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+	want := newCounted()
 	if c.traps > 0 {
 		outer := callPath[c.fn][0]
 		switch {
@@ -608,7 +832,7 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 			}
 		}
 	}
-	got := counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+	got := newCounted()
 	var (
 		lk bpfobj.ProfiLaunchKey
 		lv []bpfobj.ProfiLaunchVal
@@ -679,10 +903,40 @@ func fmtOps(m map[bpfobj.Op]uint64) string {
 	return "{" + strings.Join(parts, " ") + "}"
 }
 
+// printTable prints every configuration's results as a Markdown table,
+// then every run's ns per call.
+func printTable(configs results) {
+	fmt.Printf("\n| Function | Configuration | Kernel mode | Probe at | Traps/call | Single-steps/call | ns/call min | ns/call median | × floor (median) | × floor (min) | × no probe (median) | × empty, same traps (median) | ns per kernel entry (median) |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range configs {
+		floor, none := configs.floorOf(c), configs.noneOf(c)
+		mn, med := slices.Min(c.ns), median(c.ns)
+		same, perEntry, mode := "—", "—", "—"
+		if e := configs.sameTraps(c); e != nil {
+			same = fmtRatio(med / median(e.ns))
+		}
+		if c.probed() {
+			perEntry = fmtNs((med - median(none.ns)) / float64(c.traps+c.steps))
+		}
+		if c.mode != "" {
+			mode = c.mode
+		}
+		fmt.Printf("| %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.function(), c.name, mode, c.at(),
+			c.traps, c.steps, fmtNs(mn), fmtNs(med), fmtRatio(med/median(floor.ns)), fmtRatio(mn/slices.Min(floor.ns)),
+			fmtRatio(med/median(none.ns)), same, perEntry)
+	}
+	fmt.Printf("\nfloor = %s at +0 on the called function; runs per configuration: %d (interleaved); "+
+		"calls per run: %d probed, %d unprobed\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed)
+	for _, c := range configs {
+		fmt.Printf("  %-52s %s\n", c.id(), fmtRuns(c.ns))
+	}
+}
+
 // printMachine prints what docs/BENCHMARK.md records about the machine and
 // the first bytes of each measured function (they decide the trap count:
-// "55" = push %rbp, emulated, one trap per probe hit).
-func printMachine(libs map[discover.Library]string) {
+// "55" = push %rbp, emulated, one trap per probe hit; "f3 0f 1e fa" =
+// endbr64, single-stepped: a second trap).
+func printMachine(configs results) {
 	var uts unix.Utsname
 	release := "?"
 	if unix.Uname(&uts) == nil {
@@ -698,34 +952,68 @@ func printMachine(libs map[discover.Library]string) {
 		}
 	}
 	fmt.Printf("kernel %s, %d CPUs, CPU %q, %s/%s\n", release, runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
-	for _, s := range []site{siteLaunch, siteCuLaunch, siteTimed} {
-		fmt.Printf("%s (%s) starts with: %s\n", s.sym, s.lib, firstBytes(libs[s.lib], s.sym, 4))
+	seen := map[string]bool{}
+	for _, c := range configs {
+		for _, s := range callPath[c.fn] {
+			name := s.sym
+			if c.cet && s.lib == discover.LibCudart {
+				name += " (CET)"
+			}
+			if !seen[name] {
+				seen[name] = true
+				fmt.Printf("%s (%s) starts with: %s\n", name, s.lib, firstBytes(c.libs[s.lib], s.sym, 6))
+			}
+		}
 	}
 }
 
 // firstBytes returns the first n bytes of a function in an ELF file, in hex.
 func firstBytes(path, sym string, n int) string {
-	f, err := elf.Open(path)
+	off, err := funcOffset(path, sym)
 	if err != nil {
 		return err.Error()
+	}
+	code, err := readAt(path, off, n)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("% x", code)
+}
+
+// funcOffset returns where function sym of the ELF file at path starts, as
+// a file offset (what uprobe offsets and /proc/PID/maps offsets count).
+func funcOffset(path, sym string) (uint64, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, err
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()
 	if err != nil {
-		return err.Error()
+		return 0, err
 	}
 	for _, s := range syms {
-		if s.Name != sym || int(s.Section) >= len(f.Sections) {
+		if s.Name != sym || elf.ST_TYPE(s.Info) != elf.STT_FUNC || int(s.Section) >= len(f.Sections) {
 			continue
 		}
 		sec := f.Sections[s.Section]
-		buf := make([]byte, n)
-		if _, err := sec.ReadAt(buf, int64(s.Value-sec.Addr)); err != nil {
-			return err.Error()
-		}
-		return fmt.Sprintf("% x", buf)
+		return sec.Offset + s.Value - sec.Addr, nil
 	}
-	return "symbol not found"
+	return 0, fmt.Errorf("%s: function %s not found", path, sym)
+}
+
+// readAt reads n bytes of the file at path from offset off.
+func readAt(path string, off uint64, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, int64(off)); err != nil {
+		return nil, fmt.Errorf("read %s at %#x: %w", path, off, err)
+	}
+	return buf, nil
 }
 
 func median(xs []float64) float64 {
