@@ -784,14 +784,20 @@ func closeAll(links []link.Link) {
 func (a *Attacher) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Files close in parallel: each detach waits for RCU grace periods,
+	// and an agent that tracked hundreds of files would stop for minutes.
+	var wg sync.WaitGroup
 	for key, f := range a.files {
 		for pid := range f.upgrades {
 			a.dropUpgrade(f, pid)
 		}
-		f.hot.close()
-		f.links.close()
+		wg.Go(func() {
+			f.hot.close()
+			f.links.close()
+		})
 		delete(a.files, key)
 	}
+	wg.Wait()
 	a.closed = true
 	return nil
 }

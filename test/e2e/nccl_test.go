@@ -212,3 +212,130 @@ func TestNCCLExact(t *testing.T) {
 		})
 	}
 }
+
+// ncclHealth is the hang state of one process on /metrics.
+type ncclHealth struct {
+	stale  float64
+	hangs  map[string]float64 // operation -> profi_nccl_hang_detected_total
+	oldest map[string]float64 // operation -> profi_nccl_oldest_inflight_seconds
+}
+
+func readHealth(t *testing.T, a *testutil.Agent, pid int) ncclHealth {
+	t.Helper()
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ncclHealth{hangs: map[string]float64{}, oldest: map[string]float64{}}
+	for _, s := range testutil.Samples(mfs["profi_nccl_stale_entries"]) {
+		h.stale = s.Value
+	}
+	for fam, m := range map[string]map[string]float64{"profi_nccl_hang_detected_total": h.hangs, "profi_nccl_oldest_inflight_seconds": h.oldest} {
+		for _, s := range testutil.Samples(mfs[fam]) {
+			if s.Labels["pid"] == strconv.Itoa(pid) {
+				m[s.Labels["operation"]] = s.Value
+			}
+		}
+	}
+	return h
+}
+
+// A rank blocked in a collective longer than --nccl-hang-timeout raises
+// the stale gauge and its oldest in-flight age, and the hang counter by
+// exactly one however many checks see it; when the call returns, the
+// gauges clear and the counter stays at one.
+func TestNCCLHangCountedOnce(t *testing.T) {
+	a := startAgent(t, "--nccl-hang-timeout", "1")
+	ranks := startJob(t, a, 2, nil)
+	w := ranks[0]
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Hang(4*time.Second, "ncclAllGather")
+		done <- err
+	}()
+	err := testutil.Eventually(3500*time.Millisecond, func() error {
+		h := readHealth(t, a, w.PID)
+		if h.stale != 1 || h.hangs["ncclAllGather"] != 1 || h.oldest["ncclAllGather"] < 1 {
+			return fmt.Errorf("during the hang: %+v; want stale 1, one hang, oldest >= 1 s", h)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // more checks after the call returned
+	h := readHealth(t, a, w.PID)
+	if h.stale != 0 || len(h.oldest) != 0 || h.hangs["ncclAllGather"] != 1 || len(h.hangs) != 1 {
+		t.Errorf("after the hang: %+v; want stale 0, no oldest series, exactly one ncclAllGather hang", h)
+	}
+}
+
+// Killing a rank while it is blocked inside a collective clears its state:
+// the stale gauge drops to 0 and its series go, so no alert keeps firing.
+func TestNCCLKilledRankClearsHang(t *testing.T) {
+	a := startAgent(t, "--nccl-hang-timeout", "1")
+	ranks := startJob(t, a, 2, nil)
+	w := ranks[1]
+	if err := w.Block("ncclAllReduce"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Eventually(5*time.Second, func() error {
+		if h := readHealth(t, a, w.PID); h.stale != 1 || h.hangs["ncclAllReduce"] != 1 {
+			return fmt.Errorf("blocked rank: %+v; want stale 1, one hang", h)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.Kill()
+	if err := testutil.Eventually(5*time.Second, func() error {
+		if h := readHealth(t, a, w.PID); h.stale != 0 || len(h.hangs) != 0 || len(h.oldest) != 0 {
+			return fmt.Errorf("killed rank: %+v; want stale 0 and no series of pid %d", h, w.PID)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The straggler ratio compares a rank with the other ranks of its own
+// communicator: in a 2-rank job whose rank 1 takes 2 ms per data call, rank
+// 1's ratio is far above 1 and rank 0's far below; a single-rank job on the
+// same node has no peers, so no ratio.
+func TestNCCLStragglerPerCommunicator(t *testing.T) {
+	a := startAgent(t, "--gc-interval", "2")
+	job := startJob(t, a, 2, func(rank int) []string {
+		if rank == 1 {
+			return []string{"--iters", "4", "--delay-ns", "2000000"}
+		}
+		return []string{"--iters", "4"}
+	})
+	alone := startJob(t, a, 1, func(int) []string { return []string{"--iters", "4"} })
+	for _, w := range append(job, alone...) {
+		go func() { _, _ = w.Go() }()
+	}
+	pid := func(w *testutil.NCCLWorkload) string { return strconv.Itoa(w.PID) }
+	err := testutil.Eventually(15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		r := series(mfs, "profi_nccl_straggler_ratio", "pid", "operation")
+		slow, fast := r[pid(job[1])+"|ncclAllReduce"], r[pid(job[0])+"|ncclAllReduce"]
+		if slow < 5 || fast <= 0 || fast > 0.2 {
+			return fmt.Errorf("ncclAllReduce ratios: slow rank %v, fast rank %v; want > 5 and in (0, 0.2] (all: %v)", slow, fast, r)
+		}
+		for k := range r {
+			if strings.HasPrefix(k, pid(alone[0])+"|") {
+				return fmt.Errorf("single-rank job has a straggler ratio %s: it has no peers", k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
