@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -84,11 +85,13 @@ type procState struct {
 }
 
 type fileState struct {
-	ratio   float64
-	paused  bool
-	pauseAt time.Time
-	lib     discover.Library
-	pids    []int
+	ratio    float64       // target share of each cycle with hot probes on
+	on       time.Duration // hot probes attached so far in this cycle
+	measured float64       // share of the last cycle they really were (1 at first)
+	paused   bool
+	pauseAt  time.Time
+	lib      discover.Library
+	pids     []int
 }
 
 // Controller runs the estimate and the duty cycle.
@@ -104,6 +107,7 @@ type Controller struct {
 	progCount  uint64
 	hitCost    time.Duration
 	cycleStart time.Time
+	lastTick   time.Time
 }
 
 // New returns a Controller; Run starts it.
@@ -159,6 +163,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.opts.Tick)
 	defer t.Stop()
 	c.cycleStart = c.opts.Now()
+	c.lastTick = c.cycleStart
 	for {
 		select {
 		case <-ctx.Done():
@@ -181,7 +186,19 @@ func (c *Controller) Tick() {
 	c.updateHitCost()
 	c.syncFiles()
 	c.estimate()
-	if now.Sub(c.cycleStart) >= c.opts.Cycle {
+	if !c.lastTick.IsZero() {
+		for _, f := range c.files {
+			if !f.paused {
+				f.on += now.Sub(c.lastTick)
+			}
+		}
+	}
+	c.lastTick = now
+	if elapsed := now.Sub(c.cycleStart); elapsed >= c.opts.Cycle {
+		for _, f := range c.files {
+			f.measured = min(1, float64(f.on)/float64(elapsed))
+			f.on = 0
+		}
 		c.decide()
 		c.cycleStart = now
 		for key, f := range c.files {
@@ -296,7 +313,7 @@ func (c *Controller) syncFiles() {
 		seen[fi.Key] = true
 		f := c.files[fi.Key]
 		if f == nil {
-			f = &fileState{ratio: 1}
+			f = &fileState{ratio: 1, measured: 1}
 			c.files[fi.Key] = f
 		}
 		f.lib, f.pids, f.paused = fi.Lib, fi.PIDs, fi.Paused
@@ -308,35 +325,53 @@ func (c *Controller) syncFiles() {
 	}
 }
 
-// decide sets each file's sampling ratio from the worst share of the
-// processes that map it. The share scales with the ratio (hits do), so
-// ratio × budget/share lands at the budget; the 0.9 keeps it below.
+// decide sets each file's sampling ratio from the worst process that maps
+// it. Over the last cycle a process spent est in probes (hot probes on for
+// a share r of it) out of cpu: its own work is B = cpu − est and its probe
+// cost at full rate P = est/r. With the probes on for a share r', its
+// share is r'P/(B + r'P), which equals the budget b at r' = bB/((1−b)P);
+// the 0.9 keeps it below.
 func (c *Controller) decide() {
-	for _, p := range c.procs {
+	need := map[int]float64{} // ratio each process can afford
+	for pid, p := range c.procs {
 		p.lastShare = 0
 		if p.cycleCPU > 0 {
 			p.lastShare = float64(p.cycleEst) / float64(p.cycleCPU)
 		}
+		if p.cycleEst > 0 {
+			r := c.procRatio(pid)
+			full := float64(p.cycleEst) / r
+			base := max(0, float64(p.cycleCPU-p.cycleEst))
+			need[pid] = 0.9 * c.opts.Budget * base / ((1 - min(c.opts.Budget, 0.99)) * full)
+		}
 		p.cycleEst, p.cycleCPU = 0, 0
 	}
 	for key, f := range c.files {
-		worst := 0.0
+		want := 1.0
 		for _, pid := range f.pids {
-			if p := c.procs[pid]; p != nil && p.lastShare > worst {
-				worst = p.lastShare
+			if r, ok := need[pid]; ok {
+				want = min(want, r)
 			}
 		}
 		old := f.ratio
-		switch {
-		case worst > c.opts.Budget:
-			f.ratio = max(c.opts.MinRatio, f.ratio*0.9*c.opts.Budget/worst)
-		case f.ratio < 1 && worst < 0.5*c.opts.Budget:
-			f.ratio = min(1, f.ratio*0.9*c.opts.Budget/max(worst, 1e-9))
-		}
+		f.ratio = min(1, max(c.opts.MinRatio, want))
 		if f.ratio != old {
-			c.log.Info("overhead budget: sampling ratio changed", "file", key, "lib", f.lib, "pids", f.pids, "share", worst, "budget", c.opts.Budget, "from", old, "to", f.ratio)
+			c.log.Info("overhead budget: sampling ratio changed", "file", key, "lib", f.lib, "pids", f.pids, "budget", c.opts.Budget, "from", old, "to", f.ratio)
 		}
 	}
+}
+
+// procRatio is the share of the last cycle a process's hot probes really
+// were attached (the lowest over its files; detaching and the tick make
+// it differ from the target).
+func (c *Controller) procRatio(pid int) float64 {
+	r := 1.0
+	for _, f := range c.files {
+		if slices.Contains(f.pids, pid) {
+			r = min(r, f.measured)
+		}
+	}
+	return max(r, 1e-3)
 }
 
 func (c *Controller) publish() {

@@ -39,8 +39,9 @@ func Calibrate() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open own executable: %w", err)
 	}
-	// The uprobe filter matches the agent's memory, so every thread of it.
-	l, err := ex.Uprobe("trapTarget", prog, &link.UprobeOptions{Address: off, PID: os.Getpid()})
+	// No PID filter: only the agent runs this code, and profi's own probes
+	// have none either (a filter adds its own cost to every hit).
+	l, err := ex.Uprobe("trapTarget", prog, &link.UprobeOptions{Address: off})
 	if err != nil {
 		return 0, fmt.Errorf("attach calibration probe: %w", err)
 	}
