@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-unit generate lint fmt demo bench clean
+.PHONY: all build test test-unit generate lint fmt demo bench bench-scale clean
 
 all: build
 
@@ -45,6 +45,13 @@ demo: build
 # docs/BENCHMARK.md. PROFI_E2E=1 makes a missing privilege fail, not skip.
 bench:
 	PROFI_E2E=1 $(GO) test -run '^$$' -bench Overhead -benchtime 1x -count 1 -timeout 10m ./bench/
+
+# Attach latency (100 short processes, library-load trigger only) and the
+# agent's userspace cost against call rate and series count (CPU, RSS,
+# scrape latency), with the real binary; root needed, several minutes.
+# Results: bench/RESULTS-attach-scale.md.draft.
+bench-scale:
+	PROFI_E2E=1 $(GO) test -run '^$$' -bench 'AttachLatency|ScaleCost' -benchtime 1x -count 1 -timeout 30m ./bench/
 
 clean:
 	rm -rf bin

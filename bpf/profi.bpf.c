@@ -189,6 +189,34 @@ struct {
 
 volatile const bool count_hits = false;
 
+/*
+ * Open NVTX ranges per thread (--enable-nvtx-tracing): the phase rule of
+ * each, pushed and popped by nvtx_push/nvtx_pop. LRU: a thread that exits
+ * with ranges open is also removed by nccl_exit, and cannot leak anyway.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64); /* pid_tgid */
+	__type(value, struct nvtx_ranges);
+} nvtx_stack SEC(".maps");
+
+/* A range name being classified: too big for the stack. */
+struct nvtx_name {
+	u32 wide[NVTX_NAME_LEN];    /* UTF-32 names (nvtxRangePushW, NVTX_MESSAGE_TYPE_UNICODE) */
+	u8 buf[NVTX_NAME_LEN + 16]; /* lowercased ASCII, zero padded past the name */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct nvtx_name);
+} nvtx_scratch SEC(".maps");
+
+/* --enable-nvtx-tracing: launches look up their thread's phase. Off, the code is not loaded. */
+volatile const bool nvtx_enabled = false;
+
 /* Inclusive upper bounds of the CUDA API latency buckets, nanoseconds. */
 /* clang-format off */
 static const u64 lat_bounds_ns[LAT_BUCKETS - 1] = {
@@ -233,6 +261,7 @@ const volatile bool detailed_launches = false;
 const enum op unused_op __attribute__((unused));
 const enum drop unused_drop __attribute__((unused));
 const enum name_kind unused_name_kind __attribute__((unused));
+const enum phase unused_phase __attribute__((unused));
 const struct name_event unused_name_event __attribute__((unused));
 const struct launch_event unused_launch_event __attribute__((unused));
 
@@ -524,10 +553,41 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id)
 	return nested;
 }
 
-static __always_inline void add_launch(u32 pid, u32 op, u64 func, struct launch_args *a, u64 dur,
+/*
+ * The phase of a launch on thread id: the innermost open NVTX range whose
+ * name matches a rule, PHASE_OTHER when ranges are open but none matches.
+ */
+static __always_inline u32 launch_phase(u64 id)
+{
+	struct nvtx_ranges *s;
+	u32 n, i;
+
+	if (!nvtx_enabled)
+		return PHASE_NONE;
+	s = bpf_map_lookup_elem(&nvtx_stack, &id);
+	if (!s || !s->depth)
+		return PHASE_NONE;
+	n = s->depth < NVTX_DEPTH ? s->depth : NVTX_DEPTH;
+	for (i = 0; i < NVTX_DEPTH; i++) {
+		u8 p;
+
+		if (i >= n)
+			break;
+		p = s->phases[(n - 1 - i) & (NVTX_DEPTH - 1)];
+		if (p != PHASE_OTHER && p != PHASE_NONE)
+			return p;
+	}
+	return PHASE_OTHER;
+}
+
+static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_args *a, u64 dur,
 				       u32 weight)
 {
-	struct launch_key key = {.pid = pid, .op = op, .stream = a->stream, .func = func};
+	struct launch_key key = {.pid = id >> 32,
+				 .op = op,
+				 .stream = a->stream,
+				 .func = func,
+				 .phase = launch_phase(id)};
 	struct launch_val zero = {};
 	struct launch_val *val;
 
@@ -818,7 +878,7 @@ int timed_return(struct pt_regs *ctx)
 	default:
 		/* Timed launches (full mode): per-kernel count, geometry and latency. */
 		if (is_runtime_launch(in.op) || is_driver_launch(in.op)) {
-			add_launch(key.pid, in.op, in.launch.func, &in.launch, dur, weight);
+			add_launch(id, in.op, in.launch.func, &in.launch, dur, weight);
 			send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
 		}
 		break;
@@ -862,7 +922,7 @@ int launch_entry(struct pt_regs *ctx)
 	if (is_runtime_launch(op))
 		mark_runtime_launch(ctx, id);
 	decode_launch(ctx, op, &a);
-	add_launch(id >> 32, op, 0, &a, 0, 0);
+	add_launch(id, op, 0, &a, 0, 0);
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);
 	return 0;
 }
@@ -1075,6 +1135,8 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	}
 	add_nccl(pid, c->op, comm, ret, c->bytes, true, now - c->start_ns);
 	bpf_map_delete_elem(&nccl_inflight, &id);
+	if (nvtx_enabled)
+		bpf_map_delete_elem(&nvtx_stack, &id);
 	return 0;
 }
 
@@ -1113,5 +1175,190 @@ int nccl_exit(void *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 
 	bpf_map_delete_elem(&nccl_inflight, &id);
+	if (nvtx_enabled)
+		bpf_map_delete_elem(&nvtx_stack, &id);
+	return 0;
+}
+
+/*
+ * NVTX (--enable-nvtx-tracing). Entry-only probes keep each thread's open
+ * ranges as a stack of phase rules; launches read it (launch_phase). One
+ * stack per thread across domains: ranges nest LIFO across domains.
+ */
+
+/* Whether the name at b (lowercased, zero padded) starts with the n-byte pattern s. */
+static __always_inline bool at(const u8 *b, const char *s, u32 n)
+{
+	u32 k;
+
+#pragma unroll
+	for (k = 0; k < 9; k++) {
+		if (k >= n)
+			break;
+		if (b[k] != (u8)s[k])
+			return false;
+	}
+	return true;
+}
+
+/* Whether the name contains the n-byte pattern s (n <= 9). */
+static __always_inline bool contains(const u8 *buf, const char *s, u32 n)
+{
+	u32 i;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < NVTX_NAME_LEN; i++) {
+		if (!buf[i])
+			return false;
+		if (at(&buf[i], s, n))
+			return true;
+	}
+	return false;
+}
+
+#define HAS(lit) contains(buf, lit, sizeof(lit) - 1)
+
+/* The phase rule of a lowercased name (interface.md `phase`, in order). */
+static __always_inline u32 name_phase(const u8 *buf)
+{
+	if (HAS("prefill") || HAS("prompt") || HAS("encode"))
+		return PHASE_PREFILL;
+	if (HAS("decode") || HAS("generate"))
+		return PHASE_DECODE;
+	if (HAS("attention") || HAS("attn"))
+		return PHASE_ATTENTION;
+	if (HAS("mlp") || HAS("ffn") || HAS("expert"))
+		return PHASE_MLP;
+	if (HAS("norm") || HAS("embed"))
+		return PHASE_NORM;
+	return PHASE_OTHER;
+}
+
+/* Reads a range name into n->buf, lowercased; false if it could not be read. */
+static __always_inline bool read_name(struct nvtx_name *n, u64 ptr, bool wide)
+{
+	u32 i;
+
+	__builtin_memset(n->buf, 0, sizeof(n->buf));
+	if (!ptr)
+		return false;
+	if (!wide) {
+		if (bpf_probe_read_user_str(n->buf, NVTX_NAME_LEN, (void *)ptr) <= 0)
+			return false;
+	} else {
+		/*
+		 * UTF-32 (wchar_t), read 4 characters at a time so that a name
+		 * near the end of a mapping still reads; non-ASCII characters
+		 * match no rule.
+		 */
+		__builtin_memset(n->wide, 0, sizeof(n->wide));
+		for (i = 0; i < NVTX_NAME_LEN / 4; i++) {
+			if (bpf_probe_read_user(&n->wide[i * 4], 16, (void *)(ptr + i * 16))) {
+				if (!i)
+					return false;
+				break;
+			}
+			if (!n->wide[i * 4] || !n->wide[i * 4 + 1] || !n->wide[i * 4 + 2] ||
+			    !n->wide[i * 4 + 3])
+				break;
+		}
+		for (i = 0; i < NVTX_NAME_LEN - 1; i++) {
+			u32 c = n->wide[i];
+
+			if (!c)
+				break;
+			n->buf[i] = c < 0x80 ? c : 0x7f;
+		}
+	}
+	for (i = 0; i < NVTX_NAME_LEN; i++) {
+		u8 c = n->buf[i];
+
+		if (c >= 'A' && c <= 'Z')
+			n->buf[i] = c + ('a' - 'A');
+	}
+	return true;
+}
+
+/* nvtxEventAttributes_v2: messageType (int32) at 32, message at 40. */
+#define NVTX_ATTR_MESSAGE_TYPE 32
+#define NVTX_ATTR_MESSAGE      40
+#define NVTX_MESSAGE_ASCII     1
+#define NVTX_MESSAGE_UNICODE   2
+
+SEC("uprobe")
+int nvtx_push(struct pt_regs *ctx)
+{
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u64 id = bpf_get_current_pid_tgid();
+	struct nvtx_ranges zero = {};
+	struct nvtx_ranges *s;
+	struct nvtx_name *n;
+	u32 key = 0, phase = PHASE_OTHER, d;
+	u64 ptr = 0, attr = 0, a1, a2;
+	s32 type = 0;
+	bool wide = false;
+
+	count_hit(id >> 32);
+	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
+		return 0;
+	/* Both registers read up front: the verifier refuses a computed ctx offset. */
+	a1 = arg(ctx, 1);
+	a2 = arg(ctx, 2);
+	switch (COOKIE_OP(cookie)) {
+	case OP_NVTX_RANGE_PUSH_A:
+		ptr = a1;
+		break;
+	case OP_NVTX_RANGE_PUSH_W:
+		ptr = a1;
+		wide = true;
+		break;
+	case OP_NVTX_RANGE_PUSH_EX:
+		attr = a1;
+		break;
+	case OP_NVTX_DOMAIN_RANGE_PUSH_EX:
+		attr = a2;
+		break;
+	}
+	if (attr &&
+	    !bpf_probe_read_user(&type, sizeof(type), (void *)(attr + NVTX_ATTR_MESSAGE_TYPE)) &&
+	    (type == NVTX_MESSAGE_ASCII || type == NVTX_MESSAGE_UNICODE) &&
+	    !bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(attr + NVTX_ATTR_MESSAGE)))
+		wide = type == NVTX_MESSAGE_UNICODE;
+	/* A registered string or an unreadable name opens a range of no rule. */
+	n = bpf_map_lookup_elem(&nvtx_scratch, &key);
+	if (n && ptr && read_name(n, ptr, wide))
+		phase = name_phase(n->buf);
+
+	s = bpf_map_lookup_elem(&nvtx_stack, &id);
+	if (!s) {
+		bpf_map_update_elem(&nvtx_stack, &id, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&nvtx_stack, &id);
+		if (!s)
+			return 0;
+	}
+	d = s->depth;
+	if (d < NVTX_DEPTH)
+		s->phases[d & (NVTX_DEPTH - 1)] = phase;
+	s->depth = d + 1;
+	return 0;
+}
+
+/* nvtxRangePop, nvtxDomainRangePop: a pop with no range open changes nothing. */
+SEC("uprobe")
+int nvtx_pop(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct nvtx_ranges *s;
+
+	count_hit(id >> 32);
+	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+		return 0;
+	s = bpf_map_lookup_elem(&nvtx_stack, &id);
+	if (!s || !s->depth)
+		return 0;
+	if (s->depth == 1)
+		bpf_map_delete_elem(&nvtx_stack, &id);
+	else
+		s->depth--;
 	return 0;
 }

@@ -77,7 +77,14 @@ enum op {
 	OP_NCCL_COMM_INIT_ALL = 60,
 	OP_NCCL_COMM_DESTROY = 61,
 	OP_NCCL_COMM_ABORT = 62,
-	OP_MAX = 63,
+	/* NVTX (--enable-nvtx-tracing): range push/pop, kept per thread in nvtx_stack. */
+	OP_NVTX_RANGE_PUSH_A = 63,
+	OP_NVTX_RANGE_PUSH_W = 64,
+	OP_NVTX_RANGE_PUSH_EX = 65,
+	OP_NVTX_DOMAIN_RANGE_PUSH_EX = 66,
+	OP_NVTX_RANGE_POP = 67,
+	OP_NVTX_DOMAIN_RANGE_POP = 68,
+	OP_MAX = 69,
 };
 
 /* memcpy kinds beyond cudaMemcpyKind, for copies that name no kind. */
@@ -97,7 +104,8 @@ enum drop {
 	DROP_RT_TO_DRV = 9,   /* driver launch made by a runtime launch: counted once, as runtime */
 	DROP_LIB_LOADS = 10,  /* lib_loads ring full: that process waits for the periodic rescan */
 	DROP_NCCL_AGG = 11,   /* nccl_agg map full */
-	DROP_NCCL_INFLIGHT = 12, /* nccl_inflight insert failed: that call is neither timed nor watched */
+	DROP_NCCL_INFLIGHT =
+	    12, /* nccl_inflight insert failed: that call is neither timed nor watched */
 	DROP_MAX = 13,
 };
 
@@ -174,12 +182,41 @@ struct nccl_comm_key {
 	u64 comm;
 };
 
+/*
+ * The `phase` label of a launch (interface.md): the rule the innermost open
+ * NVTX range matching one gives, PHASE_OTHER when ranges are open but none
+ * matches, PHASE_NONE when none is open (or NVTX tracing is off).
+ */
+enum phase {
+	PHASE_NONE = 0,
+	PHASE_PREFILL = 1,   /* prefill, prompt, encode */
+	PHASE_DECODE = 2,    /* decode, generate */
+	PHASE_ATTENTION = 3, /* attention, attn */
+	PHASE_MLP = 4,	     /* mlp, ffn, expert */
+	PHASE_NORM = 5,	     /* norm, embed */
+	PHASE_OTHER = 6,
+	PHASE_MAX = 7,
+};
+
+/* Open NVTX ranges kept per thread; deeper ones are counted, not classified. */
+#define NVTX_DEPTH 16
+/* Characters of a range name classified. */
+#define NVTX_NAME_LEN 64
+
+/* Value of nvtx_stack (per thread): the phase rule of each open range, outermost first. */
+struct nvtx_ranges {
+	u32 depth; /* open ranges, also beyond NVTX_DEPTH */
+	u8 phases[NVTX_DEPTH];
+};
+
 /* Key of the launch aggregation map. */
 struct launch_key {
 	u32 pid;
 	u32 op;
 	u64 stream;
-	u64 func; /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
+	u64 func;  /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
+	u32 phase; /* enum phase at the launch */
+	u32 pad;
 };
 
 struct launch_val {

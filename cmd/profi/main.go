@@ -28,7 +28,12 @@ import (
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/profi-dev/profi/internal/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -71,6 +76,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		SampleRate:  uint32(cfg.SampleRate),
 		Detailed:    cfg.DetailedLaunches,
 		CountHits:   cfg.OverheadBudget > 0,
+		NVTX:        cfg.EnableNVTX,
 		// A kernel without uprobe_multi could not even load those programs.
 		NoUprobeMulti: cfg.NoUprobeMulti || bpfobj.HaveUprobeMulti() != nil,
 	})
@@ -92,6 +98,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			bpfobj.ProfiProgNcclReturn:      objs.NcclReturn,
 			bpfobj.ProfiProgNcclEntryMulti:  objs.NcclEntryMulti,
 			bpfobj.ProfiProgNcclReturnMulti: objs.NcclReturnMulti,
+			bpfobj.ProfiProgNvtxPush:        objs.NvtxPush,
+			bpfobj.ProfiProgNvtxPop:         objs.NvtxPop,
 		},
 		KernelMode:  cfg.KernelMode,
 		Profile:     cfg.ProbeProfile,
@@ -103,6 +111,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RuntimeText: objs.RtText,
 		FullFiles:   objs.FullFiles,
 		UprobeMulti: !cfg.NoUprobeMulti,
+		NVTX:        cfg.EnableNVTX,
 	})
 	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
 		log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
@@ -123,6 +132,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		scale, budgetStats = ctl.Scale, ctl.Stats
 	}
 
+	pods, err := podWatch(cfg, log)
+	if err != nil {
+		return err
+	}
+	var podLabeler aggregate.PodLabeler
+	var podStatus func() k8s.Status
+	if pods != nil {
+		podLabeler = &k8s.Enricher{Pods: pods, ProcRoot: cfg.ProcPath}
+		podStatus = pods.Status
+	}
+
 	names := aggregate.NewNames(cfg.ProcPath, log)
 	var events *aggregate.Events
 	if cfg.DetailedLaunches {
@@ -141,6 +161,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },
 		Scale:            scale,
 		NCCLHangTimeout:  cfg.NCCLHangTimeout,
+		Pods:             podLabeler,
 	})
 
 	reg := prometheus.NewRegistry()
@@ -154,9 +175,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			"aggregated": objs.Aggregated.MaxEntries(),
 			"launch_agg": objs.LaunchAgg.MaxEntries(),
 		},
-		Budget: budgetStats,
+		Budget:     budgetStats,
+		Kubernetes: podStatus,
 	}))
 	reg.MustRegister(self.Collectors()...)
+	var gpus *nvml.Poller
+	if !cfg.DisableNVML {
+		if gpus, err = nvml.New(nvml.Options{Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log}); err != nil {
+			return fmt.Errorf("nvml: %w", err)
+		}
+		reg.MustRegister(collector.NewGPU(gpus.Snapshot))
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var beat atomic.Int64
@@ -169,9 +198,15 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			if events != nil {
 				doc.RecentLaunches = events.Recent()
 			}
+			if pods != nil {
+				st := pods.Status()
+				doc.Kubernetes = &st
+			}
 			return doc
 		},
-		Ready: func() bool { return true }, // BPF is loaded before the server exists
+		// BPF is loaded before the server exists; with --node-name the pod
+		// watch must have listed the node's pods. Never a library attached.
+		Ready: func() bool { return pods == nil || pods.Synced() },
 		// The main loop is healthy while drains are fresh and discovery
 		// passes arrive on schedule, whatever --refresh-interval is.
 		Heartbeat: func() time.Time {
@@ -199,7 +234,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error {
 		return attacher.Run(ctx, attach.LoopOptions{
 			Trigger:  passDue,
-			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID},
+			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID, NVTX: cfg.EnableNVTX},
 			ProcRoot: cfg.ProcPath,
 			Interval: cfg.RefreshInterval,
 			Observe:  func(d time.Duration) { self.ScanDuration.Observe(d.Seconds()) },
@@ -207,6 +242,12 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
+	if pods != nil {
+		g.Go(func() error { return pods.Run(ctx) })
+	}
+	if gpus != nil {
+		g.Go(func() error { return gpus.Run(ctx) })
+	}
 	if ctl != nil {
 		g.Go(func() error { return ctl.Run(ctx) })
 	}
@@ -233,6 +274,31 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("profi stopped")
 	return err
+}
+
+// podWatch prepares the pod watch of --node-name: in-cluster credentials,
+// or the kubeconfig file named by KUBECONFIG (outside a cluster, tests).
+// An API server that is down is not an error here: the watch retries and
+// reports it; credentials that cannot exist are.
+func podWatch(cfg *config.Config, log *slog.Logger) (*k8s.Watcher, error) {
+	if cfg.NodeName == "" {
+		return nil, nil
+	}
+	var rc *rest.Config
+	var err error
+	if path := os.Getenv("KUBECONFIG"); path != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pod enrichment (--node-name %s) needs in-cluster credentials or KUBECONFIG: %w", cfg.NodeName, err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return k8s.NewWatcher(client, cfg.NodeName, log)
 }
 
 // startBudget prepares --overhead-budget: BPF run-time statistics and a

@@ -65,6 +65,8 @@ type Options struct {
 	// StragglerInterval is the window of the straggler ratio (default
 	// GCInterval, which interface.md ties it to).
 	StragglerInterval time.Duration
+	// Pods labels processes with their pod (--node-name); nil = no pod labels.
+	Pods PodLabeler
 	// Monotonic returns CLOCK_MONOTONIC in ns, the clock of
 	// bpf_ktime_get_ns (for the age of in-flight calls); nil = the real one.
 	Monotonic func() uint64
@@ -75,9 +77,19 @@ type procState struct {
 	start   uint64
 	streams map[uint64]bool // admitted stream handles
 	kernels map[string]bool // admitted kernel labels
+	podDone bool            // pod labels final (see PodLabeler)
 	// With Options.Scale: per key, the last raw value and the estimate.
 	aggEst    map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal
 	launchEst map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal
+}
+
+// PodLabeler tells which pod a process runs in.
+type PodLabeler interface {
+	// Pod returns the process's labels; done is false while they may
+	// still change (asked again at every drain until done).
+	Pod(pid int) (namespace, pod, container string, done bool)
+	// Forget drops what is known about an exited process.
+	Forget(pid int)
 }
 
 // Namer resolves the name of a launched function.
@@ -131,11 +143,10 @@ type Aggregator struct {
 	cardDrops      uint64
 	// undeleted are exited processes already retired whose keys could not
 	// be deleted yet: retried on every drain, never retired twice.
-	undeleted    map[int]bool
-	retiredNCCL  map[HistKey]*NCCLHist
-	nccl         ncclState
-	stragHists   map[stragglerKey]*NCCLHist // this drain's, per communicator
-	monotonicNow func() uint64
+	undeleted   map[int]bool
+	retiredNCCL map[HistKey]*NCCLHist
+	nccl        ncclState
+	stragHists  map[stragglerKey]*NCCLHist // this drain's, per communicator
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -165,6 +176,9 @@ func New(opts Options) *Aggregator {
 		undeleted:   map[int]bool{},
 		retiredNCCL: map[HistKey]*NCCLHist{},
 		nccl:        newNCCLState(),
+		// Timed launches of exited processes (full mode); was never made,
+		// so the first such exit panicked (assignment to entry in nil map).
+		retiredKernels: map[KernelHistKey]*KernelHist{},
 	}
 	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, NCCLHists: map[HistKey]*NCCLHist{}})
 	return a
@@ -339,7 +353,7 @@ func (a *Aggregator) histograms(snap *Snapshot) {
 		return tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
 	}
 	kernelTuple := func(k KernelHistKey) tuple {
-		return tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class}
+		return tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class + "/" + k.Phase}
 	}
 	for k, h := range a.retired {
 		if a.admit(histTuple(k)) {
@@ -399,6 +413,7 @@ func mergeInto[K comparable, H any, P interface {
 func (a *Aggregator) process(pid int) *procState {
 	if ps, ok := a.procs[pid]; ok {
 		if a.opts.Procs.Alive(pid, ps.start) {
+			a.label(ps)
 			return ps
 		}
 		return nil
@@ -409,7 +424,17 @@ func (a *Aggregator) process(pid int) *procState {
 	}
 	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]bool{}, kernels: map[string]bool{}}
 	a.procs[pid] = ps
+	a.label(ps)
 	return ps
+}
+
+// label asks for the process's pod labels until they are final.
+func (a *Aggregator) label(ps *procState) {
+	if a.opts.Pods == nil || ps.podDone {
+		return
+	}
+	m := &ps.meta
+	m.Namespace, m.Pod, m.Container, ps.podDone = a.opts.Pods.Pod(m.PID)
 }
 
 // estimate replaces a process's raw values by estimates: every drain adds
@@ -482,6 +507,9 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 
 func (a *Aggregator) forget(pid int) {
 	delete(a.procs, pid)
+	if a.opts.Pods != nil {
+		a.opts.Pods.Forget(pid)
+	}
 	a.nccl.forget(pid)
 	if a.opts.Names != nil {
 		a.opts.Names.Forget(pid)
@@ -551,7 +579,7 @@ func compareAggKeys(x, y bpfobj.ProfiAggKey) int {
 }
 
 func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
-	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func))
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func), cmp.Compare(x.Phase, y.Phase))
 }
 
 // Direction returns the direction label of a memcpy kind.
@@ -628,7 +656,7 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 			p.Calls[cs] += v.Count
 		}
 		kern := a.kernel(ps, k, v.Timed > 0)
-		if !a.admit(tuple{fam: famLaunch, pid: pid, a: kern.Name, b: kern.Class}) {
+		if !a.admit(tuple{fam: famLaunch, pid: pid, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
 			continue
 		}
 		l := p.Launches[kern]
@@ -650,6 +678,13 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 // (so unknown_0x... series move to the name once it arrives), and "other"
 // beyond --max-kernels-per-pid.
 func (a *Aggregator) kernel(ps *procState, k bpfobj.ProfiLaunchKey, timed bool) Kernel {
+	kern := a.kernelName(ps, k, timed)
+	kern.Phase = bpfobj.PhaseName(k.Phase)
+	return kern
+}
+
+// kernelName is kernel without the phase.
+func (a *Aggregator) kernelName(ps *procState, k bpfobj.ProfiLaunchKey, timed bool) Kernel {
 	if k.Func == 0 && !timed {
 		return Kernel{Name: "anonymous", Class: "other"}
 	}

@@ -151,6 +151,12 @@ func akey(pid uint32, op bpfobj.Op, kind uint32, err int32, stream uint64) bpfob
 	return bpfobj.ProfiAggKey{Pid: pid, Op: uint32(op), Kind: kind, Err: err, Stream: stream}
 }
 
+func lkeyPhase(pid uint32, stream uint64, phase bpfobj.Phase) bpfobj.ProfiLaunchKey {
+	k := lkey(pid, stream)
+	k.Phase = uint32(phase)
+	return k
+}
+
 func lkey(pid uint32, stream uint64) bpfobj.ProfiLaunchKey {
 	return bpfobj.ProfiLaunchKey{Pid: pid, Op: uint32(bpfobj.OpCudaLaunchKernel), Stream: stream}
 }
@@ -435,6 +441,35 @@ func TestDrainValues(t *testing.T) {
 				events: 12,
 				// (no memory series: no allocation) 2 calls, 1 launch
 				series: 3,
+			},
+		},
+		{
+			name: "launches by NVTX phase",
+			launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{
+				lkey(pid, 0):                              {Count: 2, GridBlocks: 2, BlockThreads: 64},
+				lkeyPhase(pid, 0, bpfobj.PhasePrefill):    {Count: 3, GridBlocks: 3, BlockThreads: 96},
+				lkeyPhase(pid, 0x40, bpfobj.PhasePrefill): {Count: 1, GridBlocks: 1, BlockThreads: 32},
+				lkeyPhase(pid, 0, bpfobj.PhaseOther):      {Count: 4, GridBlocks: 4, BlockThreads: 128},
+				lkeyPhase(pid, 0, 99):                     {Count: 5, GridBlocks: 5, BlockThreads: 160}, // out of range: other
+			},
+			want: want{
+				proc: view{
+					Meta: meta,
+					Calls: map[OpStream]uint64{
+						{"cudaLaunchKernel", "0x40"}:    1,
+						{"cudaLaunchKernel", "default"}: 14,
+					},
+					Errors: map[OpCode]uint64{}, Memcpy: map[DirStream]uint64{},
+					Launches: map[Kernel]Launch{
+						{Name: "anonymous", Class: "other"}:                   {Count: 2, GridBlocks: 2, BlockThreads: 64},
+						{Name: "anonymous", Class: "other", Phase: "prefill"}: {Count: 4, GridBlocks: 4, BlockThreads: 128},
+						{Name: "anonymous", Class: "other", Phase: "other"}:   {Count: 9, GridBlocks: 9, BlockThreads: 288},
+					},
+				},
+				hists:  map[HistKey]Hist{},
+				events: 15,
+				// 2 calls, 3 launch label sets
+				series: 5,
 			},
 		},
 		{

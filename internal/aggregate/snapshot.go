@@ -35,11 +35,11 @@ type Launch struct {
 	SharedBytes  uint64
 }
 
-// Kernel is the kernel label pair of a launch.
-type Kernel struct{ Name, Class string }
+// Kernel are the kernel labels of a launch: kernel, kernel_class and the
+// NVTX phase ("" without an open range or without --enable-nvtx-tracing).
+type Kernel struct{ Name, Class, Phase string }
 
-// KernelHistKey are the labels of the kernel launch latency histograms
-// (phase stays empty until NVTX phases exist).
+// KernelHistKey are the labels of the kernel launch latency histograms.
 type KernelHistKey struct {
 	Kernel
 	Namespace, Pod, GPU string

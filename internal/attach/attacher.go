@@ -81,6 +81,9 @@ type Options struct {
 	// instead of one link per symbol. If the kernel refuses, the Attacher
 	// falls back to classic uprobes for good, with a logged note.
 	UprobeMulti bool
+	// NVTX (--enable-nvtx-tracing): the load-triggered check looks for
+	// NVTX libraries too (the discovery pass's Scanner must set NVTX).
+	NVTX bool
 }
 
 type attached struct {
@@ -133,6 +136,7 @@ type Attacher struct {
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
 	fullPIDs     map[int]bool                 // processes upgraded to full mode
 	noMulti      bool                         // uprobe_multi refused by the kernel
+	closing      sync.WaitGroup               // background closes of released files
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -212,17 +216,18 @@ func (a *Attacher) Sync(targets []Target) {
 		}
 		a.attach(t, now)
 	}
+	var released []*attached
 	for key, f := range a.files {
 		if !seen[key] {
 			a.log.Info("library unmapped by every process, detaching", "lib", f.target.Lib, "path", f.target.Path, "file", key)
 			for pid := range f.upgrades {
 				a.dropUpgrade(f, pid)
 			}
-			f.hot.close()
-			f.links.close()
+			released = append(released, f)
 			delete(a.files, key)
 		}
 	}
+	a.release(released)
 	for key := range a.failed {
 		if !seen[key] {
 			delete(a.failed, key)
@@ -231,6 +236,26 @@ func (a *Attacher) Sync(targets []Target) {
 	a.syncPIDFiles()
 	a.syncRuntimeText()
 	a.syncUpgrades()
+}
+
+// release closes the links of files no process maps any more, in the
+// background: each detach waits for RCU grace periods (seconds for a
+// library's set under load), and holding the lock that long kept new
+// libraries from attaching and scrapes from answering. Hits of the old
+// links until they are gone are refused in BPF: their file id has left
+// pid_files.
+func (a *Attacher) release(files []*attached) {
+	if len(files) == 0 {
+		return
+	}
+	a.closing.Add(1)
+	go func() {
+		defer a.closing.Done()
+		for _, f := range files {
+			f.hot.close()
+			f.links.close()
+		}
+	}()
 }
 
 // SetFullModePIDs sets the processes that get full kernel mode whatever
@@ -798,6 +823,7 @@ func (a *Attacher) Close() error {
 		delete(a.files, key)
 	}
 	wg.Wait()
+	a.closing.Wait()
 	a.closed = true
 	return nil
 }

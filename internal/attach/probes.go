@@ -18,6 +18,8 @@ const (
 	progDlEvent     = bpfobj.ProfiProgDlEvent
 	progNCCLEntry   = bpfobj.ProfiProgNcclEntry
 	progNCCLReturn  = bpfobj.ProfiProgNcclReturn
+	progNVTXPush    = bpfobj.ProfiProgNvtxPush
+	progNVTXPop     = bpfobj.ProfiProgNvtxPop
 )
 
 // Probe is one probed function: its entry program and, when the call is
@@ -180,6 +182,20 @@ var ncclProbes = []Probe{
 	optional(ncclTimed("ncclCommInitAll", bpfobj.OpNcclCommInitAll)),
 }
 
+// nvtxProbes are the NVTX range functions (--enable-nvtx-tracing; the
+// scanner reports NVTX libraries only then). Entry only: a push classifies
+// the range name into a phase on the thread's range stack, a pop drops the
+// innermost range; launches read the stack. Ranges must be seen from the
+// first push, so these are never paused.
+var nvtxProbes = []Probe{
+	{Symbol: "nvtxRangePushA", Op: bpfobj.OpNvtxRangePushA, Entry: progNVTXPush},
+	{Symbol: "nvtxRangePop", Op: bpfobj.OpNvtxRangePop, Entry: progNVTXPop},
+	optional(Probe{Symbol: "nvtxRangePushW", Op: bpfobj.OpNvtxRangePushW, Entry: progNVTXPush}),
+	optional(Probe{Symbol: "nvtxRangePushEx", Op: bpfobj.OpNvtxRangePushEx, Entry: progNVTXPush}),
+	optional(Probe{Symbol: "nvtxDomainRangePushEx", Op: bpfobj.OpNvtxDomainRangePushEx, Entry: progNVTXPush}),
+	optional(Probe{Symbol: "nvtxDomainRangePop", Op: bpfobj.OpNvtxDomainRangePop, Entry: progNVTXPop}),
+}
+
 func ncclTimed(symbol string, op bpfobj.Op) Probe {
 	return Probe{Symbol: symbol, Op: op, Entry: progNCCLEntry, Return: progNCCLReturn}
 }
@@ -233,6 +249,10 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 	case discover.LibNCCL:
 		// Independent of the kernel mode and probe profile.
 		out = append(out, ncclProbes...)
+	case discover.LibNVTX:
+		// Independent of the kernel mode and probe profile; the scanner
+		// reports NVTX libraries only with --enable-nvtx-tracing.
+		out = append(out, nvtxProbes...)
 	case discover.LibCuda:
 		out = append(out, cudaLean...)
 		out = append(out, launches(cudaLaunches, kernelMode)...)
@@ -246,7 +266,7 @@ func Probes(lib discover.Library, kernelMode, profile string) []Probe {
 // libraryOf maps every probed operation to the library that defines it.
 var libraryOf = func() map[bpfobj.Op]discover.Library {
 	m := map[bpfobj.Op]discover.Library{}
-	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL} {
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX} {
 		for _, mode := range []string{KernelModeAnonymous, KernelModeFull} {
 			for _, p := range Probes(lib, mode, ProfileFull) {
 				m[p.Op] = lib
@@ -269,7 +289,7 @@ func TrapTable() string {
 	b.WriteString("| Function | Library | Profile | `off` | `anonymous` | `full` |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	seen := map[string]bool{}
-	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL} {
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX} {
 		for _, profile := range []string{ProfileLean, ProfileFull} {
 			for _, p := range Probes(lib, KernelModeFull, profile) {
 				if seen[p.Symbol] {

@@ -23,7 +23,7 @@ var historicalLabels = map[string]string{
 }
 
 var (
-	libs     = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, "libnvtx3interop.so", "libfoo.so"}
+	libs     = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX, "libfoo.so"}
 	modes    = []string{KernelModeOff, KernelModeAnonymous, KernelModeFull}
 	profiles = []string{ProfileLean, ProfileFull}
 )
@@ -53,7 +53,13 @@ func TestProbes(t *testing.T) {
 							t.Errorf("%s has operation label %q, want %q", p.Symbol, name, want)
 						}
 						launch := bpfobj.Info(uint32(p.Op)).Family == bpfobj.FamilyLaunch
+						nvtx := bpfobj.Info(uint32(p.Op)).Family == bpfobj.FamilyNVTX
 						switch {
+						case nvtx != (lib == discover.LibNVTX):
+							t.Errorf("NVTX probe %s in %s", p.Symbol, lib)
+						case nvtx && (p.Traps() != 1 || (p.Entry != bpfobj.ProfiProgNvtxPush && p.Entry != bpfobj.ProfiProgNvtxPop)):
+							t.Errorf("NVTX probe %s: %d traps via %s, want 1 via nvtx_push/nvtx_pop", p.Symbol, p.Traps(), p.Entry)
+						case nvtx:
 						case launch && mode == KernelModeOff:
 							t.Errorf("kernel mode off probes launch API %s", p.Symbol)
 						case launch && mode == KernelModeAnonymous && (p.Traps() != 1 || p.Entry != bpfobj.ProfiProgLaunchEntry):
@@ -104,6 +110,8 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCuda, KernelModeFull, ProfileFull, 9, 18},
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
+		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},
+		{discover.LibNVTX, KernelModeFull, ProfileFull, 6, 6},
 	}
 	for _, tc := range tests {
 		if n, traps := count(tc.lib, tc.mode, tc.profile); n != tc.n || traps != tc.traps {

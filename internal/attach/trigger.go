@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -55,9 +56,11 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 }
 
 // needsPass reports whether pid maps a profiled library file the attacher
-// does not know yet.
+// does not know yet, or an attached one without knowing that pid maps it:
+// until a pass writes its pid_files and rt_text entries, its hits there
+// are refused and the runtime->driver guard falls back to its time marker.
 func (a *Attacher) needsPass(procRoot string, pid int) bool {
-	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid}).Scan()
+	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid, NVTX: a.opts.NVTX}).Scan()
 	if err != nil || len(res.Processes) == 0 {
 		return false
 	}
@@ -68,7 +71,10 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 			continue
 		}
 		key := FileKey{Dev: m.Dev, Inode: m.Inode}
-		if _, ok := a.files[key]; ok {
+		if f, ok := a.files[key]; ok {
+			if !slices.Contains(f.target.PIDs, pid) {
+				return true
+			}
 			continue
 		}
 		if _, ok := a.failed[key]; ok {

@@ -34,6 +34,7 @@ func TestLayoutsMatchBTF(t *testing.T) {
 		{"inflight_call", reflect.TypeFor[ProfiInflightCall](), unsafe.Sizeof(ProfiInflightCall{})},
 		{"alloc_key", reflect.TypeFor[ProfiAllocKey](), unsafe.Sizeof(ProfiAllocKey{})},
 		{"pid_file", reflect.TypeFor[ProfiPidFile](), unsafe.Sizeof(ProfiPidFile{})},
+		{"nvtx_ranges", reflect.TypeFor[ProfiNvtxRanges](), unsafe.Sizeof(ProfiNvtxRanges{})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.cName, func(t *testing.T) {
@@ -121,6 +122,14 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"OP_NCCL_GROUP_END": uint64(OpNcclGroupEnd), "OP_NCCL_COMM_INIT_RANK": uint64(OpNcclCommInitRank),
 			"OP_NCCL_COMM_INIT_RANK_CONFIG": uint64(OpNcclCommInitRankConfig), "OP_NCCL_COMM_INIT_ALL": uint64(OpNcclCommInitAll),
 			"OP_NCCL_COMM_DESTROY": uint64(OpNcclCommDestroy), "OP_NCCL_COMM_ABORT": uint64(OpNcclCommAbort),
+			"OP_NVTX_RANGE_PUSH_A": uint64(OpNvtxRangePushA), "OP_NVTX_RANGE_PUSH_W": uint64(OpNvtxRangePushW),
+			"OP_NVTX_RANGE_PUSH_EX": uint64(OpNvtxRangePushEx), "OP_NVTX_DOMAIN_RANGE_PUSH_EX": uint64(OpNvtxDomainRangePushEx),
+			"OP_NVTX_RANGE_POP": uint64(OpNvtxRangePop), "OP_NVTX_DOMAIN_RANGE_POP": uint64(OpNvtxDomainRangePop),
+		}},
+		{"phase", map[string]uint64{
+			"PHASE_NONE": uint64(PhaseNone), "PHASE_PREFILL": uint64(PhasePrefill), "PHASE_DECODE": uint64(PhaseDecode),
+			"PHASE_ATTENTION": uint64(PhaseAttention), "PHASE_MLP": uint64(PhaseMLP), "PHASE_NORM": uint64(PhaseNorm),
+			"PHASE_OTHER": uint64(PhaseOther), "PHASE_MAX": uint64(NumPhases),
 		}},
 		{"drop", map[string]uint64{
 			"DROP_AGGREGATED": uint64(DropAggregated), "DROP_LAUNCH_AGG": uint64(DropLaunchAgg),
@@ -301,6 +310,7 @@ func TestSpecMapSizes(t *testing.T) {
 		ProfiMapInflight:    10240,
 		ProfiMapMallocSizes: 131072,
 		ProfiMapDrops:       uint32(NumDrops),
+		ProfiMapNvtxStack:   1024, // interface.md: the NVTX map (1024)
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s max_entries = %d, want %d", name, got, want)
@@ -320,5 +330,18 @@ func TestNCCLLatencyBoundsMatchBuckets(t *testing.T) {
 	}
 	if got, want := len(ProfiNcclVal{}.Buckets), len(NCCLLatencyBoundsNs)+1; got != want {
 		t.Errorf("nccl_val has %d buckets, want %d", got, want)
+	}
+}
+
+func TestPhaseName(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[uint32]string{
+		uint32(PhaseNone): "", uint32(PhasePrefill): "prefill", uint32(PhaseDecode): "decode",
+		uint32(PhaseAttention): "attention", uint32(PhaseMLP): "mlp", uint32(PhaseNorm): "norm",
+		uint32(PhaseOther): "other", uint32(NumPhases): "other", 1000: "other",
+	} {
+		if got := PhaseName(p); got != want {
+			t.Errorf("PhaseName(%d) = %q, want %q", p, got, want)
+		}
 	}
 }

@@ -23,6 +23,9 @@ type Sizes struct {
 	// CountHits counts probe hits per process in pid_hits, for the
 	// overhead estimate (--overhead-budget). Off, the code is not loaded.
 	CountHits bool
+	// NVTX (--enable-nvtx-tracing): launches read their thread's NVTX
+	// range stack for the phase. Off, the code is not loaded.
+	NVTX bool
 	// NoUprobeMulti loads the uprobe.multi programs as classic ones: on
 	// kernels without uprobe_multi links (before 6.6) they would not load,
 	// and tests force the fallback with it.
@@ -79,6 +82,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if sizes.CountHits {
 		if err := spec.Variables[ProfiVarCountHits].Set(true); err != nil {
 			return nil, fmt.Errorf("set count_hits: %w", err)
+		}
+	}
+	if sizes.NVTX {
+		if err := spec.Variables[ProfiVarNvtxEnabled].Set(true); err != nil {
+			return nil, fmt.Errorf("set nvtx_enabled: %w", err)
 		}
 	}
 	var objs Objects

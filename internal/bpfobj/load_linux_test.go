@@ -32,6 +32,13 @@ func TestLoadSizes(t *testing.T) {
 			sizes: Sizes{LaunchAgg: 16},
 			want:  Sizes{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
 		},
+		{
+			// Every optional code path loaded: the NVTX phase lookup, hit
+			// counting, detailed launches, sampling.
+			name:  "nvtx and every option",
+			sizes: Sizes{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+			want:  Sizes{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

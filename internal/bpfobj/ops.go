@@ -73,6 +73,12 @@ const (
 	OpNcclCommInitAll           Op = ProfiOpOP_NCCL_COMM_INIT_ALL
 	OpNcclCommDestroy           Op = ProfiOpOP_NCCL_COMM_DESTROY
 	OpNcclCommAbort             Op = ProfiOpOP_NCCL_COMM_ABORT
+	OpNvtxRangePushA            Op = ProfiOpOP_NVTX_RANGE_PUSH_A
+	OpNvtxRangePushW            Op = ProfiOpOP_NVTX_RANGE_PUSH_W
+	OpNvtxRangePushEx           Op = ProfiOpOP_NVTX_RANGE_PUSH_EX
+	OpNvtxDomainRangePushEx     Op = ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX
+	OpNvtxRangePop              Op = ProfiOpOP_NVTX_RANGE_POP
+	OpNvtxDomainRangePop        Op = ProfiOpOP_NVTX_DOMAIN_RANGE_POP
 	NumOps                      Op = ProfiOpOP_MAX
 )
 
@@ -89,6 +95,7 @@ const (
 	FamilyMallocHost        // pinned host bytes allocated
 	FamilyMemset            // bytes set
 	FamilyNCCL              // NCCL calls (nccl_agg): payload bytes
+	FamilyNVTX              // NVTX range push/pop (--enable-nvtx-tracing): counted nowhere, they set the phase
 )
 
 // OpInfo describes an operation.
@@ -165,6 +172,13 @@ var ops = [NumOps]OpInfo{
 	OpNcclCommInitAll:        {"ncclCommInitAll", FamilyNCCL},
 	OpNcclCommDestroy:        {"ncclCommDestroy", FamilyNCCL},
 	OpNcclCommAbort:          {"ncclCommAbort", FamilyNCCL},
+
+	OpNvtxRangePushA:        {"nvtxRangePushA", FamilyNVTX},
+	OpNvtxRangePushW:        {"nvtxRangePushW", FamilyNVTX},
+	OpNvtxRangePushEx:       {"nvtxRangePushEx", FamilyNVTX},
+	OpNvtxDomainRangePushEx: {"nvtxDomainRangePushEx", FamilyNVTX},
+	OpNvtxRangePop:          {"nvtxRangePop", FamilyNVTX},
+	OpNvtxDomainRangePop:    {"nvtxDomainRangePop", FamilyNVTX},
 }
 
 // Info describes op; ids out of range are "unknown".
@@ -248,4 +262,39 @@ func StreamLabel(stream uint64) string {
 		return "default"
 	}
 	return "0x" + strconv.FormatUint(stream, 16)
+}
+
+// Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).
+type Phase = ProfiPhase
+
+// Phase ids, named for Go.
+const (
+	PhaseNone      Phase = ProfiPhasePHASE_NONE
+	PhasePrefill   Phase = ProfiPhasePHASE_PREFILL
+	PhaseDecode    Phase = ProfiPhasePHASE_DECODE
+	PhaseAttention Phase = ProfiPhasePHASE_ATTENTION
+	PhaseMLP       Phase = ProfiPhasePHASE_MLP
+	PhaseNorm      Phase = ProfiPhasePHASE_NORM
+	PhaseOther     Phase = ProfiPhasePHASE_OTHER
+	NumPhases      Phase = ProfiPhasePHASE_MAX
+)
+
+// phases are the `phase` labels of the phase ids (interface.md 5.2).
+var phases = [NumPhases]string{
+	PhaseNone:      "",
+	PhasePrefill:   "prefill",
+	PhaseDecode:    "decode",
+	PhaseAttention: "attention",
+	PhaseMLP:       "mlp",
+	PhaseNorm:      "norm",
+	PhaseOther:     "other",
+}
+
+// PhaseName returns the `phase` label of a phase id: "" for none (no NVTX
+// range open, or NVTX tracing off), "other" for ids out of range.
+func PhaseName(p uint32) string {
+	if p < uint32(NumPhases) {
+		return phases[p]
+	}
+	return phases[PhaseOther]
 }

@@ -108,6 +108,8 @@ type ProfiLaunchKey struct {
 	Op     uint32
 	Stream uint64
 	Func   uint64
+	Phase  uint32
+	Pad    uint32
 }
 
 type ProfiLaunchVal struct {
@@ -182,6 +184,18 @@ type ProfiNcclVal struct {
 	Buckets    [12]uint64
 }
 
+type ProfiNvtxName struct {
+	_    structs.HostLayout
+	Wide [64]uint32
+	Buf  [80]uint8
+}
+
+type ProfiNvtxRanges struct {
+	_      structs.HostLayout
+	Depth  uint32
+	Phases [16]uint8
+}
+
 type ProfiOp uint32
 
 const (
@@ -248,7 +262,26 @@ const (
 	ProfiOpOP_NCCL_COMM_INIT_ALL                  ProfiOp = 60
 	ProfiOpOP_NCCL_COMM_DESTROY                   ProfiOp = 61
 	ProfiOpOP_NCCL_COMM_ABORT                     ProfiOp = 62
-	ProfiOpOP_MAX                                 ProfiOp = 63
+	ProfiOpOP_NVTX_RANGE_PUSH_A                   ProfiOp = 63
+	ProfiOpOP_NVTX_RANGE_PUSH_W                   ProfiOp = 64
+	ProfiOpOP_NVTX_RANGE_PUSH_EX                  ProfiOp = 65
+	ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX           ProfiOp = 66
+	ProfiOpOP_NVTX_RANGE_POP                      ProfiOp = 67
+	ProfiOpOP_NVTX_DOMAIN_RANGE_POP               ProfiOp = 68
+	ProfiOpOP_MAX                                 ProfiOp = 69
+)
+
+type ProfiPhase uint32
+
+const (
+	ProfiPhasePHASE_NONE      ProfiPhase = 0
+	ProfiPhasePHASE_PREFILL   ProfiPhase = 1
+	ProfiPhasePHASE_DECODE    ProfiPhase = 2
+	ProfiPhasePHASE_ATTENTION ProfiPhase = 3
+	ProfiPhasePHASE_MLP       ProfiPhase = 4
+	ProfiPhasePHASE_NORM      ProfiPhase = 5
+	ProfiPhasePHASE_OTHER     ProfiPhase = 6
+	ProfiPhasePHASE_MAX       ProfiPhase = 7
 )
 
 type ProfiPidFile struct {
@@ -286,6 +319,8 @@ const (
 	ProfiMapNcclComms         = "nccl_comms"
 	ProfiMapNcclInflight      = "nccl_inflight"
 	ProfiMapNcclScratch       = "nccl_scratch"
+	ProfiMapNvtxScratch       = "nvtx_scratch"
+	ProfiMapNvtxStack         = "nvtx_stack"
 	ProfiMapPidClaim          = "pid_claim"
 	ProfiMapPidFiles          = "pid_files"
 	ProfiMapPidHits           = "pid_hits"
@@ -300,16 +335,20 @@ const (
 	ProfiProgNcclExit         = "nccl_exit"
 	ProfiProgNcclReturn       = "nccl_return"
 	ProfiProgNcclReturnMulti  = "nccl_return_multi"
+	ProfiProgNvtxPop          = "nvtx_pop"
+	ProfiProgNvtxPush         = "nvtx_push"
 	ProfiProgTimedEntry       = "timed_entry"
 	ProfiProgTimedReturn      = "timed_return"
 	ProfiVarCountHits         = "count_hits"
 	ProfiVarDetailedLaunches  = "detailed_launches"
+	ProfiVarNvtxEnabled       = "nvtx_enabled"
 	ProfiVarSampleRate        = "sample_rate"
 	ProfiVarUnusedDrop        = "unused_drop"
 	ProfiVarUnusedLaunchEvent = "unused_launch_event"
 	ProfiVarUnusedNameEvent   = "unused_name_event"
 	ProfiVarUnusedNameKind    = "unused_name_kind"
 	ProfiVarUnusedOp          = "unused_op"
+	ProfiVarUnusedPhase       = "unused_phase"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -362,6 +401,8 @@ type ProfiProgramSpecs struct {
 	NcclExit        *ebpf.ProgramSpec `ebpf:"nccl_exit"`
 	NcclReturn      *ebpf.ProgramSpec `ebpf:"nccl_return"`
 	NcclReturnMulti *ebpf.ProgramSpec `ebpf:"nccl_return_multi"`
+	NvtxPop         *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
+	NvtxPush        *ebpf.ProgramSpec `ebpf:"nvtx_push"`
 	TimedEntry      *ebpf.ProgramSpec `ebpf:"timed_entry"`
 	TimedReturn     *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
@@ -383,6 +424,8 @@ type ProfiMapSpecs struct {
 	NcclComms    *ebpf.MapSpec `ebpf:"nccl_comms"`
 	NcclInflight *ebpf.MapSpec `ebpf:"nccl_inflight"`
 	NcclScratch  *ebpf.MapSpec `ebpf:"nccl_scratch"`
+	NvtxScratch  *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStack    *ebpf.MapSpec `ebpf:"nvtx_stack"`
 	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
 	PidHits      *ebpf.MapSpec `ebpf:"pid_hits"`
@@ -397,12 +440,14 @@ type ProfiMapSpecs struct {
 type ProfiVariableSpecs struct {
 	CountHits         *ebpf.VariableSpec `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
+	NvtxEnabled       *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
 	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.VariableSpec `ebpf:"unused_launch_event"`
 	UnusedNameEvent   *ebpf.VariableSpec `ebpf:"unused_name_event"`
 	UnusedNameKind    *ebpf.VariableSpec `ebpf:"unused_name_kind"`
 	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
+	UnusedPhase       *ebpf.VariableSpec `ebpf:"unused_phase"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -438,6 +483,8 @@ type ProfiMaps struct {
 	NcclComms    *ebpf.Map `ebpf:"nccl_comms"`
 	NcclInflight *ebpf.Map `ebpf:"nccl_inflight"`
 	NcclScratch  *ebpf.Map `ebpf:"nccl_scratch"`
+	NvtxScratch  *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStack    *ebpf.Map `ebpf:"nvtx_stack"`
 	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles     *ebpf.Map `ebpf:"pid_files"`
 	PidHits      *ebpf.Map `ebpf:"pid_hits"`
@@ -461,6 +508,8 @@ func (m *ProfiMaps) Close() error {
 		m.NcclComms,
 		m.NcclInflight,
 		m.NcclScratch,
+		m.NvtxScratch,
+		m.NvtxStack,
 		m.PidClaim,
 		m.PidFiles,
 		m.PidHits,
@@ -476,12 +525,14 @@ func (m *ProfiMaps) Close() error {
 type ProfiVariables struct {
 	CountHits         *ebpf.Variable `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
+	NvtxEnabled       *ebpf.Variable `ebpf:"nvtx_enabled"`
 	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.Variable `ebpf:"unused_launch_event"`
 	UnusedNameEvent   *ebpf.Variable `ebpf:"unused_name_event"`
 	UnusedNameKind    *ebpf.Variable `ebpf:"unused_name_kind"`
 	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
+	UnusedPhase       *ebpf.Variable `ebpf:"unused_phase"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.
@@ -496,6 +547,8 @@ type ProfiPrograms struct {
 	NcclExit        *ebpf.Program `ebpf:"nccl_exit"`
 	NcclReturn      *ebpf.Program `ebpf:"nccl_return"`
 	NcclReturnMulti *ebpf.Program `ebpf:"nccl_return_multi"`
+	NvtxPop         *ebpf.Program `ebpf:"nvtx_pop"`
+	NvtxPush        *ebpf.Program `ebpf:"nvtx_push"`
 	TimedEntry      *ebpf.Program `ebpf:"timed_entry"`
 	TimedReturn     *ebpf.Program `ebpf:"timed_return"`
 }
@@ -510,6 +563,8 @@ func (p *ProfiPrograms) Close() error {
 		p.NcclExit,
 		p.NcclReturn,
 		p.NcclReturnMulti,
+		p.NvtxPop,
+		p.NvtxPush,
 		p.TimedEntry,
 		p.TimedReturn,
 	)

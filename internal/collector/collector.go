@@ -11,6 +11,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/budget"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/k8s"
 )
 
 // Label sets of interface.md 5.1, in order.
@@ -30,7 +31,7 @@ var (
 
 // Libraries reported by profi_system_discovery_attached_libraries, always
 // all of them so a missing series never means "unknown".
-var libraries = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, "libnvtx3interop.so"}
+var libraries = []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX}
 
 // Data are the sources a scrape reads.
 type Data struct {
@@ -45,6 +46,8 @@ type Data struct {
 	MapCapacity map[string]uint32
 	// Budget is the overhead estimate of --overhead-budget; nil when off.
 	Budget func() *budget.Stats
+	// Kubernetes is the pod watch state; nil without --node-name.
+	Kubernetes func() k8s.Status
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -67,6 +70,7 @@ type Collector struct {
 	ncclOldest, ncclStraggler, ncclCommInfo       *prometheus.Desc
 	ncclCommCalls, ncclCommBytes                  *prometheus.Desc
 	ncclDurations                                 latencyFamilies
+	k8sSynced, k8sErrors, k8sPods                 *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -121,6 +125,9 @@ func New(data Data) *Collector {
 		ncclCommInfo:    d("profi_nccl_communicator_info", "A communicator this process joined, as its init call described it: communicator is NCCL's hash of the unique id (the commHash of NCCL logs), the same on every rank and node.", commInfoLabels, nil),
 		ncclCommCalls:   d("profi_nccl_communicator_calls_total", "NCCL calls per communicator (communicator=\"unknown\": created before profi attached).", commLabels, nil),
 		ncclCommBytes:   d("profi_nccl_communicator_bytes_total", "NCCL payload bytes per communicator.", commLabels, nil),
+		k8sSynced:       d("profi_system_k8s_pod_watch_synced", "1 once the pod watch (--node-name) has listed this node's pods; pod labels are empty before.", nil, nil),
+		k8sErrors:       d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
+		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
 	}
 }
 
@@ -134,7 +141,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
-		c.ncclCommCalls, c.ncclCommBytes,
+		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -252,7 +259,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.mallocHost, p.MallocHostBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
 		}
 		for kern, l := range p.Launches {
-			labels := []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, ""}
+			labels := []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, kern.Phase}
 			counter(c.launches, l.Count, labels...)
 			counter(c.gridBlocks, l.GridBlocks, labels...)
 			counter(c.blockThreads, l.BlockThreads, labels...)
@@ -273,7 +280,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.durations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
 	}
 	for k, h := range s.KernelHists {
-		c.kernelDurations.emit(ch, []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, ""}, h.Buckets[:], h.SumNs, h.Count)
+		c.kernelDurations.emit(ch, []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, k.Phase}, h.Buckets[:], h.SumNs, h.Count)
 	}
 	if c.data.NameFailures != nil {
 		for reason, v := range c.data.NameFailures() {
@@ -312,6 +319,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.probeMisses, s.Drops[bpfobj.DropRuntimeToDrv], "runtime_to_driver")
 	gauge(c.uptime, time.Since(c.data.Started).Seconds())
 	gauge(c.series, float64(s.Series))
+	if c.data.Kubernetes != nil {
+		k := c.data.Kubernetes()
+		synced := 0.0
+		if k.Synced {
+			synced = 1
+		}
+		gauge(c.k8sSynced, synced)
+		counter(c.k8sErrors, k.WatchErrors)
+		gauge(c.k8sPods, float64(k.Pods))
+	}
 	if c.data.Budget != nil {
 		b := c.data.Budget()
 		gauge(c.trapCost, b.TrapCost.Seconds())

@@ -7,6 +7,7 @@ import (
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/k8s"
 )
 
 // StatusDoc is the JSON body of /status: where a user finds out what is
@@ -27,6 +28,8 @@ type StatusDoc struct {
 	ExportedSeries    int                    `json:"exported_series"`
 	Drops             map[string]uint64      `json:"drops"`
 	LastDrain         time.Time              `json:"last_drain"`
+	// Kubernetes is the pod watch state; absent without --node-name.
+	Kubernetes *k8s.Status `json:"kubernetes,omitempty"`
 	// RecentLaunches are the latest launches with --detailed-launches.
 	RecentLaunches []aggregate.LaunchEvent `json:"recent_launches,omitempty"`
 }

@@ -501,12 +501,6 @@ func (p *parser) build(raw *cli) *Config {
 	cfg.OTLP = p.resolveOTLP(raw)
 	cfg.MetricsTLS, cfg.MetricsAuth = p.metricsSecurity(raw)
 
-	// The chart sets NODE_NAME on every pod, so a set node name is normal and must not fail
-	// startup while pod enrichment is missing. Remove this when the pod watch lands.
-	if cfg.NodeName != "" {
-		p.warnf("pod enrichment is not yet supported; %s=%q is ignored and pod labels stay empty",
-			p.source("node-name"), cfg.NodeName)
-	}
 	return cfg
 }
 
@@ -844,13 +838,6 @@ func (p *parser) metricsSecurity(raw *cli) (TLSConfig, AuthConfig) {
 func (c *Config) Unsupported() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	if c.EnableNVTX {
-		add("--enable-nvtx-tracing is not yet supported (NVTX probes are not implemented)")
-	}
-	// With NVML disabled the interval has nothing to govern.
-	if !c.DisableNVML && c.NVMLInterval != 5*time.Second {
-		add("--nvml-interval=%d is not yet supported (the NVML poller is not implemented)", int64(c.NVMLInterval/time.Second))
-	}
 	if c.OTLP.Enabled() {
 		add("OTLP push is not yet supported (endpoint %q is set)", c.OTLP.Endpoint)
 	}

@@ -730,9 +730,8 @@ func TestUnsupported(t *testing.T) {
 		{"kernel-mode full", []string{"--kernel-mode=full"}, nil, nil},
 		{"kernel-mode off", []string{"--kernel-mode=off"}, nil, nil},
 		{"probe-profile full", []string{"--probe-profile=full"}, nil, nil},
-		{"nvtx", []string{"--enable-nvtx-tracing"}, nil, []string{"--enable-nvtx-tracing is not yet supported"}},
-		{"nvml-interval", []string{"--nvml-interval=10"}, nil, []string{"--nvml-interval=10 is not yet supported"}},
-		{"nvml-interval irrelevant when disabled", []string{"--nvml-interval=10", "--disable-nvml"}, nil, nil},
+		{"nvtx", []string{"--enable-nvtx-tracing"}, nil, nil},
+		{"nvml-interval", []string{"--nvml-interval=10"}, nil, nil},
 		{"disable-nvml", []string{"--disable-nvml"}, nil, nil},
 		{"nccl-hang-timeout 0 (detection off) is honoured", []string{"--nccl-hang-timeout=0"}, nil, nil},
 		{"sample-rate", []string{"--sample-rate=4"}, nil, nil},
@@ -764,32 +763,13 @@ func TestUnsupported(t *testing.T) {
 	}
 }
 
-func TestNodeNameWarning(t *testing.T) {
+// A node name turns pod enrichment on: no warning.
+func TestNodeNameNoWarning(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{"env", nil, map[string]string{"NODE_NAME": "gpu-7"}, `pod enrichment is not yet supported; NODE_NAME="gpu-7" is ignored and pod labels stay empty`},
-		{"flag", []string{"--node-name=gpu-8"}, nil, `pod enrichment is not yet supported; --node-name="gpu-8" is ignored and pod labels stay empty`},
-		{"unset", nil, nil, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			_, warns := mustParse(t, tc.args, tc.env)
-			if tc.want == "" {
-				if len(warns) != 0 {
-					t.Errorf("warnings = %q, want none", warns)
-				}
-				return
-			}
-			if len(warns) != 1 || warns[0] != tc.want {
-				t.Errorf("warnings = %q, want [%q]", warns, tc.want)
-			}
-		})
+	for _, env := range []map[string]string{{"NODE_NAME": "gpu-7"}, nil} {
+		if _, warns := mustParse(t, nil, env); len(warns) != 0 {
+			t.Errorf("NODE_NAME %v: warnings = %q, want none", env, warns)
+		}
 	}
 }
 

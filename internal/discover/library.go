@@ -8,6 +8,11 @@ const (
 	LibCudart Library = "libcudart.so" // CUDA runtime
 	LibCuda   Library = "libcuda.so"   // CUDA driver
 	LibNCCL   Library = "libnccl.so"   // NCCL
+	// LibNVTX is NVTX: libnvToolsExt.so (NVTX v2) or libnvtx3interop.so
+	// (the NVTX3 injection library). Only probed with
+	// --enable-nvtx-tracing (Scanner.NVTX); the label of both is the
+	// interface's "libnvtx3interop.so".
+	LibNVTX Library = "libnvtx3interop.so"
 	// LibLoader is the dynamic loader (ld.so): not profiled, but hooked so
 	// that every library a process loads announces itself at once.
 	LibLoader Library = "ld.so"
@@ -25,6 +30,8 @@ var libraries = [...]struct {
 	{"cudart", LibCudart},
 	{"cuda", LibCuda},
 	{"nccl", LibNCCL},
+	{"nvToolsExt", LibNVTX},
+	{"nvtx3interop", LibNVTX},
 }
 
 // Classify returns the library a mapped file belongs to, judged by the
@@ -32,7 +39,7 @@ var libraries = [...]struct {
 // optionally followed by one or more ".<digits>" groups: libcudart.so,
 // libcudart.so.12 and libcudart.so.12.4.127 are LibCudart; libcuda.so.1 and
 // libcuda.so.550.54.15 are LibCuda; libnccl.so.2 and libnccl.so.2.21.5 are
-// LibNCCL. Anything else is not: libcudart_static.a, libcudart.so.bak,
+// LibNCCL; libnvToolsExt.so.1 and libnvtx3interop.so.1 are LibNVTX. Anything else is not: libcudart_static.a, libcudart.so.bak,
 // libcudart.so.12. (empty group), libcudadebugger.so, libnccl-net.so,
 // libcuda.so-foo, renamed copies such as libcudart-d0da41ae.so.11.0, and a
 // path with a " (deleted)" suffix.

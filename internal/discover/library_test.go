@@ -20,6 +20,12 @@ func TestClassify(t *testing.T) {
 		{"/usr/lib/libnccl.so.2", LibNCCL, true},
 		{"/usr/lib/libnccl.so.2.21.5", LibNCCL, true},
 		{"/libcuda.so.1", LibCuda, true},
+		{"/usr/local/cuda/lib64/libnvToolsExt.so.1", LibNVTX, true},
+		{"/usr/lib/libnvToolsExt.so", LibNVTX, true},
+		{"/site-packages/nvtx/lib/libnvtx3interop.so.1", LibNVTX, true},
+		{"/usr/lib/libnvtx3interop.so", LibNVTX, true},
+		{"/usr/lib/libnvtoolsext.so.1", "", false},
+		{"/usr/lib/libnvToolsExt.so.1.bak", "", false},
 
 		{"", "", false},
 		{"/", "", false},

@@ -30,6 +30,7 @@ type scanState struct {
 	small   [4096]byte // comm and stat
 	libs    []Mapping
 	deleted []fileKey
+	nvtx    bool // Scanner.NVTX
 }
 
 type fileKey struct{ dev, ino uint64 }
@@ -87,6 +88,7 @@ func (s *Scanner) Scan() (*Result, error) {
 	}
 	st := scanStates.Get().(*scanState)
 	defer scanStates.Put(st)
+	st.nvtx = s.NVTX
 	res := &Result{}
 	for _, pid := range pids {
 		st.scanProcess(root, pid, res)
@@ -288,7 +290,7 @@ func (st *scanState) addLine(pid, lineNo int, line []byte, res *Result) {
 	}
 	path := line[r.pathStart:r.pathEnd]
 	lib, ok := classify(path)
-	if !ok {
+	if !ok || (lib == LibNVTX && !st.nvtx) {
 		return
 	}
 	if r.deleted {

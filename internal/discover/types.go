@@ -42,6 +42,9 @@ type Result struct {
 type Scanner struct {
 	ProcRoot string // procfs root, e.g. "/proc" or "/host/proc"; "" means "/proc"
 	PID      int    // 0 = all processes; otherwise only this PID is read (no directory listing)
+	// NVTX reports NVTX libraries (LibNVTX) too (--enable-nvtx-tracing);
+	// off, they are not libraries of interest.
+	NVTX bool
 }
 
 // DefaultProcRoot is used where a procfs root is "".

@@ -49,6 +49,16 @@ type Agent struct {
 // StartAgent runs bin with args plus a free loopback --listen address,
 // and waits until /ready answers 200.
 func StartAgent(ctx context.Context, bin string, args ...string) (*Agent, error) {
+	return startAgent(ctx, bin, "/ready", args)
+}
+
+// StartAgentServing is StartAgent for an agent that is not expected to be
+// ready yet (a pod watch that cannot list): it waits for /health only.
+func StartAgentServing(ctx context.Context, bin string, args ...string) (*Agent, error) {
+	return startAgent(ctx, bin, "/health", args)
+}
+
+func startAgent(ctx context.Context, bin, probe string, args []string) (*Agent, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -71,7 +81,7 @@ func StartAgent(ctx context.Context, bin string, args ...string) (*Agent, error)
 			return nil, fmt.Errorf("agent exited before ready: %v\n%s", a.err, a.logs.String())
 		default:
 		}
-		if resp, err := http.Get(a.URL + "/ready"); err == nil {
+		if resp, err := http.Get(a.URL + probe); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return a, nil
@@ -80,7 +90,7 @@ func StartAgent(ctx context.Context, bin string, args ...string) (*Agent, error)
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = a.Stop() // the readiness failure is the error worth reporting
-	return nil, fmt.Errorf("agent not ready after 30s\n%s", a.logs.String())
+	return nil, fmt.Errorf("agent: %s not 200 after 30s\n%s", probe, a.logs.String())
 }
 
 // Logs returns what the agent printed so far.

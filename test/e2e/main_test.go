@@ -48,8 +48,14 @@ func run(m *testing.M) int {
 // it at the end of the test, failing the test if it did not exit cleanly.
 func startAgent(t *testing.T, args ...string) *testutil.Agent {
 	t.Helper()
+	return startAgentWith(t, testutil.StartAgent, args...)
+}
+
+// startAgentWith is startAgent with another starter (testutil.StartAgentServing).
+func startAgentWith(t *testing.T, start func(context.Context, string, ...string) (*testutil.Agent, error), args ...string) *testutil.Agent {
+	t.Helper()
 	testutil.RequireBPF(t)
-	a, err := testutil.StartAgent(context.Background(), agentBin, append([]string{"--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so"}, args...)...)
+	a, err := start(context.Background(), agentBin, append([]string{"--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

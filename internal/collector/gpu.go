@@ -1,0 +1,156 @@
+package collector
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profi-dev/profi/internal/nvml"
+)
+
+// GPU label sets of interface.md 5.6.
+var gpuLabels = []string{"gpu", "gpu_uuid"}
+
+func withGPU(extra ...string) []string { return append(append([]string(nil), gpuLabels...), extra...) }
+
+// nvlinkErrorTypes are the error_type values of profi_gpu_nvlink_errors_total.
+var nvlinkErrorTypes = map[nvml.NVLinkCounter]string{
+	nvml.NVLinkReplay:   "replay",
+	nvml.NVLinkRecovery: "recovery",
+	nvml.NVLinkCRCFlit:  "crc_flit",
+	nvml.NVLinkCRCData:  "crc_data",
+}
+
+// gpuCollector exports the NVML families of interface.md 5.6 (and the
+// additions) from the poller's latest snapshot.
+type gpuCollector struct {
+	snapshot func() *nvml.Snapshot
+
+	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
+	up, pollDuration                                                    *prometheus.Desc
+	processMemory, pcie, nvlinkErrors, xid                              *prometheus.Desc
+}
+
+// NewGPU returns the collector of the GPU (NVML) families. snapshot returns
+// the NVML poller's latest snapshot; nil counts as NVML down. While NVML
+// is down only profi_system_nvml_up (0) is exported.
+func NewGPU(snapshot func() *nvml.Snapshot) prometheus.Collector {
+	d := prometheus.NewDesc
+	return &gpuCollector{
+		snapshot:    snapshot,
+		info:        d("profi_gpu_info", "GPU inventory from NVML, always 1: gpu is the NVML index, gpu_model the product name.", withGPU("gpu_model"), nil),
+		temperature: d("profi_gpu_temperature_celsius", "GPU core temperature (NVML).", gpuLabels, nil),
+		power:       d("profi_gpu_power_watts", "Power draw of the board (NVML milliwatts / 1000).", gpuLabels, nil),
+		clock:       d("profi_gpu_clock_mhz", "Current clock frequency of the SM (clock_type=\"sm\") or memory (clock_type=\"mem\") domain, in MHz.", withGPU("clock_type"), nil),
+		utilization: d("profi_gpu_utilization_ratio", "NVML utilization over its last sample period, 0-1: share of time a kernel ran (type=\"gpu\") or device memory was read or written (type=\"memory\").", withGPU("type"), nil),
+		memory:      d("profi_gpu_memory_bytes", "Framebuffer memory by state: used, free, total (NVML; used includes memory the driver reserves).", withGPU("state"), nil),
+		ecc:         d("profi_gpu_ecc_errors_total", "Volatile ECC error counts since the driver loaded, by error_type (corrected, uncorrected), all memory locations.", withGPU("error_type", "location"), nil),
+		throttle: d("profi_gpu_throttle_active", "1 while a clock throttle (clock event) reason is active: idle, power (software power cap), thermal (software thermal slowdown), "+
+			"hw_thermal (hardware thermal slowdown), hw_power (hardware power brake, or a hardware slowdown the thermal bit does not explain), sync_boost.", withGPU("reason"), nil),
+		up:           d("profi_system_nvml_up", "1 when NVML is initialised and the last poll finished within its timeout.", nil, nil),
+		pollDuration: d("profi_system_nvml_poll_duration_seconds", "Duration of the last NVML poll (all GPUs).", nil, nil),
+		processMemory: d("profi_gpu_process_memory_bytes", "Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed.",
+			withGPU("pid"), nil),
+		pcie:         d("profi_gpu_pcie_throughput_bytes_per_second", "PCIe throughput by direction (tx: out of the GPU, rx: into it), NVML's 20 ms sample in KB/s × 1024.", withGPU("direction"), nil),
+		nvlinkErrors: d("profi_gpu_nvlink_errors_total", "NVLink data-link errors summed over the active links, by error_type: replay, recovery, crc_flit, crc_data.", withGPU("error_type"), nil),
+		xid:          d("profi_gpu_xid_errors_total", "XID critical error events seen by the agent since it started, by XID (decimal).", withGPU("xid"), nil),
+	}
+}
+
+// Describe sends every descriptor.
+func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.info, c.temperature, c.power, c.clock, c.utilization, c.memory, c.ecc, c.throttle,
+		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid,
+	} {
+		ch <- d
+	}
+}
+
+// Collect builds the GPU series of the latest snapshot.
+func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.snapshot()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	if s == nil || !s.Up {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.up, 1)
+	gauge(c.pollDuration, s.PollDuration.Seconds())
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		id, uuid := strconv.Itoa(g.Index), g.UUID
+		gauge(c.info, 1, id, uuid, g.Name)
+		if g.TemperatureCelsius != nil {
+			gauge(c.temperature, *g.TemperatureCelsius, id, uuid)
+		}
+		if g.PowerWatts != nil {
+			gauge(c.power, *g.PowerWatts, id, uuid)
+		}
+		if g.SMClockMHz != nil {
+			gauge(c.clock, *g.SMClockMHz, id, uuid, "sm")
+		}
+		if g.MemClockMHz != nil {
+			gauge(c.clock, *g.MemClockMHz, id, uuid, "mem")
+		}
+		if g.GPUUtilization != nil {
+			gauge(c.utilization, *g.GPUUtilization, id, uuid, "gpu")
+		}
+		if g.MemoryUtilization != nil {
+			gauge(c.utilization, *g.MemoryUtilization, id, uuid, "memory")
+		}
+		if m := g.Memory; m != nil {
+			gauge(c.memory, float64(m.Used), id, uuid, "used")
+			gauge(c.memory, float64(m.Free), id, uuid, "free")
+			gauge(c.memory, float64(m.Total), id, uuid, "total")
+		}
+		if g.ECCCorrected != nil {
+			counter(c.ecc, float64(*g.ECCCorrected), id, uuid, "corrected", "all")
+		}
+		if g.ECCUncorrected != nil {
+			counter(c.ecc, float64(*g.ECCUncorrected), id, uuid, "uncorrected", "all")
+		}
+		if t := g.Throttle; t != nil {
+			for _, r := range []struct {
+				reason string
+				on     bool
+			}{
+				{"idle", t.Idle}, {"power", t.Power}, {"thermal", t.Thermal},
+				{"hw_thermal", t.HWThermal}, {"hw_power", t.HWPower}, {"sync_boost", t.SyncBoost},
+			} {
+				gauge(c.throttle, b2f(r.on), id, uuid, r.reason)
+			}
+		}
+		for _, p := range g.Processes {
+			if p.MemoryKnown {
+				gauge(c.processMemory, float64(p.UsedBytes), id, uuid, strconv.FormatUint(uint64(p.PID), 10))
+			}
+		}
+		if g.PCIeTXBytesPerSecond != nil {
+			gauge(c.pcie, *g.PCIeTXBytesPerSecond, id, uuid, "tx")
+		}
+		if g.PCIeRXBytesPerSecond != nil {
+			gauge(c.pcie, *g.PCIeRXBytesPerSecond, id, uuid, "rx")
+		}
+		for k, v := range g.NVLinkErrors {
+			if name, ok := nvlinkErrorTypes[k]; ok {
+				counter(c.nvlinkErrors, float64(v), id, uuid, name)
+			}
+		}
+		for xid, n := range g.XIDErrors {
+			counter(c.xid, float64(n), id, uuid, strconv.FormatUint(xid, 10))
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

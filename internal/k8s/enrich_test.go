@@ -1,0 +1,97 @@
+package k8s
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// procTree writes /proc/PID/cgroup files.
+func procTree(t *testing.T, cgroups map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for pid, content := range cgroups {
+		if err := os.MkdirAll(filepath.Join(root, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, pid, "cgroup"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func pod(name string, statuses ...corev1.ContainerStatus) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID(uid)},
+		Spec:       corev1.PodSpec{NodeName: "gpu-1"},
+		Status:     corev1.PodStatus{ContainerStatuses: statuses},
+	}
+}
+
+// The enricher heals: a process seen before its pod is in the cache (or
+// before the pod's status lists its container) gets its labels as soon as
+// they are known. Init and ephemeral containers are matched too.
+func TestEnricherLabelsWhenThePodArrives(t *testing.T) {
+	client := fake.NewClientset()
+	w, err := NewWatcher(client, "gpu-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	waitFor(t, w.Synced)
+
+	other := "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	root := procTree(t, map[string]string{
+		"10": "0::/kubepods/burstable/pod" + uid + "/" + cid + "\n",
+		"11": "0::/kubepods/burstable/pod" + uid + "/" + other + "\n",
+		"12": "0::/user.slice/session-1.scope\n",
+	})
+	e := &Enricher{Pods: w, ProcRoot: root}
+	if ns, p, c, done := e.Pod(12); done != true || ns+p+c != "" {
+		t.Errorf("host process: %q %q %q done %v; want empty and done", ns, p, c, done)
+	}
+	if _, _, _, done := e.Pod(10); done {
+		t.Fatal("pod not in the cache yet, but done")
+	}
+	if _, err := client.CoreV1().Pods("ml").Create(ctx, pod("infer-0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := w.Lookup(Container{PodUID: uid}); return ok })
+	if ns, p, c, done := e.Pod(10); done || ns != "ml" || p != "infer-0" || c != "" {
+		t.Errorf("pod known, container not yet: %q %q %q done %v", ns, p, c, done)
+	}
+	upd := pod("infer-0", corev1.ContainerStatus{Name: "server", ContainerID: "containerd://" + cid})
+	upd.Status.EphemeralContainerStatuses = []corev1.ContainerStatus{{Name: "debugger", ContainerID: "cri-o://" + other}}
+	if _, err := client.CoreV1().Pods("ml").UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, _, _, done := e.Pod(10); return done })
+	if ns, p, c, _ := e.Pod(10); ns != "ml" || p != "infer-0" || c != "server" {
+		t.Errorf("container: %q %q %q; want ml infer-0 server", ns, p, c)
+	}
+	if _, _, c, done := e.Pod(11); !done || c != "debugger" {
+		t.Errorf("ephemeral container: %q done %v; want debugger", c, done)
+	}
+	if st := w.Status(); !st.Synced || st.Pods != 1 || st.NodeName != "gpu-1" {
+		t.Errorf("status %+v", st)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
+		}
+	}
+}

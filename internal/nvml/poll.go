@@ -1,0 +1,345 @@
+package nvml
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+)
+
+// maxEvents bounds the XID events drained per poll, maxXIDs the distinct
+// XIDs counted per GPU (NVIDIA documents fewer than 200).
+const (
+	maxEvents = 1024
+	maxXIDs   = 256
+)
+
+// worker does the NVML calls. Its state is touched only by the step
+// goroutine, and the Poller starts a step only after the previous one has
+// returned, so no lock is needed.
+type worker struct {
+	lib Library
+	log *slog.Logger
+
+	initialised  bool
+	path, driver string
+	devs         []device
+	events       EventSet            // nil: XID events unsupported
+	xids         []map[uint64]uint64 // by position in devs
+	migOwner     map[string]int      // MIG UUID → position in devs, as of the last poll
+	warned       map[string]string   // "gpu/field" → last error logged
+	gone         error               // ErrDriverGone met during this poll
+	xidOverflow  bool
+}
+
+// device is an inventoried GPU.
+type device struct {
+	index      int
+	uuid, name string
+	h          Device
+}
+
+func newWorker(lib Library, log *slog.Logger) *worker {
+	return &worker{lib: lib, log: log, warned: map[string]string{}}
+}
+
+// step runs one step; it is the body of a step goroutine.
+func (w *worker) step(k stepKind) stepResult {
+	r := stepResult{kind: k, started: time.Now()}
+	switch k {
+	case stepInit:
+		r.err = w.init()
+	case stepPoll:
+		r.snap = w.poll(r.started)
+	case stepShutdown:
+		w.shutdown()
+	}
+	return r
+}
+
+// init initialises NVML and takes the device inventory.
+func (w *worker) init() error {
+	if err := w.lib.Init(); err != nil {
+		return fmt.Errorf("nvml init: %w", err)
+	}
+	if p, ok := w.lib.(pathed); ok {
+		w.path = p.Path()
+	}
+	n, err := w.lib.DeviceCount()
+	if err != nil {
+		_ = w.lib.Shutdown()
+		return fmt.Errorf("nvml device count: %w", err)
+	}
+	if v, err := w.lib.DriverVersion(); err == nil {
+		w.driver = v
+	}
+	w.devs = w.devs[:0]
+	for i := range n {
+		h, err := w.lib.Device(i)
+		if err != nil {
+			w.log.Warn("GPU skipped: no NVML handle", "gpu", i, "err", err)
+			continue
+		}
+		uuid, err := h.UUID()
+		if err != nil {
+			w.log.Warn("GPU skipped: no UUID", "gpu", i, "err", err)
+			continue
+		}
+		name, err := h.Name()
+		if err != nil && !errors.Is(err, ErrNotSupported) {
+			w.log.Warn("GPU name unavailable", "gpu", i, "err", err)
+		}
+		w.devs = append(w.devs, device{index: i, uuid: uuid, name: name, h: h})
+	}
+	w.initEvents()
+	w.initialised = true
+	return nil
+}
+
+// initEvents registers every GPU's XID events in one event set.
+func (w *worker) initEvents() {
+	w.events, w.xids = nil, nil
+	set, err := w.lib.NewEventSet()
+	if err != nil {
+		if !errors.Is(err, ErrNotSupported) {
+			w.log.Warn("XID events unavailable", "err", err)
+		}
+		return
+	}
+	xids := make([]map[uint64]uint64, len(w.devs))
+	registered := 0
+	for i, d := range w.devs {
+		if err := set.Register(d.h); err != nil {
+			if !errors.Is(err, ErrNotSupported) {
+				w.log.Warn("XID events unavailable on a GPU", "gpu", d.index, "err", err)
+			}
+			continue
+		}
+		xids[i] = map[uint64]uint64{}
+		registered++
+	}
+	if registered == 0 {
+		_ = set.Free()
+		return
+	}
+	w.events, w.xids = set, xids
+}
+
+func (w *worker) shutdown() {
+	if w.events != nil {
+		_ = w.events.Free()
+		w.events = nil
+	}
+	if err := w.lib.Shutdown(); err != nil && !errors.Is(err, ErrDriverGone) {
+		w.log.Warn("nvmlShutdown failed", "err", err)
+	}
+	w.initialised = false
+}
+
+// poll reads every GPU. If the driver went away meanwhile, the snapshot
+// is Up=false and the worker shuts NVML down, to initialise it again.
+func (w *worker) poll(started time.Time) *Snapshot {
+	w.gone = nil
+	w.drainEvents()
+	s := &Snapshot{Up: true, Time: started, Library: w.path, DriverVersion: w.driver, GPUs: make([]GPU, 0, len(w.devs))}
+	w.migOwner = map[string]int{}
+	for i, d := range w.devs {
+		g := w.pollGPU(d)
+		if w.xids != nil && w.xids[i] != nil {
+			g.XIDErrors = maps.Clone(w.xids[i])
+		}
+		for _, m := range g.MIGDevices {
+			w.migOwner[m.UUID] = i
+		}
+		s.GPUs = append(s.GPUs, g)
+	}
+	s.PollDuration = time.Since(started)
+	if w.gone != nil {
+		w.shutdown()
+		return &Snapshot{Reason: fmt.Sprintf("nvml poll: %v", w.gone), Time: started, PollDuration: s.PollDuration}
+	}
+	return s
+}
+
+// ok reports whether a field's query succeeded. NotSupported is silent;
+// any other error is logged once per GPU, field and message.
+func (w *worker) ok(gpu int, field string, err error) bool {
+	key := fmt.Sprintf("%d/%s", gpu, field)
+	if err == nil {
+		delete(w.warned, key)
+		return true
+	}
+	if errors.Is(err, ErrNotSupported) {
+		return false
+	}
+	if errors.Is(err, ErrDriverGone) {
+		if w.gone == nil {
+			w.gone = err
+		}
+		return false
+	}
+	if w.warned[key] != err.Error() {
+		w.warned[key] = err.Error()
+		w.log.Warn("NVML query failed; field skipped", "gpu", gpu, "field", field, "err", err)
+	}
+	return false
+}
+
+func (w *worker) pollGPU(d device) GPU {
+	g := GPU{Index: d.index, UUID: d.uuid, Name: d.name}
+	h, i := d.h, d.index
+
+	var migInstances map[uint32]string
+	if on, err := h.MigMode(); w.ok(i, "mig_mode", err) {
+		g.MIGEnabled = new(on)
+		if on {
+			if migs, err := h.MigDevices(); w.ok(i, "mig_devices", err) {
+				g.MIGDevices = migs
+				migInstances = make(map[uint32]string, len(migs))
+				for _, m := range migs {
+					migInstances[m.GPUInstanceID] = m.UUID
+				}
+			}
+		}
+	}
+	if v, err := h.Temperature(); w.ok(i, "temperature", err) {
+		g.TemperatureCelsius = new(float64(v))
+	}
+	if v, err := h.PowerUsage(); w.ok(i, "power", err) {
+		g.PowerWatts = new(float64(v) / 1000) // mW
+	}
+	if v, err := h.ClockInfo(ClockSM); w.ok(i, "clock_sm", err) {
+		g.SMClockMHz = new(float64(v))
+	}
+	if v, err := h.ClockInfo(ClockMem); w.ok(i, "clock_mem", err) {
+		g.MemClockMHz = new(float64(v))
+	}
+	if gpu, mem, err := h.Utilization(); w.ok(i, "utilization", err) {
+		g.GPUUtilization = new(float64(gpu) / 100)
+		g.MemoryUtilization = new(float64(mem) / 100)
+	}
+	if m, err := h.Memory(); w.ok(i, "memory", err) {
+		g.Memory = &m
+	}
+	if v, err := h.ECCErrors(ECCCorrected); w.ok(i, "ecc_corrected", err) {
+		g.ECCCorrected = new(v)
+	}
+	if v, err := h.ECCErrors(ECCUncorrected); w.ok(i, "ecc_uncorrected", err) {
+		g.ECCUncorrected = new(v)
+	}
+	if bits, err := h.ClockEventReasons(); w.ok(i, "clock_event_reasons", err) {
+		g.Throttle = new(ThrottleFromReasons(bits))
+	}
+	if procs, err := h.ComputeProcesses(); w.ok(i, "processes", err) {
+		g.Processes = processes(procs, migInstances)
+	}
+	if v, err := h.PCIeThroughput(PCIeTX); w.ok(i, "pcie_tx", err) {
+		g.PCIeTXBytesPerSecond = new(float64(v) * 1024) // KB/s
+	}
+	if v, err := h.PCIeThroughput(PCIeRX); w.ok(i, "pcie_rx", err) {
+		g.PCIeRXBytesPerSecond = new(float64(v) * 1024)
+	}
+	g.NVLinkErrors = w.nvlink(i, h)
+	return g
+}
+
+// processes merges NVML's entries by PID (a PID appears once per MIG
+// instance it uses) and sorts them.
+func processes(infos []ProcessInfo, migInstances map[uint32]string) []Process {
+	at := map[uint32]int{} // PID → position in out
+	var out []Process
+	for _, in := range infos {
+		j, ok := at[in.PID]
+		if !ok {
+			j = len(out)
+			at[in.PID] = j
+			out = append(out, Process{PID: in.PID})
+		}
+		p := &out[j]
+		if in.UsedBytes != MemoryNotAvailable {
+			p.UsedBytes += in.UsedBytes
+			p.MemoryKnown = true
+		}
+		if uuid, ok := migInstances[in.GPUInstanceID]; ok && in.GPUInstanceID != NoInstance && !slices.Contains(p.MIGUUIDs, uuid) {
+			p.MIGUUIDs = append(p.MIGUUIDs, uuid)
+		}
+	}
+	slices.SortFunc(out, func(a, b Process) int { return cmp.Compare(a.PID, b.PID) })
+	if out == nil {
+		out = []Process{} // supported, none running
+	}
+	return out
+}
+
+// nvlink sums the data-link error counters over the active links. The walk
+// ends at the first link whose state NVML does not support (no NVLink, or
+// past the GPU's last link).
+func (w *worker) nvlink(gpu int, h Device) map[NVLinkCounter]uint64 {
+	var sums map[NVLinkCounter]uint64
+	for link := range MaxNVLinks {
+		active, err := h.NVLinkActive(link)
+		if err != nil {
+			break // not supported, or no such link
+		}
+		if !active {
+			continue
+		}
+		for _, c := range NVLinkCounters {
+			v, err := h.NVLinkErrors(link, c)
+			if !w.ok(gpu, fmt.Sprintf("nvlink_%d_%d", link, c), err) {
+				continue
+			}
+			if sums == nil {
+				sums = map[NVLinkCounter]uint64{}
+			}
+			sums[c] += v
+		}
+	}
+	return sums
+}
+
+// drainEvents counts the pending XID events.
+func (w *worker) drainEvents() {
+	if w.events == nil {
+		return
+	}
+	for range maxEvents {
+		ev, err := w.events.Poll()
+		if errors.Is(err, ErrNoEvent) {
+			return
+		}
+		if err != nil {
+			w.ok(-1, "xid_events", err)
+			return
+		}
+		i := w.deviceOf(ev.UUID)
+		if i < 0 || w.xids[i] == nil {
+			continue
+		}
+		if _, seen := w.xids[i][ev.XID]; !seen && len(w.xids[i]) >= maxXIDs {
+			if !w.xidOverflow {
+				w.xidOverflow = true
+				w.log.Warn("too many distinct XIDs on a GPU; new ones are not counted", "gpu", w.devs[i].index, "xid", ev.XID, "limit", maxXIDs)
+			}
+			continue
+		}
+		w.xids[i][ev.XID]++
+	}
+}
+
+// deviceOf finds the device an event UUID names (a GPU, or one of its MIG
+// devices as of the last poll); -1 if none.
+func (w *worker) deviceOf(uuid string) int {
+	for i, d := range w.devs {
+		if d.uuid == uuid {
+			return i
+		}
+	}
+	if i, ok := w.migOwner[uuid]; ok {
+		return i
+	}
+	return -1
+}

@@ -1,0 +1,96 @@
+package nvml
+
+import "time"
+
+// Snapshot is the result of one NVML poll. It is immutable once published:
+// readers share it and never copy it.
+type Snapshot struct {
+	// Up: NVML is initialised and the last poll finished within its
+	// timeout. When false, Reason says why and GPUs is empty.
+	Up     bool
+	Reason string
+	// Time is when the poll started; PollDuration how long it took.
+	Time         time.Time
+	PollDuration time.Duration
+	// Library is the file loaded, when the Library can tell.
+	Library       string
+	DriverVersion string
+	// GPUs in NVML index order.
+	GPUs []GPU
+}
+
+// GPU is one device's state. A nil pointer, or a nil slice or map, is a
+// field NVML does not support on this device (or whose query failed); it is
+// skipped, never exported as 0.
+type GPU struct {
+	Index int    // NVML index
+	UUID  string // GPU-…
+	Name  string // product name
+
+	MIGEnabled *bool
+	MIGDevices []MigDevice // when MIG is enabled
+
+	TemperatureCelsius *float64
+	PowerWatts         *float64
+	SMClockMHz         *float64
+	MemClockMHz        *float64
+	// Utilization ratios, 0-1: the share of the last sample period in which
+	// a kernel ran (GPU) or device memory was read or written (memory).
+	GPUUtilization    *float64
+	MemoryUtilization *float64
+	Memory            *Memory
+	// Volatile ECC error totals (since the driver loaded), all locations.
+	ECCCorrected   *uint64
+	ECCUncorrected *uint64
+	Throttle       *Throttle
+	// Processes using the GPU for compute, by host PID (one entry per PID,
+	// sorted; memory of MIG instances summed). nil: not supported.
+	Processes []Process
+	// PCIe throughput, bytes per second.
+	PCIeTXBytesPerSecond *float64
+	PCIeRXBytesPerSecond *float64
+	// NVLinkErrors are data-link error counters summed over the active
+	// links, by counter; nil without NVLink (or without support).
+	NVLinkErrors map[NVLinkCounter]uint64
+	// XIDErrors counts XID critical error events by XID since the agent
+	// started; nil when events are not supported.
+	XIDErrors map[uint64]uint64
+}
+
+// Throttle are the clock event reasons active right now.
+type Throttle struct {
+	Idle      bool // nothing runs (GpuIdle)
+	Power     bool // software power cap (SwPowerCap)
+	Thermal   bool // software thermal slowdown (SwThermalSlowdown)
+	HWThermal bool // hardware thermal slowdown (HwThermalSlowdown)
+	// HWPower: hardware power brake (HwPowerBrakeSlowdown), or a hardware
+	// slowdown (HwSlowdown) that the thermal bit does not explain.
+	HWPower   bool
+	SyncBoost bool   // clocks held to the slowest GPU of a sync-boost group
+	Raw       uint64 // every bit NVML reported
+}
+
+// ThrottleFromReasons maps nvmlDeviceGetCurrentClocksEventReasons bits.
+func ThrottleFromReasons(bits uint64) Throttle {
+	has := func(b uint64) bool { return bits&b != 0 }
+	return Throttle{
+		Idle:      has(ReasonGPUIdle),
+		Power:     has(ReasonSWPowerCap),
+		Thermal:   has(ReasonSWThermal),
+		HWThermal: has(ReasonHWThermal),
+		HWPower:   has(ReasonHWPowerBrake) || (has(ReasonHWSlowdown) && !has(ReasonHWThermal)),
+		SyncBoost: has(ReasonSyncBoost),
+		Raw:       bits,
+	}
+}
+
+// Process is one host process using a GPU.
+type Process struct {
+	PID uint32
+	// UsedBytes is its device memory; valid only when MemoryKnown.
+	UsedBytes   uint64
+	MemoryKnown bool
+	// MIGUUIDs are the MIG devices it runs on, when the GPU is in MIG mode
+	// and NVML names the instance.
+	MIGUUIDs []string
+}

@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+const testNode = "gpu-node-1"
+
+// placeInCgroup creates the cgroup rel (a kubelet-style path) in the
+// first hierarchy that accepts it and moves pid into it, as the container
+// runtime would.
+func placeInCgroup(t *testing.T, pid int, rel string) {
+	t.Helper()
+	var errs []error
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/pids"} {
+		dir := filepath.Join(root, rel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			errs = append(errs, err)
+			_ = os.Remove(dir)
+			continue
+		}
+		t.Cleanup(func() {
+			// Move the process back (it may still run: cleanups run in
+			// reverse order), then remove the new directories, deepest first.
+			_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+			for d := dir; d != root; d = filepath.Dir(d) {
+				for i := 0; i < 50; i++ {
+					if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+		return
+	}
+	t.Fatalf("no cgroup hierarchy accepted %s: %v", rel, errs)
+}
+
+func randomContainerID(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// createPod creates a pod on testNode whose container name has id in its
+// status, as a kubelet would report it.
+func createPod(t *testing.T, c kubernetes.Interface, ns, name, container, id string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: container, Image: "infer:1"}},
+			AutomountServiceAccountToken: new(bool)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container, ContainerID: "containerd://" + id, Image: "infer:1", ImageID: "infer@sha256:0"}}
+	if p, err = c.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// podLabels returns the (namespace, pod, container) label values of every
+// per-process series of pid, and the number of series.
+func podLabels(t *testing.T, a *testutil.Agent, pid int) (map[[3]string]int, error) {
+	t.Helper()
+	mfs, err := a.Metrics()
+	if err != nil {
+		return nil, err
+	}
+	out := map[[3]string]int{}
+	for name, mf := range mfs {
+		if !strings.HasPrefix(name, "profi_cuda_") {
+			continue
+		}
+		for _, s := range testutil.Samples(mf) {
+			if s.Labels["pid"] == strconv.Itoa(pid) {
+				out[[3]string{s.Labels["namespace"], s.Labels["pod"], s.Labels["container"]}]++
+			}
+		}
+	}
+	return out, nil
+}
+
+func requirePodLabels(t *testing.T, a *testutil.Agent, pid int, want [3]string) {
+	t.Helper()
+	err := testutil.Eventually(20*time.Second, func() error {
+		got, err := podLabels(t, a, pid)
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 || got[want] == 0 {
+			return fmt.Errorf("pid %d series by (namespace, pod, container): %v; want all %v", pid, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ready(a *testutil.Agent) bool {
+	code, _, err := a.Get("/ready")
+	return err == nil && code == 200
+}
+
+// Pod labels from a real kube-apiserver, with only the RBAC the chart
+// grants (pods list/watch): a process in a pod's container cgroup gets
+// that pod's namespace, pod and container on every per-process series,
+// exactly, with the counts unchanged. An API server that is down when the
+// agent starts keeps it unready and the labels empty, never blocks the
+// counting, and the labels arrive once it is back; after a restart of the
+// API server the watch recovers and labels a new pod.
+func TestPodLabelsFromAPIServer(t *testing.T) {
+	testutil.RequireBPF(t)
+	s := testutil.StartAPIServer(t)
+	ctx := context.Background()
+	admin := s.Client()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The chart's ClusterRole: pods list/watch, nothing else.
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "profi"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "profi"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", testutil.WriteKubeconfig(t, s.ServiceAccountConfig(t, "default", "profi")))
+
+	// Pod 1, whose process runs in a systemd-driver cgroup (containerd).
+	id1 := randomContainerID(t)
+	pod1 := createPod(t, admin, "ml", "infer-0", "server", id1)
+	w1 := startWorkload(t, fixtures.Workload, defaultArgs)
+	placeInCgroup(t, w1.PID, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
+		strings.ReplaceAll(string(pod1.UID), "-", "_")+".slice/cri-containerd-"+id1+".scope")
+
+	// The API server is down when the agent starts.
+	s.Down(t)
+	a := startAgentWith(t, testutil.StartAgentServing, "--node-name", testNode)
+	waitAttached(t, a, w1.PID)
+	gt1 := runPhase(t, w1)
+	if err := testutil.Eventually(10*time.Second, func() error {
+		got, err := podLabels(t, a, w1.PID)
+		if err == nil && (len(got) != 1 || got[[3]string{}] == 0) {
+			err = fmt.Errorf("labels while the API server is down: %v; want counted with empty labels", got)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ready(a) {
+		t.Error("/ready is 200 before the pod watch's first list")
+	}
+	s.Up(t)
+	requirePodLabels(t, a, w1.PID, [3]string{"ml", "infer-0", "server"})
+	if !ready(a) {
+		t.Error("/ready is not 200 after the pod watch synced")
+	}
+	// Same counts under the new labels.
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := series(mfs, "profi_cuda_calls_total", "pid", "namespace", "pod", "container")
+	want := 0.0
+	for k, v := range expected([]*testutil.GroundTruth{gt1}) {
+		if strings.HasPrefix(k, "profi_cuda_calls_total{") {
+			want += v
+		}
+	}
+	if got := calls[strconv.Itoa(w1.PID)+"|ml|infer-0|server"]; got != want {
+		t.Errorf("calls under pod labels = %v, want %v", got, want)
+	}
+
+	// Delete pod 1 and restart the API server: a new pod is labelled.
+	if err := admin.CoreV1().Pods("ml").Delete(ctx, "infer-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart(t)
+	id2 := randomContainerID(t)
+	pod2 := createPod(t, admin, "ml", "infer-1", "worker", id2)
+	w2 := startWorkload(t, fixtures.Workload, defaultArgs)
+	placeInCgroup(t, w2.PID, "kubepods/besteffort/pod"+string(pod2.UID)+"/"+id2)
+	waitAttached(t, a, w2.PID)
+	runPhase(t, w2)
+	requirePodLabels(t, a, w2.PID, [3]string{"ml", "infer-1", "worker"})
+
+	var st struct {
+		Kubernetes struct {
+			NodeName    string `json:"node_name"`
+			Synced      bool   `json:"synced"`
+			WatchErrors uint64 `json:"watch_errors"`
+		} `json:"kubernetes"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Kubernetes.NodeName != testNode || !st.Kubernetes.Synced || st.Kubernetes.WatchErrors == 0 {
+		t.Errorf("/status kubernetes = %+v; want synced, node %s, the outage counted", st.Kubernetes, testNode)
+	}
+}
