@@ -44,12 +44,12 @@ demo: build
 # needed; about a minute): ns per call and ratios to an empty uprobe. See
 # docs/BENCHMARK.md. PROFI_E2E=1 makes a missing privilege fail, not skip.
 bench:
-	PROFI_E2E=1 $(GO) test -run '^$$' -bench Overhead -benchtime 1x -count 1 -timeout 10m ./bench/
+	PROFI_E2E=1 $(GO) test -run '^$$' -bench Overhead -benchtime 1x -count 1 -timeout 20m ./bench/
 
 # Attach latency (100 short processes, library-load trigger only) and the
 # agent's userspace cost against call rate and series count (CPU, RSS,
 # scrape latency), with the real binary; root needed, several minutes.
-# Results: bench/RESULTS-attach-scale.md.draft.
+# Results: docs/BENCHMARK.md.
 bench-scale:
 	PROFI_E2E=1 $(GO) test -run '^$$' -bench 'AttachLatency|ScaleCost' -benchtime 1x -count 1 -timeout 30m ./bench/
 

@@ -60,6 +60,9 @@ const (
 // it there: two syscalls later. A miss would fail the count check.
 const bpftraceSettle = 100 * time.Millisecond
 
+// bpftraceResignal is how often stop repeats SIGINT until bpftrace exits.
+const bpftraceResignal = 2 * time.Second
+
 var bpftraceCount = regexp.MustCompile(`(?m)^@c: (\d+)$`)
 
 // start runs bpftrace on c's private copy. bpftrace 0.17 prints
@@ -83,13 +86,22 @@ func (t bpftrace) start(c *config, pid int) (func(string) (uint64, error), error
 	exited := make(chan struct{})
 	go func() { waitErr = cmd.Wait(); close(exited) }()
 	stop := func(string) (uint64, error) {
-		_ = cmd.Process.Signal(os.Interrupt) // fails only if it has exited already
-		select {
-		case <-exited:
-		case <-time.After(bpftraceStopLimit):
-			_ = cmd.Process.Kill()
-			<-exited
-			return 0, fmt.Errorf("bpftrace did not exit %v after SIGINT\n%s", bpftraceStopLimit, errOut.String())
+		// On a heavily loaded VM (load average in the hundreds), bpftrace
+		// 0.17 sometimes misses a SIGINT and goes on waiting in epoll_wait;
+		// a second one ends it. So SIGINT is repeated until it exits: each
+		// only sets its exit flag, so extra ones are harmless.
+		deadline := time.After(bpftraceStopLimit)
+		for done := false; !done; {
+			_ = cmd.Process.Signal(os.Interrupt) // fails only if it has exited already
+			select {
+			case <-exited:
+				done = true
+			case <-time.After(bpftraceResignal):
+			case <-deadline:
+				_ = cmd.Process.Kill()
+				<-exited
+				return 0, fmt.Errorf("bpftrace did not exit %v after SIGINT\n%s", bpftraceStopLimit, errOut.String())
+			}
 		}
 		if waitErr != nil {
 			return 0, fmt.Errorf("%v: %v\n%s%s", cmd.Args, waitErr, out.String(), errOut.String())

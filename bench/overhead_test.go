@@ -63,9 +63,10 @@ var (
 // callPath lists the probeable functions one call of each loop function
 // runs, outermost first: the runtime launch goes down into the driver.
 var callPath = map[string][]site{
-	fnLaunch:   {siteLaunch, siteCuLaunch},
-	fnCuLaunch: {siteCuLaunch},
-	fnTimed:    {siteTimed},
+	fnLaunch:    {siteLaunch, siteCuLaunch},
+	fnCuLaunch:  {siteCuLaunch},
+	fnTimed:     {siteTimed},
+	fnAllReduce: {siteAllReduce}, // nccl_overhead_test.go
 }
 
 // Configuration names, also the sub-benchmark names.
@@ -108,6 +109,10 @@ type config struct {
 	// instruction out of line (a second kernel entry); checked against
 	// the bytes at the probed addresses.
 	steps int
+	// multi: the probes are uprobe_multi links (profi: Options.UprobeMulti,
+	// which applies to libnccl's probes; empty probes: one multi link per
+	// program). Only configurations alike in this are "same traps".
+	multi bool
 	empty []emptyProbe // floor-program probes
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
 	tool  counter      // a tool other than profi counting the calls (compare_test.go); nil = none
@@ -176,17 +181,23 @@ func (r results) sameTraps(c *config) *config {
 	if !c.probed() {
 		return nil
 	}
-	return r.find(c, func(e *config) bool { return e.empty != nil && e.traps == c.traps && e.steps == c.steps })
+	return r.find(c, func(e *config) bool {
+		return e.empty != nil && e.traps == c.traps && e.steps == c.steps && e.multi == c.multi
+	})
 }
 
 // bench is what every run shares.
 type bench struct {
 	dir       string // build outputs
 	loop      string
+	ncclLoop  string // bench/nccl_loop.c
 	interpose string // the LD_PRELOAD interposer (bench/interpose.c)
 	fx        *testutil.Fixtures
 	objs      *bpfobj.Objects
 	empty     *ebpf.Program
+	// emptyMulti is the floor program for uprobe_multi links; nil where
+	// the kernel has none (then the uprobe_multi rows are left out).
+	emptyMulti *ebpf.Program
 	// skip caches, per library file, the probe offset internal/attach
 	// chooses for each function (skipOffset).
 	skip map[string]map[string]uint64
@@ -198,7 +209,10 @@ type bench struct {
 // with empty probes at the sites profi probes, with profi attached by its
 // own attach.Attacher in each kernel mode (runtime→driver guard included),
 // on a CET function at +0 and past its endbr64, and with the tools users
-// compare profi with: bpftrace and an LD_PRELOAD interposer. All
+// compare profi with: bpftrace and an LD_PRELOAD interposer; and
+// ncclAllReduce on the stub libnccl with the same kinds of probes and with
+// profi's NCCL probes as uprobe_multi and as classic links
+// (nccl_overhead_test.go). All
 // configurations run interleaved in one run, so drift hits them alike;
 // ratios are taken within the run. Each sub-benchmark reports ns/op =
 // median ns per stub call.
@@ -213,22 +227,36 @@ func BenchmarkOverhead(b *testing.B) {
 	bc := &bench{dir: dir, skip: map[string]map[string]uint64{}}
 	bc.build(b)
 
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	// As cmd/profi loads it: a kernel without uprobe_multi links could not
+	// load the NCCL uprobe.multi programs.
+	noMulti := bpfobj.HaveUprobeMulti()
+	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: noMulti != nil})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer objs.Close()
 	bc.objs = objs
-	bc.empty, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+	emptySpec := &ebpf.ProgramSpec{
 		Name:         "bench_empty",
 		Type:         ebpf.Kprobe, // uprobes are kprobe-type programs
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
 		License:      "Dual BSD/GPL",
-	})
+	}
+	bc.empty, err = ebpf.NewProgram(emptySpec)
 	if err != nil {
 		b.Fatalf("load empty program: %v", err)
 	}
 	defer bc.empty.Close()
+	if noMulti != nil {
+		fmt.Printf("the kernel has no uprobe_multi links, so the NCCL uprobe_multi rows are left out: %v\n", noMulti)
+	} else {
+		multiSpec := emptySpec.Copy()
+		multiSpec.Name, multiSpec.AttachType = "bench_empty_m", ebpf.AttachTraceUprobeMulti
+		if bc.emptyMulti, err = ebpf.NewProgram(multiSpec); err != nil {
+			b.Fatalf("load empty uprobe_multi program: %v", err)
+		}
+		defer bc.emptyMulti.Close()
+	}
 
 	configs := bc.configurations()
 	defer bc.teardown(configs)
@@ -251,6 +279,7 @@ func BenchmarkOverhead(b *testing.B) {
 	printTable(configs)
 	printSkipTarget(configs)
 	printComparison(configs)
+	printNccl(configs)
 
 	// The same numbers as benchmark results (benchstat-friendly).
 	for _, c := range configs {
@@ -325,10 +354,11 @@ func (bc *bench) configurations() results {
 		{fn: fnTimed, cet: true, name: cfgEmptySkip, traps: 1, empty: skipped(entry(siteTimed))},
 		{fn: fnTimed, cet: true, name: cfgEmptyPairSkip, traps: 2, empty: skipped(pair(siteTimed))},
 		{fn: fnTimed, cet: true, name: cfgProfi + anon, traps: 2, mode: anon},
-	})
+	}, bc.ncclConfigurations())
 }
 
-// build builds the stubs, bench/loop.c and bench/interpose.c into bc.dir.
+// build builds the stubs, bench/loop.c, bench/nccl_loop.c and
+// bench/interpose.c into bc.dir.
 // The loop is linked without a RUNPATH: each run finds its configuration's
 // library copies through LD_LIBRARY_PATH (see setup).
 func (bc *bench) build(b *testing.B) {
@@ -346,12 +376,14 @@ func (bc *bench) build(b *testing.B) {
 	}
 	bc.fx = fx
 	bc.loop = filepath.Join(bc.dir, "loop")
+	bc.ncclLoop = filepath.Join(bc.dir, "nccl_loop")
 	// Not named libcuda*: discover must not recognise it (see targets).
 	bc.interpose = filepath.Join(bc.dir, "libprofibench-interpose.so")
 	incl := "-I" + filepath.Join(root, "test", "stubs")
 	for _, args := range [][]string{
 		{incl, "-o", bc.loop, filepath.Join(root, "bench", "loop.c"),
 			"-L" + fx.Dir, "-l:libcudart.so.12", "-l:libcuda.so.1"},
+		{incl, "-o", bc.ncclLoop, filepath.Join(root, "bench", "nccl_loop.c"), "-L" + fx.Dir, "-l:libnccl.so.2"},
 		{"-shared", "-fPIC", incl, "-o", bc.interpose, filepath.Join(root, "bench", "interpose.c"), "-ldl"},
 	} {
 		cmd := exec.Command("gcc", append([]string{"-O2", "-Wall", "-Wextra", "-Werror"}, args...)...)
@@ -363,6 +395,9 @@ func (bc *bench) build(b *testing.B) {
 
 // sources are the fixture files c's private copies are made from.
 func (bc *bench) sources(c *config) map[discover.Library]string {
+	if c.fn == fnAllReduce {
+		return map[discover.Library]string{discover.LibNCCL: bc.fx.Nccl}
+	}
 	src := map[discover.Library]string{discover.LibCudart: bc.fx.Cudart, discover.LibCuda: bc.fx.Cuda}
 	if c.cet {
 		src[discover.LibCudart] = bc.fx.CudartCET
@@ -377,14 +412,29 @@ func (bc *bench) profiPrograms() map[string]*ebpf.Program {
 		bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
 		bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
 		bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
+		// libnccl's: classic and uprobe.multi (Options.UprobeMulti picks).
+		bpfobj.ProfiProgNcclEntry:       bc.objs.NcclEntry,
+		bpfobj.ProfiProgNcclReturn:      bc.objs.NcclReturn,
+		bpfobj.ProfiProgNcclEntryMulti:  bc.objs.NcclEntryMulti,
+		bpfobj.ProfiProgNcclReturnMulti: bc.objs.NcclReturnMulti,
 	}
 }
 
-// setup gives c its own copies of both stubs in dir and attaches its
-// probes to them, once for the whole run.
+// privateNames are the names of the private copies of each stub library
+// (which discover.Classify does not recognise) and the soname each loop
+// finds them by (a symlink next to the copy).
+var privateNames = map[discover.Library]struct{ priv, alt string }{
+	discover.LibCudart: {"libprofibench-rt.so", "libcudart.so.12"},
+	discover.LibCuda:   {"libprofibench-drv.so", "libcuda.so.1"},
+	discover.LibNCCL:   {"libprofibench-nccl.so", "libnccl.so.2"},
+}
+
+// setup gives c its own copies of its stubs in dir (both CUDA stubs, or
+// libnccl) and attaches its probes to them, once for the whole run.
 //
-// The copies' files are not named libcudart.so* / libcuda.so*; the loop
-// reaches them through libcudart.so.12 and libcuda.so.1 symlinks in dir
+// The copies' files are not named libcudart.so* / libcuda.so* /
+// libnccl.so*; the loop reaches them through libcudart.so.12,
+// libcuda.so.1 and libnccl.so.2 symlinks in dir
 // (LD_LIBRARY_PATH; the loop links libcuda.so.1 itself, so the copy of
 // libcudart finds the driver loaded instead of the fixture its RUNPATH
 // names). Private inodes per configuration keep every other probe off
@@ -407,15 +457,13 @@ func (bc *bench) setup(c *config, dir string) error {
 	}
 	src := bc.sources(c)
 	c.libDir, c.libs = dir, map[discover.Library]string{}
-	for _, l := range []struct {
-		lib       discover.Library
-		priv, alt string
-	}{
-		{discover.LibCudart, "libprofibench-rt.so", "libcudart.so.12"},
-		{discover.LibCuda, "libprofibench-drv.so", "libcuda.so.1"},
-	} {
-		c.libs[l.lib] = filepath.Join(dir, l.priv)
-		if err := copyFile(src[l.lib], c.libs[l.lib]); err != nil {
+	for lib, from := range src {
+		l := privateNames[lib]
+		c.libs[lib] = filepath.Join(dir, l.priv)
+		if _, ok := discover.Classify(c.libs[lib]); ok {
+			return fmt.Errorf("discover recognises the private copy %s: any profi agent on this host would probe it", c.libs[lib])
+		}
+		if err := copyFile(from, c.libs[lib]); err != nil {
 			return err
 		}
 		if err := os.Symlink(l.priv, filepath.Join(dir, l.alt)); err != nil {
@@ -434,6 +482,7 @@ func (bc *bench) setup(c *config, dir string) error {
 			PIDFiles:    bc.objs.PidFiles,
 			RuntimeText: bc.objs.RtText,
 			FullFiles:   bc.objs.FullFiles,
+			UprobeMulti: c.multi,
 		})
 		return nil // attached by the first Sync, with the first loop; checked there
 	case c.tool != nil:
@@ -470,6 +519,14 @@ func (bc *bench) attachEmpty(c *config, src map[discover.Library]string) error {
 		c.probes = append(c.probes, probeAt{e.at, off})
 		// As the attacher does: return probe first, cookie = op | file << 32.
 		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(e.at.op, 1), Offset: off}
+		if c.multi {
+			n, err := bc.attachEmptyMulti(c, exes[e.at.lib], e, off)
+			if err != nil {
+				return err
+			}
+			traps += n
+			continue
+		}
 		if e.ret {
 			l, err := exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
 			if err != nil {
@@ -574,12 +631,15 @@ func copyFile(from, to string) error {
 // place already). Then it lets the loop run, checks that profi's BPF maps
 // or the tool counted exactly its calls, and returns ns per call.
 func (bc *bench) measure(c *config) (ns float64, err error) {
-	calls := *flagUnprobed
+	calls, loop := *flagUnprobed, bc.loop
+	if c.fn == fnAllReduce {
+		calls, loop = *flagNcclUnprobed, bc.ncclLoop
+	}
 	if c.probed() {
 		calls = *flagProbed
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(bc.loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
+	cmd := exec.Command(loop, c.fn, fmt.Sprint(calls), fmt.Sprint(*flagWarmup))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+c.libDir)
 	if c.tool != nil {
 		cmd.Env = append(cmd.Env, c.tool.env()...)
@@ -675,6 +735,9 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		if err := bc.checkCounts(c, uint32(pid), n, before, after); err != nil {
 			return 0, fmt.Errorf("profi's counts are not exact, so the run measured something else: %w", err)
 		}
+		if err := bc.checkNccl(c, uint32(pid), n); err != nil {
+			return 0, fmt.Errorf("profi's NCCL counts are not exact, so the run measured something else: %w", err)
+		}
 	}
 	return float64(elapsed) / float64(calls), nil
 }
@@ -682,16 +745,31 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 // syncProfi syncs c's attacher with the loop's targets, as a discovery
 // pass does: it attaches the libraries on the first run and, on every
 // run, writes pid_files and rt_text (the runtime→driver guard's range)
-// for the new process. Then it checks that both libraries are attached
-// without failures, and, from the attacher's Status (what /status shows),
+// for the new process. Then it checks that its libraries (both CUDA
+// stubs, or libnccl) are attached without failures, as uprobe_multi
+// links exactly when c says so, and, from the attacher's Status (what
+// /status shows),
 // that one call of c.fn traps c.traps times and single-steps c.steps
 // instructions: on the CET build, the probe offsets must skip endbr64.
 func (c *config) syncProfi(targets []attach.Target) error {
 	c.att.Sync(targets)
 	cnt := c.att.Counters()
-	if len(cnt.Failures) > 0 || cnt.Attached[discover.LibCudart] != 1 || cnt.Attached[discover.LibCuda] != 1 {
-		return fmt.Errorf("attach: %d libcudart and %d libcuda files attached, failures %v, status %+v",
-			cnt.Attached[discover.LibCudart], cnt.Attached[discover.LibCuda], cnt.Failures, c.att.Status())
+	attached := 0
+	for lib := range c.libs {
+		if cnt.Attached[lib] == 1 {
+			attached++
+		}
+	}
+	if len(cnt.Failures) > 0 || attached != len(c.libs) {
+		return fmt.Errorf("attach: files attached by library %v, want one of each of %v; failures %v, status %+v",
+			cnt.Attached, slices.Sorted(maps.Keys(c.libs)), cnt.Failures, c.att.Status())
+	}
+	for _, ls := range c.att.Status().Attached {
+		// Options.UprobeMulti applies to libnccl's probes only; a refusal
+		// would fall back to classic links silently.
+		if multi := c.multi && ls.Library == string(discover.LibNCCL); ls.UprobeMulti != multi {
+			return fmt.Errorf("%s attached with uprobe_multi %v, want %v", ls.Path, ls.UprobeMulti, multi)
+		}
 	}
 	traps := 0
 	c.probes = c.probes[:0]
@@ -812,7 +890,7 @@ func newCounted() counted {
 // (nested, full mode), which also proves its probe trapped on every call.
 func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpfobj.NumDrops]uint64) error {
 	want := newCounted()
-	if c.traps > 0 {
+	if c.traps > 0 && c.fn != fnAllReduce { // NCCL calls count in nccl_agg only (checkNccl)
 		outer := callPath[c.fn][0]
 		switch {
 		case c.fn == fnTimed:
@@ -926,7 +1004,8 @@ func printTable(configs results) {
 			fmtRatio(med/median(none.ns)), same, perEntry)
 	}
 	fmt.Printf("\nfloor = %s at +0 on the called function; runs per configuration: %d (interleaved); "+
-		"calls per run: %d probed, %d unprobed\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed)
+		"calls per run: %d probed, %d unprobed (%s: %d)\n", cfgEmpty, *flagReps, *flagProbed, *flagUnprobed,
+		fnAllReduce, *flagNcclUnprobed)
 	for _, c := range configs {
 		fmt.Printf("  %-52s %s\n", c.id(), fmtRuns(c.ns))
 	}
