@@ -441,30 +441,31 @@ func (a *Aggregator) label(ps *procState) {
 // each key's increase times Scale. Exact (scale 1) increases are added as
 // they are, so a process that is never duty-cycled keeps exact counts.
 func (a *Aggregator) estimate(ps *procState, d *pidData) {
-	pid := ps.meta.PID
 	if ps.aggEst == nil {
 		ps.aggEst = map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal{}
 		ps.launchEst = map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal{}
 	}
-	for k, v := range d.agg {
-		e := ps.aggEst[k]
+	scale := func(op uint32) float64 { return a.opts.Scale(ps.meta.PID, bpfobj.Op(op)) }
+	estimateInto(d.agg, ps.aggEst, func(k bpfobj.ProfiAggKey) float64 { return scale(k.Op) })
+	estimateInto(d.launch, ps.launchEst, func(k bpfobj.ProfiLaunchKey) float64 { return scale(k.Op) })
+}
+
+// estimateInto replaces each raw value of cur by its estimate: est[k][0]
+// is the last raw value, est[k][1] the estimate, which grows by the raw
+// increase times scale(k).
+func estimateInto[K comparable, V any, P interface {
+	*V
+	AddScaled(cur, last *V, f float64)
+}](cur map[K]V, est map[K]*[2]V, scale func(K) float64) {
+	for k, v := range cur {
+		e := est[k]
 		if e == nil {
-			e = new([2]bpfobj.ProfiAggVal)
-			ps.aggEst[k] = e
+			e = new([2]V)
+			est[k] = e
 		}
-		e[1].AddScaled(&v, &e[0], a.opts.Scale(pid, bpfobj.Op(k.Op)))
+		P(&e[1]).AddScaled(&v, &e[0], scale(k))
 		e[0] = v
-		d.agg[k] = e[1]
-	}
-	for k, v := range d.launch {
-		e := ps.launchEst[k]
-		if e == nil {
-			e = new([2]bpfobj.ProfiLaunchVal)
-			ps.launchEst[k] = e
-		}
-		e[1].AddScaled(&v, &e[0], a.opts.Scale(pid, bpfobj.Op(k.Op)))
-		e[0] = v
-		d.launch[k] = e[1]
+		cur[k] = e[1]
 	}
 }
 

@@ -18,53 +18,17 @@ type MapSource struct {
 
 // Aggregated sums each key's per-CPU values.
 func (s MapSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error {
-	var (
-		k    bpfobj.ProfiAggKey
-		cpus []bpfobj.ProfiAggVal
-	)
-	it := s.Objects.Aggregated.Iterate()
-	for it.Next(&k, &cpus) {
-		var sum bpfobj.ProfiAggVal
-		for i := range cpus {
-			sum.Add(&cpus[i])
-		}
-		fn(k, &sum)
-	}
-	return it.Err()
+	return sumPerCPU(s.Objects.Aggregated, fn)
 }
 
 // Launches sums each key's per-CPU values.
 func (s MapSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error {
-	var (
-		k    bpfobj.ProfiLaunchKey
-		cpus []bpfobj.ProfiLaunchVal
-	)
-	it := s.Objects.LaunchAgg.Iterate()
-	for it.Next(&k, &cpus) {
-		var sum bpfobj.ProfiLaunchVal
-		for i := range cpus {
-			sum.Add(&cpus[i])
-		}
-		fn(k, &sum)
-	}
-	return it.Err()
+	return sumPerCPU(s.Objects.LaunchAgg, fn)
 }
 
 // NCCL sums each nccl_agg key's per-CPU values.
 func (s MapSource) NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error {
-	var (
-		k    bpfobj.ProfiNcclKey
-		cpus []bpfobj.ProfiNcclVal
-	)
-	it := s.Objects.NcclAgg.Iterate()
-	for it.Next(&k, &cpus) {
-		var sum bpfobj.ProfiNcclVal
-		for i := range cpus {
-			sum.Add(&cpus[i])
-		}
-		fn(k, &sum)
-	}
-	return it.Err()
+	return sumPerCPU(s.Objects.NcclAgg, fn)
 }
 
 // NCCLInflight reads the NCCL calls in progress, by pid_tgid.
@@ -89,6 +53,27 @@ func (s MapSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclC
 	it := s.Objects.NcclComms.Iterate()
 	for it.Next(&k, &v) {
 		fn(k, &v)
+	}
+	return it.Err()
+}
+
+// sumPerCPU walks a per-CPU hash and hands fn each key's values summed
+// over CPUs.
+func sumPerCPU[K, V any, P interface {
+	*V
+	Add(*V)
+}](m *ebpf.Map, fn func(K, *V)) error {
+	var (
+		k    K
+		cpus []V
+	)
+	it := m.Iterate()
+	for it.Next(&k, &cpus) {
+		var sum V
+		for i := range cpus {
+			P(&sum).Add(&cpus[i])
+		}
+		fn(k, &sum)
 	}
 	return it.Err()
 }

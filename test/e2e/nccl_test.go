@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -18,31 +19,6 @@ var ncclProbed = []string{
 	"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",
 	"ncclSend", "ncclRecv", "ncclAlltoAll", "ncclGroupStart", "ncclGroupEnd", "ncclCommInitRank",
 	"ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommDestroy", "ncclCommAbort",
-}
-
-// waitLib waits until /status lists pid among the processes of an
-// attached library file of lib.
-func waitLib(t *testing.T, a *testutil.Agent, pid int, lib string) status {
-	t.Helper()
-	var st status
-	err := testutil.Eventually(15*time.Second, func() error {
-		st = status{}
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		for _, l := range st.AttachedLibraries {
-			for _, p := range l.PIDs {
-				if p == pid && l.Library == lib {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("pid %d has no attached %s", pid, lib)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // startJob starts the ranks of one NCCL job, waits until profi has
@@ -61,7 +37,7 @@ func startJob(t *testing.T, a *testutil.Agent, nranks int, args func(rank int) [
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = w.Stop() })
-		waitLib(t, a, w.PID, "libnccl.so")
+		waitLibAttached(t, a, w.PID, discover.LibNCCL)
 		ranks = append(ranks, w)
 	}
 	id := ""
