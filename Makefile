@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-unit generate lint fmt demo bench bench-scale clean
+.PHONY: all build test test-unit generate lint fmt demo bench bench-scale bench-all clean
 
 all: build
 
@@ -55,3 +55,6 @@ bench-scale:
 
 clean:
 	rm -rf bin
+
+# Every benchmark of docs/BENCHMARK.md in one command (about 15 minutes).
+bench-all: bench bench-scale
