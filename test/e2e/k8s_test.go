@@ -222,8 +222,8 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 
 	var st struct {
 		Kubernetes struct {
-			NodeName    string `json:"node_name"`
-			Synced      bool   `json:"synced"`
+			NodeName string `json:"node_name"`
+			Synced   bool   `json:"synced"`
 		} `json:"kubernetes"`
 	}
 	if err := a.Status(&st); err != nil {
