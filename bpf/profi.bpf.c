@@ -1329,13 +1329,9 @@ int nvtx_push(struct pt_regs *ctx)
 	if (n && ptr && read_name(n, ptr, wide))
 		phase = name_phase(n->buf);
 
-	s = bpf_map_lookup_elem(&nvtx_stack, &id);
-	if (!s) {
-		bpf_map_update_elem(&nvtx_stack, &id, &zero, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&nvtx_stack, &id);
-		if (!s)
-			return 0;
-	}
+	s = lookup_or_init(&nvtx_stack, &id, &zero, DROP_NVTX_STACK);
+	if (!s)
+		return 0;
 	d = s->depth;
 	if (d < NVTX_DEPTH)
 		s->phases[d & (NVTX_DEPTH - 1)] = phase;

@@ -106,7 +106,8 @@ enum drop {
 	DROP_NCCL_AGG = 11,   /* nccl_agg map full */
 	DROP_NCCL_INFLIGHT =
 	    12, /* nccl_inflight insert failed: that call is neither timed nor watched */
-	DROP_MAX = 13,
+	DROP_NVTX_STACK = 13, /* nvtx_stack insert failed: that thread's ranges give no phase */
+	DROP_MAX = 14,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */

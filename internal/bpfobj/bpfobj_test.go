@@ -138,8 +138,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_EVENTS_RING": uint64(DropEventsRing), "DROP_PID_CLAIM": uint64(DropPIDClaim),
 			"DROP_KERNEL_REGS": uint64(DropKernelRegs), "DROP_RT_TO_DRV": uint64(DropRuntimeToDrv),
 			"DROP_LIB_LOADS": uint64(DropLibLoads), "DROP_NCCL_AGG": uint64(DropNCCLAgg),
-			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight),
-			"DROP_MAX":           uint64(NumDrops),
+			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight), "DROP_NVTX_STACK": uint64(DropNVTXStack),
+			"DROP_MAX": uint64(NumDrops),
 		}},
 	}
 	for _, tc := range tests {

@@ -234,6 +234,7 @@ const (
 	DropLibLoads     Drop = ProfiDropDROP_LIB_LOADS
 	DropNCCLAgg      Drop = ProfiDropDROP_NCCL_AGG
 	DropNCCLInflight Drop = ProfiDropDROP_NCCL_INFLIGHT
+	DropNVTXStack    Drop = ProfiDropDROP_NVTX_STACK
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

@@ -61,7 +61,8 @@ const (
 	ProfiDropDROP_LIB_LOADS     ProfiDrop = 10
 	ProfiDropDROP_NCCL_AGG      ProfiDrop = 11
 	ProfiDropDROP_NCCL_INFLIGHT ProfiDrop = 12
-	ProfiDropDROP_MAX           ProfiDrop = 13
+	ProfiDropDROP_NVTX_STACK    ProfiDrop = 13
+	ProfiDropDROP_MAX           ProfiDrop = 14
 )
 
 type ProfiInflightCall struct {

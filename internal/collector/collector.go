@@ -224,6 +224,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropLibLoads:     "lib_loads",
 	bpfobj.DropNCCLAgg:      "nccl_agg",
 	bpfobj.DropNCCLInflight: "nccl_inflight",
+	bpfobj.DropNVTXStack:    "nvtx_stack",
 }
 
 // Collect builds every metric from the current state.

@@ -50,6 +50,7 @@ func TestStatus(t *testing.T) {
 			"lib_loads":         uint64(bpfobj.DropLibLoads) + 1,
 			"nccl_agg":          uint64(bpfobj.DropNCCLAgg) + 1,
 			"nccl_inflight":     uint64(bpfobj.DropNCCLInflight) + 1,
+			"nvtx_stack":        uint64(bpfobj.DropNVTXStack) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)
