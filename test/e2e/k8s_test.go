@@ -109,9 +109,14 @@ func podLabels(t *testing.T, a *testutil.Agent, pid int) (map[[3]string]int, err
 	return out, nil
 }
 
+// Both callers follow an API server outage. client-go's reflector retries
+// with backoff doubling from 0.8 s to a 30 s cap and a jitter of up to 2x
+// (not configurable through the shared informer factory in v0.37), so the
+// watch may come back up to a minute after the server does: the wait covers
+// that, not a slow agent.
 func requirePodLabels(t *testing.T, a *testutil.Agent, pid int, want [3]string) {
 	t.Helper()
-	err := testutil.Eventually(20*time.Second, func() error {
+	err := testutil.Eventually(90*time.Second, func() error {
 		got, err := podLabels(t, a, pid)
 		if err != nil {
 			return err
