@@ -139,8 +139,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var podLabeler aggregate.PodLabeler
 	var podStatus func() k8s.Status
 	if pods != nil {
-		podLabeler = &k8s.Enricher{Pods: pods, ProcRoot: cfg.ProcPath}
+		enricher := &k8s.Enricher{Pods: pods, ProcRoot: cfg.ProcPath}
+		podLabeler = enricher
 		podStatus = pods.Status
+		attacher.SetFullMode(enricher.FullMode) // profi/mode: full pods
 	}
 
 	names := aggregate.NewNames(cfg.ProcPath, log)

@@ -134,7 +134,7 @@ type Attacher struct {
 	nextID       uint32
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
-	fullPIDs     map[int]bool                 // processes upgraded to full mode
+	fullMode     func(pid int) bool           // processes upgraded to full mode; nil: none
 	noMulti      bool                         // uprobe_multi refused by the kernel
 	closing      sync.WaitGroup               // background closes of released files
 }
@@ -258,17 +258,27 @@ func (a *Attacher) release(files []*attached) {
 	}()
 }
 
-// SetFullModePIDs sets the processes that get full kernel mode whatever
-// the global mode (pods annotated profi/mode: full): PID-filtered
-// full-mode probes (timed launches, name sources) are attached for them at
-// the next Sync, so only they pay the extra traps.
-func (a *Attacher) SetFullModePIDs(pids []int) {
+// SetFullMode sets which processes get full kernel mode whatever the
+// global mode (pods annotated profi/mode: full): PID-filtered full-mode
+// probes (timed launches, name sources) are attached for them at each
+// Sync, so only they pay the extra traps. full is asked at every Sync, so
+// a process whose pod is annotated (or whose pod reaches the watch's cache)
+// later is upgraded at the next discovery pass; it must not call back into
+// the Attacher.
+func (a *Attacher) SetFullMode(full func(pid int) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.fullPIDs = make(map[int]bool, len(pids))
+	a.fullMode = full
+}
+
+// SetFullModePIDs upgrades exactly these processes (SetFullMode with a
+// fixed set).
+func (a *Attacher) SetFullModePIDs(pids []int) {
+	set := make(map[int]bool, len(pids))
 	for _, p := range pids {
-		a.fullPIDs[p] = true
+		set[p] = true
 	}
+	a.SetFullMode(func(pid int) bool { return set[pid] })
 }
 
 // upgradeProbes are the probes full mode adds to, or changes in, the
@@ -291,9 +301,9 @@ func upgradeProbes(lib discover.Library, mode, profile string) []Probe {
 func (a *Attacher) syncUpgrades() {
 	for _, f := range a.files {
 		want := map[int]bool{}
-		if a.opts.KernelMode != KernelModeFull {
+		if a.opts.KernelMode != KernelModeFull && a.fullMode != nil {
 			for _, pid := range f.target.PIDs {
-				if a.fullPIDs[pid] {
+				if a.fullMode(pid) {
 					want[pid] = true
 				}
 			}

@@ -40,6 +40,17 @@ func (e *Enricher) Pod(pid int) (namespace, pod, container string, done bool) {
 	return p.Namespace, p.Name, name, ok
 }
 
+// FullMode reports whether pid's pod is annotated profi/mode: full. It is
+// false while the pod is unknown and turns true once the watch has it.
+func (e *Enricher) FullMode(pid int) bool {
+	c := e.container(pid)
+	if c == nil {
+		return false
+	}
+	p, ok := e.Pods.Lookup(*c)
+	return ok && p.FullMode
+}
+
 // container parses the process's cgroup once.
 func (e *Enricher) container(pid int) *Container {
 	e.mu.Lock()

@@ -95,3 +95,52 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// profi/mode: full is read through the watch's transform (the only
+// annotation kept) and follows the pod: the literal value "full" only, and
+// an annotation removed later downgrades the process again.
+func TestEnricherFullModeAnnotation(t *testing.T) {
+	client := fake.NewClientset()
+	w, err := NewWatcher(client, "gpu-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	waitFor(t, w.Synced)
+	root := procTree(t, map[string]string{
+		"10": "0::/kubepods/burstable/pod" + uid + "/" + cid + "\n",
+		"12": "0::/user.slice/session-1.scope\n",
+	})
+	e := &Enricher{Pods: w, ProcRoot: root}
+	if e.FullMode(10) || e.FullMode(12) {
+		t.Fatal("full mode before the pod is known")
+	}
+	p := pod("infer-0")
+	p.Annotations = map[string]string{ModeAnnotation: "Full", "other": "x"}
+	if _, err := client.CoreV1().Pods("ml").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := w.Lookup(Container{PodUID: uid}); return ok })
+	if e.FullMode(10) {
+		t.Error(`annotation value "Full" upgraded the process; only "full" does`)
+	}
+	p.Annotations[ModeAnnotation] = "full"
+	if _, err := client.CoreV1().Pods("ml").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return e.FullMode(10) })
+	objs, _ := w.informer.GetIndexer().ByIndex(uidIndex, uid)
+	if got := objs[0].(*corev1.Pod).Annotations; len(got) != 1 {
+		t.Errorf("cached annotations %v; want only %s", got, ModeAnnotation)
+	}
+	delete(p.Annotations, ModeAnnotation)
+	if _, err := client.CoreV1().Pods("ml").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return !e.FullMode(10) })
+	if e.FullMode(12) {
+		t.Error("host process upgraded")
+	}
+}

@@ -18,12 +18,19 @@ import (
 
 const uidIndex = "uid"
 
+// ModeAnnotation set to "full" on a pod upgrades its processes to full
+// kernel mode (interface.md: the profi/mode annotation).
+const ModeAnnotation = "profi/mode"
+
 // Pod is what profi keeps of a pod: enough to label its processes.
 type Pod struct {
 	Namespace, Name string
 	// Containers maps container IDs (no runtime prefix) to container
 	// names, over containers, init containers and ephemeral containers.
 	Containers map[string]string
+	// FullMode is the pod's profi/mode: full annotation: its processes get
+	// full kernel mode whatever --kernel-mode says.
+	FullMode bool
 }
 
 // Status is the watch state for /status.
@@ -91,6 +98,9 @@ func slim(obj any) (any, error) {
 		return obj, nil // tombstones pass through
 	}
 	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}
+	if v, ok := p.Annotations[ModeAnnotation]; ok {
+		out.Annotations = map[string]string{ModeAnnotation: v} // the only annotation read
+	}
 	keep := func(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 		res := make([]corev1.ContainerStatus, 0, len(in))
 		for _, s := range in {
@@ -138,7 +148,8 @@ func (w *Watcher) Lookup(c Container) (Pod, bool) {
 	if !ok {
 		return Pod{}, false
 	}
-	out := Pod{Namespace: p.Namespace, Name: p.Name, Containers: map[string]string{}}
+	out := Pod{Namespace: p.Namespace, Name: p.Name, Containers: map[string]string{},
+		FullMode: p.Annotations[ModeAnnotation] == "full"}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, s := range list {
 			if s.ContainerID != "" {

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/k8s"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -239,5 +243,111 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 	// shutting down just waits), so only the state is checked.
 	if st.Kubernetes.NodeName != testNode || !st.Kubernetes.Synced {
 		t.Errorf("/status kubernetes = %+v; want synced, node %s", st.Kubernetes, testNode)
+	}
+}
+
+// The profi/mode: full annotation upgrades its pod's processes to full
+// kernel mode under a global anonymous mode: the annotated pod's launches
+// are counted per kernel name, exactly, and carry launch latency; the
+// process of a pod without the annotation keeps anonymous launches only.
+func TestFullModeAnnotation(t *testing.T) {
+	testutil.RequireBPF(t)
+	s := testutil.StartAPIServer(t)
+	ctx := context.Background()
+	admin := s.Client()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", testutil.WriteKubeconfig(t, s.RESTConfig()))
+
+	idFull, idPlain := randomContainerID(t), randomContainerID(t)
+	podFull := createPod(t, admin, "ml", "debug-0", "server", idFull)
+	podFull.Annotations = map[string]string{k8s.ModeAnnotation: "full"}
+	if _, err := admin.CoreV1().Pods("ml").Update(ctx, podFull, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podPlain := createPod(t, admin, "ml", "infer-0", "server", idPlain)
+	wFull := startWorkload(t, fixtures.Workload, defaultArgs)
+	placeInCgroup(t, wFull.PID, "kubepods/burstable/pod"+string(podFull.UID)+"/"+idFull)
+	wPlain := startWorkload(t, fixtures.Workload, defaultArgs)
+	placeInCgroup(t, wPlain.PID, "kubepods/burstable/pod"+string(podPlain.UID)+"/"+idPlain)
+
+	a := startAgentWith(t, testutil.StartAgentServing, "--kernel-mode", "anonymous", "--node-name", testNode)
+	waitAttached(t, a, wFull.PID)
+	waitAttached(t, a, wPlain.PID)
+	// The upgrade happens at the discovery pass after the pod watch knows
+	// the pod: wait for it before the measured phase.
+	if err := testutil.Eventually(30*time.Second, func() error {
+		var st struct {
+			AttachedLibraries []struct {
+				Library  string `json:"library"`
+				FullMode []int  `json:"full_mode_pids"`
+			} `json:"attached_libraries"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		for _, l := range st.AttachedLibraries {
+			if l.Library == string(discover.LibCudart) {
+				if slices.Equal(l.FullMode, []int{wFull.PID}) {
+					return nil
+				}
+				return fmt.Errorf("libcudart full_mode_pids = %v, want [%d]", l.FullMode, wFull.PID)
+			}
+		}
+		return fmt.Errorf("libcudart not attached: %+v", st)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gtFull, gtPlain := runPhase(t, wFull), runPhase(t, wPlain)
+
+	err := testutil.Eventually(15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		got := map[string]map[string]float64{} // pid -> kernel -> launches
+		for _, smp := range testutil.Samples(mfs["profi_cuda_kernel_launches_total"]) {
+			pid := smp.Labels["pid"]
+			if got[pid] == nil {
+				got[pid] = map[string]float64{}
+			}
+			got[pid][smp.Labels["kernel"]] += smp.Value
+		}
+		wantFull := map[string]float64{}
+		for raw, n := range gtFull.LaunchesByKernel {
+			wantFull[kernelLabel(raw)] += float64(n)
+		}
+		var plainTotal float64
+		for _, n := range gtPlain.LaunchesByKernel {
+			plainTotal += float64(n)
+		}
+		wantPlain := map[string]float64{"anonymous": plainTotal}
+		if g := got[strconv.Itoa(wFull.PID)]; !maps.Equal(g, wantFull) {
+			return fmt.Errorf("annotated pod: launches by kernel %v, want %v", g, wantFull)
+		}
+		if g := got[strconv.Itoa(wPlain.PID)]; !maps.Equal(g, wantPlain) {
+			return fmt.Errorf("plain pod: launches by kernel %v, want %v", g, wantPlain)
+		}
+		// Launch latency exists for the upgraded process only: the kernel
+		// histograms carry no pid, so their total is the annotated pod's.
+		var timed float64
+		for _, smp := range testutil.Samples(mfs["profi_cuda_kernel_duration_count_total"]) {
+			if smp.Labels["pod"] != "debug-0" {
+				return fmt.Errorf("kernel latency for pod %q: only the annotated pod is timed", smp.Labels["pod"])
+			}
+			timed += smp.Value
+		}
+		var full float64
+		for _, n := range wantFull {
+			full += n
+		}
+		if timed != full {
+			return fmt.Errorf("kernel latency count %v, want %v (every launch of the annotated pod)", timed, full)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
