@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-unit generate lint fmt demo bench bench-scale bench-all clean
+.PHONY: all build test test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check docker-build docker-push
 
 all: build
 
@@ -58,3 +58,19 @@ clean:
 
 # Every benchmark of docs/BENCHMARK.md in one command (about 15 minutes).
 bench-all: bench bench-scale
+
+# The Helm chart deploy/profi against real tools: helm lint --strict and
+# template, server-side dry-run on a real kube-apiserver, promtool rule unit
+# tests, the Grafana dashboard and every queried metric name. See
+# scripts/chart-check.sh (builds and caches helm on first use, ~6 minutes).
+chart-check:
+	./scripts/chart-check.sh
+
+# The container image (Dockerfile): needs a Docker engine with buildx, which
+# our CI machines do not have. IMAGE defaults to the chart's image.repository.
+IMAGE ?= ghcr.io/profi-dev/profi
+docker-build:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+docker-push: docker-build
+	docker push $(IMAGE):$(VERSION)

@@ -1,0 +1,324 @@
+package chartcheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+)
+
+// TestDryRunOnAPIServer applies every rendered manifest of every values set
+// with server-side dry-run and field validation Strict to a real
+// kube-apiserver with the chart's CRDs loaded: the API server's own schema
+// validation and admission accept each object, and an unknown field is an
+// error, not silently pruned. A control object with a misspelled field must
+// be rejected, proving the validation is in effect for each CRD.
+func TestDryRunOnAPIServer(t *testing.T) {
+	sets := valueSets(t)
+	rendered := map[string][]*unstructured.Unstructured{}
+	for _, name := range sortedKeys(sets) {
+		rendered[name] = render(t, sets[name])
+	}
+	srv := testutil.StartAPIServer(t)
+	cfg := srv.RESTConfig()
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	crds, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy/chartcheck/testdata/crds/*.yaml"))
+	if err != nil || len(crds) != 3 {
+		t.Fatalf("CRD files: %v %v, want 3", crds, err)
+	}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, f := range crds {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decodeManifests(b)
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("%s: %d objects, %v", f, len(objs), err)
+		}
+		if _, err := dyn.Resource(crdGVR).Create(ctx, objs[0], metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create CRD %s: %v", filepath.Base(f), err)
+		}
+		name := objs[0].GetName()
+		if err := testutil.Eventually(time.Minute, func() error {
+			got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+			return fmt.Errorf("CRD %s not established yet", name)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mapper *restmapper.DeferredDiscoveryRESTMapper
+	_ = mapper
+	var groups []*restmapper.APIGroupResources
+	if err := testutil.Eventually(time.Minute, func() error {
+		groups, err = restmapper.GetAPIGroupResources(dc)
+		if err != nil {
+			return err
+		}
+		for _, g := range []string{"monitoring.coreos.com", "cert-manager.io"} {
+			if !slices.ContainsFunc(groups, func(r *restmapper.APIGroupResources) bool { return r.Group.Name == g }) {
+				return fmt.Errorf("group %s not served yet", g)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rm := restmapper.NewDiscoveryRESTMapper(groups)
+
+	apply := func(o *unstructured.Unstructured) error {
+		gvk := o.GroupVersionKind()
+		m, err := rm.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s: %w", gvk, err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		_, err = ri.Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+		return err
+	}
+
+	for _, name := range sortedKeys(rendered) {
+		kinds := map[string]int{}
+		for _, o := range rendered[name] {
+			kinds[o.GetKind()]++
+			if err := apply(o); err != nil {
+				t.Errorf("values %s: server-side dry-run of %s %s: %v", name, o.GetKind(), o.GetName(), err)
+			}
+		}
+		t.Logf("values %s: %d objects accepted by kube-apiserver %s (dry-run, strict): %v", name, len(rendered[name]), kubeVersion, kinds)
+	}
+
+	// Controls: a misspelled field in each kind is rejected.
+	for _, kind := range []string{"DaemonSet", "ServiceMonitor", "PrometheusRule", "Certificate"} {
+		var src *unstructured.Unstructured
+		for _, name := range sortedKeys(rendered) {
+			if f := find(rendered[name], kind); len(f) > 0 {
+				src = f[0]
+				break
+			}
+		}
+		if src == nil {
+			t.Errorf("no rendered %s to use as control", kind)
+			continue
+		}
+		bad := src.DeepCopy()
+		if err := unstructured.SetNestedField(bad.Object, "x", "spec", "notAField"); err != nil {
+			t.Fatal(err)
+		}
+		err := apply(bad)
+		if err == nil || !apierrors.IsBadRequest(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "notAField") {
+			t.Errorf("%s with spec.notAField: err = %v, want a strict field validation error naming it", kind, err)
+		}
+	}
+}
+
+// agentArgs returns the profi container's args and its security context.
+func agentContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1.PodSpec, corev1.Container) {
+	t.Helper()
+	ds := one(t, objs, "DaemonSet")
+	var spec corev1.PodSpec
+	raw, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &spec, true); err != nil {
+		t.Fatalf("DaemonSet pod spec: %v", err)
+	}
+	for _, c := range spec.Containers {
+		if c.Name == "profi" {
+			return &spec, c
+		}
+	}
+	t.Fatal("no container profi")
+	return nil, corev1.Container{}
+}
+
+// TestAgentArgsParse feeds the rendered agent arguments of every values set
+// to the agent's own flag parser (internal/config): the chart passes only
+// flags the agent knows, in forms it accepts, and the values files together
+// reach every flag of the agent except those the chart sets otherwise.
+func TestAgentArgsParse(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "internal/config/config.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]bool{}
+	for _, m := range regexp.MustCompile("`name:\"([a-z0-9-]+)\"").FindAllStringSubmatch(string(src), -1) {
+		all[m[1]] = true
+	}
+	// Flags the chart does not pass, and why.
+	notPassed := map[string]string{
+		"help":            "prints help",
+		"version":         "prints the version",
+		"pid":             "a DaemonSet watches every process of its node",
+		"node-name":       "set through NODE_NAME from spec.nodeName",
+		"log-level":       "profi.logLevel sets RUST_LOG (interface.md section 7); extraArgs can pass it",
+		"no-uprobe-multi": "a test switch (forces classic uprobes for NCCL); extraArgs can pass it",
+	}
+	seen := map[string]bool{}
+	sets := valueSets(t)
+	for _, name := range sortedKeys(sets) {
+		spec, c := agentContainer(t, render(t, sets[name]))
+		getenv := func(k string) string {
+			for _, e := range c.Env {
+				if e.Name == k {
+					return e.Value
+				}
+			}
+			return ""
+		}
+		if _, _, err := config.Parse(c.Args, getenv); err != nil {
+			t.Errorf("values %s: the agent rejects the chart's arguments %q: %v", name, c.Args, err)
+		}
+		for _, a := range c.Args {
+			f := strings.SplitN(strings.TrimPrefix(a, "--"), "=", 2)[0]
+			if !all[f] {
+				t.Errorf("values %s: argument %q is not a flag of internal/config", name, a)
+			}
+			seen[f] = true
+		}
+		// The init container runs `profi check` with the same arguments.
+		for _, ic := range spec.InitContainers {
+			if ic.Name == "check" && !slices.Equal(ic.Args, append([]string{"check"}, c.Args...)) {
+				t.Errorf("values %s: init container args %q, want check + the agent's", name, ic.Args)
+			}
+		}
+	}
+	for f := range all {
+		if _, ok := notPassed[f]; !ok && !seen[f] {
+			t.Errorf("flag --%s is reached by no values file: add a values key (interface.md section 7) and set it in deploy/profi/ci", f)
+		}
+	}
+}
+
+// TestDaemonSetPrivileges pins the privileges of the agent (known-defects.md
+// SEC-5): host PID namespace, root without privilege escalation, only BPF,
+// PERFMON and SYS_PTRACE (SYS_ADMIN only with the overhead budget), a
+// read-only root filesystem, the host's /proc read-only, and no hostPath
+// other than /proc (no debugfs, tracefs or bpffs).
+func TestDaemonSetPrivileges(t *testing.T) {
+	sets := valueSets(t)
+	for _, name := range sortedKeys(sets) {
+		objs := render(t, sets[name])
+		spec, c := agentContainer(t, objs)
+		if !spec.HostPID {
+			t.Errorf("values %s: hostPID is false", name)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.Capabilities == nil {
+			t.Fatalf("values %s: no securityContext.capabilities", name)
+		}
+		var add []string
+		for _, cp := range sc.Capabilities.Add {
+			add = append(add, string(cp))
+		}
+		want := []string{"BPF", "PERFMON", "SYS_PTRACE"}
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--overhead-budget=") && a != "--overhead-budget=0" }) {
+			want = append(want, "SYS_ADMIN") // BPF_ENABLE_STATS
+		}
+		if !slices.Equal(add, want) {
+			t.Errorf("values %s: capabilities add %v, want %v", name, add, want)
+		}
+		if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("values %s: capabilities drop %v, want [ALL]", name, sc.Capabilities.Drop)
+		}
+		if sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("values %s: securityContext %+v: want privileged false, allowPrivilegeEscalation false, readOnlyRootFilesystem true", name, sc)
+		}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil && v.HostPath.Path != "/proc" {
+				t.Errorf("values %s: hostPath volume %s at %s: only /proc is needed", name, v.Name, v.HostPath.Path)
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == "host-proc" && (!m.ReadOnly || m.MountPath != "/host/proc" || m.SubPath != "") {
+				t.Errorf("values %s: host /proc mount %+v, want read-only at /host/proc", name, m)
+			}
+			if m.Name == "metrics-tls" && m.SubPath != "" {
+				t.Errorf("values %s: TLS secret mounted with subPath: renewals would never reach the agent", name)
+			}
+		}
+		if !slices.Contains(c.Args, "--proc-path=/host/proc") {
+			t.Errorf("values %s: args %q lack --proc-path=/host/proc", name, c.Args)
+		}
+		wantScheme := corev1.URISchemeHTTP
+		if name != "default" {
+			wantScheme = corev1.URISchemeHTTPS
+		}
+		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != wantScheme {
+				t.Errorf("values %s: probe %+v, want httpGet over %s", name, p, wantScheme)
+			}
+		}
+		// RBAC: pods list/watch always; tokenreviews create only with auth.
+		role := one(t, objs, "ClusterRole")
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		var got []string
+		for _, r := range rules {
+			m := r.(map[string]any)
+			got = append(got, fmt.Sprint(m["apiGroups"], m["resources"], m["verbs"]))
+		}
+		wantRules := []string{"[] [pods] [list watch]"}
+		if name != "default" {
+			wantRules = append(wantRules, "[authentication.k8s.io] [tokenreviews] [create]")
+		}
+		if !slices.Equal(got, wantRules) {
+			t.Errorf("values %s: ClusterRole rules %q, want %q", name, got, wantRules)
+		}
+	}
+}
+
+// TestNotesUseNoToolInImage: NOTES.txt must not tell users to run wget or
+// curl inside the container (the image has neither; known-defects.md DOC-7).
+func TestNotesUseNoToolInImage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/profi/templates/NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"wget", "kubectl exec", "kubectl -n {{ .Release.Namespace }} exec"} {
+		if strings.Contains(string(b), bad) {
+			t.Errorf("NOTES.txt uses %q", bad)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package chartcheck
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+const (
+	// HelmEnv names a helm binary to use instead of the cached one.
+	helmEnv = "PROFI_HELM"
+	// helmVersion is the version scripts/build-helm.sh builds by default.
+	helmVersion = "v3.22.0"
+	// kubeVersion given to helm template (the chart needs >= 1.24; a go-installed
+	// helm defaults to 1.20). The version of the test API server.
+	kubeVersion = "1.37.2"
+	releaseName = "profi"
+	namespace   = "monitoring"
+)
+
+// requireTool returns the path of a tool, or skips the test (fails it with
+// PROFI_E2E=1) with how to get it.
+func requireTool(t *testing.T, path string, err error, how string) string {
+	t.Helper()
+	if err == nil {
+		return path
+	}
+	if os.Getenv(testutil.E2EEnv) == "1" {
+		t.Fatalf("%v (%s) and %s=1 forbids skipping", err, how, testutil.E2EEnv)
+	}
+	t.Skipf("skipping: %v (%s; set %s=1 to make this a failure)", err, how, testutil.E2EEnv)
+	return ""
+}
+
+func helmBinary() (string, error) {
+	if p := os.Getenv(helmEnv); p != "" {
+		return p, nil
+	}
+	cache := os.Getenv(testutil.ToolsCacheEnv)
+	if cache == "" {
+		cache = testutil.DefaultToolsCache
+	}
+	p := filepath.Join(cache, "helm-"+helmVersion, "helm")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("helm %s is not built: %w", helmVersion, err)
+	}
+	return p, nil
+}
+
+func requireHelm(t *testing.T) string {
+	t.Helper()
+	p, err := helmBinary()
+	return requireTool(t, p, err, "run scripts/build-helm.sh, about 6 minutes, or set "+helmEnv)
+}
+
+func requirePromtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	return requireTool(t, p, err, "Debian package prometheus")
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// valueSets are the values files rendered and checked: "default" (none) and
+// every deploy/profi/ci/*.yaml.
+func valueSets(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy/profi/ci/*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no values files in deploy/profi/ci")
+	}
+	sets := map[string]string{"default": ""}
+	for _, f := range files {
+		sets[strings.TrimSuffix(filepath.Base(f), ".yaml")] = f
+	}
+	return sets
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var (
+	renderMu    sync.Mutex
+	renderCache = map[string][]*unstructured.Unstructured{}
+)
+
+// render runs helm lint --strict and helm template with a values file (""
+// for the defaults) and returns the manifests, cached per values file.
+func render(t *testing.T, values string) []*unstructured.Unstructured {
+	t.Helper()
+	renderMu.Lock()
+	defer renderMu.Unlock()
+	if objs, ok := renderCache[values]; ok {
+		return objs
+	}
+	helm := requireHelm(t)
+	chart := filepath.Join(repoRoot(t), "deploy/profi")
+	var extra []string
+	if values != "" {
+		extra = []string{"-f", values}
+	}
+	lint := exec.Command(helm, append([]string{"lint", "--strict", chart, "--kube-version", kubeVersion}, extra...)...)
+	if out, err := lint.CombinedOutput(); err != nil {
+		t.Fatalf("helm lint --strict %v: %v\n%s", extra, err, out)
+	}
+	args := append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion}, extra...)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helm, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template %v: %v\n%s", extra, err, stderr.String())
+	}
+	objs, err := decodeManifests(stdout.Bytes())
+	if err != nil {
+		t.Fatalf("helm template %v: %v", extra, err)
+	}
+	renderCache[values] = objs
+	return objs
+}
+
+func decodeManifests(b []byte) ([]*unstructured.Unstructured, error) {
+	dec := yamlutil.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode manifest %d: %w", len(objs)+1, err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// find returns the rendered objects of a kind.
+func find(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func one(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
+	t.Helper()
+	f := find(objs, kind)
+	if len(f) != 1 {
+		t.Fatalf("%d objects of kind %s, want 1", len(f), kind)
+	}
+	return f[0]
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	return unstructured.NestedString(obj, fields...)
+}
