@@ -49,7 +49,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 131072);
 	__type(key, struct alloc_key);
-	__type(value, u64);
+	__type(value, struct alloc_val);
 } malloc_sizes SEC(".maps");
 
 /*
@@ -114,7 +114,11 @@ struct {
 	__type(value, struct text_range);
 } rt_text SEC(".maps");
 
-/* Current device of each thread, from successful cudaSetDevice calls. */
+/*
+ * Current device of each thread, from successful cudaSetDevice calls: every
+ * call's key carries it (thread_dev). Deleted when the thread exits
+ * (nccl_exit); LRU in case that hook is missing.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -271,6 +275,14 @@ static __always_inline void count_drop(u32 idx)
 
 	if (v)
 		__sync_fetch_and_add(v, 1);
+}
+
+/* The device ordinal the thread last set with cudaSetDevice; DEV_NONE if none. */
+static __always_inline u32 thread_dev(u64 id)
+{
+	u32 *dev = bpf_map_lookup_elem(&thread_device, &id);
+
+	return dev ? *dev : DEV_NONE;
 }
 
 /*
@@ -587,7 +599,8 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 				 .op = op,
 				 .stream = a->stream,
 				 .func = func,
-				 .phase = launch_phase(id)};
+				 .phase = launch_phase(id),
+				 .dev = thread_dev(id)};
 	struct launch_val zero = {};
 	struct launch_val *val;
 
@@ -699,11 +712,13 @@ int timed_entry(struct pt_regs *ctx)
 		 * been handed the same address. Put back if the free fails.
 		 */
 		struct alloc_key ak = {.pid = id >> 32, .ptr = arg(ctx, 1)};
-		u64 *size = bpf_map_lookup_elem(&malloc_sizes, &ak);
+		struct alloc_val *av = bpf_map_lookup_elem(&malloc_sizes, &ak);
 
 		in.arg0 = ak.ptr;
-		if (size) {
-			in.arg1 = *size;
+		in.dev = DEV_NONE;
+		if (av) {
+			in.arg1 = av->size;
+			in.dev = av->dev;
 			bpf_map_delete_elem(&malloc_sizes, &ak);
 		}
 		if (base_op(in.op) == OP_CUDA_FREE_ASYNC)
@@ -815,6 +830,7 @@ int timed_return(struct pt_regs *ctx)
 	key.kind = in.kind;
 	key.err = ret;
 	key.stream = in.stream;
+	key.dev = thread_dev(id);
 	/* Weight of this call in the latency data: 0 when not sampled. */
 	u32 weight = in.sampled ? (sample_rate > 1 ? sample_rate : 1) : 0;
 	u64 dur = in.sampled ? now - in.start_ns : 0;
@@ -825,22 +841,30 @@ int timed_return(struct pt_regs *ctx)
 	case OP_CUDA_MALLOC_MANAGED:
 		if (ret == 0) {
 			struct alloc_key ak = {.pid = key.pid};
+			struct alloc_val av = {.size = in.arg1, .dev = key.dev};
 
 			bytes = in.arg1;
 			if (bpf_probe_read_user(&ak.ptr, sizeof(ak.ptr), (void *)in.arg0) ||
-			    bpf_map_update_elem(&malloc_sizes, &ak, &in.arg1, BPF_ANY))
+			    bpf_map_update_elem(&malloc_sizes, &ak, &av, BPF_ANY))
 				count_drop(DROP_MALLOC_SIZES);
 		}
 		break;
 	case OP_CUDA_FREE:
 	case OP_CUDA_FREE_ASYNC:
+		/*
+		 * A free counts on its allocation's device, whatever device the
+		 * freeing thread has set, so active memory per GPU adds up.
+		 */
+		if (in.arg1)
+			key.dev = in.dev;
 		if (ret == 0) {
 			bytes = in.arg1;
 		} else if (in.arg1) {
 			/* The free failed: the allocation is still live. */
 			struct alloc_key ak = {.pid = key.pid, .ptr = in.arg0};
+			struct alloc_val av = {.size = in.arg1, .dev = in.dev};
 
-			if (bpf_map_update_elem(&malloc_sizes, &ak, &in.arg1, BPF_NOEXIST))
+			if (bpf_map_update_elem(&malloc_sizes, &ak, &av, BPF_NOEXIST))
 				count_drop(DROP_MALLOC_SIZES);
 		}
 		break;
@@ -857,10 +881,12 @@ int timed_return(struct pt_regs *ctx)
 			bytes = in.arg1;
 		break;
 	case OP_CUDA_SET_DEVICE:
+		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
 			u32 dev = in.arg0;
 
 			bpf_map_update_elem(&thread_device, &id, &dev, BPF_ANY);
+			key.dev = dev;
 		}
 		break;
 	case OP_CU_MODULE_GET_FUNCTION:
@@ -999,10 +1025,11 @@ static __always_inline u64 nccl_type_size(u64 dtype)
 	return 0;
 }
 
-static __always_inline void add_nccl(u32 pid, u32 op, u64 comm, s32 err, u64 bytes, bool timed,
+static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 bytes, bool timed,
 				     u64 dur)
 {
-	struct nccl_key key = {.pid = pid, .op = op, .comm = comm, .err = err};
+	struct nccl_key key = {
+	    .pid = id >> 32, .op = op, .comm = comm, .err = err, .dev = thread_dev(id)};
 	struct nccl_val zero = {};
 	struct nccl_val *val;
 
@@ -1036,7 +1063,7 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 		return 0;
 	/* Entry-only: nothing to time, nothing can hang. */
 	if (op == OP_NCCL_GROUP_START) {
-		add_nccl(pid, op, 0, 0, 0, false, 0);
+		add_nccl(id, op, 0, 0, 0, false, 0);
 		return 0;
 	}
 	cur = bpf_map_lookup_elem(&nccl_inflight, &id);
@@ -1133,7 +1160,7 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 		bpf_map_update_elem(&nccl_comms, &ck, &c->info, BPF_ANY);
 		comm = ck.comm;
 	}
-	add_nccl(pid, c->op, comm, ret, c->bytes, true, now - c->start_ns);
+	add_nccl(id, c->op, comm, ret, c->bytes, true, now - c->start_ns);
 	bpf_map_delete_elem(&nccl_inflight, &id);
 	if (nvtx_enabled)
 		bpf_map_delete_elem(&nvtx_stack, &id);
@@ -1167,7 +1194,8 @@ int nccl_return(struct pt_regs *ctx)
 /*
  * A thread that exits inside an NCCL call (a rank killed mid-collective)
  * never returns from it: its in-flight entry goes with it, so no hang is
- * reported for a process that is gone.
+ * reported for a process that is gone. Its current device goes too: a
+ * new thread that reuses the id starts on no device set.
  */
 SEC("raw_tracepoint/sched_process_exit")
 int nccl_exit(void *ctx)
@@ -1175,6 +1203,7 @@ int nccl_exit(void *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 
 	bpf_map_delete_elem(&nccl_inflight, &id);
+	bpf_map_delete_elem(&thread_device, &id);
 	if (nvtx_enabled)
 		bpf_map_delete_elem(&nvtx_stack, &id);
 	return 0;

@@ -115,12 +115,21 @@ enum drop {
 /* Kernel launch latency buckets: 8 finite bounds + +Inf. */
 #define KLAT_BUCKETS 9
 
-/* Key of the aggregated map: one per (process, operation, kind, result, stream). */
+/*
+ * Device of a call: the process-local CUDA ordinal the calling thread last
+ * set (cudaSetDevice), or DEV_NONE when it never set one. Userspace maps it
+ * to a physical GPU (CUDA_VISIBLE_DEVICES, NVML).
+ */
+#define DEV_NONE 0xffffffff
+
+/* Key of the aggregated map: one per (process, operation, kind, result, device, stream). */
 struct agg_key {
 	u32 pid;    /* host tgid */
 	u32 op;	    /* enum op */
 	u32 kind;   /* cudaMemcpyKind for memcpy, else 0 */
 	s32 err;    /* return value: cudaError_t */
+	u32 dev;    /* device ordinal of the call, DEV_NONE when not set */
+	u32 pad;    /* keeps stream 8-byte aligned; always 0 */
 	u64 stream; /* cudaStream_t handle, 0 = default stream */
 };
 
@@ -145,7 +154,7 @@ struct nccl_key {
 	u32 op;
 	u64 comm; /* ncclComm_t handle; 0 for calls that name none (group calls, init) */
 	s32 err;  /* ncclResult_t */
-	u32 pad;
+	u32 dev;  /* device ordinal of the calling thread, DEV_NONE when not set */
 };
 
 struct nccl_val {
@@ -217,7 +226,7 @@ struct launch_key {
 	u64 stream;
 	u64 func;  /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
 	u32 phase; /* enum phase at the launch */
-	u32 pad;
+	u32 dev;   /* device ordinal of the launching thread, DEV_NONE when not set */
 };
 
 struct launch_val {
@@ -248,8 +257,10 @@ struct inflight_call {
 	u64 stream;
 	u32 op;
 	u32 kind;
-	u32 depth;		   /* nested probed calls on this thread */
-	u32 sampled;		   /* the latency of this call is measured (--sample-rate) */
+	u32 depth;   /* nested probed calls on this thread */
+	u32 sampled; /* the latency of this call is measured (--sample-rate) */
+	u32 dev;     /* free of a tracked allocation: the allocation's device */
+	u32 pad;
 	struct launch_args launch; /* timed launches (full mode) */
 };
 
@@ -326,4 +337,11 @@ struct alloc_key {
 	u32 pid;
 	u32 pad;
 	u64 ptr;
+};
+
+/* Value of malloc_sizes: a live allocation, so its free counts on the same device. */
+struct alloc_val {
+	u64 size;
+	u32 dev; /* device ordinal of the allocating call, DEV_NONE when not set */
+	u32 pad;
 };

@@ -67,6 +67,8 @@ type Options struct {
 	StragglerInterval time.Duration
 	// Pods labels processes with their pod (--node-name); nil = no pod labels.
 	Pods PodLabeler
+	// GPUs labels each call's device with its GPU; nil = empty gpu labels.
+	GPUs GPULabeler
 	// Monotonic returns CLOCK_MONOTONIC in ns, the clock of
 	// bpf_ktime_get_ns (for the age of in-flight calls); nil = the real one.
 	Monotonic func() uint64
@@ -88,6 +90,17 @@ type PodLabeler interface {
 	// Pod returns the process's labels; done is false while they may
 	// still change (asked again at every drain until done).
 	Pod(pid int) (namespace, pod, container string, done bool)
+	// Forget drops what is known about an exited process.
+	Forget(pid int)
+}
+
+// GPULabeler tells which GPU a call ran on. A process whose calls ran on
+// several GPUs becomes one Process per GPU in the Snapshot.
+type GPULabeler interface {
+	// GPU returns the gpu and gpu_uuid labels of device dev (the CUDA
+	// ordinal the calling thread had set, or bpfobj.DevNone) of process
+	// pid, and how they were found (for /status).
+	GPU(pid int, dev uint32) (gpu, uuid, source string)
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -123,6 +136,7 @@ const (
 type tuple struct {
 	fam  family
 	pid  int
+	gpu  string // gpu/gpu_uuid of per-process series
 	a, b string
 	c    string
 }
@@ -291,7 +305,14 @@ func (a *Aggregator) Drain() error {
 		if a.opts.Scale != nil {
 			a.estimate(ps, d)
 		}
-		snap.Processes = append(snap.Processes, a.build(ps, d, snap))
+		var parts []*Process
+		for _, part := range a.splitByGPU(ps, d) {
+			p := a.build(ps, part.meta, part.data, snap)
+			p.GPUs = part.attrs
+			parts = append(parts, p)
+		}
+		mergePerPID(parts)
+		snap.Processes = append(snap.Processes, parts...)
 	}
 	// Processes known from an earlier drain that have no keys any more.
 	for pid := range a.procs {
@@ -316,9 +337,12 @@ func (a *Aggregator) Drain() error {
 			delete(a.undeleted, pid) // its keys are gone after all
 		}
 	}
+	// Per-process data without a gpu label goes to a process's first entry.
 	live := make(map[int]*Process, len(snap.Processes))
 	for _, p := range snap.Processes {
-		live[p.Meta.PID] = p
+		if live[p.Meta.PID] == nil {
+			live[p.Meta.PID] = p
+		}
 	}
 	if err := a.watchInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight NCCL calls", "err", err)
@@ -479,8 +503,15 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 			a.estimate(ps, d) // retained data continues the exported estimate
 		}
 	}
+	gpuOf := func(dev uint32) string {
+		if a.opts.GPUs == nil {
+			return meta.GPU
+		}
+		g, _, _ := a.opts.GPUs.GPU(pid, dev)
+		return g
+	}
 	for k, v := range d.agg {
-		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
+		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
 		mergeInto(a.retired, hk, histOf(&v))
 		a.retiredCalls += v.Count
 	}
@@ -490,7 +521,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 				continue
 			}
 			kern := a.kernel(ps, k, true)
-			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}
+			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
 			mergeInto(a.retiredKernels, hk, kernelHistOf(&v))
 		}
 	}
@@ -500,7 +531,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	for k, v := range d.nccl {
 		a.retiredCalls += v.Count
 		if v.Timed > 0 {
-			mergeInto(a.retiredNCCL, HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: meta.GPU}, ncclHistOf(&v))
+			mergeInto(a.retiredNCCL, HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, ncclHistOf(&v))
 		}
 	}
 	a.forget(pid)
@@ -510,6 +541,9 @@ func (a *Aggregator) forget(pid int) {
 	delete(a.procs, pid)
 	if a.opts.Pods != nil {
 		a.opts.Pods.Forget(pid)
+	}
+	if a.opts.GPUs != nil {
+		a.opts.GPUs.Forget(pid)
 	}
 	a.nccl.forget(pid)
 	if a.opts.Names != nil {
@@ -576,11 +610,11 @@ func histOf(v *bpfobj.ProfiAggVal) *Hist {
 // compareAggKeys orders keys so that caps admit the same tuples on every
 // run (map iteration order is random).
 func compareAggKeys(x, y bpfobj.ProfiAggKey) int {
-	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Err, y.Err))
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Err, y.Err), cmp.Compare(x.Dev, y.Dev))
 }
 
 func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
-	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func), cmp.Compare(x.Phase, y.Phase))
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func), cmp.Compare(x.Phase, y.Phase), cmp.Compare(x.Dev, y.Dev))
 }
 
 // Direction returns the direction label of a memcpy kind.
@@ -588,11 +622,13 @@ func Direction(kind uint32) string { return bpfobj.Direction(kind) }
 
 func opFamily(op uint32) bpfobj.Family { return bpfobj.Info(op).Family }
 
-// build turns one process's map values into its exported Process.
-func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
+// build turns one process's map values on one GPU (meta's) into an
+// exported Process.
+func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot) *Process {
 	pid := ps.meta.PID
+	g := meta.GPU + "/" + meta.GPUUUID
 	p := &Process{
-		Meta:     ps.meta,
+		Meta:     meta,
 		Calls:    map[OpStream]uint64{},
 		Errors:   map[OpCode]uint64{},
 		Memcpy:   map[DirStream]uint64{},
@@ -605,7 +641,7 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 	for _, k := range aggKeys {
 		// Series are created on first data: memory series only for a process that allocates or frees.
 		if f := opFamily(k.Op); f == bpfobj.FamilyMalloc || f == bpfobj.FamilyFree {
-			p.memory = a.admit(tuple{fam: famMemory, pid: pid})
+			p.memory = a.admit(tuple{fam: famMemory, pid: pid, gpu: g})
 			break
 		}
 	}
@@ -618,26 +654,26 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		// not); their timed entries here feed only errors and latency.
 		if fam != bpfobj.FamilyLaunch {
 			p.events += v.Count
-			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
+			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
 				p.Calls[cs] += v.Count
 			}
 		}
 		if k.Err != 0 {
-			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, a: oc.Op, b: oc.Code}) {
+			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, gpu: g, a: oc.Op, b: oc.Code}) {
 				p.Errors[oc] += v.Count
 			}
 		}
 		switch {
 		case fam == bpfobj.FamilyMemcpy && v.Bytes > 0:
-			if ds := (DirStream{Direction(k.Kind), stream}); a.admit(tuple{fam: famMemcpy, pid: pid, a: ds.Direction, b: ds.Stream}) {
+			if ds := (DirStream{Direction(k.Kind), stream}); a.admit(tuple{fam: famMemcpy, pid: pid, gpu: g, a: ds.Direction, b: ds.Stream}) {
 				p.Memcpy[ds] += v.Bytes
 			}
 		case fam == bpfobj.FamilyMemset && v.Bytes > 0:
-			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famMemset, pid: pid, a: cs.Op, b: cs.Stream}) {
+			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famMemset, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
 				p.Memset[cs] += v.Bytes
 			}
 		case fam == bpfobj.FamilyMallocHost && v.Bytes > 0:
-			if a.admit(tuple{fam: famHostMemory, pid: pid}) {
+			if a.admit(tuple{fam: famHostMemory, pid: pid, gpu: g}) {
 				p.hostMemory = true
 				p.MallocHostBytes += v.Bytes
 			}
@@ -653,11 +689,11 @@ func (a *Aggregator) build(ps *procState, d *pidData, snap *Snapshot) *Process {
 		op := bpfobj.OpName(k.Op)
 		stream := a.stream(ps, k.Stream)
 		p.events += v.Count
-		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, a: cs.Op, b: cs.Stream}) {
+		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
 			p.Calls[cs] += v.Count
 		}
 		kern := a.kernel(ps, k, v.Timed > 0)
-		if !a.admit(tuple{fam: famLaunch, pid: pid, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
+		if !a.admit(tuple{fam: famLaunch, pid: pid, gpu: g, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
 			continue
 		}
 		l := p.Launches[kern]

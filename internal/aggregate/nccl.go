@@ -197,6 +197,7 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 		return
 	}
 	pid := p.Meta.PID
+	g := p.Meta.GPU + "/" + p.Meta.GPUUUID
 	n := &NCCL{
 		Calls: map[string]uint64{}, Bytes: map[string]uint64{},
 		CommCalls: map[CommOp]uint64{}, CommBytes: map[CommOp]uint64{},
@@ -218,20 +219,23 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 			}
 			return 1
 		}
-		return int(x.Err) - int(y.Err)
+		if x.Err != y.Err {
+			return int(x.Err) - int(y.Err)
+		}
+		return int(int64(x.Dev) - int64(y.Dev))
 	})
 	for _, k := range sorted {
 		v := keys[k]
 		op := bpfobj.OpName(k.Op)
 		p.events += v.Count
-		if a.admit(tuple{fam: famNCCL, pid: pid, a: op}) {
+		if a.admit(tuple{fam: famNCCL, pid: pid, gpu: g, a: op}) {
 			n.Calls[op] += v.Count
 			if ncclDataOps[bpfobj.Op(k.Op)] {
 				n.Bytes[op] += v.Bytes
 			}
 		}
 		if k.Err != 0 {
-			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, a: oc.Op, b: oc.Code}) {
+			if oc := (OpCode{op, fmt.Sprint(k.Err)}); a.admit(tuple{fam: famErrors, pid: pid, gpu: g, a: oc.Op, b: oc.Code}) {
 				p.Errors[oc] += v.Count
 			}
 		}

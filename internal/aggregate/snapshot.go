@@ -75,6 +75,13 @@ type Process struct {
 	Launches        map[Kernel]Launch
 	// NCCL is the process's NCCL data; nil when it made no NCCL call.
 	NCCL *NCCL
+	// GPUs are the devices whose calls this entry counts (Meta.GPU and
+	// Meta.GPUUUID are their labels); nil without GPU attribution. A
+	// process that used several GPUs has one entry per GPU, adjacent in
+	// Snapshot.Processes; per-process data without a gpu label (NCCL hangs,
+	// in-flight ages, straggler ratios, per-communicator series) is on its
+	// first entry only.
+	GPUs []GPUAttribution
 	// memory and hostMemory report whether those series were admitted.
 	memory     bool
 	hostMemory bool
@@ -121,7 +128,7 @@ func (h *Hist) add(o *Hist) {
 // after publication.
 type Snapshot struct {
 	Time      time.Time
-	Processes []*Process // sorted by PID
+	Processes []*Process // sorted by PID, then GPU (one entry per GPU a process used)
 	Hists     map[HistKey]*Hist
 	// KernelHists are the launch latency histograms (full mode).
 	KernelHists map[KernelHistKey]*KernelHist

@@ -124,7 +124,7 @@ func TestMapSourceDeletePIDs(t *testing.T) {
 			if err := objs.Aggregated.Put(akey(pid, bpfobj.Op(op), 0, 0, 0), make([]bpfobj.ProfiAggVal, ncpu)); err != nil {
 				t.Fatal(err)
 			}
-			if err := objs.MallocSizes.Put(bpfobj.ProfiAllocKey{Pid: pid, Ptr: uint64(op) << 12}, uint64(64)); err != nil {
+			if err := objs.MallocSizes.Put(bpfobj.ProfiAllocKey{Pid: pid, Ptr: uint64(op) << 12}, bpfobj.ProfiAllocVal{Size: 64}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -299,3 +299,8 @@ func PhaseName(p uint32) string {
 	}
 	return phases[PhaseOther]
 }
+
+// DevNone is the device of a call made on a thread that never set one with
+// cudaSetDevice (DEV_NONE in bpf/types.h): CUDA's default device then, which
+// userspace resolves (internal/gpu).
+const DevNone uint32 = 0xffffffff

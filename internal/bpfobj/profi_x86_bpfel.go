@@ -19,6 +19,8 @@ type ProfiAggKey struct {
 	Op     uint32
 	Kind   uint32
 	Err    int32
+	Dev    uint32
+	Pad    uint32
 	Stream uint64
 }
 
@@ -36,6 +38,13 @@ type ProfiAllocKey struct {
 	Pid uint32
 	Pad uint32
 	Ptr uint64
+}
+
+type ProfiAllocVal struct {
+	_    structs.HostLayout
+	Size uint64
+	Dev  uint32
+	Pad  uint32
 }
 
 type ProfiClaimKey struct {
@@ -75,6 +84,8 @@ type ProfiInflightCall struct {
 	Kind    uint32
 	Depth   uint32
 	Sampled uint32
+	Dev     uint32
+	Pad     uint32
 	Launch  struct {
 		_            structs.HostLayout
 		Func         uint64
@@ -110,7 +121,7 @@ type ProfiLaunchKey struct {
 	Stream uint64
 	Func   uint64
 	Phase  uint32
-	Pad    uint32
+	Dev    uint32
 }
 
 type ProfiLaunchVal struct {
@@ -173,7 +184,7 @@ type ProfiNcclKey struct {
 	Op   uint32
 	Comm uint64
 	Err  int32
-	Pad  uint32
+	Dev  uint32
 }
 
 type ProfiNcclVal struct {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/nvml"
 )
 
@@ -25,18 +26,29 @@ var nvlinkErrorTypes = map[nvml.NVLinkCounter]string{
 // additions) from the poller's latest snapshot.
 type gpuCollector struct {
 	snapshot func() *nvml.Snapshot
+	procs    func() *aggregate.Snapshot // pod labels of processes; may be nil
 
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
 	processMemory, pcie, nvlinkErrors, xid                              *prometheus.Desc
 }
 
+// GPUOption configures NewGPU.
+type GPUOption func(*gpuCollector)
+
+// WithProcesses joins profi_gpu_process_memory_bytes to pods: a PID that
+// is a profiled process of the aggregator's latest snapshot gets its
+// namespace, pod and container labels (empty otherwise).
+func WithProcesses(snapshot func() *aggregate.Snapshot) GPUOption {
+	return func(c *gpuCollector) { c.procs = snapshot }
+}
+
 // NewGPU returns the collector of the GPU (NVML) families. snapshot returns
 // the NVML poller's latest snapshot; nil counts as NVML down. While NVML
 // is down only profi_system_nvml_up (0) is exported.
-func NewGPU(snapshot func() *nvml.Snapshot) prometheus.Collector {
+func NewGPU(snapshot func() *nvml.Snapshot, opts ...GPUOption) prometheus.Collector {
 	d := prometheus.NewDesc
-	return &gpuCollector{
+	c := &gpuCollector{
 		snapshot:    snapshot,
 		info:        d("profi_gpu_info", "GPU inventory from NVML, always 1: gpu is the NVML index, gpu_model the product name.", withGPU("gpu_model"), nil),
 		temperature: d("profi_gpu_temperature_celsius", "GPU core temperature (NVML).", gpuLabels, nil),
@@ -49,12 +61,30 @@ func NewGPU(snapshot func() *nvml.Snapshot) prometheus.Collector {
 			"hw_thermal (hardware thermal slowdown), hw_power (hardware power brake, or a hardware slowdown the thermal bit does not explain), sync_boost.", withGPU("reason"), nil),
 		up:           d("profi_system_nvml_up", "1 when NVML is initialised and the last poll finished within its timeout.", nil, nil),
 		pollDuration: d("profi_system_nvml_poll_duration_seconds", "Duration of the last NVML poll (all GPUs).", nil, nil),
-		processMemory: d("profi_gpu_process_memory_bytes", "Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed.",
-			withGPU("pid"), nil),
+		processMemory: d("profi_gpu_process_memory_bytes", "Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed. Pod labels are those of the profiled process (empty when it is not one).",
+			withGPU("pid", "namespace", "pod", "container"), nil),
 		pcie:         d("profi_gpu_pcie_throughput_bytes_per_second", "PCIe throughput by direction (tx: out of the GPU, rx: into it), NVML's 20 ms sample in KB/s × 1024.", withGPU("direction"), nil),
 		nvlinkErrors: d("profi_gpu_nvlink_errors_total", "NVLink data-link errors summed over the active links, by error_type: replay, recovery, crc_flit, crc_data.", withGPU("error_type"), nil),
 		xid:          d("profi_gpu_xid_errors_total", "XID critical error events seen by the agent since it started, by XID (decimal).", withGPU("xid"), nil),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// podsOf returns the pod labels of the profiled processes, by PID.
+func (c *gpuCollector) podsOf() map[int]aggregate.Meta {
+	out := map[int]aggregate.Meta{}
+	if c.procs == nil {
+		return out
+	}
+	if s := c.procs(); s != nil {
+		for _, p := range s.Processes {
+			out[p.Meta.PID] = p.Meta
+		}
+	}
+	return out
 }
 
 // Describe sends every descriptor.
@@ -82,6 +112,7 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.up, 1)
 	gauge(c.pollDuration, s.PollDuration.Seconds())
+	pods := c.podsOf()
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		id, uuid := strconv.Itoa(g.Index), g.UUID
@@ -128,7 +159,8 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, p := range g.Processes {
 			if p.MemoryKnown {
-				gauge(c.processMemory, float64(p.UsedBytes), id, uuid, strconv.FormatUint(uint64(p.PID), 10))
+				m := pods[int(p.PID)]
+				gauge(c.processMemory, float64(p.UsedBytes), id, uuid, strconv.FormatUint(uint64(p.PID), 10), m.Namespace, m.Pod, m.Container)
 			}
 		}
 		if g.PCIeTXBytesPerSecond != nil {

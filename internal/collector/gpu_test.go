@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/nvml"
 )
 
@@ -76,9 +77,9 @@ profi_gpu_pcie_throughput_bytes_per_second{direction="tx",gpu="0",gpu_uuid="GPU-
 # HELP profi_gpu_power_watts Power draw of the board (NVML milliwatts / 1000).
 # TYPE profi_gpu_power_watts gauge
 profi_gpu_power_watts{gpu="0",gpu_uuid="GPU-aaaa"} 123.456
-# HELP profi_gpu_process_memory_bytes Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed.
+# HELP profi_gpu_process_memory_bytes Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed. Pod labels are those of the profiled process (empty when it is not one).
 # TYPE profi_gpu_process_memory_bytes gauge
-profi_gpu_process_memory_bytes{gpu="0",gpu_uuid="GPU-aaaa",pid="4242"} 1.073741824e+09
+profi_gpu_process_memory_bytes{container="",gpu="0",gpu_uuid="GPU-aaaa",namespace="",pid="4242",pod=""} 1.073741824e+09
 # HELP profi_gpu_temperature_celsius GPU core temperature (NVML).
 # TYPE profi_gpu_temperature_celsius gauge
 profi_gpu_temperature_celsius{gpu="0",gpu_uuid="GPU-aaaa"} 41
@@ -162,7 +163,7 @@ func TestGPUFamiliesOfInterface(t *testing.T) {
 		"profi_gpu_ecc_errors_total":                 {"error_type", "gpu", "gpu_uuid", "location"},
 		"profi_gpu_throttle_active":                  {"gpu", "gpu_uuid", "reason"},
 		"profi_system_nvml_up":                       nil,
-		"profi_gpu_process_memory_bytes":             {"gpu", "gpu_uuid", "pid"},
+		"profi_gpu_process_memory_bytes":             {"container", "gpu", "gpu_uuid", "namespace", "pid", "pod"},
 		"profi_gpu_pcie_throughput_bytes_per_second": {"direction", "gpu", "gpu_uuid"},
 		"profi_gpu_nvlink_errors_total":              {"error_type", "gpu", "gpu_uuid"},
 		"profi_gpu_xid_errors_total":                 {"gpu", "gpu_uuid", "xid"},
@@ -207,5 +208,25 @@ func TestGPULint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestGPUProcessMemoryPods: NVML's per-process memory carries the pod
+// labels of the profiled process with that PID; other PIDs stay empty.
+func TestGPUProcessMemoryPods(t *testing.T) {
+	t.Parallel()
+	s := gpuSnapshot()
+	procs := &aggregate.Snapshot{Processes: []*aggregate.Process{
+		{Meta: aggregate.Meta{PID: 4242, Namespace: "ml", Pod: "trainer-0", Container: "main", GPU: "0"}},
+		{Meta: aggregate.Meta{PID: 4242, Namespace: "ml", Pod: "trainer-0", Container: "main", GPU: "1"}}, // second GPU of the same process
+		{Meta: aggregate.Meta{PID: 7, Namespace: "other", Pod: "x"}},
+	}}
+	c := NewGPU(func() *nvml.Snapshot { return s }, WithProcesses(func() *aggregate.Snapshot { return procs }))
+	want := `# HELP profi_gpu_process_memory_bytes Device memory used by a process (host PID) on this GPU, from NVML's running compute processes; MIG instances summed. Pod labels are those of the profiled process (empty when it is not one).
+# TYPE profi_gpu_process_memory_bytes gauge
+profi_gpu_process_memory_bytes{container="main",gpu="0",gpu_uuid="GPU-aaaa",namespace="ml",pid="4242",pod="trainer-0"} 1.073741824e+09
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "profi_gpu_process_memory_bytes"); err != nil {
+		t.Error(err)
 	}
 }

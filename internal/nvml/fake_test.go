@@ -182,6 +182,7 @@ type fakeLink struct {
 type fakeDev struct {
 	lib        *fakeLib
 	uuid, name string
+	minor      *int // nil: not supported
 	mig        bool
 	migs       []MigDevice
 	temp       int
@@ -215,6 +216,14 @@ func (d *fakeDev) UUID() (string, error) {
 func (d *fakeDev) Name() (string, error) {
 	defer d.lib.call("Name")()
 	return d.name, d.err("Name")
+}
+
+func (d *fakeDev) MinorNumber() (int, error) {
+	defer d.lib.call("MinorNumber")()
+	if d.minor == nil {
+		return 0, ErrNotSupported
+	}
+	return *d.minor, d.err("MinorNumber")
 }
 
 func (d *fakeDev) MigMode() (bool, error) {

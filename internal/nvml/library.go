@@ -182,8 +182,9 @@ type Library interface {
 
 // Device is one GPU handle.
 type Device interface {
-	UUID() (string, error) // nvmlDeviceGetUUID: GPU-…
-	Name() (string, error) // nvmlDeviceGetName: the product name
+	UUID() (string, error)     // nvmlDeviceGetUUID: GPU-…
+	Name() (string, error)     // nvmlDeviceGetName: the product name
+	MinorNumber() (int, error) // nvmlDeviceGetMinorNumber: N of /dev/nvidiaN
 	// MigMode is the current mode of nvmlDeviceGetMigMode.
 	MigMode() (enabled bool, err error)
 	// MigDevices lists the MIG devices (nvmlDeviceGetMaxMigDeviceCount,

@@ -32,6 +32,7 @@ type worker struct {
 	migOwner     map[string]int      // MIG UUID → position in devs, as of the last poll
 	warned       map[string]string   // "gpu/field" → last error logged
 	gone         error               // ErrDriverGone met during this poll
+	lastErr      string              // last failed query of this poll
 	xidOverflow  bool
 }
 
@@ -142,7 +143,7 @@ func (w *worker) shutdown() {
 // poll reads every GPU. If the driver went away meanwhile, the snapshot
 // is Up=false and the worker shuts NVML down, to initialise it again.
 func (w *worker) poll(started time.Time) *Snapshot {
-	w.gone = nil
+	w.gone, w.lastErr = nil, ""
 	w.drainEvents()
 	s := &Snapshot{Up: true, Time: started, Library: w.path, DriverVersion: w.driver, GPUs: make([]GPU, 0, len(w.devs))}
 	w.migOwner = map[string]int{}
@@ -157,6 +158,7 @@ func (w *worker) poll(started time.Time) *Snapshot {
 		s.GPUs = append(s.GPUs, g)
 	}
 	s.PollDuration = time.Since(started)
+	s.LastError = w.lastErr
 	if w.gone != nil {
 		w.shutdown()
 		return &Snapshot{Reason: fmt.Sprintf("nvml poll: %v", w.gone), Time: started, PollDuration: s.PollDuration}
@@ -181,6 +183,7 @@ func (w *worker) ok(gpu int, field string, err error) bool {
 		}
 		return false
 	}
+	w.lastErr = fmt.Sprintf("gpu %d %s: %v", gpu, field, err)
 	if w.warned[key] != err.Error() {
 		w.warned[key] = err.Error()
 		w.log.Warn("NVML query failed; field skipped", "gpu", gpu, "field", field, "err", err)
@@ -192,6 +195,9 @@ func (w *worker) pollGPU(d device) GPU {
 	g := GPU{Index: d.index, UUID: d.uuid, Name: d.name}
 	h, i := d.h, d.index
 
+	if v, err := h.MinorNumber(); w.ok(i, "minor_number", err) {
+		g.Minor = new(v)
+	}
 	var migInstances map[uint32]string
 	if on, err := h.MigMode(); w.ok(i, "mig_mode", err) {
 		g.MIGEnabled = new(on)

@@ -18,6 +18,7 @@ var symbols = []string{
 	"nvmlSystemGetDriverVersion",
 	"nvmlDeviceGetUUID",
 	"nvmlDeviceGetName",
+	"nvmlDeviceGetMinorNumber",
 	"nvmlDeviceGetMigMode",
 	"nvmlDeviceGetMaxMigDeviceCount",
 	"nvmlDeviceGetMigDeviceHandleByIndex",
@@ -161,6 +162,14 @@ func (d *realDevice) Name() (string, error) {
 		return "", err
 	}
 	v, ret := d.h.GetName()
+	return v, check(ret)
+}
+
+func (d *realDevice) MinorNumber() (int, error) {
+	if err := d.need("nvmlDeviceGetMinorNumber"); err != nil {
+		return 0, err
+	}
+	v, ret := d.h.GetMinorNumber()
 	return v, check(ret)
 }
 

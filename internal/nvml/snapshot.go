@@ -15,6 +15,9 @@ type Snapshot struct {
 	// Library is the file loaded, when the Library can tell.
 	Library       string
 	DriverVersion string
+	// LastError is the last failed query of this poll ("" when none), for
+	// /status; the field it concerns is skipped.
+	LastError string
 	// GPUs in NVML index order.
 	GPUs []GPU
 }
@@ -26,6 +29,9 @@ type GPU struct {
 	Index int    // NVML index
 	UUID  string // GPU-…
 	Name  string // product name
+	// Minor is N of the GPU's device file /dev/nvidiaN
+	// (nvmlDeviceGetMinorNumber); nil when unknown.
+	Minor *int
 
 	MIGEnabled *bool
 	MIGDevices []MigDevice // when MIG is enabled
@@ -93,4 +99,26 @@ type Process struct {
 	// MIGUUIDs are the MIG devices it runs on, when the GPU is in MIG mode
 	// and NVML names the instance.
 	MIGUUIDs []string
+}
+
+// Status is NVML's state for /status.
+type Status struct {
+	Up            bool      `json:"up"`
+	Reason        string    `json:"reason,omitempty"` // why it is down
+	Library       string    `json:"library,omitempty"`
+	DriverVersion string    `json:"driver_version,omitempty"`
+	DeviceCount   int       `json:"device_count"`
+	LastError     string    `json:"last_error,omitempty"` // last failed query of the last poll
+	LastPoll      time.Time `json:"last_poll"`
+}
+
+// Status summarises the snapshot for /status; nil counts as not polled.
+func (s *Snapshot) Status() Status {
+	if s == nil {
+		return Status{Reason: "not polled yet"}
+	}
+	return Status{
+		Up: s.Up, Reason: s.Reason, Library: s.Library, DriverVersion: s.DriverVersion,
+		DeviceCount: len(s.GPUs), LastError: s.LastError, LastPoll: s.Time,
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1058,4 +1059,70 @@ func (w *NCCLWorkload) Kill() {
 		w.kill()
 		_ = w.stdin.Close()
 	})
+}
+
+// gpuWorkloadSrc is the GPU attribution workload (cudaSetDevice per thread).
+const gpuWorkloadSrc = "test/workloads/gpu_workload.c"
+
+// BuildGPUWorkload compiles the GPU attribution workload into dir, linked
+// against fx's stub runtime (found through its RUNPATH). A program, not a
+// library: rebuilding it cannot strand uprobes.
+func BuildGPUWorkload(fx *Fixtures, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "gpu-workload")
+	args := cat(workloadFlags, warnFlags, []string{"-I" + filepath.Join(root, filepath.Dir(stubHeader)), "-o", out,
+		filepath.Join(root, gpuWorkloadSrc), "-L" + fx.Dir, "-l:libcudart.so.12", "-Wl,-rpath," + fx.Dir})
+	cmd := exec.Command("gcc", args...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("testutil: %s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
+	}
+	return out, nil
+}
+
+// GPUThread is what one thread of the GPU workload did after
+// cudaSetDevice(Ordinal). Frees counts the main thread's cudaFree calls of
+// this thread's allocations.
+type GPUThread struct {
+	Ordinal     int    `json:"ordinal"`
+	SetDevice   uint64 `json:"set_device"`
+	Memcpy      uint64 `json:"memcpy"` // cudaMemcpy calls of 32 bytes, device to device
+	Launches    uint64 `json:"launches"`
+	MallocBytes uint64 `json:"malloc_bytes"`
+	Frees       uint64 `json:"frees"`
+}
+
+// GPUGroundTruth is the cumulative ground truth of the GPU workload.
+// MainMemcpy are the cudaMemcpy calls of the main thread, which never
+// calls cudaSetDevice (CUDA's default device, ordinal 0).
+type GPUGroundTruth struct {
+	PID        int         `json:"pid"`
+	Threads    []GPUThread `json:"threads"`
+	MainMemcpy uint64      `json:"main_memcpy"`
+}
+
+// RunGPU runs one phase of the GPU workload ("go") and returns its
+// cumulative ground truth.
+func (w *Workload) RunGPU() (*GPUGroundTruth, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send("go"); err != nil {
+		return nil, err
+	}
+	line, err := w.waitLine(w.opts.runTimeout, "GPU ground truth JSON")
+	if err != nil {
+		return nil, err
+	}
+	var gt GPUGroundTruth
+	dec := json.NewDecoder(strings.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&gt); err != nil {
+		return nil, w.errorf("bad GPU ground truth %q: %v", line, err)
+	}
+	if gt.PID != w.PID {
+		return nil, w.errorf("ground truth pid %d != ready pid %d", gt.PID, w.PID)
+	}
+	return &gt, nil
 }

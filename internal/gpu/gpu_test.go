@@ -1,0 +1,251 @@
+package gpu
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/nvml"
+)
+
+// UUIDs of the fake node's four GPUs; GPU 1 is in MIG mode with two devices.
+const (
+	uuidA = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+	uuidB = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+	uuidC = "GPU-cccccccc-0000-0000-0000-000000000000"
+	uuidD = "GPU-dddddddd-0000-0000-0000-000000000000"
+	mig1a = "MIG-1a1a1a1a-0000-0000-0000-000000000000"
+	mig1b = "MIG-1b1b1b1b-0000-0000-0000-000000000000"
+)
+
+// node is a fake NVML inventory: index i has UUID uuids[i]; minor numbers
+// are permuted against the indices (minor = 3 - index), as on machines
+// where /dev/nvidiaN does not follow the PCI order.
+func node() []nvml.GPU {
+	uuids := []string{uuidA, uuidB, uuidC, uuidD}
+	var gpus []nvml.GPU
+	for i, u := range uuids {
+		gpus = append(gpus, nvml.GPU{Index: i, UUID: u, Minor: new(3 - i)})
+	}
+	gpus[1].MIGDevices = []nvml.MigDevice{{UUID: mig1a, GPUInstanceID: 1}, {UUID: mig1b, GPUInstanceID: 2}}
+	return gpus
+}
+
+func s(v string) *string { return &v }
+
+func dev(i int, uuid string) Device { return Device{Index: i, UUID: uuid} }
+
+func TestVisibleWithNVML(t *testing.T) {
+	all := []Device{dev(0, uuidA), dev(1, uuidB), dev(2, uuidC), dev(3, uuidD)}
+	for _, tc := range []struct {
+		name         string
+		cuda, nvidia *string
+		want         []Device
+	}{
+		{"unset: every GPU in NVML order", nil, nil, all},
+		{"permutation", s("2,0,1"), nil, []Device{dev(2, uuidC), dev(0, uuidA), dev(1, uuidB)}},
+		{"spaces", s(" 1, 3"), nil, []Device{dev(1, uuidB), dev(3, uuidD)}},
+		{"empty hides every GPU", s(""), nil, []Device{}},
+		{"out of range truncates", s("0,7,1"), nil, []Device{dev(0, uuidA)}},
+		{"garbage truncates", s("0,x,1"), nil, []Device{dev(0, uuidA)}},
+		{"negative truncates", s("-1,0"), nil, []Device{}},
+		{"sign truncates", s("+1"), nil, []Device{}},
+		{"repeat truncates", s("1,1,2"), nil, []Device{dev(1, uuidB)}},
+		{"trailing comma truncates", s("3,"), nil, []Device{dev(3, uuidD)}},
+		{"uuid and index", s(uuidC + ",0"), nil, []Device{dev(2, uuidC), dev(0, uuidA)}},
+		{"uuid prefix", s("GPU-dddd"), nil, []Device{dev(3, uuidD)}},
+		{"ambiguous prefix truncates", s("GPU-"), nil, []Device{}},
+		{"unknown uuid truncates", s("1,GPU-ffffffff"), nil, []Device{dev(1, uuidB)}},
+		{"MIG", s(mig1b), nil, []Device{dev(1, mig1b)}},
+		{"unknown MIG truncates", s("MIG-ffff"), nil, []Device{}},
+		{"all is no CUDA value", s("all"), nil, []Device{}},
+		{"container all", nil, s("all"), all},
+		{"container none", nil, s("none"), []Device{}},
+		{"container void", nil, s("void"), []Device{}},
+		{"container empty", nil, s(""), []Device{}},
+		{"container devices in node order", nil, s("3,1"), []Device{dev(1, uuidB), dev(3, uuidD)}},
+		{"container uuids", nil, s(uuidD + "," + uuidA), []Device{dev(0, uuidA), dev(3, uuidD)}},
+		{"container skips invalid entries", nil, s("0,zz,2"), []Device{dev(0, uuidA), dev(2, uuidC)}},
+		{"container MIG", nil, s(mig1a), []Device{dev(1, mig1a)}},
+		{"CUDA ordinals inside the container", s("1"), s("2,3"), []Device{dev(3, uuidD)}},
+		{"CUDA permutes inside the container", s("1,0"), s(uuidA + "," + uuidC), []Device{dev(2, uuidC), dev(0, uuidA)}},
+		{"CUDA uuid outside the container", s(uuidA), s("2,3"), []Device{}},
+		{"CUDA uuid inside the container", s(uuidD), s("2,3"), []Device{dev(3, uuidD)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Visible(tc.cuda, tc.nvidia, node())
+			if got == nil {
+				got = []Device{}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Visible(%v, %v) = %v, want %v", deref(tc.cuda), deref(tc.nvidia), got, tc.want)
+			}
+		})
+	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "<unset>"
+	}
+	return strconv.Quote(*p)
+}
+
+// Without NVML numbers are NVML indices and UUIDs are taken as given.
+func TestVisibleWithoutNVML(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		cuda, nvidia *string
+		ordinal      int
+		want         Device
+		ok           bool
+	}{
+		{"unset: ordinal is the index", nil, nil, 5, dev(5, ""), true},
+		{"permutation", s("2,0,1"), nil, 0, dev(2, ""), true},
+		{"permutation 2", s("2,0,1"), nil, 2, dev(1, ""), true},
+		{"beyond the list", s("2,0,1"), nil, 3, dev(-1, ""), false},
+		{"uuid", s(uuidC + ",1"), nil, 0, dev(-1, uuidC), true},
+		{"after a uuid", s(uuidC + ",1"), nil, 1, dev(1, ""), true},
+		{"MIG", s(mig1a), nil, 0, dev(-1, mig1a), true},
+		{"garbage truncates", s("3,x,1"), nil, 1, dev(-1, ""), false},
+		{"container set in order", nil, s("3,1"), 0, dev(1, ""), true},
+		{"container uuid after indices", nil, s(uuidA + ",2"), 1, dev(-1, uuidA), true},
+		{"CUDA inside container", s("1"), s("2,3"), 0, dev(3, ""), true},
+		{"container none", nil, s("none"), 0, dev(-1, ""), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := visible(tc.cuda, tc.nvidia, nil).ordinal(tc.ordinal)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("ordinal %d of (%v, %v) = %v, %v; want %v, %v", tc.ordinal, deref(tc.cuda), deref(tc.nvidia), got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseEnviron(t *testing.T) {
+	env := parseEnviron([]byte("PATH=/bin\x00CUDA_VISIBLE_DEVICES=\x00NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b\x00X_CUDA_VISIBLE_DEVICES=9\x00noequals\x00"))
+	if env.cuda == nil || *env.cuda != "" {
+		t.Errorf("cuda = %v, want set and empty", deref(env.cuda))
+	}
+	if env.nvidia == nil || *env.nvidia != "GPU-a,GPU-b" {
+		t.Errorf("nvidia = %v", deref(env.nvidia))
+	}
+	if env := parseEnviron(nil); env.cuda != nil || env.nvidia != nil {
+		t.Errorf("empty environment: %+v", env)
+	}
+}
+
+// fakeProc writes /proc/PID/environ and /proc/PID/fd/* (symlinks to
+// targets) under root.
+func fakeProc(t *testing.T, root string, pid int, environ string, fds ...string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(filepath.Join(dir, "fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(environ), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, target := range fds {
+		if err := os.Symlink(target, filepath.Join(dir, "fd", strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDeviceFiles(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 10, "", "/dev/null", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia2", "/dev/nvidia10", "socket:[123]")
+	if got, want := DeviceFiles(root, 10), []int{2, 10}; !reflect.DeepEqual(got, want) {
+		t.Errorf("DeviceFiles = %v, want %v", got, want)
+	}
+	if got := DeviceFiles(root, 11); got != nil {
+		t.Errorf("DeviceFiles of a missing process = %v, want nil", got)
+	}
+}
+
+func up(gpus []nvml.GPU) func() *nvml.Snapshot {
+	return func() *nvml.Snapshot { return &nvml.Snapshot{Up: true, GPUs: gpus} }
+}
+
+type want struct{ gpu, uuid, source string }
+
+func check(t *testing.T, l *Labeler, pid int, d uint32, w want) {
+	t.Helper()
+	g, u, src := l.GPU(pid, d)
+	if (want{g, u, src}) != w {
+		t.Errorf("GPU(%d, %#x) = %q %q %q, want %q %q %q", pid, d, g, u, src, w.gpu, w.uuid, w.source)
+	}
+}
+
+func TestLabelerWithNVML(t *testing.T) {
+	root := t.TempDir()
+	gpus := node()
+	gpus[3].Processes = []nvml.Process{{PID: 20}}
+	gpus[1].Processes = []nvml.Process{{PID: 21, MIGUUIDs: []string{mig1b}}}
+	fakeProc(t, root, 10, "CUDA_VISIBLE_DEVICES=2,0,1\x00", "/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia3", "/dev/nvidia2")
+	fakeProc(t, root, 20, "CUDA_VISIBLE_DEVICES=2,0,1\x00", "/dev/nvidia1")
+	fakeProc(t, root, 21, "")
+	fakeProc(t, root, 22, "NVIDIA_VISIBLE_DEVICES="+uuidD+"\x00", "/dev/nvidiactl", "/dev/nvidia1")
+	fakeProc(t, root, 23, "CUDA_VISIBLE_DEVICES=3,1\x00", "/dev/nvidia0", "/dev/nvidia2")
+	l := &Labeler{ProcRoot: root, NVML: up(gpus)}
+
+	// cudaSetDevice ordinals through the permuted list.
+	check(t, l, 10, 0, want{"2", uuidC, SourceSetDevice})
+	check(t, l, 10, 1, want{"0", uuidA, SourceSetDevice})
+	check(t, l, 10, 2, want{"1", uuidB, SourceSetDevice})
+	check(t, l, 10, 3, want{"", "", SourceSetDevice}) // beyond the list
+	// No cudaSetDevice: three device files, not in NVML: the default, ordinal 0.
+	check(t, l, 10, bpfobj.DevNone, want{"2", uuidC, SourceDefault})
+	// NVML lists the process on one GPU: that one, before the device file.
+	check(t, l, 20, bpfobj.DevNone, want{"3", uuidD, SourceNVMLProcess})
+	check(t, l, 21, bpfobj.DevNone, want{"1", mig1b, SourceNVMLProcess})
+	// One device file: minor 1 is NVML index 2 on this node.
+	check(t, l, 22, bpfobj.DevNone, want{"2", uuidC, SourceDeviceFile})
+	// Two device files: the default.
+	check(t, l, 23, bpfobj.DevNone, want{"3", uuidD, SourceDefault})
+	// A missing process: empty labels.
+	check(t, l, 99, 0, want{"", "", SourceSetDevice})
+
+	// Answers are final once NVML answered: a later environment is not read.
+	fakeProc(t, root, 24, "CUDA_VISIBLE_DEVICES=1\x00")
+	check(t, l, 24, 0, want{"1", uuidB, SourceSetDevice})
+	if err := os.WriteFile(filepath.Join(root, "24", "environ"), []byte("CUDA_VISIBLE_DEVICES=3\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(t, l, 24, 0, want{"1", uuidB, SourceSetDevice})
+	l.Forget(24) // a new process with that PID
+	check(t, l, 24, 0, want{"3", uuidD, SourceSetDevice})
+}
+
+func TestLabelerWithoutNVML(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 10, "CUDA_VISIBLE_DEVICES="+uuidC+",3\x00")
+	fakeProc(t, root, 11, "", "/dev/nvidia5", "/dev/nvidiactl")
+	fakeProc(t, root, 12, "NVIDIA_VISIBLE_DEVICES=2,1\x00", "/dev/nvidia1", "/dev/nvidia2")
+	l := &Labeler{ProcRoot: root} // NVML disabled
+	check(t, l, 10, 0, want{"", uuidC, SourceSetDevice})
+	check(t, l, 10, 1, want{"3", "", SourceSetDevice})
+	check(t, l, 10, bpfobj.DevNone, want{"", uuidC, SourceDefault})
+	check(t, l, 11, bpfobj.DevNone, want{"5", "", SourceDeviceFile})
+	check(t, l, 11, 4, want{"4", "", SourceSetDevice})
+	check(t, l, 12, bpfobj.DevNone, want{"1", "", SourceDefault})
+}
+
+// While NVML is configured but not up, answers are not kept: they improve
+// once it is.
+func TestLabelerNVMLLate(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 10, "CUDA_VISIBLE_DEVICES=2,0\x00")
+	snap := &nvml.Snapshot{Reason: "not polled yet"}
+	l := &Labeler{ProcRoot: root, NVML: func() *nvml.Snapshot { return snap }}
+	check(t, l, 10, 0, want{"2", "", SourceSetDevice})
+	snap = &nvml.Snapshot{Up: true, GPUs: node()}
+	check(t, l, 10, 0, want{"2", uuidC, SourceSetDevice})
+	check(t, l, 10, 1, want{"0", uuidA, SourceSetDevice})
+	snap = &nvml.Snapshot{Reason: "down"}
+	check(t, l, 10, 0, want{"2", uuidC, SourceSetDevice}) // kept
+}

@@ -1,0 +1,256 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/nvml"
+)
+
+// Sources of an attribution, shown in /status.
+const (
+	// SourceSetDevice: the calling thread set the device with cudaSetDevice.
+	SourceSetDevice = "cudaSetDevice"
+	// The thread never set one; then, in this order:
+	// SourceNVMLProcess: NVML lists the process on exactly one GPU.
+	SourceNVMLProcess = "nvml_process"
+	// SourceDeviceFile: the process holds exactly one /dev/nvidiaN open.
+	SourceDeviceFile = "device_file"
+	// SourceDefault: CUDA's default device, ordinal 0 of the visible list.
+	SourceDefault = "default"
+)
+
+// maxEnviron bounds how much of /proc/PID/environ is read.
+const maxEnviron = 4 << 20
+
+// Labeler maps the device of a call (a process-local CUDA ordinal from the
+// BPF keys, or bpfobj.DevNone) to the gpu and gpu_uuid labels: the NVML
+// index and UUID of the physical GPU. It implements aggregate.GPULabeler and
+// is safe for concurrent use.
+type Labeler struct {
+	// ProcRoot is the procfs mount ("" = /proc).
+	ProcRoot string
+	// NVML returns the latest NVML snapshot; nil when NVML is disabled.
+	NVML func() *nvml.Snapshot
+
+	mu    sync.Mutex
+	procs map[int]*proc
+}
+
+// proc is what is known about one process.
+type proc struct {
+	env      *environ
+	resolved map[uint32]Attribution // final answers, by device
+}
+
+// environ holds the two variables that choose a process's GPUs; nil: unset.
+type environ struct{ cuda, nvidia *string }
+
+// Attribution is the GPU of one device of a process and how it was found.
+type Attribution struct {
+	Device Device
+	Source string
+}
+
+// GPU returns the labels of device dev (a CUDA ordinal, or bpfobj.DevNone)
+// of process pid, and the source of the answer.
+func (l *Labeler) GPU(pid int, dev uint32) (gpu, uuid, source string) {
+	a := l.Attribute(pid, dev)
+	gpu, uuid = a.Device.Labels()
+	return gpu, uuid, a.Source
+}
+
+// Attribute resolves device dev of pid. An answer is kept until Forget
+// once NVML has answered (or is disabled), so a series never moves later;
+// before, it is recomputed on every call.
+func (l *Labeler) Attribute(pid int, dev uint32) Attribution {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.procs == nil {
+		l.procs = map[int]*proc{}
+	}
+	p := l.procs[pid]
+	if p == nil {
+		p = &proc{resolved: map[uint32]Attribution{}}
+		l.procs[pid] = p
+	}
+	if a, ok := p.resolved[dev]; ok {
+		return a
+	}
+	var snap *nvml.Snapshot
+	if l.NVML != nil {
+		snap = l.NVML()
+	}
+	gpus := inventory(snap)
+	if p.env == nil {
+		env, err := readEnviron(l.root(), pid)
+		if err != nil {
+			// Gone, or unreadable: answer without, ask again next time.
+			return Attribution{Device: Device{Index: -1}, Source: sourceOf(dev)}
+		}
+		p.env = env
+	}
+	vis := visible(p.env.cuda, p.env.nvidia, gpus)
+	a := l.resolve(pid, dev, vis, gpus)
+	if l.NVML == nil || gpus != nil {
+		p.resolved[dev] = a
+	}
+	return a
+}
+
+func sourceOf(dev uint32) string {
+	if dev == bpfobj.DevNone {
+		return SourceDefault
+	}
+	return SourceSetDevice
+}
+
+// resolve answers for one device; see the Source constants for the order.
+func (l *Labeler) resolve(pid int, dev uint32, vis list, gpus []nvml.GPU) Attribution {
+	if dev != bpfobj.DevNone {
+		d, ok := vis.ordinal(int(dev))
+		if !ok {
+			d = Device{Index: -1}
+		}
+		return Attribution{Device: d, Source: SourceSetDevice}
+	}
+	if d, ok := nvmlProcessDevice(pid, gpus); ok {
+		return Attribution{Device: d, Source: SourceNVMLProcess}
+	}
+	if minors := DeviceFiles(l.root(), pid); len(minors) == 1 {
+		return Attribution{Device: minorDevice(minors[0], gpus), Source: SourceDeviceFile}
+	}
+	d, ok := vis.ordinal(0)
+	if !ok {
+		d = Device{Index: -1}
+	}
+	return Attribution{Device: d, Source: SourceDefault}
+}
+
+// Forget drops what is known about an exited process.
+func (l *Labeler) Forget(pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.procs, pid)
+}
+
+func (l *Labeler) root() string {
+	if l.ProcRoot == "" {
+		return "/proc"
+	}
+	return l.ProcRoot
+}
+
+// nvmlProcessDevice is the one GPU (or MIG device) NVML lists pid on.
+func nvmlProcessDevice(pid int, gpus []nvml.GPU) (Device, bool) {
+	var found []Device
+	for _, g := range gpus {
+		for _, p := range g.Processes {
+			if int(p.PID) != pid {
+				continue
+			}
+			if len(p.MIGUUIDs) == 1 {
+				found = append(found, Device{Index: g.Index, UUID: p.MIGUUIDs[0]})
+			} else {
+				found = append(found, Device{Index: g.Index, UUID: g.UUID})
+			}
+		}
+	}
+	if len(found) != 1 {
+		return Device{}, false
+	}
+	return found[0], true
+}
+
+// minorDevice is the GPU of device file /dev/nvidiaN: the GPU whose NVML
+// minor number is N; without NVML (or without minor numbers), GPU N, which
+// is the NVML index on most machines but not guaranteed.
+func minorDevice(minor int, gpus []nvml.GPU) Device {
+	for _, g := range gpus {
+		if g.Minor != nil && *g.Minor == minor {
+			return Device{Index: g.Index, UUID: g.UUID}
+		}
+	}
+	for _, g := range gpus {
+		if g.Minor == nil && g.Index == minor {
+			return Device{Index: g.Index, UUID: g.UUID}
+		}
+	}
+	if gpus != nil {
+		return Device{Index: -1}
+	}
+	return Device{Index: minor}
+}
+
+// DeviceFiles returns the minor numbers N of the /dev/nvidiaN files pid
+// holds open, sorted and distinct (nvidiactl, nvidia-uvm and the like are
+// not GPUs). The container toolkit keeps the host's device names.
+func DeviceFiles(procRoot string, pid int) []int {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		n, ok := strings.CutPrefix(target, "/dev/nvidia")
+		if !ok || !isDigits(n) {
+			continue
+		}
+		if m, err := strconv.Atoi(n); err == nil && !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// readEnviron reads CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from
+// /proc/PID/environ: the environment the process started with (a variable
+// the process sets itself later, e.g. in Python before importing torch, is
+// not seen).
+func readEnviron(procRoot string, pid int) (*environ, error) {
+	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return nil, fmt.Errorf("read environment of pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxEnviron))
+	if err != nil {
+		return nil, fmt.Errorf("read environment of pid %d: %w", pid, err)
+	}
+	return parseEnviron(b), nil
+}
+
+// parseEnviron extracts the two variables from a NUL-separated environment.
+func parseEnviron(b []byte) *environ {
+	env := &environ{}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		k, v, ok := bytes.Cut(kv, []byte{'='})
+		if !ok {
+			continue
+		}
+		s := string(v)
+		switch string(k) {
+		case "CUDA_VISIBLE_DEVICES":
+			env.cuda = &s
+		case "NVIDIA_VISIBLE_DEVICES":
+			env.nvidia = &s
+		}
+	}
+	return env
+}
