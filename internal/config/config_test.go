@@ -191,6 +191,8 @@ func TestEnv(t *testing.T) {
 			func(c *Config) { c.MetricsAuth.CacheTTL = 30 * time.Second }},
 		{"PROFI_METRICS_AUTH_CACHE_SIZE", map[string]string{"PROFI_METRICS_AUTH_CACHE_SIZE": "7"},
 			func(c *Config) { c.MetricsAuth.CacheSize = 7 }},
+		{"PROFI_METRICS_AUTH_AUTHORIZE", map[string]string{"PROFI_METRICS_AUTH_MODE": "bearer", "PROFI_METRICS_AUTH_AUTHORIZE": "true"},
+			func(c *Config) { c.MetricsAuth.Mode, c.MetricsAuth.Authorize = "bearer", true }},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://col:4317"},
 			func(c *Config) { c.OTLP.Endpoint = "http://col:4317" }},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT blank is off", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": " "}, func(*Config) {}},
@@ -667,6 +669,7 @@ func TestValidMetricsSecurity(t *testing.T) {
 		{"plain http with bearer", []string{"--metrics-auth-mode=bearer"}},
 		{"mtls, no auth", append([]string{"--metrics-tls-mode=mtls", "--metrics-tls-client-ca=/ca"}, tls...)},
 		{"mtls-or-bearer", append([]string{"--metrics-tls-mode=mtls", "--metrics-tls-client-ca=/ca", "--metrics-auth-mode=mtls-or-bearer"}, tls...)},
+		{"bearer with authorization", []string{"--metrics-auth-mode=bearer", "--metrics-auth-authorize"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -686,6 +689,7 @@ func TestIgnoredMaterialWarns(t *testing.T) {
 		{"cert with tls off", []string{"--metrics-tls-cert=/c"}, "--metrics-tls-mode=off: the TLS certificate"},
 		{"client ca with server", []string{"--metrics-tls-mode=server", "--metrics-tls-cert=/c", "--metrics-tls-key=/k", "--metrics-tls-client-ca=/ca"}, "--metrics-tls-client-ca is ignored"},
 		{"audience with auth off", []string{"--metrics-auth-audience=a"}, "--metrics-auth-audience is ignored"},
+		{"authorize with auth off", []string{"--metrics-auth-authorize"}, "--metrics-auth-authorize is ignored"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -736,13 +740,12 @@ func TestUnsupported(t *testing.T) {
 		{"nccl-hang-timeout 0 (detection off) is honoured", []string{"--nccl-hang-timeout=0"}, nil, nil},
 		{"sample-rate", []string{"--sample-rate=4"}, nil, nil},
 		{"detailed-launches", []string{"--detailed-launches"}, nil, nil},
-		{"otlp flag", []string{"--otlp-endpoint=http://c:4317"}, nil, []string{"OTLP push is not yet supported"}},
-		{"otlp env", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []string{"OTLP push is not yet supported"}},
+		{"otlp flag", []string{"--otlp-endpoint=http://c:4317"}, nil, nil},
+		{"otlp env", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, nil},
 		{"otlp settings without endpoint", []string{"--otlp-protocol=http", "--otlp-interval-secs=5"}, nil, nil},
-		{"metrics tls", append([]string{"--metrics-tls-mode=mtls"}, tls...), nil, []string{"--metrics-tls-mode=mtls is not yet supported"}},
-		{"metrics auth", []string{"--metrics-auth-mode=bearer"}, nil, []string{"--metrics-auth-mode=bearer is not yet supported"}},
-		{"tls and auth", append([]string{"--metrics-tls-mode=mtls", "--metrics-auth-mode=mtls-or-bearer"}, tls...), nil,
-			[]string{"--metrics-tls-mode=mtls", "--metrics-auth-mode=mtls-or-bearer"}},
+		{"metrics tls", append([]string{"--metrics-tls-mode=mtls"}, tls...), nil, nil},
+		{"metrics auth", []string{"--metrics-auth-mode=bearer"}, nil, nil},
+		{"tls and auth", append([]string{"--metrics-tls-mode=mtls", "--metrics-auth-mode=mtls-or-bearer"}, tls...), nil, nil},
 		{"supported settings", []string{"--max-kernels-per-pid=10", "--report-interval=5", "--kernel-mode=anonymous", "--pid=7"}, nil, nil},
 		{"node name is a warning, not unsupported", nil, map[string]string{"NODE_NAME": "n"}, nil},
 	}

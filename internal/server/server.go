@@ -28,13 +28,24 @@ type Options struct {
 	Heartbeat func() time.Time    // last beat of the main loop
 	Encode    func(time.Duration) // observes each /metrics render; may be nil
 	Logger    *slog.Logger
+	// TLS, when set, serves HTTPS only (interface.md 2.5).
+	TLS *TLSOptions
+	// Protect, when set, wraps /metrics and /status (authentication);
+	// /health and /ready are never wrapped: kubelet probes carry no
+	// credentials.
+	Protect func(http.Handler) http.Handler
 }
+
+// ReloadInterval is how often the TLS files are checked for a rotation
+// when no handshake does it first (a bad file is then logged promptly).
+const ReloadInterval = 10 * time.Second
 
 // Server is the HTTP endpoint of the agent.
 type Server struct {
 	opts    Options
 	log     *slog.Logger
 	ln      net.Listener
+	certs   *certs // nil without TLS
 	serving atomic.Bool
 }
 
@@ -44,11 +55,26 @@ func Listen(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "server")}
+	if opts.TLS != nil {
+		var err error
+		if s.certs, err = newCerts(*opts.TLS, s.log); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	return &Server{opts: opts, log: opts.Logger.With("component", "server"), ln: ln}, nil
+	s.ln = ln
+	if s.certs != nil {
+		count := func(string) {}
+		if h := opts.TLS.Handshakes; h != nil {
+			count = func(result string) { h.WithLabelValues(result).Inc() }
+		}
+		s.ln = newTLSListener(ln, s.certs.config(), count, s.log)
+	}
+	return s, nil
 }
 
 // Addr is the bound address.
@@ -60,17 +86,21 @@ func (s *Server) Serving() bool { return s.serving.Load() }
 // Handler returns the routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	protect := s.opts.Protect
+	if protect == nil {
+		protect = func(h http.Handler) http.Handler { return h }
+	}
 	metrics := promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{
 		ErrorHandling:     promhttp.ContinueOnError,
 		EnableOpenMetrics: true,
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /metrics", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		metrics.ServeHTTP(w, r)
 		if s.opts.Encode != nil {
 			s.opts.Encode(time.Since(began))
 		}
-	})
+	})))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if s.opts.Heartbeat != nil && time.Since(s.opts.Heartbeat()) > StaleAfter {
 			http.Error(w, "event loop stale", http.StatusServiceUnavailable)
@@ -85,14 +115,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /status", protect(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(s.opts.Status()); err != nil {
 			s.log.Warn("encode /status", "err", err)
 		}
-	})
+	})))
 	return mux
 }
 
@@ -102,12 +132,23 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(s.ln) }()
 	s.serving.Store(true)
-	s.log.Info("serving", "addr", s.Addr())
-	select {
-	case err := <-errc:
-		s.serving.Store(false)
-		return fmt.Errorf("serve %s: %w", s.Addr(), err)
-	case <-ctx.Done():
+	s.log.Info("serving", "addr", s.Addr(), "tls", s.certs != nil)
+	var reload <-chan time.Time
+	if s.certs != nil {
+		t := time.NewTicker(ReloadInterval)
+		defer t.Stop()
+		reload = t.C
+	}
+	for done := false; !done; {
+		select {
+		case err := <-errc:
+			s.serving.Store(false)
+			return fmt.Errorf("serve %s: %w", s.Addr(), err)
+		case <-reload:
+			s.certs.check()
+		case <-ctx.Done():
+			done = true
+		}
 	}
 	s.serving.Store(false)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -27,6 +27,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -55,6 +56,15 @@ const (
 const (
 	APIServerAdminUser  = "profi-admin"
 	APIServerAdminGroup = "system:masters"
+)
+
+// Static-token users of StartAPIServer besides the admin, with no RBAC
+// rights until a test grants them some (APIServer.ReaderToken,
+// APIServer.NobodyToken).
+const (
+	APIServerReaderUser  = "profi-reader"
+	APIServerReaderGroup = "profi:metrics-readers"
+	APIServerNobodyUser  = "profi-nobody"
 )
 
 // KubeVersion returns the Kubernetes version that tools/kube-apiserver
@@ -129,8 +139,12 @@ type APIServer struct {
 	URL        string // https://127.0.0.1:PORT
 	CAFile     string // PEM bundle that verifies the serving certificate
 	Token      string // the admin bearer token
-	Dir        string // etcd data, certificates, keys, logs (kube-apiserver.log, etcd.log)
-	EtcdURL    string // http://127.0.0.1:PORT
+	// Static tokens (--token-auth-file) of APIServerReaderUser (group
+	// APIServerReaderGroup) and APIServerNobodyUser.
+	ReaderToken string
+	NobodyToken string
+	Dir         string // etcd data, certificates, keys, logs (kube-apiserver.log, etcd.log)
+	EtcdURL     string // http://127.0.0.1:PORT
 
 	bin    string
 	args   []string
@@ -218,14 +232,24 @@ func (s *APIServer) start() error {
 
 // prepare writes the admin token file and the service account signing key.
 func (s *APIServer) prepare() error {
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
-		return err
+	var lines strings.Builder
+	for _, u := range []struct {
+		token        *string
+		user, groups string
+	}{
+		{&s.Token, APIServerAdminUser, APIServerAdminGroup},
+		{&s.ReaderToken, APIServerReaderUser, APIServerReaderGroup},
+		{&s.NobodyToken, APIServerNobodyUser, ""},
+	} {
+		tok := make([]byte, 16)
+		if _, err := rand.Read(tok); err != nil {
+			return err
+		}
+		*u.token = hex.EncodeToString(tok)
+		// token,user,uid,"group,..."
+		fmt.Fprintf(&lines, "%s,%s,%s,%q\n", *u.token, u.user, u.user, u.groups)
 	}
-	s.Token = hex.EncodeToString(tok)
-	// token,user,uid,"group,..."
-	line := fmt.Sprintf("%s,%s,%s,%q\n", s.Token, APIServerAdminUser, APIServerAdminUser, APIServerAdminGroup)
-	if err := os.WriteFile(filepath.Join(s.Dir, "tokens.csv"), []byte(line), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.Dir, "tokens.csv"), []byte(lines.String()), 0o600); err != nil {
 		return err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -425,16 +449,56 @@ func (s *APIServer) ServiceAccountConfig(t testing.TB, namespace, name string) *
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create ServiceAccount %s/%s: %v", namespace, name, err)
 	}
+	cfg := s.RESTConfig()
+	cfg.BearerToken = s.ServiceAccountToken(t, namespace, name)
+	return cfg
+}
+
+// ServiceAccountToken returns a one-hour token of the ServiceAccount
+// namespace/name (created if missing) from the TokenRequest API, bound to
+// audiences (none: the API server's own audience, its issuer).
+func (s *APIServer) ServiceAccountToken(t testing.TB, namespace, name string, audiences ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	sas := s.Client().CoreV1().ServiceAccounts(namespace)
+	_, err := sas.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create ServiceAccount %s/%s: %v", namespace, name, err)
+	}
 	ttl := int64(3600)
 	tr, err := sas.CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for ServiceAccount %s/%s: %v", namespace, name, err)
 	}
-	cfg := s.RESTConfig()
-	cfg.BearerToken = tr.Status.Token
-	return cfg
+	return tr.Status.Token
+}
+
+// GrantClusterRole creates a ClusterRole name with rules and binds it
+// (a ClusterRoleBinding of the same name) to subjects.
+func (s *APIServer) GrantClusterRole(t testing.TB, name string, rules []rbacv1.PolicyRule, subjects ...rbacv1.Subject) {
+	t.Helper()
+	_, err := s.Client().RbacV1().ClusterRoles().Create(context.Background(),
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create ClusterRole %s: %v", name, err)
+	}
+	s.BindClusterRole(t, name, name, subjects...)
+}
+
+// BindClusterRole binds the existing ClusterRole role (e.g. the bootstrap
+// system:auth-delegator) to subjects with a ClusterRoleBinding named binding.
+func (s *APIServer) BindClusterRole(t testing.TB, binding, role string, subjects ...rbacv1.Subject) {
+	t.Helper()
+	_, err := s.Client().RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: binding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create ClusterRoleBinding %s: %v", binding, err)
+	}
 }
 
 // WriteKubeconfig writes a kubeconfig for cfg's server, CA and bearer token
