@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 // Report prints a throughput table (--report-interval) every interval
 // until ctx ends: calls per second per process and operation over the
-// last interval, launches included.
+// last interval, launches and NCCL included, then the drops.
 func Report(ctx context.Context, w io.Writer, snapshot func() *aggregate.Snapshot, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -33,10 +34,14 @@ func Report(ctx context.Context, w io.Writer, snapshot func() *aggregate.Snapsho
 type reportKey struct {
 	pid  int
 	comm string
+	pod  string
 	op   string
 }
 
-// WriteReport writes the table of rates between two snapshots.
+// WriteReport writes the table of rates between two snapshots: one row
+// per process and operation (CUDA calls, launches, NCCL calls), the total
+// per operation over all processes, and a line of the non-zero drop
+// counters.
 func WriteReport(w io.Writer, prev, cur *aggregate.Snapshot) {
 	dt := cur.Time.Sub(prev.Time).Seconds()
 	if dt <= 0 {
@@ -45,8 +50,17 @@ func WriteReport(w io.Writer, prev, cur *aggregate.Snapshot) {
 	totals := func(s *aggregate.Snapshot) map[reportKey]uint64 {
 		m := map[reportKey]uint64{}
 		for _, p := range s.Processes {
+			pod := "-"
+			if p.Meta.Pod != "" {
+				pod = p.Meta.Namespace + "/" + p.Meta.Pod
+			}
 			for k, v := range p.Calls {
-				m[reportKey{p.Meta.PID, p.Meta.Comm, k.Op}] += v
+				m[reportKey{p.Meta.PID, p.Meta.Comm, pod, k.Op}] += v
+			}
+			if p.NCCL != nil {
+				for op, v := range p.NCCL.Calls {
+					m[reportKey{p.Meta.PID, p.Meta.Comm, pod, op}] += v
+				}
 			}
 		}
 		return m
@@ -62,14 +76,55 @@ func WriteReport(w io.Writer, prev, cur *aggregate.Snapshot) {
 		}
 		return keys[i].op < keys[j].op
 	})
+	type opSum struct{ delta, total uint64 }
+	perOp := map[string]*opSum{}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%s\tPID\tCOMM\tOPERATION\tCALLS/S\tTOTAL\t\n", cur.Time.Format(time.TimeOnly))
+	fmt.Fprintf(tw, "%s\tPID\tCOMM\tPOD\tOPERATION\tCALLS/S\tTOTAL\t\n", cur.Time.Format(time.TimeOnly))
 	for _, k := range keys {
 		var d uint64
 		if after[k] > before[k] { // a reused PID can start below the old total
 			d = after[k] - before[k]
 		}
-		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%.1f\t%d\t\n", k.pid, k.comm, k.op, float64(d)/dt, after[k])
+		s := perOp[k.op]
+		if s == nil {
+			s = &opSum{}
+			perOp[k.op] = s
+		}
+		s.delta += d
+		s.total += after[k]
+		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%.1f\t%d\t\n", k.pid, k.comm, k.pod, k.op, float64(d)/dt, after[k])
+	}
+	ops := make([]string, 0, len(perOp))
+	for op := range perOp {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		fmt.Fprintf(tw, "\tall\t\t\t%s\t%.1f\t%d\t\n", op, float64(perOp[op].delta)/dt, perOp[op].total)
 	}
 	_ = tw.Flush() // a failed write to stdout has nowhere better to go
+	if d := dropSummary(cur); d != "" {
+		fmt.Fprintf(w, "drops: %s\n", d)
+	}
+}
+
+// dropSummary lists the non-zero counters of lost data as "name=N", sorted.
+func dropSummary(s *aggregate.Snapshot) string {
+	var parts []string
+	if s.CardinalityDrops > 0 {
+		parts = append(parts, fmt.Sprintf("cardinality_limit=%d", s.CardinalityDrops))
+	}
+	// Lost data only: nested and runtime_to_driver hits are calls counted
+	// once on purpose, not losses.
+	names := map[string]uint64{"events_ring": s.Drops[dropEventsRing]}
+	for d, name := range mapDropNames {
+		names[name] = s.Drops[d]
+	}
+	for name, v := range names {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, v))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/bpfobj"
 )
 
 func proc(pid int, comm string, calls map[aggregate.OpStream]uint64) *aggregate.Process {
@@ -25,6 +26,9 @@ func TestWriteReport(t *testing.T) {
 	}}
 	cur := &aggregate.Snapshot{Time: t1.Add(10 * time.Second), Processes: []*aggregate.Process{
 		proc(7, "new", map[aggregate.OpStream]uint64{{Op: "cudaFree", Stream: "default"}: 5}),
+		{Meta: aggregate.Meta{PID: 8, Comm: "rank0", Namespace: "ml", Pod: "train-0"},
+			Calls: map[aggregate.OpStream]uint64{{Op: "cudaFree", Stream: "default"}: 1},
+			NCCL:  &aggregate.NCCL{Calls: map[string]uint64{"ncclAllReduce": 40}}},
 		proc(4242, "python3", map[aggregate.OpStream]uint64{
 			// Streams of one operation add up.
 			{Op: "cudaMalloc", Stream: "default"}:       3,
@@ -32,7 +36,9 @@ func TestWriteReport(t *testing.T) {
 			{Op: "cudaLaunchKernel", Stream: "default"}: 1100,
 			{Op: "cudaLaunchKernel", Stream: "other"}:   1,
 		}),
-	}}
+	}, CardinalityDrops: 2}
+	cur.Drops[bpfobj.DropLaunchAgg] = 3
+	cur.Drops[bpfobj.DropNested] = 9 // counted once on purpose: not a loss
 	tests := []struct {
 		name      string
 		prev, cur *aggregate.Snapshot

@@ -64,8 +64,11 @@ func TestStatus(t *testing.T) {
 		doc.UptimeSeconds, doc.Drops = 0, nil
 		want := StatusDoc{
 			Version: "v1.2.3", KernelMode: "anonymous", ProbeProfile: "lean", PIDFilter: 4242, BPFLoaded: true,
-			AttachedLibraries: st.Attached, AttachFailures: st.Failed, LastDiscovery: lastSync,
+			AttachedLibraries: []LibraryView{{LibraryStatus: st.Attached[0], Pods: []string{}}},
+			AttachFailures:    []FailureView{{FailureStatus: st.Failed[0], Pods: []string{}}},
+			LoaderHooks:       []attach.LoaderHook{}, LastDiscovery: lastSync,
 			TrackedPIDs: []int{4242}, EventsProcessed: 1234, ExportedSeries: 17, LastDrain: snap.Time,
+			AttachFailureTotals: map[string]uint64{}, Operations: map[string]uint64{}, Processes: []ProcessStatus{},
 		}
 		if !reflect.DeepEqual(doc, want) {
 			t.Errorf("Status =\n%+v\nwant\n%+v", doc, want)
@@ -93,4 +96,56 @@ func TestStatus(t *testing.T) {
 			t.Errorf("tracked_pids %s, kernel_mode %s, events_processed %s", m["tracked_pids"], m["kernel_mode"], m["events_processed"])
 		}
 	})
+}
+
+// TestStatusProcesses checks the per-process view explain reads and the
+// pods of each library, against a snapshot with known numbers.
+func TestStatusProcesses(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{KernelMode: "anonymous", ProbeProfile: "lean", NodeName: "node-1"}
+	p := &aggregate.Process{
+		Meta: aggregate.Meta{PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", Container: "server"},
+		Calls: map[aggregate.OpStream]uint64{
+			{Op: "cudaLaunchKernel", Stream: "default"}: 70, {Op: "cudaLaunchKernel", Stream: "0x10"}: 30,
+			{Op: "cudaMemcpy", Stream: "default"}: 4,
+		},
+		Errors:   map[aggregate.OpCode]uint64{{Op: "cudaMemcpy", Code: "1"}: 1, {Op: "cudaMemcpy", Code: "2"}: 2},
+		Memcpy:   map[aggregate.DirStream]uint64{{Direction: "HostToDevice", Stream: "default"}: 4096, {Direction: "HostToDevice", Stream: "0x10"}: 1},
+		Memset:   map[aggregate.OpStream]uint64{{Op: "cudaMemset", Stream: "default"}: 8},
+		Launches: map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 100}},
+		NCCL: &aggregate.NCCL{
+			Calls:  map[string]uint64{"ncclAllReduce": 5},
+			Bytes:  map[string]uint64{"ncclAllReduce": 5 << 20},
+			Oldest: map[string]time.Duration{"ncclAllReduce": 1500 * time.Millisecond},
+		},
+	}
+	bare := &aggregate.Process{Meta: aggregate.Meta{PID: 11, Comm: "host"}, Calls: map[aggregate.OpStream]uint64{{Op: "cudaFree", Stream: "default"}: 2}}
+	snap := &aggregate.Snapshot{Processes: []*aggregate.Process{p, bare}}
+	st := attach.Status{Attached: []attach.LibraryStatus{{Library: "libcudart.so", PIDs: []int{10, 11, 12}}}}
+	doc := Status("dev", cfg, time.Now(), snap, st, attach.Counters{Failures: map[[2]string]uint64{{"libcudart.so", "not_elf"}: 3}})
+
+	if got := doc.AttachedLibraries[0].Pods; !reflect.DeepEqual(got, []string{"ml/llm-0"}) {
+		t.Errorf("library pods = %v, want [ml/llm-0]", got)
+	}
+	if want := map[string]uint64{"libcudart.so/not_elf": 3}; !reflect.DeepEqual(doc.AttachFailureTotals, want) {
+		t.Errorf("attach failure totals = %v, want %v", doc.AttachFailureTotals, want)
+	}
+	if want := map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4, "cudaFree": 2, "ncclAllReduce": 5}; !reflect.DeepEqual(doc.Operations, want) {
+		t.Errorf("operations = %v, want %v", doc.Operations, want)
+	}
+	want := []ProcessStatus{{
+		PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", Container: "server", PodSource: "cgroup+pod-watch",
+		Calls:       map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4},
+		Launches:    100,
+		Errors:      map[string]uint64{"cudaMemcpy": 3},
+		MemcpyBytes: map[string]uint64{"HostToDevice": 4097}, MemsetBytes: 8,
+		NCCLCalls: map[string]uint64{"ncclAllReduce": 5}, NCCLBytes: map[string]uint64{"ncclAllReduce": 5 << 20},
+		NCCLOldestInflightSeconds: map[string]float64{"ncclAllReduce": 1.5},
+	}, {
+		PID: 11, Comm: "host", PodSource: "none: no kubelet pod cgroup, or the pod is not in this node's watch",
+		Calls: map[string]uint64{"cudaFree": 2}, Errors: map[string]uint64{}, MemcpyBytes: map[string]uint64{},
+	}}
+	if !reflect.DeepEqual(doc.Processes, want) {
+		t.Errorf("processes =\n%+v\nwant\n%+v", doc.Processes, want)
+	}
 }

@@ -1,0 +1,159 @@
+package check
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// probeCalls is how often the check calls its probed function; the probe
+// must count exactly that many.
+const probeCalls = 100
+
+// probeTarget is the function of profi's own that the check probes.
+//
+//go:noinline
+func probeTarget(n int) int { return n + 1 }
+
+// probeTargetSymbol is probeTarget's ELF symbol.
+var probeTargetSymbol = runtime.FuncForPC(reflect.ValueOf(probeTarget).Pointer()).Name()
+
+const bpfFix = "run as root with CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and make sure no seccomp or LSM policy blocks bpf() (the chart runs the agent privileged)"
+
+func bpfCheck(env *Env) []Result {
+	if env.pretend("bpf") {
+		return []Result{{Name: "bpf_load", Status: Fail, Detail: "loading a BPF program failed: forced off", Fix: bpfFix}}
+	}
+	// Kernels before 5.11 charge maps to RLIMIT_MEMLOCK; the agent lifts it too.
+	_ = rlimit.RemoveMemlock()
+	counter, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return []Result{{Name: "bpf_load", Status: Fail, Detail: "creating a BPF map failed: " + err.Error(), Fix: bpfFix}}
+	}
+	defer counter.Close()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.Kprobe,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.LoadMapPtr(asm.R1, counter.FD()),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return []Result{{Name: "bpf_load", Status: Fail, Detail: "loading a BPF program failed: " + err.Error(), Fix: bpfFix}}
+	}
+	defer prog.Close()
+	out := []Result{{Name: "bpf_load", Status: OK, Detail: "a BPF map and a uprobe program loaded"}}
+	out = append(out, uprobeCheck(env, prog, counter))
+	out = append(out, tracepointCheck(env))
+	return out
+}
+
+func uprobeCheck(env *Env, prog *ebpf.Program, counter *ebpf.Map) Result {
+	fail := func(what string, err error) Result {
+		fix := "make sure the kernel has uprobes (CONFIG_UPROBE_EVENTS) and the agent CAP_PERFMON or CAP_SYS_ADMIN"
+		if errors.Is(err, os.ErrPermission) {
+			fix = bpfFix
+		}
+		return Result{Name: "uprobe_attach", Status: Fail, Detail: what + ": " + err.Error(), Fix: fix}
+	}
+	if env.pretend("uprobe_pmu") {
+		return fail("attaching a uprobe", errors.New("forced off"))
+	}
+	exe, err := link.OpenExecutable("/proc/self/exe")
+	if err != nil {
+		return fail("opening the agent's own executable", err)
+	}
+	// By address: test binaries and stripped builds have no symbol table.
+	off, err := fileOffset(reflect.ValueOf(probeTarget).Pointer())
+	if err != nil {
+		return fail("locating "+probeTargetSymbol, err)
+	}
+	l, err := exe.Uprobe(probeTargetSymbol, prog, &link.UprobeOptions{PID: os.Getpid(), Address: off})
+	if err != nil {
+		return fail("attaching a uprobe to "+probeTargetSymbol, err)
+	}
+	defer l.Close()
+	sum := 0
+	for i := range probeCalls {
+		sum += probeTarget(i)
+	}
+	var hits uint64
+	if err := counter.Lookup(uint32(0), &hits); err != nil {
+		return fail("reading the probe's counter", err)
+	}
+	if hits != probeCalls {
+		return Result{Name: "uprobe_attach", Status: Fail,
+			Detail: fmt.Sprintf("a uprobe on %s counted %d of %d calls (checksum %d)", probeTargetSymbol, hits, probeCalls, sum),
+			Fix:    "the kernel attached the probe but does not run it on every call: check for a security module that filters uprobes, and report the kernel version"}
+	}
+	return Result{Name: "uprobe_attach", Status: OK, Detail: fmt.Sprintf("a uprobe on profi's own %s counted %d of %d calls", probeTargetSymbol, hits, probeCalls)}
+}
+
+// tracepointCheck attaches empty programs to the raw tracepoints profi
+// uses for process exit (and exec, for future use).
+func tracepointCheck(env *Env) Result {
+	const fix = "use a kernel with CONFIG_TRACEPOINTS (every distribution kernel); without them in-flight NCCL calls of killed processes are cleared by the --gc-interval sweep instead"
+	if env.pretend("tracepoints") {
+		return Result{Name: "tracepoints", Status: Warn, Detail: "raw tracepoints sched_process_exec/exit: forced off", Fix: fix}
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.RawTracepoint,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return Result{Name: "tracepoints", Status: Warn, Detail: "loading a raw tracepoint program failed: " + err.Error(), Fix: fix}
+	}
+	defer prog.Close()
+	for _, name := range []string{"sched_process_exec", "sched_process_exit"} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
+		if err != nil {
+			return Result{Name: "tracepoints", Status: Warn, Detail: "attaching raw tracepoint " + name + " failed: " + err.Error(), Fix: fix}
+		}
+		_ = l.Close()
+	}
+	return Result{Name: "tracepoints", Status: OK, Detail: "raw tracepoints sched_process_exec and sched_process_exit attach"}
+}
+
+// fileOffset converts an address in the agent's executable into the file
+// offset a uprobe takes, from the mapping that contains it.
+func fileOffset(addr uintptr) (uint64, error) {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("read own maps: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		e, ok, err := discover.ParseMapsLine(sc.Text())
+		if err != nil || !ok {
+			continue
+		}
+		if uint64(addr) >= e.Start && uint64(addr) < e.End {
+			return uint64(addr) - e.Start + e.Offset, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read own maps: %w", err)
+	}
+	return 0, fmt.Errorf("address %#x not in any file mapping of the agent", addr)
+}

@@ -1,0 +1,392 @@
+// Package explain is `profi explain PID|POD`: why a process is, or is not,
+// profiled. It reads the running agent's /status (no API server needed)
+// and, when the process runs on this machine, its own /proc/PID/maps, so
+// it can tell "maps no CUDA library" from "excluded by --pid" from "not
+// seen yet".
+package explain
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/profi-dev/profi/internal/client"
+	"github.com/profi-dev/profi/internal/collector"
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// Verdicts, one per process.
+const (
+	VerdictAttached    = "attached"     // every mapped CUDA/NCCL library has probes
+	VerdictPartial     = "partial"      // some mapped library failed to attach
+	VerdictNotAttached = "not_attached" // maps a library, none attached
+	VerdictNotCUDA     = "not_cuda"     // maps no CUDA/NCCL library
+	VerdictFiltered    = "filtered"     // excluded by the agent's --pid
+	VerdictUnknown     = "unknown"      // neither the agent nor this machine knows it
+)
+
+// Library is one CUDA/NCCL library file a process maps.
+type Library struct {
+	Library string `json:"library"`
+	// Path is the path inside the process's mount namespace (container).
+	Path     string `json:"path"`
+	File     string `json:"file,omitempty"`
+	Attached bool   `json:"attached"`
+	// Probes are "symbol+offset" per probed function, "(+return)" when it
+	// also has a return probe (timed).
+	Probes      []string  `json:"probes,omitempty"`
+	Missing     []string  `json:"missing_symbols,omitempty"`
+	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
+	Paused      bool      `json:"paused,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	Attempts    int       `json:"attempts,omitempty"`
+	NextRetry   time.Time `json:"next_retry,omitzero"`
+	AgentSeen   bool      `json:"seen_by_agent"`
+	LocalMapped bool      `json:"mapped_here"`
+}
+
+// Process is the answer for one process.
+type Process struct {
+	PID       int       `json:"pid"`
+	Comm      string    `json:"comm"`
+	Verdict   string    `json:"verdict"`
+	Why       string    `json:"why"`
+	Libraries []Library `json:"libraries"`
+	// Tracked: the agent's last scan saw it map an attached library.
+	Tracked bool     `json:"tracked"`
+	Pods    []string `json:"pods,omitempty"`
+	// PerGPU is the agent's view of the process: labels, their sources and
+	// live counters, one entry per GPU it used; empty while the agent has
+	// no data for it.
+	PerGPU []collector.ProcessStatus `json:"per_gpu"`
+}
+
+// Local reads this machine's procfs; Root "" means none (remote agent).
+type Local struct{ Root string }
+
+// mapped returns the CUDA/NCCL libraries pid maps and its comm; ok is
+// false when the process does not exist here.
+func (l Local) mapped(pid int) (libs map[string]discover.Library, comm string, ok bool) {
+	if l.Root == "" {
+		return nil, "", false
+	}
+	f, err := os.Open(filepath.Join(l.Root, strconv.Itoa(pid), "maps"))
+	if err != nil {
+		return nil, "", false
+	}
+	defer f.Close()
+	libs = map[string]discover.Library{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		e, hasFile, err := discover.ParseMapsLine(sc.Text())
+		if err != nil || !hasFile {
+			continue
+		}
+		if lib, ok := discover.Classify(e.Path); ok && lib != discover.LibLoader {
+			libs[e.Path] = lib
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(l.Root, strconv.Itoa(pid), "comm")); err == nil {
+		comm = strings.TrimSpace(string(b))
+	}
+	return libs, comm, true
+}
+
+// Explain answers for target: a PID, or a pod as "namespace/name" or
+// "name" (every process of that pod the agent has data for).
+func Explain(doc *collector.StatusDoc, target string, local Local) ([]Process, error) {
+	if pid, err := strconv.Atoi(target); err == nil {
+		if pid <= 0 {
+			return nil, fmt.Errorf("PID %d: want a positive number", pid)
+		}
+		return []Process{explainPID(doc, pid, local)}, nil
+	}
+	ns, name, hasNS := strings.Cut(target, "/")
+	if !hasNS {
+		ns, name = "", target
+	}
+	var out []Process
+	for _, p := range doc.Processes {
+		if p.Pod == name && (ns == "" || p.Namespace == ns) {
+			out = append(out, explainPID(doc, p.PID, local))
+		}
+	}
+	if len(out) == 0 {
+		why := fmt.Sprintf("the agent has no process of pod %q", target)
+		if doc.Kubernetes == nil {
+			why += ": pod enrichment is off (the agent runs without --node-name / NODE_NAME); ask by PID instead"
+		} else {
+			why += ": either it made no CUDA/NCCL call since the agent started, or it is not on this node; ask by PID for the details"
+		}
+		return nil, errors.New(why)
+	}
+	return out, nil
+}
+
+func explainPID(doc *collector.StatusDoc, pid int, local Local) Process {
+	p := Process{PID: pid, Libraries: []Library{}}
+	p.Tracked = slices.Contains(doc.TrackedPIDs, pid)
+	p.PerGPU = []collector.ProcessStatus{}
+	for _, ps := range doc.Processes {
+		if ps.PID == pid {
+			p.PerGPU, p.Comm = append(p.PerGPU, ps), ps.Comm
+		}
+	}
+	byPath := map[string]*Library{}
+	add := func(l Library) {
+		if old, ok := byPath[l.Path]; ok && old.Attached {
+			return // an attached alias of the same path wins over a failure
+		}
+		byPath[l.Path] = &l
+	}
+	for _, l := range doc.AttachedLibraries {
+		if !slices.Contains(l.PIDs, pid) {
+			continue
+		}
+		lib := Library{Library: l.Library, Path: l.Path, File: l.File, Attached: true, Missing: l.Missing, UprobeMulti: l.UprobeMulti, Paused: l.Paused, AgentSeen: true}
+		for _, pr := range l.Probes {
+			// One entry per function; timed functions also have a return probe.
+			s := fmt.Sprintf("%s+%d", pr.Symbol, pr.Offset)
+			if pr.Return {
+				s += " (+return)"
+			}
+			lib.Probes = append(lib.Probes, s)
+		}
+		sort.Strings(lib.Probes)
+		add(lib)
+		p.Pods = append(p.Pods, l.Pods...)
+	}
+	for _, f := range doc.AttachFailures {
+		if !slices.Contains(f.PIDs, pid) {
+			continue
+		}
+		add(Library{Library: f.Library, Path: f.Path, File: f.File, Reason: f.Reason, Error: f.Error, Attempts: f.Attempts, NextRetry: f.NextRetry, AgentSeen: true})
+	}
+	libs, comm, here := local.mapped(pid)
+	if p.Comm == "" {
+		p.Comm = comm
+	}
+	for path, lib := range libs {
+		if l, ok := byPath[path]; ok {
+			l.LocalMapped = true
+			continue
+		}
+		byPath[path] = &Library{Library: string(lib), Path: path, LocalMapped: true}
+	}
+	for _, l := range byPath {
+		p.Libraries = append(p.Libraries, *l)
+	}
+	sort.Slice(p.Libraries, func(i, j int) bool { return p.Libraries[i].Path < p.Libraries[j].Path })
+	p.Verdict, p.Why = verdict(doc, &p, here)
+	return p
+}
+
+func verdict(doc *collector.StatusDoc, p *Process, here bool) (string, string) {
+	var attached, failed, unseen int
+	for _, l := range p.Libraries {
+		switch {
+		case l.Attached:
+			attached++
+		case l.AgentSeen:
+			failed++
+		default:
+			unseen++
+		}
+	}
+	switch {
+	case attached > 0 && failed == 0 && unseen == 0:
+		return VerdictAttached, "every CUDA/NCCL library it maps has probes; its calls are counted"
+	case attached > 0:
+		return VerdictPartial, "some libraries it maps are not attached (see their reasons); calls into those are not counted"
+	case failed > 0:
+		return VerdictNotAttached, "the agent found its libraries but could not attach them (see the reasons); it retries with backoff"
+	case doc.PIDFilter != 0 && doc.PIDFilter != p.PID && unseen > 0:
+		return VerdictFiltered, fmt.Sprintf("it maps CUDA/NCCL libraries, but the agent runs with --pid %d and looks at no other process; restart the agent without --pid (or with --pid %d)", doc.PIDFilter, p.PID)
+	case unseen > 0:
+		return VerdictNotAttached, fmt.Sprintf("it maps CUDA/NCCL libraries the agent has not seen yet (last discovery %s); wait one --refresh-interval, or check the agent's --proc-path and hostPID", doc.LastDiscovery.Format(time.RFC3339))
+	case here:
+		return VerdictNotCUDA, "it maps no CUDA runtime, driver or NCCL library (libcudart.so, libcuda.so, libnccl.so): there is nothing to profile; a statically linked CUDA runtime is not supported"
+	default:
+		return VerdictUnknown, "the agent has no data for this PID and it does not run on this machine (explain looks at --proc-path for the local view: run it on the process's node, e.g. with kubectl exec into the agent pod)"
+	}
+}
+
+// Write prints the answers for people.
+func Write(w io.Writer, procs []Process, doc *collector.StatusDoc) {
+	for i, p := range procs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "PID %d (%s): %s\n", p.PID, orDash(p.Comm), strings.ToUpper(strings.ReplaceAll(p.Verdict, "_", " ")))
+		fmt.Fprintf(w, "  why: %s\n", p.Why)
+		if len(p.PerGPU) > 0 {
+			s := p.PerGPU[0]
+			pod := "-"
+			if s.Pod != "" {
+				pod = s.Namespace + "/" + s.Pod + " container " + orDash(s.Container)
+			}
+			fmt.Fprintf(w, "  pod: %s (source: %s)\n", pod, s.PodSource)
+		}
+		if len(p.Libraries) == 0 {
+			fmt.Fprintln(w, "  libraries: none")
+		} else {
+			fmt.Fprintln(w, "  libraries (paths inside the process's container):")
+		}
+		for _, l := range p.Libraries {
+			switch {
+			case l.Attached:
+				kind := "classic uprobes"
+				if l.UprobeMulti {
+					kind = "uprobe_multi"
+				}
+				extra := ""
+				if l.Paused {
+					extra = ", paused by the overhead budget"
+				}
+				fmt.Fprintf(w, "    %s %s [%s]: attached, %d functions probed (%s%s)\n", l.Library, l.Path, l.File, len(l.Probes), kind, extra)
+				fmt.Fprintf(w, "      probes: %s\n", strings.Join(l.Probes, ", "))
+				if len(l.Missing) > 0 {
+					fmt.Fprintf(w, "      missing symbols: %s\n", strings.Join(l.Missing, ", "))
+				}
+			case l.AgentSeen:
+				fmt.Fprintf(w, "    %s %s [%s]: NOT attached: %s (%d attempts, next retry %s)\n", l.Library, l.Path, l.File, l.Reason, l.Attempts, l.NextRetry.Format(time.RFC3339))
+				fmt.Fprintf(w, "      last error: %s\n", l.Error)
+			default:
+				fmt.Fprintf(w, "    %s %s: mapped, not seen by the agent\n", l.Library, l.Path)
+			}
+		}
+		for _, s := range p.PerGPU {
+			gpuSrc := s.GPUSource
+			if gpuSrc == "" {
+				gpuSrc = "not attributed"
+			}
+			fmt.Fprintf(w, "  gpu %s %s (source: %s)\n", orDash(s.GPU), s.GPUUUID, gpuSrc)
+			fmt.Fprintf(w, "    counters: launches %d, active device memory %d B, memset %d B\n", s.Launches, s.ActiveMemoryBytes, s.MemsetBytes)
+			writeMap(w, "calls", s.Calls)
+			writeMap(w, "errors", s.Errors)
+			writeMap(w, "memcpy bytes", s.MemcpyBytes)
+			writeMap(w, "nccl calls", s.NCCLCalls)
+			writeMap(w, "nccl bytes", s.NCCLBytes)
+			if len(s.NCCLOldestInflightSeconds) > 0 {
+				keys := slices.Sorted(mapsKeys(s.NCCLOldestInflightSeconds))
+				parts := make([]string, 0, len(keys))
+				for _, k := range keys {
+					parts = append(parts, fmt.Sprintf("%s %.1fs", k, s.NCCLOldestInflightSeconds[k]))
+				}
+				fmt.Fprintf(w, "    oldest in-flight nccl: %s\n", strings.Join(parts, ", "))
+			}
+		}
+		if len(p.PerGPU) == 0 && (p.Verdict == VerdictAttached || p.Verdict == VerdictPartial) {
+			fmt.Fprintln(w, "  counters: none yet (no call since it was attached)")
+		}
+	}
+	if doc != nil {
+		fmt.Fprintf(w, "\nagent %s, kernel mode %s, probe profile %s, up %.0fs, last discovery %s\n",
+			doc.Version, doc.KernelMode, doc.ProbeProfile, doc.UptimeSeconds, doc.LastDiscovery.Format(time.RFC3339))
+	}
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func writeMap(w io.Writer, name string, m map[string]uint64) {
+	if len(m) == 0 {
+		return
+	}
+	keys := slices.Sorted(mapsKeys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	fmt.Fprintf(w, "    %s: %s\n", name, strings.Join(parts, ", "))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// cli is the grammar of `profi explain`.
+type cli struct {
+	client.Flags
+	ProcPath string `name:"proc-path" default:"/proc" placeholder:"PATH" help:"This machine's procfs, for the local view of the process; empty to skip it."`
+	Output   string `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
+	Target   string `arg:"" name:"PID|POD" help:"A host PID, or a pod as namespace/name or name."`
+}
+
+// Main runs `profi explain` with args (after the subcommand) and returns
+// the exit status: 0 when every process is attached, 1 otherwise, 2 on
+// usage or connection errors.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c cli
+	k, err := kong.New(&c, kong.Name("profi explain"),
+		kong.Description("Explain why a process (or each process of a pod) is or is not profiled, from the running agent's /status."),
+		kong.Writers(stdout, stderr), kong.Exit(func(int) {}))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	_, err = k.Parse(args)
+	if isHelp(args) { // kong printed the usage; a missing PID is no error then
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "profi explain: %v\n", err)
+		return 2
+	}
+	cl, err := client.New(c.Flags)
+	if err != nil {
+		fmt.Fprintf(stderr, "profi explain: %v\n", err)
+		return 2
+	}
+	var doc collector.StatusDoc
+	if err := cl.Status(ctx, &doc); err != nil {
+		fmt.Fprintf(stderr, "profi explain: %v\n", err)
+		return 2
+	}
+	procs, err := Explain(&doc, c.Target, Local{Root: c.ProcPath})
+	if err != nil {
+		fmt.Fprintf(stderr, "profi explain: %v\n", err)
+		return 1
+	}
+	if c.Output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(procs)
+	} else {
+		Write(stdout, procs, &doc)
+	}
+	for _, p := range procs {
+		if p.Verdict != VerdictAttached {
+			return 1
+		}
+	}
+	return 0
+}
+
+func isHelp(args []string) bool {
+	return slices.Contains(args, "--help") || slices.Contains(args, "-h")
+}
