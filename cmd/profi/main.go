@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -25,21 +26,40 @@ import (
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/budget"
+	"github.com/profi-dev/profi/internal/check"
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/explain"
+	"github.com/profi-dev/profi/internal/gpu"
 	"github.com/profi-dev/profi/internal/k8s"
 	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
+	"github.com/profi-dev/profi/internal/top"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// subcommands are the operator tools; without one of these as the first
+// argument profi runs the agent, with exactly its flags.
+var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"check":   check.Main,
+	"explain": explain.Main,
+	"top":     top.Main,
+}
+
 func main() {
+	if len(os.Args) > 1 {
+		if cmd, ok := subcommands[os.Args[1]]; ok {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := cmd(ctx, os.Args[2:], os.Stdout, os.Stderr)
+			stop()
+			os.Exit(code)
+		}
+	}
 	cfg, warnings, err := config.Parse(os.Args[1:], os.Getenv, config.WithVersion(version))
 	switch {
 	case errors.Is(err, config.ErrHelp), errors.Is(err, config.ErrVersion):
@@ -68,6 +88,12 @@ func main() {
 
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	started := time.Now()
+	// Checked before BPF is loaded: bad credentials fail fast.
+	httpSelf := collector.NewHTTP()
+	metricsTLS, protect, err := metricsSecurity(cfg, httpSelf, log)
+	if err != nil {
+		return err
+	}
 	objs, err := bpfobj.Load(bpfobj.Sizes{
 		Aggregated:  cfg.AggregatedSize,
 		LaunchAgg:   cfg.LaunchAggSize,
@@ -150,6 +176,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.DetailedLaunches {
 		events = aggregate.NewEvents(log, func(d time.Duration) { self.EventDuration.Observe(d.Seconds()) })
 	}
+	var gpus *nvml.Poller
+	var nvmlSnapshot func() *nvml.Snapshot // nil with --disable-nvml
+	if !cfg.DisableNVML {
+		if gpus, err = nvml.New(nvml.Options{Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log}); err != nil {
+			return fmt.Errorf("nvml: %w", err)
+		}
+		nvmlSnapshot = gpus.Snapshot
+	}
 	agg := aggregate.New(aggregate.Options{
 		Source:           aggregate.MapSource{Objects: objs},
 		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
@@ -164,6 +198,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Scale:            scale,
 		NCCLHangTimeout:  cfg.NCCLHangTimeout,
 		Pods:             podLabeler,
+		GPUs:             &gpu.Labeler{ProcRoot: cfg.ProcPath, NVML: nvmlSnapshot},
 	})
 
 	reg := prometheus.NewRegistry()
@@ -181,14 +216,15 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Kubernetes: podStatus,
 	}))
 	reg.MustRegister(self.Collectors()...)
-	var gpus *nvml.Poller
-	if !cfg.DisableNVML {
-		if gpus, err = nvml.New(nvml.Options{Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log}); err != nil {
-			return fmt.Errorf("nvml: %w", err)
-		}
-		reg.MustRegister(collector.NewGPU(gpus.Snapshot))
+	reg.MustRegister(httpSelf.Collectors()...)
+	if gpus != nil {
+		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pusher, err := otlpPusher(ctx, cfg, reg, started, log)
+	if err != nil {
+		return err
+	}
 
 	var beat atomic.Int64
 	beat.Store(time.Now().UnixNano())
@@ -218,8 +254,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			}
 			return drained
 		},
-		Encode: func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
-		Logger: log,
+		Encode:  func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
+		Logger:  log,
+		TLS:     metricsTLS,
+		Protect: protect,
 	})
 	if err != nil {
 		return err
@@ -270,6 +308,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	}
 	g.Go(func() error { return srv.Run(ctx) })
+	if pusher != nil {
+		g.Go(func() error { return pusher.Run(ctx) })
+	}
 	if cfg.ReportInterval > 0 {
 		g.Go(func() error { return collector.Report(ctx, os.Stdout, agg.Snapshot, cfg.ReportInterval) })
 	}
@@ -286,13 +327,7 @@ func podWatch(cfg *config.Config, log *slog.Logger) (*k8s.Watcher, error) {
 	if cfg.NodeName == "" {
 		return nil, nil
 	}
-	var rc *rest.Config
-	var err error
-	if path := os.Getenv("KUBECONFIG"); path != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
+	rc, err := kubeConfig()
 	if err != nil {
 		return nil, fmt.Errorf("pod enrichment (--node-name %s) needs in-cluster credentials or KUBECONFIG: %w", cfg.NodeName, err)
 	}
@@ -337,6 +372,24 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		},
 		Logger: log,
 	}), stop
+}
+
+// otlpPusher prepares the OTLP push (nil when no endpoint is set): it
+// converts what reg gathers, the same data /metrics serves, and registers
+// its self-metrics on reg.
+func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, started time.Time, log *slog.Logger) (*otlp.Pusher, error) {
+	if !cfg.OTLP.Enabled() {
+		return nil, nil
+	}
+	exp, err := otlp.NewExporter(ctx, cfg.OTLP)
+	if err != nil {
+		return nil, err
+	}
+	m := otlp.NewMetrics()
+	reg.MustRegister(m.Collectors()...)
+	conv := otlp.NewConverter(reg, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
+	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
+	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
 }
 
 func launchEventsTotal(e *aggregate.Events) func() uint64 {
