@@ -303,6 +303,9 @@ func TestDaemonSetPrivileges(t *testing.T) {
 		if name != "default" {
 			wantRules = append(wantRules, "[authentication.k8s.io] [tokenreviews] [create]")
 		}
+		if strings.HasPrefix(name, "tls-auth-otlp") { // metricsAuth.authorize
+			wantRules = append(wantRules, "[authorization.k8s.io] [subjectaccessreviews] [create]")
+		}
 		if !slices.Equal(got, wantRules) {
 			t.Errorf("values %s: ClusterRole rules %q, want %q", name, got, wantRules)
 		}

@@ -175,6 +175,9 @@ Validation of value combinations the agent would reject at startup
 {{- end }}
 - {{ printf "--metrics-auth-cache-ttl=%v" $p.metricsAuth.cacheTtlSeconds | quote }}
 - {{ printf "--metrics-auth-cache-size=%v" $p.metricsAuth.cacheSize | quote }}
+{{- if $p.metricsAuth.authorize }}
+- --metrics-auth-authorize
+{{- end }}
 {{- end }}
 {{- range $p.extraArgs }}
 - {{ . | quote }}
