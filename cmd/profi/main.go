@@ -142,7 +142,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
 		log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
 	}
+	features := collector.KernelFeatures{UprobeMulti: !cfg.NoUprobeMulti && bpfobj.HaveUprobeMulti() == nil}
 	exitHook, err := attach.ExitHook(objs.NcclExit)
+	features.ExitHook = err == nil
 	if err != nil {
 		log.Warn("process-exit hook unavailable: in-flight NCCL calls of killed processes are cleared by the --gc-interval sweep instead", "err", err)
 	} else {
@@ -240,6 +242,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 				st := pods.Status()
 				doc.Kubernetes = &st
 			}
+			if gpus != nil {
+				st := gpus.Snapshot().Status()
+				doc.NVML = &st
+			}
+			doc.KernelFeatures = &features
 			return doc
 		},
 		// BPF is loaded before the server exists; with --node-name the pod

@@ -11,6 +11,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/nvml"
 )
 
 // StatusDoc is the JSON body of /status: where a user finds out what is
@@ -41,8 +42,23 @@ type StatusDoc struct {
 	Processes []ProcessStatus `json:"processes"`
 	// Kubernetes is the pod watch state; absent without --node-name.
 	Kubernetes *k8s.Status `json:"kubernetes,omitempty"`
+	// KernelFeatures are the optional kernel features the agent uses.
+	KernelFeatures *KernelFeatures `json:"kernel_features,omitempty"`
+	// NVML is the GPU poller's state; absent with --disable-nvml.
+	NVML *nvml.Status `json:"nvml,omitempty"`
 	// RecentLaunches are the latest launches with --detailed-launches.
 	RecentLaunches []aggregate.LaunchEvent `json:"recent_launches,omitempty"`
+}
+
+// KernelFeatures says which optional kernel features are in use, and so
+// which fallbacks are active.
+type KernelFeatures struct {
+	// UprobeMulti: one uprobe_multi link per library file and program
+	// (else one classic uprobe per function).
+	UprobeMulti bool `json:"uprobe_multi"`
+	// ExitHook: the sched_process_exit raw tracepoint clears exited
+	// threads' state at once (else the --gc-interval sweep does).
+	ExitHook bool `json:"exit_hook"`
 }
 
 // LibraryView is an attached library file and the pods of its processes.
