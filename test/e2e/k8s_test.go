@@ -27,27 +27,40 @@ import (
 
 const testNode = "gpu-node-1"
 
-// placeInCgroup creates the cgroup rel (a kubelet-style path) in the
-// first hierarchy that accepts it and moves pid into it, as the container
-// runtime would.
-func placeInCgroup(t *testing.T, pid int, rel string) {
+// startInPod starts a workload inside the cgroup rel (a kubelet-style
+// path), as a container runtime starts a container's process: a shell
+// moves itself into the cgroup and execs the workload, so the agent never
+// sees the process outside its pod (the event-driven discovery attaches
+// within milliseconds of the libraries being mapped).
+func startInPod(t *testing.T, bin string, args []string, rel string) *testutil.Workload {
+	t.Helper()
+	root, dir := podCgroup(t, rel)
+	w := startWorkload(t, bin, args, testutil.WithWrapper("sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir))
+	t.Cleanup(func() {
+		// Runs before the directories' removal (cleanups run in reverse
+		// order); the workload has been stopped, this is for a straggler.
+		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(w.PID)), 0o644)
+	})
+	return w
+}
+
+// podCgroup creates the cgroup rel in the first real cgroup hierarchy
+// (cgroup v2 where mounted) and removes it at the end of the test.
+func podCgroup(t *testing.T, rel string) (root, dir string) {
 	t.Helper()
 	var errs []error
 	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/pids"} {
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			errs = append(errs, err) // not a cgroup hierarchy (e.g. the tmpfs above v1 ones)
+			continue
+		}
 		dir := filepath.Join(root, rel)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			errs = append(errs, err)
-			_ = os.Remove(dir)
-			continue
-		}
 		t.Cleanup(func() {
-			// Move the process back (it may still run: cleanups run in
-			// reverse order), then remove the new directories, deepest first.
-			_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+			// Deepest first; a cgroup is removable once its processes left.
 			for d := dir; d != root; d = filepath.Dir(d) {
 				for i := 0; i < 50; i++ {
 					if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
@@ -57,9 +70,10 @@ func placeInCgroup(t *testing.T, pid int, rel string) {
 				}
 			}
 		})
-		return
+		return root, dir
 	}
 	t.Fatalf("no cgroup hierarchy accepted %s: %v", rel, errs)
+	return "", ""
 }
 
 func randomContainerID(t *testing.T) string {
@@ -174,8 +188,7 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 	// Pod 1, whose process runs in a systemd-driver cgroup (containerd).
 	id1 := randomContainerID(t)
 	pod1 := createPod(t, admin, "ml", "infer-0", "server", id1)
-	w1 := startWorkload(t, fixtures.Workload, defaultArgs)
-	placeInCgroup(t, w1.PID, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
+	w1 := startInPod(t, fixtures.Workload, defaultArgs, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
 		strings.ReplaceAll(string(pod1.UID), "-", "_")+".slice/cri-containerd-"+id1+".scope")
 
 	// The API server is down when the agent starts.
@@ -223,8 +236,7 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 	s.Restart(t)
 	id2 := randomContainerID(t)
 	pod2 := createPod(t, admin, "ml", "infer-1", "worker", id2)
-	w2 := startWorkload(t, fixtures.Workload, defaultArgs)
-	placeInCgroup(t, w2.PID, "kubepods/besteffort/pod"+string(pod2.UID)+"/"+id2)
+	w2 := startInPod(t, fixtures.Workload, defaultArgs, "kubepods/besteffort/pod"+string(pod2.UID)+"/"+id2)
 	waitAttached(t, a, w2.PID)
 	runPhase(t, w2)
 	requirePodLabels(t, a, w2.PID, [3]string{"ml", "infer-1", "worker"})
@@ -267,10 +279,8 @@ func TestFullModeAnnotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	podPlain := createPod(t, admin, "ml", "infer-0", "server", idPlain)
-	wFull := startWorkload(t, fixtures.Workload, defaultArgs)
-	placeInCgroup(t, wFull.PID, "kubepods/burstable/pod"+string(podFull.UID)+"/"+idFull)
-	wPlain := startWorkload(t, fixtures.Workload, defaultArgs)
-	placeInCgroup(t, wPlain.PID, "kubepods/burstable/pod"+string(podPlain.UID)+"/"+idPlain)
+	wFull := startInPod(t, fixtures.Workload, defaultArgs, "kubepods/burstable/pod"+string(podFull.UID)+"/"+idFull)
+	wPlain := startInPod(t, fixtures.Workload, defaultArgs, "kubepods/burstable/pod"+string(podPlain.UID)+"/"+idPlain)
 
 	a := startAgentWith(t, testutil.StartAgentServing, "--kernel-mode", "anonymous", "--node-name", testNode)
 	waitAttached(t, a, wFull.PID)
