@@ -28,6 +28,9 @@ var (
 	flagAttachPeriod   = flag.Duration("attach.period", time.Millisecond, "time between two cudaLaunchKernel calls of one process")
 	flagAttachDuration = flag.Duration("attach.duration", 2*time.Second, "how long each process calls after mapping libcudart")
 	flagAttachPoll     = flag.Duration("attach.poll", 100*time.Millisecond, "period of the /metrics poll that times when counts become visible")
+	// -attach.classic compares with one classic uprobe per function, as
+	// kernels before 6.6 (no uprobe_multi) attach.
+	flagAttachClassic = flag.Bool("attach.classic", false, "run the agent with --no-uprobe-multi (one classic uprobe per function)")
 )
 
 // attachScenario says which libcudart file the short processes map.
@@ -94,8 +97,8 @@ func BenchmarkAttachLatency(b *testing.B) {
 	}
 
 	fmt.Printf("\n%d processes per scenario, %d at a time; each calls cudaLaunchKernel every %v for %v after dlopen; "+
-		"agent: --refresh-interval 3600 (only the library-load trigger attaches)\n\n",
-		*flagAttachProcs, *flagAttachParallel, *flagAttachPeriod, *flagAttachDuration)
+		"agent: --refresh-interval 3600 (only the library-load trigger attaches)%s\n\n",
+		*flagAttachProcs, *flagAttachParallel, *flagAttachPeriod, *flagAttachDuration, classicNote())
 	fmt.Printf("| Scenario | Processes | Counted as cudaLaunchKernel (libcudart attached in time) | Attach latency p50 (ms) | p95 (ms) | max (ms) | Any launch counted p95 (ms) | Visible on /metrics p50 (ms) | p95 (ms) | max (ms) | Discovery passes (mean ms) |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type summary struct{ counted, p50, p95, mx, any95, v50, v95, vmx float64 }
@@ -225,7 +228,11 @@ func runAttachScenario(b *testing.B, sc attachScenario, fx *testutil.Fixtures, a
 		}
 	}
 
-	a := startAgent(b, agentBin, "--refresh-interval", "3600")
+	args := []string{"--refresh-interval", "3600"}
+	if *flagAttachClassic {
+		args = append(args, "--no-uprobe-multi")
+	}
+	a := startAgent(b, agentBin, args...)
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -504,4 +511,13 @@ func printMachineLine() {
 		release = unix.ByteSliceToString(uts.Release[:])
 	}
 	fmt.Printf("kernel %s, %d CPUs, %s/%s\n", release, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+}
+
+// classicNote says, in the table's heading, when the agent ran with
+// classic uprobes.
+func classicNote() string {
+	if *flagAttachClassic {
+		return ", --no-uprobe-multi (classic uprobes)"
+	}
+	return ""
 }

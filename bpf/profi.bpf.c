@@ -668,8 +668,7 @@ static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 n
 	bpf_ringbuf_submit(e, 0);
 }
 
-SEC("uprobe")
-int timed_entry(struct pt_regs *ctx)
+static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
 	u64 id = bpf_get_current_pid_tgid();
@@ -795,8 +794,7 @@ int timed_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int timed_return(struct pt_regs *ctx)
+static __always_inline int timed_return_impl(struct pt_regs *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
 	u64 id = bpf_get_current_pid_tgid();
@@ -928,8 +926,7 @@ int timed_return(struct pt_regs *ctx)
 }
 
 /* Launch APIs in anonymous mode: count, stream and geometry at entry. */
-SEC("uprobe")
-int launch_entry(struct pt_regs *ctx)
+static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
 	u64 id = bpf_get_current_pid_tgid();
@@ -954,8 +951,7 @@ int launch_entry(struct pt_regs *ctx)
 }
 
 /* __cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, ...), full mode. */
-SEC("uprobe")
-int name_entry(struct pt_regs *ctx)
+static __always_inline int name_entry_impl(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
@@ -965,6 +961,60 @@ int name_entry(struct pt_regs *ctx)
 		return 0;
 	send_name(pid, NAME_HOST_FUNC, arg(ctx, 2), 0, arg(ctx, 3));
 	return 0;
+}
+
+/*
+ * The CUDA programs, built twice like NCCL's: as uprobe.multi programs
+ * (one link per program and library file, so a new library attaches in a
+ * handful of links instead of one per function) and as classic uprobes
+ * for kernels without uprobe_multi.
+ */
+SEC("uprobe.multi")
+int timed_entry_multi(struct pt_regs *ctx)
+{
+	return timed_entry_impl(ctx);
+}
+
+SEC("uretprobe.multi")
+int timed_return_multi(struct pt_regs *ctx)
+{
+	return timed_return_impl(ctx);
+}
+
+SEC("uprobe.multi")
+int launch_entry_multi(struct pt_regs *ctx)
+{
+	return launch_entry_impl(ctx);
+}
+
+SEC("uprobe.multi")
+int name_entry_multi(struct pt_regs *ctx)
+{
+	return name_entry_impl(ctx);
+}
+
+SEC("uprobe")
+int timed_entry(struct pt_regs *ctx)
+{
+	return timed_entry_impl(ctx);
+}
+
+SEC("uretprobe")
+int timed_return(struct pt_regs *ctx)
+{
+	return timed_return_impl(ctx);
+}
+
+SEC("uprobe")
+int launch_entry(struct pt_regs *ctx)
+{
+	return launch_entry_impl(ctx);
+}
+
+SEC("uprobe")
+int name_entry(struct pt_regs *ctx)
+{
+	return name_entry_impl(ctx);
 }
 
 /*

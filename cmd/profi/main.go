@@ -114,19 +114,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	self := collector.NewSelf()
 	attacher := attach.New(attach.Options{
-		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:      objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn:     objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry:     objs.LaunchEntry,
-			bpfobj.ProfiProgNameEntry:       objs.NameEntry,
-			bpfobj.ProfiProgDlEvent:         objs.DlEvent,
-			bpfobj.ProfiProgNcclEntry:       objs.NcclEntry,
-			bpfobj.ProfiProgNcclReturn:      objs.NcclReturn,
-			bpfobj.ProfiProgNcclEntryMulti:  objs.NcclEntryMulti,
-			bpfobj.ProfiProgNcclReturnMulti: objs.NcclReturnMulti,
-			bpfobj.ProfiProgNvtxPush:        objs.NvtxPush,
-			bpfobj.ProfiProgNvtxPop:         objs.NvtxPop,
-		},
+		Programs:    objs.Programs(),
 		KernelMode:  cfg.KernelMode,
 		Profile:     cfg.ProbeProfile,
 		PID:         cfg.PID,
@@ -140,7 +128,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NVTX:        cfg.EnableNVTX,
 	})
 	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
-		log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
+		log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", err)
 	}
 	features := collector.KernelFeatures{UprobeMulti: !cfg.NoUprobeMulti && bpfobj.HaveUprobeMulti() == nil}
 	exitHook, err := attach.ExitHook(objs.NcclExit)
@@ -374,6 +362,7 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		Sources: budget.MapSources{
 			PIDHits: objs.PidHits,
 			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent,
+				objs.TimedEntryMulti, objs.TimedReturnMulti, objs.LaunchEntryMulti, objs.NameEntryMulti,
 				objs.NcclEntry, objs.NcclReturn, objs.NcclEntryMulti, objs.NcclReturnMulti},
 			ProcRoot: cfg.ProcPath,
 		},

@@ -226,8 +226,35 @@ func TestAttachStubTwoKeys(t *testing.T) {
 func TestFullModeUpgrade(t *testing.T) {
 	skipShort(t)
 	testutil.RequireBPF(t)
+	forEachLinkKind(t, testFullModeUpgrade)
+}
+
+// forEachLinkKind runs a test with uprobe_multi links (where the kernel
+// has them) and with classic uprobes: the counts must not depend on it.
+func forEachLinkKind(t *testing.T, test func(t *testing.T, multi bool)) {
+	t.Run("classic", func(t *testing.T) { test(t, false) })
+	t.Run("uprobe_multi", func(t *testing.T) {
+		if err := bpfobj.HaveUprobeMulti(); err != nil {
+			t.Skipf("kernel without uprobe_multi: %v", err)
+		}
+		test(t, true)
+	})
+}
+
+// checkLinkKind checks that every attached file reports the link kind
+// asked for.
+func checkLinkKind(t *testing.T, a *Attacher, multi bool) {
+	t.Helper()
+	for _, l := range a.Status().Attached {
+		if l.UprobeMulti != multi {
+			t.Errorf("%s: uprobe_multi = %v, want %v", l.Library, l.UprobeMulti, multi)
+		}
+	}
+}
+
+func testFullModeUpgrade(t *testing.T, multi bool) {
 	fx := fixtures(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,21 +278,18 @@ func TestFullModeUpgrade(t *testing.T) {
 		res.Processes = append(res.Processes, r.Processes...)
 	}
 	a := New(Options{
-		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
-			bpfobj.ProfiProgNameEntry:   objs.NameEntry,
-		},
+		Programs:    objs.Programs(),
 		KernelMode:  KernelModeAnonymous,
 		Profile:     ProfileLean,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
 		FullFiles:   objs.FullFiles,
+		UprobeMulti: multi,
 	})
 	defer a.Close()
 	a.SetFullModePIDs([]int{up.PID})
 	a.Sync(Targets(res, "/proc"))
+	checkLinkKind(t, a, multi)
 	for _, l := range a.Status().Attached {
 		if !slices.Equal(l.FullModePIDs, []int{up.PID}) {
 			t.Fatalf("%s: full-mode pids %v, want [%d]", l.Library, l.FullModePIDs, up.PID)
@@ -385,8 +409,12 @@ func opCounts(t *testing.T, objs *bpfobj.Objects, pid int) map[string]uint64 {
 func TestPauseDetachesOnlyHotProbes(t *testing.T) {
 	skipShort(t)
 	testutil.RequireBPF(t)
+	forEachLinkKind(t, testPauseDetachesOnlyHotProbes)
+}
+
+func testPauseDetachesOnlyHotProbes(t *testing.T, multi bool) {
 	fx := fixtures(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,18 +429,16 @@ func TestPauseDetachesOnlyHotProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Options{
-		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
-		},
+		Programs:    objs.Programs(),
 		KernelMode:  KernelModeAnonymous,
 		PID:         w.PID,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
+		UprobeMulti: multi,
 	})
 	defer a.Close()
 	a.Sync(Targets(res, "/proc"))
+	checkLinkKind(t, a, multi)
 	files := a.Files()
 	if len(files) != 2 {
 		t.Fatalf("attached files %+v, want libcudart and libcuda", files)
@@ -474,4 +500,74 @@ func TestPauseDetachesOnlyHotProbes(t *testing.T) {
 		want[op] = gt3.Calls[op]
 	}
 	check("resumed", want)
+	checkLinkKind(t, a, multi)
+}
+
+// With uprobe_multi a library file costs one link per program and
+// budget class (never-paused, Pausable), not one per function, and every
+// function keeps the offset and the cookie of its classic probe.
+func TestUprobeMultiLinksPerProgram(t *testing.T) {
+	skipShort(t)
+	testutil.RequireBPF(t)
+	if err := bpfobj.HaveUprobeMulti(); err != nil {
+		t.Skipf("kernel without uprobe_multi: %v", err)
+	}
+	fx := fixtures(t)
+	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	for _, lib := range []struct {
+		lib  discover.Library
+		path string
+	}{{discover.LibCudart, fx.Cudart}, {discover.LibCuda, fx.Cuda}} {
+		for _, mode := range []string{KernelModeAnonymous, KernelModeFull} {
+			t.Run(string(lib.lib)+"/"+mode, func(t *testing.T) {
+				st := map[bool]LibraryStatus{}
+				links := map[bool][2]int{} // never-paused, Pausable
+				for _, multi := range []bool{false, true} {
+					a := New(Options{Programs: objs.Programs(), KernelMode: mode, Profile: ProfileFull, PID: os.Getpid(), UprobeMulti: multi})
+					tg := fileTarget(t, lib.lib, lib.path, []int{os.Getpid()}, new(atomic.Int32))
+					a.Sync([]Target{tg})
+					f := a.files[tg.Key]
+					if f == nil {
+						t.Fatalf("not attached: %+v", a.Status().Failed)
+					}
+					links[multi] = [2]int{f.links.len(), f.hot.len()}
+					st[multi] = a.Status().Attached[0]
+					_ = a.Close()
+				}
+				// Expected: the traps of the functions the file defines,
+				// classic; the distinct programs, multi.
+				var classic, multi [2]int
+				progs := [2]map[string]bool{{}, {}}
+				for _, p := range st[false].Probes {
+					i := 0
+					for _, q := range Probes(lib.lib, mode, ProfileFull) {
+						if q.Symbol == p.Symbol && Pausable(q.Op) {
+							i = 1
+						}
+						if q.Symbol == p.Symbol {
+							progs[i][q.Entry], progs[i][q.Return] = true, q.Return != ""
+						}
+					}
+					classic[i] += p.Traps
+				}
+				for i := range progs {
+					for prog, ok := range progs[i] {
+						if ok && prog != "" {
+							multi[i]++
+						}
+					}
+				}
+				if links[false] != classic || links[true] != multi {
+					t.Errorf("links (never-paused, Pausable): classic %v, multi %v; want %v, %v", links[false], links[true], classic, multi)
+				}
+				if !reflect.DeepEqual(st[false].Probes, st[true].Probes) || st[false].UprobeMulti || !st[true].UprobeMulti {
+					t.Errorf("status differs:\nclassic %+v\nmulti   %+v", st[false], st[true])
+				}
+			})
+		}
+	}
 }

@@ -77,8 +77,9 @@ type Options struct {
 	// probes (full_files); may be nil.
 	FullFiles *ebpf.Map
 	// UprobeMulti attaches the probes whose programs have a uprobe.multi
-	// variant (libnccl's) with one uprobe_multi link per program and file
-	// instead of one link per symbol. If the kernel refuses, the Attacher
+	// variant (libcudart's, libcuda's and libnccl's) with one uprobe_multi
+	// link per program and file instead of one link per symbol: attaching
+	// a new library costs a handful of links, not dozens. If the kernel refuses, the Attacher
 	// falls back to classic uprobes for good, with a logged note.
 	UprobeMulti bool
 	// NVTX (--enable-nvtx-tracing): the load-triggered check looks for
@@ -585,17 +586,18 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 	links = &linkSet{}
 	if a.opts.UprobeMulti && !a.noMulti {
 		var multi []Probe
-		multi, probes = splitMulti(probes, syms)
+		multi, probes = a.splitMulti(probes, syms)
 		if len(multi) > 0 {
-			err := a.attachMulti(ex, t, multi, syms, fileID, pid, links)
+			ml, err := a.attachMulti(ex, multi, syms, fileID, pid)
 			switch {
 			case errors.Is(err, ebpf.ErrNotSupported):
 				a.noMulti = true
-				a.log.Info("kernel without uprobe_multi links: NCCL probes use one classic uprobe per function", "err", err)
+				a.log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", err)
 				probes = append(probes, multi...)
 			case err != nil:
-				links.close()
 				return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
+			default:
+				links = ml
 			}
 		}
 	}
@@ -628,16 +630,31 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 
 // multiPrograms maps a program to its uprobe.multi variant.
 var multiPrograms = map[string]string{
-	progNCCLEntry:  bpfobj.ProfiProgNcclEntryMulti,
-	progNCCLReturn: bpfobj.ProfiProgNcclReturnMulti,
+	progTimedEntry:  bpfobj.ProfiProgTimedEntryMulti,
+	progTimedReturn: bpfobj.ProfiProgTimedReturnMulti,
+	progLaunchEntry: bpfobj.ProfiProgLaunchEntryMulti,
+	progNameEntry:   bpfobj.ProfiProgNameEntryMulti,
+	progNCCLEntry:   bpfobj.ProfiProgNcclEntryMulti,
+	progNCCLReturn:  bpfobj.ProfiProgNcclReturnMulti,
 }
 
-// splitMulti splits the probes the file defines whose programs have a
-// uprobe.multi variant from the rest.
-func splitMulti(probes []Probe, syms map[string]funcSym) (multi, rest []Probe) {
+// multiProgram returns the loaded uprobe.multi variant of a program, nil
+// when it has none (or the caller did not load it).
+func (a *Attacher) multiProgram(prog string) *ebpf.Program {
+	if name, ok := multiPrograms[prog]; ok {
+		return a.opts.Programs[name]
+	}
+	return nil
+}
+
+// splitMulti splits the probes the file defines whose programs (entry
+// and, when timed, return) have a loaded uprobe.multi variant from the
+// rest.
+func (a *Attacher) splitMulti(probes []Probe, syms map[string]funcSym) (multi, rest []Probe) {
 	for _, p := range probes {
-		_, ok := multiPrograms[p.Entry]
-		if _, defined := syms[p.Symbol]; ok && defined {
+		_, defined := syms[p.Symbol]
+		ok := defined && a.multiProgram(p.Entry) != nil && (p.Return == "" || a.multiProgram(p.Return) != nil)
+		if ok {
 			multi = append(multi, p)
 		} else {
 			rest = append(rest, p)
@@ -647,42 +664,54 @@ func splitMulti(probes []Probe, syms map[string]funcSym) (multi, rest []Probe) {
 }
 
 // attachMulti attaches probes with one uprobe_multi link per program:
-// returns first, like the classic path. All probes share one entry
-// program (and one return program, for those that have one).
-func (a *Attacher) attachMulti(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int, links *linkSet) error {
+// every return program first, like the classic path, then the entry
+// programs. Each function keeps the offset the classic probe would have
+// (prologue skip) and the same cookie (operation and file). All or
+// nothing: on error the links made so far are closed.
+func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (*linkSet, error) {
 	type group struct {
+		prog             string
 		symbols          []string
 		offsets, cookies []uint64
 	}
-	add := func(g *group, p Probe) {
+	var returns, entries []*group
+	add := func(groups *[]*group, prog string, p Probe) {
+		i := slices.IndexFunc(*groups, func(g *group) bool { return g.prog == prog })
+		if i < 0 {
+			*groups = append(*groups, &group{prog: prog})
+			i = len(*groups) - 1
+		}
+		g := (*groups)[i]
 		g.symbols = append(g.symbols, p.Symbol)
 		g.offsets = append(g.offsets, syms[p.Symbol].offset)
 		g.cookies = append(g.cookies, bpfobj.Cookie(p.Op, fileID))
 	}
-	var entries, returns group
 	for _, p := range probes {
-		add(&entries, p)
+		add(&entries, p.Entry, p)
 		if p.Return != "" {
-			add(&returns, p)
+			add(&returns, p.Return, p)
 		}
 	}
-	if len(returns.symbols) > 0 {
-		prog := a.opts.Programs[multiPrograms[probes[0].Return]]
-		l, err := ex.UretprobeMulti(returns.symbols, prog, &link.UprobeMultiOptions{Offsets: returns.offsets, Cookies: returns.cookies, PID: uint32(pid)})
+	links := &linkSet{multi: true}
+	for _, g := range returns {
+		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
+		l, err := ex.UretprobeMulti(g.symbols, a.multiProgram(g.prog), opts)
 		if err != nil {
-			return fmt.Errorf("return probes %v: %w", returns.symbols, err)
+			links.close()
+			return nil, fmt.Errorf("return probes %v: %w", g.symbols, err)
 		}
 		links.returns = append(links.returns, l)
 	}
-	prog := a.opts.Programs[multiPrograms[probes[0].Entry]]
-	l, err := ex.UprobeMulti(entries.symbols, prog, &link.UprobeMultiOptions{Offsets: entries.offsets, Cookies: entries.cookies, PID: uint32(pid)})
-	if err != nil {
-		links.close()
-		return fmt.Errorf("entry probes %v: %w", entries.symbols, err)
+	for _, g := range entries {
+		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
+		l, err := ex.UprobeMulti(g.symbols, a.multiProgram(g.prog), opts)
+		if err != nil {
+			links.close()
+			return nil, fmt.Errorf("entry probes %v: %w", g.symbols, err)
+		}
+		links.entries = append(links.entries, l)
 	}
-	links.entries = append(links.entries, l)
-	links.multi = true
-	return nil
+	return links, nil
 }
 
 // splitPausable splits probes into those the overhead budget never

@@ -32,7 +32,7 @@ type LibraryStatus struct {
 	// Paused is set while the overhead budget has detached the file's
 	// Pausable probes (duty cycling); their counts are then estimates.
 	Paused bool `json:"paused,omitempty"`
-	// UprobeMulti is set when the probes are uprobe_multi links (NCCL).
+	// UprobeMulti is set when the probes are uprobe_multi links.
 	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
 	AttachedAt  time.Time `json:"attached_at"`
 }
@@ -85,7 +85,7 @@ func (a *Attacher) Status() Status {
 			Absent:       slices.Clone(f.absent),
 			FullModePIDs: upgradedPIDs(f),
 			Paused:       f.paused,
-			UprobeMulti:  f.links.multi,
+			UprobeMulti:  f.links.multi || f.hot != nil && f.hot.multi,
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {

@@ -5,6 +5,7 @@ package bpfobj
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -33,7 +34,10 @@ type Sizes struct {
 }
 
 // UprobeMultiPrograms are the programs built for uprobe_multi links.
-var UprobeMultiPrograms = []string{ProfiProgNcclEntryMulti, ProfiProgNcclReturnMulti}
+var UprobeMultiPrograms = []string{
+	ProfiProgTimedEntryMulti, ProfiProgTimedReturnMulti, ProfiProgLaunchEntryMulti, ProfiProgNameEntryMulti,
+	ProfiProgNcclEntryMulti, ProfiProgNcclReturnMulti,
+}
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
 func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }
@@ -41,6 +45,20 @@ func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }
 // Objects are the loaded programs and maps. Close releases them.
 type Objects struct {
 	ProfiObjects
+}
+
+// Programs returns every loaded program by its name in the object, so
+// that a program added to profi.bpf.c reaches the attacher without a
+// hand-kept list.
+func (o *Objects) Programs() map[string]*ebpf.Program {
+	out := map[string]*ebpf.Program{}
+	v := reflect.ValueOf(o.ProfiPrograms)
+	for i := range v.NumField() {
+		if p, ok := v.Field(i).Interface().(*ebpf.Program); ok && p != nil {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = p
+		}
+	}
+	return out
 }
 
 // Load sizes the maps and loads the object into the kernel. A verifier

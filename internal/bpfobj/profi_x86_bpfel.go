@@ -341,7 +341,9 @@ const (
 	ProfiMapThreadDevice      = "thread_device"
 	ProfiProgDlEvent          = "dl_event"
 	ProfiProgLaunchEntry      = "launch_entry"
+	ProfiProgLaunchEntryMulti = "launch_entry_multi"
 	ProfiProgNameEntry        = "name_entry"
+	ProfiProgNameEntryMulti   = "name_entry_multi"
 	ProfiProgNcclEntry        = "nccl_entry"
 	ProfiProgNcclEntryMulti   = "nccl_entry_multi"
 	ProfiProgNcclExit         = "nccl_exit"
@@ -350,7 +352,9 @@ const (
 	ProfiProgNvtxPop          = "nvtx_pop"
 	ProfiProgNvtxPush         = "nvtx_push"
 	ProfiProgTimedEntry       = "timed_entry"
+	ProfiProgTimedEntryMulti  = "timed_entry_multi"
 	ProfiProgTimedReturn      = "timed_return"
+	ProfiProgTimedReturnMulti = "timed_return_multi"
 	ProfiVarCountHits         = "count_hits"
 	ProfiVarDetailedLaunches  = "detailed_launches"
 	ProfiVarNvtxEnabled       = "nvtx_enabled"
@@ -405,18 +409,22 @@ type ProfiSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
-	DlEvent         *ebpf.ProgramSpec `ebpf:"dl_event"`
-	LaunchEntry     *ebpf.ProgramSpec `ebpf:"launch_entry"`
-	NameEntry       *ebpf.ProgramSpec `ebpf:"name_entry"`
-	NcclEntry       *ebpf.ProgramSpec `ebpf:"nccl_entry"`
-	NcclEntryMulti  *ebpf.ProgramSpec `ebpf:"nccl_entry_multi"`
-	NcclExit        *ebpf.ProgramSpec `ebpf:"nccl_exit"`
-	NcclReturn      *ebpf.ProgramSpec `ebpf:"nccl_return"`
-	NcclReturnMulti *ebpf.ProgramSpec `ebpf:"nccl_return_multi"`
-	NvtxPop         *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
-	NvtxPush        *ebpf.ProgramSpec `ebpf:"nvtx_push"`
-	TimedEntry      *ebpf.ProgramSpec `ebpf:"timed_entry"`
-	TimedReturn     *ebpf.ProgramSpec `ebpf:"timed_return"`
+	DlEvent          *ebpf.ProgramSpec `ebpf:"dl_event"`
+	LaunchEntry      *ebpf.ProgramSpec `ebpf:"launch_entry"`
+	LaunchEntryMulti *ebpf.ProgramSpec `ebpf:"launch_entry_multi"`
+	NameEntry        *ebpf.ProgramSpec `ebpf:"name_entry"`
+	NameEntryMulti   *ebpf.ProgramSpec `ebpf:"name_entry_multi"`
+	NcclEntry        *ebpf.ProgramSpec `ebpf:"nccl_entry"`
+	NcclEntryMulti   *ebpf.ProgramSpec `ebpf:"nccl_entry_multi"`
+	NcclExit         *ebpf.ProgramSpec `ebpf:"nccl_exit"`
+	NcclReturn       *ebpf.ProgramSpec `ebpf:"nccl_return"`
+	NcclReturnMulti  *ebpf.ProgramSpec `ebpf:"nccl_return_multi"`
+	NvtxPop          *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
+	NvtxPush         *ebpf.ProgramSpec `ebpf:"nvtx_push"`
+	TimedEntry       *ebpf.ProgramSpec `ebpf:"timed_entry"`
+	TimedEntryMulti  *ebpf.ProgramSpec `ebpf:"timed_entry_multi"`
+	TimedReturn      *ebpf.ProgramSpec `ebpf:"timed_return"`
+	TimedReturnMulti *ebpf.ProgramSpec `ebpf:"timed_return_multi"`
 }
 
 // ProfiMapSpecs contains maps before they are loaded into the kernel.
@@ -551,25 +559,31 @@ type ProfiVariables struct {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
-	DlEvent         *ebpf.Program `ebpf:"dl_event"`
-	LaunchEntry     *ebpf.Program `ebpf:"launch_entry"`
-	NameEntry       *ebpf.Program `ebpf:"name_entry"`
-	NcclEntry       *ebpf.Program `ebpf:"nccl_entry"`
-	NcclEntryMulti  *ebpf.Program `ebpf:"nccl_entry_multi"`
-	NcclExit        *ebpf.Program `ebpf:"nccl_exit"`
-	NcclReturn      *ebpf.Program `ebpf:"nccl_return"`
-	NcclReturnMulti *ebpf.Program `ebpf:"nccl_return_multi"`
-	NvtxPop         *ebpf.Program `ebpf:"nvtx_pop"`
-	NvtxPush        *ebpf.Program `ebpf:"nvtx_push"`
-	TimedEntry      *ebpf.Program `ebpf:"timed_entry"`
-	TimedReturn     *ebpf.Program `ebpf:"timed_return"`
+	DlEvent          *ebpf.Program `ebpf:"dl_event"`
+	LaunchEntry      *ebpf.Program `ebpf:"launch_entry"`
+	LaunchEntryMulti *ebpf.Program `ebpf:"launch_entry_multi"`
+	NameEntry        *ebpf.Program `ebpf:"name_entry"`
+	NameEntryMulti   *ebpf.Program `ebpf:"name_entry_multi"`
+	NcclEntry        *ebpf.Program `ebpf:"nccl_entry"`
+	NcclEntryMulti   *ebpf.Program `ebpf:"nccl_entry_multi"`
+	NcclExit         *ebpf.Program `ebpf:"nccl_exit"`
+	NcclReturn       *ebpf.Program `ebpf:"nccl_return"`
+	NcclReturnMulti  *ebpf.Program `ebpf:"nccl_return_multi"`
+	NvtxPop          *ebpf.Program `ebpf:"nvtx_pop"`
+	NvtxPush         *ebpf.Program `ebpf:"nvtx_push"`
+	TimedEntry       *ebpf.Program `ebpf:"timed_entry"`
+	TimedEntryMulti  *ebpf.Program `ebpf:"timed_entry_multi"`
+	TimedReturn      *ebpf.Program `ebpf:"timed_return"`
+	TimedReturnMulti *ebpf.Program `ebpf:"timed_return_multi"`
 }
 
 func (p *ProfiPrograms) Close() error {
 	return _ProfiClose(
 		p.DlEvent,
 		p.LaunchEntry,
+		p.LaunchEntryMulti,
 		p.NameEntry,
+		p.NameEntryMulti,
 		p.NcclEntry,
 		p.NcclEntryMulti,
 		p.NcclExit,
@@ -578,7 +592,9 @@ func (p *ProfiPrograms) Close() error {
 		p.NvtxPop,
 		p.NvtxPush,
 		p.TimedEntry,
+		p.TimedEntryMulti,
 		p.TimedReturn,
+		p.TimedReturnMulti,
 	)
 }
 

@@ -119,7 +119,7 @@ type Config struct {
 	MallocSizesSize  uint32        // --malloc-sizes-size
 	DetailedLaunches bool          // --detailed-launches
 	OverheadBudget   float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
-	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for NCCL (tests the fallback)
+	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP             OTLPConfig    // --otlp-* and OTEL_* (interface.md 2.4)
 	MetricsTLS       TLSConfig     // --metrics-tls-* (interface.md 2.5)
@@ -227,7 +227,7 @@ type cli struct {
 	LaunchAggSize    int64   `name:"launch-agg-size" default:"8192" placeholder:"N" help:"max_entries of the kernel-launch aggregation BPF map."`
 	MallocSizesSize  int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
 	DetailedLaunches bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
-	NoUprobeMulti    bool    `name:"no-uprobe-multi" hidden:"" help:"Attach NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
+	NoUprobeMulti    bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
 	OverheadBudget   float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
 	LogLevel         string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
