@@ -3,6 +3,7 @@
 package aggregate
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -167,3 +168,97 @@ func TestMapSourceDeletePIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestSumPerCPUBatchMatchesIterate fills a per-CPU hash with more keys
+// than one batch holds and checks that the batch read hands every key
+// once with the exact per-CPU sums, the same as the key-by-key walk.
+func TestSumPerCPUBatchMatchesIterate(t *testing.T) {
+	testutil.RequireBPF(t)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 3*batchKeys + 7
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: 8, MaxEntries: 4 * batchKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want := map[uint32]uint64{}
+	for k := range uint32(keys) {
+		cpus := make([]uint64, ncpu)
+		for c := range cpus {
+			cpus[c] = uint64(k)*1000 + uint64(c) + 1
+			want[k] += cpus[c]
+		}
+		if err := m.Put(k, cpus); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect := func(read func(*ebpf.Map, func(uint32, *sumU64)) error) map[uint32]uint64 {
+		got := map[uint32]uint64{}
+		if err := read(m, func(k uint32, v *sumU64) {
+			if _, dup := got[k]; dup {
+				t.Errorf("key %d handed twice", k)
+			}
+			got[k] = uint64(*v)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	batch := func(m *ebpf.Map, fn func(uint32, *sumU64)) error {
+		_, err := sumPerCPUBatch[uint32, sumU64](m, fn)
+		return err
+	}
+	if got := collect(batch); !reflect.DeepEqual(got, want) {
+		t.Errorf("batch read: %d keys, want %d (or wrong sums)", len(got), len(want))
+	}
+	if got := collect(sumPerCPUIterate[uint32, sumU64]); !reflect.DeepEqual(got, want) {
+		t.Errorf("iterate: %d keys, want %d (or wrong sums)", len(got), len(want))
+	}
+}
+
+// sumU64 is a per-CPU value that sums.
+type sumU64 uint64
+
+func (s *sumU64) Add(o *sumU64) { *s += *o }
+
+// BenchmarkSumPerCPU reads a 5·10⁴-key per-CPU hash (the 50k-series
+// level of bench/scale_test.go) in batches and key by key.
+func BenchmarkSumPerCPU(b *testing.B) {
+	testutil.RequireBPF(b)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const keys = 50_000
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: uint32(binarySizeAggVal), MaxEntries: keys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	cpus := make([]bpfobj.ProfiAggVal, ncpu)
+	for k := range uint32(keys) {
+		if err := m.Put(k, cpus); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fn := func(uint32, *bpfobj.ProfiAggVal) {}
+	b.Run("batch", func(b *testing.B) {
+		for b.Loop() {
+			if err := sumPerCPU(m, fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("iterate", func(b *testing.B) {
+		for b.Loop() {
+			if err := sumPerCPUIterate(m, fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+var binarySizeAggVal = binary.Size(bpfobj.ProfiAggVal{})

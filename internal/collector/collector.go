@@ -52,7 +52,8 @@ type Data struct {
 
 // Collector is the prometheus.Collector of profi's data families.
 type Collector struct {
-	data Data
+	data   Data
+	labels labelCache
 
 	calls, memcpy, malloc, active, errors         *prometheus.Desc
 	launches, gridBlocks, blockThreads, sharedMem *prometheus.Desc
@@ -237,36 +238,61 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 
+	c.labels.mu.Lock()
+	c.labels.gen++
+	sorted := sortedMetrics{}
 	for _, p := range s.Processes {
 		m := p.Meta
+		pl := c.labels.proc(m, c.labels.gen)
+		send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, k seriesKey, labels func() []string) {
+			m, order := pl.metric(d, t, v, k, labels)
+			sorted.add(d, m, order)
+		}
 		pid := strconv.Itoa(m.PID)
 		for k, v := range p.Calls {
-			counter(c.calls, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+			send(c.calls, prometheus.CounterValue, float64(v), seriesKey{c.calls, k.Op, k.Stream, ""}, func() []string {
+				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
+			})
 		}
 		for k, v := range p.Errors {
-			counter(c.errors, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Code)
+			send(c.errors, prometheus.CounterValue, float64(v), seriesKey{c.errors, k.Op, k.Code, ""}, func() []string {
+				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Code}
+			})
 		}
 		for k, v := range p.Memcpy {
-			counter(c.memcpy, v, k.Direction, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+			send(c.memcpy, prometheus.CounterValue, float64(v), seriesKey{c.memcpy, k.Direction, k.Stream, ""}, func() []string {
+				return []string{k.Direction, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
+			})
 		}
+		memLabelValues := func() []string { return []string{pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID} }
 		if p.HasMemory() {
-			counter(c.malloc, p.MallocBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
-			gauge(c.active, float64(p.ActiveBytes()), pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+			send(c.malloc, prometheus.CounterValue, float64(p.MallocBytes), seriesKey{d: c.malloc}, memLabelValues)
+			send(c.active, prometheus.GaugeValue, float64(p.ActiveBytes()), seriesKey{d: c.active}, memLabelValues)
 		}
 		for k, v := range p.Memset {
-			counter(c.memset, v, k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream)
+			send(c.memset, prometheus.CounterValue, float64(v), seriesKey{c.memset, k.Op, k.Stream, ""}, func() []string {
+				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
+			})
 		}
 		if p.HasHostMemory() {
-			counter(c.mallocHost, p.MallocHostBytes, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID)
+			send(c.mallocHost, prometheus.CounterValue, float64(p.MallocHostBytes), seriesKey{d: c.mallocHost}, memLabelValues)
 		}
 		for kern, l := range p.Launches {
-			labels := []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, kern.Phase}
-			counter(c.launches, l.Count, labels...)
-			counter(c.gridBlocks, l.GridBlocks, labels...)
-			counter(c.blockThreads, l.BlockThreads, labels...)
-			counter(c.sharedMem, l.SharedBytes, labels...)
+			labels := func() []string {
+				return []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, kern.Phase}
+			}
+			for _, f := range []struct {
+				d *prometheus.Desc
+				v uint64
+			}{{c.launches, l.Count}, {c.gridBlocks, l.GridBlocks}, {c.blockThreads, l.BlockThreads}, {c.sharedMem, l.SharedBytes}} {
+				send(f.d, prometheus.CounterValue, float64(f.v), seriesKey{f.d, kern.Name, kern.Class, kern.Phase}, labels)
+			}
 		}
+		pl.trim()
 	}
+	c.labels.sweep()
+	c.labels.mu.Unlock()
+	sorted.send(ch)
 
 	for _, p := range s.Processes {
 		if p.NCCL != nil {

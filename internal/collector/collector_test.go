@@ -3,6 +3,8 @@ package collector
 import (
 	"bytes"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -493,5 +495,40 @@ func TestSelfBuckets(t *testing.T) {
 		if mf.GetType() != dto.MetricType_HISTOGRAM || len(mf.GetMetric()[0].GetLabel()) != 0 {
 			t.Errorf("%s: type %v, labels %v", mf.GetName(), mf.GetType(), mf.GetMetric()[0].GetLabel())
 		}
+	}
+}
+
+// BenchmarkCollect measures one scrape's Collect + Gather + text encode
+// at 5·10⁴ call series (the 50k level of bench/scale_test.go): the cost
+// must be a walk and an encode, not per-series allocations.
+func BenchmarkCollect(b *testing.B) {
+	const procs, series = 4, 50_000
+	s := &aggregate.Snapshot{Series: series}
+	for p := range procs {
+		proc := &aggregate.Process{Meta: aggregate.Meta{PID: 1000 + p, Comm: "scale"}, Calls: map[aggregate.OpStream]uint64{}}
+		for i := range series / procs {
+			proc.Calls[aggregate.OpStream{Op: "cuLaunchKernel", Stream: fmt.Sprintf("0x%x", 0x5ca1e0000+i*16)}] = uint64(i)
+		}
+		s.Processes = append(s.Processes, proc)
+	}
+	// The agent's registry kind (cmd/profi/main.go).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(Data{Snapshot: func() *aggregate.Snapshot { return s }, Attach: func() attach.Counters { return attach.Counters{} }}))
+	scrape := func() {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	scrape() // the first scrape of a series builds its labels; measure the steady state
+	b.ReportAllocs()
+	for b.Loop() {
+		scrape()
 	}
 }
