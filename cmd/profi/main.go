@@ -192,7 +192,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	})
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector.New(collector.Data{
+	data := collector.New(collector.Data{
 		Snapshot:     agg.Snapshot,
 		Attach:       attacher.Counters,
 		Started:      started,
@@ -204,14 +204,18 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Budget:     budgetStats,
 		Kubernetes: podStatus,
-	}))
+	})
+	reg.MustRegister(data)
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(httpSelf.Collectors()...)
 	if gpus != nil {
 		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pusher, err := otlpPusher(ctx, cfg, reg, started, log)
+	// What /metrics and OTLP export: the registry and the per-process
+	// families, which bypass it.
+	exposition := collector.NewExposition(reg, data)
+	pusher, err := otlpPusher(ctx, cfg, reg, exposition, started, log)
 	if err != nil {
 		return err
 	}
@@ -219,8 +223,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var beat atomic.Int64
 	beat.Store(time.Now().UnixNano())
 	srv, err := server.Listen(server.Options{
-		Listen:   cfg.Listen,
-		Gatherer: reg,
+		Listen:  cfg.Listen,
+		Metrics: exposition,
 		Status: func() any {
 			doc := collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
 			if events != nil {
@@ -371,9 +375,9 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 }
 
 // otlpPusher prepares the OTLP push (nil when no endpoint is set): it
-// converts what reg gathers, the same data /metrics serves, and registers
-// its self-metrics on reg.
-func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, started time.Time, log *slog.Logger) (*otlp.Pusher, error) {
+// converts what g gathers, the same data /metrics serves, and registers
+// its self-metrics on reg (part of g).
+func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, g prometheus.Gatherer, started time.Time, log *slog.Logger) (*otlp.Pusher, error) {
 	if !cfg.OTLP.Enabled() {
 		return nil, nil
 	}
@@ -383,7 +387,7 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	}
 	m := otlp.NewMetrics()
 	reg.MustRegister(m.Collectors()...)
-	conv := otlp.NewConverter(reg, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
+	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
 }

@@ -52,26 +52,26 @@ type Data struct {
 
 // Collector is the prometheus.Collector of profi's data families.
 type Collector struct {
-	data   Data
-	labels labelCache
+	data  Data
+	cache seriesCache
+	// procFamilies are the per-process families, by name; they bypass the
+	// registry (series.go).
+	procFamilies []*procFamily
 
-	calls, memcpy, malloc, active, errors         *prometheus.Desc
-	launches, gridBlocks, blockThreads, sharedMem *prometheus.Desc
-	durations, kernelDurations                    latencyFamilies
-	tracked, ringDrops, ringDropRate, cardDrops   *prometheus.Desc
-	launchDrops, mapDrops, probeMisses            *prometheus.Desc
-	attachFailures, attachedLibs, uptime, series  *prometheus.Desc
-	scanProblems, loadSkips                       *prometheus.Desc
-	memset, mallocHost                            *prometheus.Desc
-	mapEntries, mapCapacity, launchEvents         *prometheus.Desc
-	nameFailures                                  *prometheus.Desc
-	trapCost, hitCost, probeCPU, probeShare       *prometheus.Desc
-	samplingRatio, pausedFiles                    *prometheus.Desc
-	ncclCalls, ncclBytes, ncclHangs, ncclStale    *prometheus.Desc
-	ncclOldest, ncclStraggler, ncclCommInfo       *prometheus.Desc
-	ncclCommCalls, ncclCommBytes                  *prometheus.Desc
-	ncclDurations                                 latencyFamilies
-	k8sSynced, k8sErrors, k8sPods                 *prometheus.Desc
+	durations, kernelDurations                   latencyFamilies
+	tracked, ringDrops, ringDropRate, cardDrops  *prometheus.Desc
+	launchDrops, mapDrops, probeMisses           *prometheus.Desc
+	attachFailures, attachedLibs, uptime, series *prometheus.Desc
+	scanProblems, loadSkips                      *prometheus.Desc
+	mapEntries, mapCapacity, launchEvents        *prometheus.Desc
+	nameFailures                                 *prometheus.Desc
+	trapCost, hitCost, probeCPU, probeShare      *prometheus.Desc
+	samplingRatio, pausedFiles                   *prometheus.Desc
+	ncclCalls, ncclBytes, ncclHangs, ncclStale   *prometheus.Desc
+	ncclOldest, ncclStraggler, ncclCommInfo      *prometheus.Desc
+	ncclCommCalls, ncclCommBytes                 *prometheus.Desc
+	ncclDurations                                latencyFamilies
+	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -79,15 +79,7 @@ func New(data Data) *Collector {
 	d := prometheus.NewDesc
 	return &Collector{
 		data:         data,
-		calls:        d("profi_cuda_calls_total", "CUDA API calls per operation and stream.", counterLabels, nil),
-		memcpy:       d("profi_cuda_memcpy_bytes_total", "Bytes requested by successful cudaMemcpy/cudaMemcpyAsync calls, by direction (cudaMemcpyKind).", memcpyLabels, nil),
-		malloc:       d("profi_cuda_malloc_bytes_total", "Bytes of device memory allocated by successful cudaMalloc and cudaMallocAsync calls.", memLabels, nil),
-		active:       d("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted.", memLabels, nil),
-		errors:       d("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", errorLabels, nil),
-		launches:     d("profi_cuda_kernel_launches_total", "Kernel launches (counted at entry, failed launches included). kernel=\"anonymous\" in anonymous mode.", kernelLabels, nil),
-		gridBlocks:   d("profi_cuda_kernel_grid_blocks_total", "Sum of gridDim.x*y*z over kernel launches; divide by launches for the mean grid size.", kernelLabels, nil),
-		blockThreads: d("profi_cuda_kernel_block_threads_total", "Sum of blockDim.x*y*z over kernel launches; divide by launches for the mean block size.", kernelLabels, nil),
-		sharedMem:    d("profi_cuda_kernel_shared_memory_bytes_total", "Sum of dynamic shared memory requested by kernel launches.", kernelLabels, nil),
+		procFamilies: procFamilies(),
 		durations:    newLatencyFamilies("profi_cuda_duration", "timed CUDA calls", histLabels, bpfobj.LatencyBoundsNs[:]),
 		tracked:      d("profi_tracked_pids", "Live processes with at least one attached CUDA/NCCL library.", nil, nil),
 		ringDrops:    d("profi_dropped_events_total", "Reserve failures of the events ring buffer (this version sends no per-call events).", nil, nil),
@@ -100,8 +92,6 @@ func New(data Data) *Collector {
 			[]string{"library", "reason"}, nil),
 		attachedLibs:    d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
 		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
-		memset:          d("profi_cuda_memset_bytes_total", "Bytes set by successful cudaMemset/cudaMemsetAsync calls (never counted as memcpy).", counterLabels, nil),
-		mallocHost:      d("profi_cuda_malloc_host_bytes_total", "Pinned host bytes allocated by successful cudaMallocHost calls (not device memory).", memLabels, nil),
 		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
 		launchEvents:    d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
 		mapEntries:      d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
@@ -132,14 +122,18 @@ func New(data Data) *Collector {
 	}
 }
 
-// Describe sends every descriptor.
+// Describe sends every descriptor, the per-process families' included:
+// the registry never sees their series, but it refuses another collector
+// with one of their names.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, f := range c.procFamilies {
+		ch <- f.desc
+	}
 	for _, d := range []*prometheus.Desc{
-		c.calls, c.memcpy, c.malloc, c.active, c.errors, c.launches, c.gridBlocks, c.blockThreads, c.sharedMem,
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
 		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
-		c.memset, c.mallocHost, c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
+		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
@@ -228,7 +222,8 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropNVTXStack:    "nvtx_stack",
 }
 
-// Collect builds every metric from the current state.
+// Collect builds every metric from the current state but the per-process
+// families (Families, WriteFamilies).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.data.Snapshot()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
@@ -237,62 +232,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-
-	c.labels.mu.Lock()
-	c.labels.gen++
-	sorted := sortedMetrics{}
-	for _, p := range s.Processes {
-		m := p.Meta
-		pl := c.labels.proc(m, c.labels.gen)
-		send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, k seriesKey, labels func() []string) {
-			m, order := pl.metric(d, t, v, k, labels)
-			sorted.add(d, m, order)
-		}
-		pid := strconv.Itoa(m.PID)
-		for k, v := range p.Calls {
-			send(c.calls, prometheus.CounterValue, float64(v), seriesKey{c.calls, k.Op, k.Stream, ""}, func() []string {
-				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
-			})
-		}
-		for k, v := range p.Errors {
-			send(c.errors, prometheus.CounterValue, float64(v), seriesKey{c.errors, k.Op, k.Code, ""}, func() []string {
-				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Code}
-			})
-		}
-		for k, v := range p.Memcpy {
-			send(c.memcpy, prometheus.CounterValue, float64(v), seriesKey{c.memcpy, k.Direction, k.Stream, ""}, func() []string {
-				return []string{k.Direction, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
-			})
-		}
-		memLabelValues := func() []string { return []string{pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID} }
-		if p.HasMemory() {
-			send(c.malloc, prometheus.CounterValue, float64(p.MallocBytes), seriesKey{d: c.malloc}, memLabelValues)
-			send(c.active, prometheus.GaugeValue, float64(p.ActiveBytes()), seriesKey{d: c.active}, memLabelValues)
-		}
-		for k, v := range p.Memset {
-			send(c.memset, prometheus.CounterValue, float64(v), seriesKey{c.memset, k.Op, k.Stream, ""}, func() []string {
-				return []string{k.Op, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, k.Stream}
-			})
-		}
-		if p.HasHostMemory() {
-			send(c.mallocHost, prometheus.CounterValue, float64(p.MallocHostBytes), seriesKey{d: c.mallocHost}, memLabelValues)
-		}
-		for kern, l := range p.Launches {
-			labels := func() []string {
-				return []string{kern.Name, pid, m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID, kern.Class, kern.Phase}
-			}
-			for _, f := range []struct {
-				d *prometheus.Desc
-				v uint64
-			}{{c.launches, l.Count}, {c.gridBlocks, l.GridBlocks}, {c.blockThreads, l.BlockThreads}, {c.sharedMem, l.SharedBytes}} {
-				send(f.d, prometheus.CounterValue, float64(f.v), seriesKey{f.d, kern.Name, kern.Class, kern.Phase}, labels)
-			}
-		}
-		pl.trim()
-	}
-	c.labels.sweep()
-	c.labels.mu.Unlock()
-	sorted.send(ch)
 
 	for _, p := range s.Processes {
 		if p.NCCL != nil {

@@ -3,8 +3,6 @@ package collector
 import (
 	"bytes"
 	"flag"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,9 +196,20 @@ func newCollector(t *testing.T) *Collector {
 
 const uptimeFamily = "profi_system_uptime_seconds"
 
+// newExposition registers c in a pedantic registry and joins them as the
+// agent does. Its Gather runs through prometheus.Gatherers, which checks
+// every family and series as a registry checks its own, the per-process
+// families included.
+func newExposition(t *testing.T, c *Collector) prometheus.Gatherer {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	return prometheus.Gatherers{NewExposition(reg, c)}
+}
+
 // familyNames are the families a scrape returns, but for the uptime, whose
 // value depends on the clock.
-func familyNames(t *testing.T, reg *prometheus.Registry) []string {
+func familyNames(t *testing.T, reg prometheus.Gatherer) []string {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -238,8 +247,7 @@ func exposition(t *testing.T, reg prometheus.Gatherer, withUptime bool) []byte {
 
 func TestGoldenExposition(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newCollector(t))
+	reg := newExposition(t, newCollector(t))
 	got := exposition(t, reg, false)
 	golden(t, "metrics.golden.prom", got)
 
@@ -257,8 +265,7 @@ func TestGoldenExposition(t *testing.T) {
 
 func TestUptime(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(t))
+	reg := newExposition(t, newCollector(t))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -284,8 +291,7 @@ var wantLE = []string{"1e-06", "5e-06", "1e-05", "5e-05", "0.0001", "0.0005", "0
 
 func TestLabelSetsAndBuckets(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(t))
+	reg := newExposition(t, newCollector(t))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -441,8 +447,7 @@ func TestGoldenPinsLE(t *testing.T) {
 func TestLint(t *testing.T) {
 	t.Parallel()
 	// What testutil.CollectAndLint does: a pedantic registry, then promlint.
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newCollector(t))
+	reg := newExposition(t, newCollector(t))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -460,8 +465,7 @@ func TestLint(t *testing.T) {
 
 func TestPromtool(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(t))
+	reg := newExposition(t, newCollector(t))
 	proftest.CheckPromtool(t, exposition(t, reg, true))
 }
 
@@ -495,40 +499,5 @@ func TestSelfBuckets(t *testing.T) {
 		if mf.GetType() != dto.MetricType_HISTOGRAM || len(mf.GetMetric()[0].GetLabel()) != 0 {
 			t.Errorf("%s: type %v, labels %v", mf.GetName(), mf.GetType(), mf.GetMetric()[0].GetLabel())
 		}
-	}
-}
-
-// BenchmarkCollect measures one scrape's Collect + Gather + text encode
-// at 5·10⁴ call series (the 50k level of bench/scale_test.go): the cost
-// must be a walk and an encode, not per-series allocations.
-func BenchmarkCollect(b *testing.B) {
-	const procs, series = 4, 50_000
-	s := &aggregate.Snapshot{Series: series}
-	for p := range procs {
-		proc := &aggregate.Process{Meta: aggregate.Meta{PID: 1000 + p, Comm: "scale"}, Calls: map[aggregate.OpStream]uint64{}}
-		for i := range series / procs {
-			proc.Calls[aggregate.OpStream{Op: "cuLaunchKernel", Stream: fmt.Sprintf("0x%x", 0x5ca1e0000+i*16)}] = uint64(i)
-		}
-		s.Processes = append(s.Processes, proc)
-	}
-	// The agent's registry kind (cmd/profi/main.go).
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(Data{Snapshot: func() *aggregate.Snapshot { return s }, Attach: func() attach.Counters { return attach.Counters{} }}))
-	scrape := func() {
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	scrape() // the first scrape of a series builds its labels; measure the steady state
-	b.ReportAllocs()
-	for b.Loop() {
-		scrape()
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // StaleAfter is how old the main loop's heartbeat may be before /health fails.
@@ -21,7 +20,9 @@ const StaleAfter = 30 * time.Second
 
 // Options configure the Server.
 type Options struct {
-	Listen    string
+	Listen string
+	// Metrics is what /metrics serves; Gatherer's families when nil.
+	Metrics   Metrics
 	Gatherer  prometheus.Gatherer
 	Status    func() any          // JSON body of /status
 	Ready     func() bool         // readiness of everything but the server itself
@@ -90,17 +91,11 @@ func (s *Server) Handler() http.Handler {
 	if protect == nil {
 		protect = func(h http.Handler) http.Handler { return h }
 	}
-	metrics := promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{
-		ErrorHandling:     promhttp.ContinueOnError,
-		EnableOpenMetrics: true,
-	})
-	mux.Handle("GET /metrics", protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		began := time.Now()
-		metrics.ServeHTTP(w, r)
-		if s.opts.Encode != nil {
-			s.opts.Encode(time.Since(began))
-		}
-	})))
+	metrics := s.opts.Metrics
+	if metrics == nil {
+		metrics = gathererMetrics{s.opts.Gatherer}
+	}
+	mux.Handle("GET /metrics", protect(s.metricsHandler(metrics)))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if s.opts.Heartbeat != nil && time.Since(s.opts.Heartbeat()) > StaleAfter {
 			http.Error(w, "event loop stale", http.StatusServiceUnavailable)

@@ -48,7 +48,9 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 func TestOverheadEstimate(t *testing.T) {
 	testutil.RequireBPF(t)
 	w := startWorkload(t, fixtures.Workload, []string{"--driver", "2"})
-	const phases = 3
+	// Enough phases that the probes cost a few hundred ms of CPU time:
+	// the 10 ms ticks of /proc/PID/stat then weigh a few percent.
+	const phases = 10
 	measure := func() time.Duration {
 		before := cpuTime(t, w.PID)
 		for range phases {
@@ -83,7 +85,7 @@ func TestOverheadEstimate(t *testing.T) {
 	real := (probed - bare).Seconds()
 	est := est1 - est0
 	t.Logf("CPU time without probes %v, with %v: probes cost %.3fs; estimated %.3fs (%+.0f%%)", bare, probed, real, est, 100*(est-real)/real)
-	if real < 0.05 {
+	if real < 0.15 {
 		t.Fatalf("the probes cost only %.3fs of CPU time: too little to judge the estimate", real)
 	}
 	if math.Abs(est-real) > estimateTolerance*real {

@@ -1,0 +1,77 @@
+package collector
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Exposition is everything the agent exports: the families a registry
+// gathers (node-level and self families) and the collector's per-process
+// families, which bypass the registry (series.go). /metrics encodes it
+// and OTLP gathers it, so both export the same data.
+type Exposition struct {
+	registry prometheus.Gatherer
+	c        *Collector
+}
+
+// NewExposition joins the registry (with c registered) and c's
+// per-process families.
+func NewExposition(registry prometheus.Gatherer, c *Collector) *Exposition {
+	return &Exposition{registry: registry, c: c}
+}
+
+// Gather returns every family, sorted by name. A registry error comes
+// with the families it could gather.
+func (e *Exposition) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := e.registry.Gather()
+	mfs = append(mfs, e.c.gatherFamilies(e.c.data.Snapshot())...)
+	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return mfs, err
+}
+
+// Encode writes every family in format f to w; keep, when non-nil,
+// selects families by name. The text format and OpenMetrics 1.0 get the
+// per-process families written directly, after the registry's; other
+// formats (protobuf, OpenMetrics 2.0) encode Gather's families. A
+// registry error is returned after everything else was written.
+func (e *Exposition) Encode(w io.Writer, f expfmt.Format, keep func(string) bool) error {
+	direct := f.FormatType() == expfmt.TypeTextPlain ||
+		f.FormatType() == expfmt.TypeOpenMetrics && (f.Version() == expfmt.OpenMetricsVersion_1_0_0 || f.Version() == expfmt.OpenMetricsVersion_0_0_1)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := expfmt.NewEncoder(bw, f)
+	var mfs []*dto.MetricFamily
+	var gatherErr error
+	if direct {
+		mfs, gatherErr = e.registry.Gather()
+	} else {
+		mfs, gatherErr = e.Gather()
+	}
+	var errs []error
+	for _, mf := range mfs {
+		if keep != nil && !keep(mf.GetName()) {
+			continue
+		}
+		if err := enc.Encode(mf); err != nil {
+			errs = append(errs, fmt.Errorf("encode %s: %w", mf.GetName(), err))
+		}
+	}
+	if direct {
+		e.c.writeFamilies(bw, e.c.data.Snapshot(), f.FormatType() == expfmt.TypeOpenMetrics, keep)
+	}
+	if c, ok := enc.(io.Closer); ok { // OpenMetrics' final # EOF
+		errs = append(errs, c.Close())
+	}
+	errs = append(errs, bw.Flush())
+	if gatherErr != nil {
+		errs = append(errs, fmt.Errorf("gather: %w", gatherErr))
+	}
+	return errors.Join(errs...)
+}
