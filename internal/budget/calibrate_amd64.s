@@ -26,3 +26,25 @@ done:
 // would give the ABIInternal wrapper instead).
 DATA ·trapTargetPC+0(SB)/8, $·trapTarget(SB)
 GLOBL ·trapTargetPC(SB), RODATA, $8
+
+// bareTarget and callBare are trapTarget and callTarget without the
+// probe: the calibration times both in turn, so both see the same
+// machine state.
+TEXT ·bareTarget(SB), NOSPLIT|NOFRAME, $0-0
+	PUSHQ BP
+	POPQ  BP
+	RET
+
+// func callBare(n int)
+TEXT ·callBare(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+
+bareLoop:
+	TESTQ CX, CX
+	JZ    bareDone
+	CALL  ·bareTarget(SB)
+	DECQ  CX
+	JMP   bareLoop
+
+bareDone:
+	RET

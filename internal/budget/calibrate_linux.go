@@ -45,21 +45,26 @@ func Calibrate() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("attach calibration probe: %w", err)
 	}
+	defer l.Close()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const calls, rounds = 1000, 5
-	probed := make([]time.Duration, rounds)
-	for i := range probed {
-		probed[i] = timeCalls(calls)
+	// A finished GC cycle first: a concurrent mark on the sibling
+	// hyperthread made single calibrations up to 2x too high.
+	runtime.GC()
+	// Probed and bare calls alternate, so that both see the same machine
+	// state, and the rounds spread over 0.2 s, so that a burst of steal
+	// or of another thread's work on the sibling hyperthread affects a
+	// minority of them: the median of the rounds' differences drops them.
+	const calls, rounds = 1000, 21
+	diffs := make([]time.Duration, rounds)
+	for i := range diffs {
+		time.Sleep(10 * time.Millisecond)
+		probed := timeCalls(callTarget, calls)
+		diffs[i] = probed - timeCalls(callBare, calls)
 	}
-	l.Close()
-	bare := make([]time.Duration, rounds)
-	for i := range bare {
-		bare[i] = timeCalls(calls)
-	}
-	per := (median(probed) - median(bare)) / calls
+	per := median(diffs) / calls
 	if per <= 0 {
-		return 0, fmt.Errorf("calibration probe did not slow calls down (%v vs %v per %d calls): probe not hit", median(probed), median(bare), calls)
+		return 0, fmt.Errorf("calibration probe did not slow calls down (median difference %v per %d calls): probe not hit", median(diffs), calls)
 	}
 	return per, nil
 }
@@ -67,9 +72,9 @@ func Calibrate() (time.Duration, error) {
 // timeCalls measures the calling thread's CPU time, which is what traps
 // cost a process, rather than wall time, which preemption inflates on a
 // busy node.
-func timeCalls(n int) time.Duration {
+func timeCalls(call func(int), n int) time.Duration {
 	t0 := threadCPU()
-	callTarget(n)
+	call(n)
 	return threadCPU() - t0
 }
 

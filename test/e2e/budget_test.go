@@ -12,11 +12,14 @@ import (
 )
 
 // estimateTolerance is the stated error of the overhead estimate: the
-// estimated CPU time of the probes is within ±40 % of the measured one.
+// estimated CPU time of the probes is within ±50 % of the measured one.
 // Both sides are noisy on a shared VM: CPU time is read in 10 ms ticks,
-// and a trap's cost varies with cache state between the calibration
-// probe and the probed library functions.
-const estimateTolerance = 0.4
+// and a trap's cost varies with the vCPU's state (steal, a busy sibling
+// hyperthread) between the calibration and the probed library functions.
+// Measured on the CI VM type, 12 runs: -5 % to +32 % (the calibration
+// interleaves probed and bare rounds spread over 0.2 s; before, a single
+// burst of rounds gave up to +76 %).
+const estimateTolerance = 0.5
 
 // perPID returns the value of family's series for pid, if present.
 func perPID(a *testutil.Agent, family string, pid int) (float64, bool, error) {
@@ -84,6 +87,16 @@ func TestOverheadEstimate(t *testing.T) {
 	}
 	real := (probed - bare).Seconds()
 	est := est1 - est0
+	if mfs, err := a.Metrics(); err == nil {
+		costs := func(name string) []float64 {
+			var v []float64
+			for _, s := range testutil.Samples(mfs[name]) {
+				v = append(v, s.Value)
+			}
+			return v
+		}
+		t.Logf("trap cost %v s, cost per hit %v s", costs("profi_system_trap_cost_seconds"), costs("profi_system_probe_hit_cost_seconds"))
+	}
 	t.Logf("CPU time without probes %v, with %v: probes cost %.3fs; estimated %.3fs (%+.0f%%)", bare, probed, real, est, 100*(est-real)/real)
 	if real < 0.15 {
 		t.Fatalf("the probes cost only %.3fs of CPU time: too little to judge the estimate", real)
