@@ -52,8 +52,7 @@ type Data struct {
 
 // Collector is the prometheus.Collector of profi's data families.
 type Collector struct {
-	data  Data
-	cache seriesCache
+	data Data
 	// procFamilies are the per-process families, by name; they bypass the
 	// registry (series.go).
 	procFamilies []*procFamily

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,42 +19,86 @@ import (
 // per process × operation × stream, kernel, ...). They bypass the
 // registry: at 5·10⁴ series its per-metric consistency checks, sorting and
 // dto objects made one scrape take 0.6 s and most of the agent's garbage.
-// Each series' exposition text (`name{labels}`) is built once and kept
-// while the process's labels stay the same; a scrape writes it and the
-// value. The dto path (protobuf scrapes, OTLP) builds label pairs only
-// when it is used.
+// A scrape writes each series from fixed text fragments (the family name
+// and label names, sorted and quoted as expfmt writes them) and the
+// label values, escaped once per process for the process's own labels.
+// Nothing is kept per series between scrapes.
 
 // procFamily is one per-process family.
 type procFamily struct {
 	name, help string
-	typ        dto.MetricType // COUNTER or GAUGE
-	labels     []string       // in the interface's order (the values' order)
-	desc       *prometheus.Desc
+	typ        dto.MetricType   // COUNTER or GAUGE
+	desc       *prometheus.Desc // labels in the interface's order
 	// series calls yield for each of p's series in this family: its key
 	// within the process and its value.
 	series func(p *aggregate.Process, yield func(k seriesKey, v float64))
-	// values are a series' label values in labels' order (cache misses).
-	values func(m aggregate.Meta, k seriesKey) []string
-
-	// sorted maps sorted label positions to labels' positions: the
-	// exposition orders label pairs by name, as client_golang does.
-	sorted []int
+	// sorted are labels in name order (the exposition's order); sources
+	// say where each one's value comes from.
+	sorted  []string
+	sources []labelSource
+	// frags are the text around the values: frags[0] value frags[1] ...
+	frags []string
 	// header is the text format's HELP and TYPE lines; omHeader
 	// OpenMetrics' (no _total on a counter's family name, quotes escaped).
 	header, omHeader string
 }
 
-func newProcFamily(name, help string, typ dto.MetricType, labels []string,
+// labelSource is where a label value comes from: the process's labels
+// (metaPID...metaGPUUUID) or a part of the series key (keyA...keyC).
+type labelSource int
+
+const (
+	metaPID labelSource = iota
+	metaComm
+	metaNamespace
+	metaPod
+	metaContainer
+	metaGPU
+	metaGPUUUID
+	keyA // the series key's parts
+	keyB
+	keyC
+)
+
+// numMeta is the number of process labels.
+const numMeta = keyA
+
+// metaLabels are the names of the process's own labels.
+var metaLabels = [numMeta]string{"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
+
+// newProcFamily describes a family whose labels are named by labels;
+// keyParts names the labels that come from the series key, in the order
+// of its parts (a, b, c); every other label must be a process label.
+func newProcFamily(name, help string, typ dto.MetricType, labels []string, keyParts []string,
 	series func(p *aggregate.Process, yield func(k seriesKey, v float64)),
-	values func(m aggregate.Meta, k seriesKey) []string,
 ) *procFamily {
-	f := &procFamily{name: name, help: help, typ: typ, labels: labels, series: series, values: values}
+	f := &procFamily{name: name, help: help, typ: typ, series: series}
 	f.desc = prometheus.NewDesc(name, help, labels, nil)
-	f.sorted = make([]int, len(labels))
-	for i := range f.sorted {
-		f.sorted[i] = i
+	f.sorted = slices.Sorted(slices.Values(labels))
+	var b strings.Builder
+	b.WriteString(name)
+	for i, l := range f.sorted {
+		src := labelSource(slices.Index(metaLabels[:], l))
+		if k := slices.Index(keyParts, l); k >= 0 {
+			src = keyA + labelSource(k)
+		}
+		if src < 0 {
+			panic("collector: label " + l + " of " + name + " has no source")
+		}
+		f.sources = append(f.sources, src)
+		if i == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteString(`",`)
+		}
+		b.WriteString(l + `="`)
+		f.frags = append(f.frags, b.String())
+		b.Reset()
 	}
-	slices.SortFunc(f.sorted, func(a, b int) int { return strings.Compare(labels[a], labels[b]) })
+	if len(f.sorted) > 0 {
+		b.WriteString(`"}`)
+	}
+	f.frags = append(f.frags, b.String()+" ")
 	typName, omName := "gauge", name
 	if typ == dto.MetricType_COUNTER {
 		typName, omName = "counter", strings.TrimSuffix(name, "_total")
@@ -70,130 +113,61 @@ var (
 	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
 )
 
-// seriesKey names a series within a process: its family and the label
-// values that are not the process's own.
-type seriesKey struct {
-	f       *procFamily
-	a, b, c string
-}
+// seriesKey names a series within a process and family: the label values
+// that are not the process's own.
+type seriesKey struct{ a, b, c string }
 
-// seriesCache keeps each per-process series' exposition between scrapes.
-type seriesCache struct {
-	mu    sync.Mutex
-	gen   uint64
-	procs map[aggregate.Meta]*procSeries
-}
+// procValues are a process's own label values, raw (valid UTF-8) and
+// escaped for the text formats.
+type procValues struct{ raw, text [numMeta]string }
 
-// procSeries are one process's cached series, keyed by its labels: a
-// process whose pod labels arrive or whose GPU attribution changes gets
-// a new entry, so a cached text never carries a stale label value, and
-// the old one goes at the next sweep.
-type procSeries struct {
-	seen   uint64 // scrape generation that last used it
-	used   int    // series used in this scrape
-	series map[seriesKey]*cachedSeries
-}
-
-// cachedSeries is one series' `name{labels}` text and, once the dto path
-// has used it, its label pairs.
-type cachedSeries struct {
-	text  string
-	pairs []*dto.LabelPair
-}
-
-// begin starts a scrape of snapshot s: it returns each process's cache,
-// in s.Processes' order. The caller holds sc.mu.
-func (sc *seriesCache) begin(s *aggregate.Snapshot) []*procSeries {
-	if sc.procs == nil {
-		sc.procs = map[aggregate.Meta]*procSeries{}
+func valuesOf(m aggregate.Meta) *procValues {
+	pv := &procValues{raw: [numMeta]string{strconv.Itoa(m.PID), m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID}}
+	for i, v := range pv.raw {
+		pv.raw[i] = validUTF8(v)
+		pv.text[i] = escapeLabel(pv.raw[i])
 	}
-	sc.gen++
-	out := make([]*procSeries, len(s.Processes))
-	for i, p := range s.Processes {
-		ps := sc.procs[p.Meta]
-		if ps == nil {
-			ps = &procSeries{series: map[seriesKey]*cachedSeries{}}
-			sc.procs[p.Meta] = ps
-		}
-		ps.seen, ps.used = sc.gen, 0
-		out[i] = ps
-	}
-	return out
+	return pv
 }
 
-// end forgets processes that were not in this scrape's snapshot and
-// empties a process's cache when most of it is series that no longer
-// exist, so the cache stays bounded by what the snapshot exports.
-func (sc *seriesCache) end() {
-	for m, ps := range sc.procs {
-		switch {
-		case ps.seen != sc.gen:
-			delete(sc.procs, m)
-		case len(ps.series) > 2*ps.used+64:
-			ps.series = map[seriesKey]*cachedSeries{}
-		}
+// valueOf is the value of key part src (keyA, keyB or keyC) of k.
+func valueOf(src labelSource, k seriesKey) string {
+	switch src {
+	case keyA:
+		return validUTF8(k.a)
+	case keyB:
+		return validUTF8(k.b)
+	default:
+		return validUTF8(k.c)
 	}
 }
 
-// get returns the cached series k of process m, building it on a miss.
-func (sc *seriesCache) get(ps *procSeries, m aggregate.Meta, k seriesKey) *cachedSeries {
-	ps.used++
-	if cs := ps.series[k]; cs != nil {
-		return cs
+// validUTF8 replaces bytes that are not UTF-8 (a comm or kernel name can
+// hold any) with U+FFFD: the registry would refuse the series and its
+// counts would be lost.
+func validUTF8(v string) string {
+	if utf8.ValidString(v) {
+		return v
 	}
-	f := k.f
-	v := validValues(f.values(m, k))
-	var b strings.Builder
-	b.WriteString(f.name)
-	for i, j := range f.sorted {
-		if i == 0 {
-			b.WriteByte('{')
-		} else {
-			b.WriteByte(',')
-		}
-		b.WriteString(f.labels[j])
-		b.WriteString(`="`)
-		labelEscaper.WriteString(&b, v[j])
-		b.WriteByte('"')
-	}
-	if len(f.sorted) > 0 {
-		b.WriteByte('}')
-	}
-	cs := &cachedSeries{text: b.String()}
-	ps.series[k] = cs
-	return cs
+	return strings.ToValidUTF8(v, "\uFFFD")
 }
 
-// validValues replaces bytes that are not UTF-8 (a comm or kernel name
-// can hold any) with U+FFFD: the registry would refuse the series and
-// its counts would be lost.
-func validValues(v []string) []string {
-	for i := range v {
-		if !utf8.ValidString(v[i]) {
-			v[i] = strings.ToValidUTF8(v[i], "\uFFFD")
-		}
+// escapeLabel is v as the text formats quote it (v valid UTF-8).
+func escapeLabel(v string) string {
+	if !strings.ContainsAny(v, "\\\"\n") {
+		return v
 	}
-	return v
-}
-
-// pairsOf builds a series' label pairs in one block, sorted by name.
-func pairsOf(f *procFamily, v []string) []*dto.LabelPair {
-	block := make([]dto.LabelPair, len(v))
-	out := make([]*dto.LabelPair, len(v))
-	for i, j := range f.sorted {
-		block[i].Name, block[i].Value = proto.String(f.labels[j]), &v[j]
-		out[i] = &block[i]
-	}
-	return out
+	return labelEscaper.Replace(v)
 }
 
 // writeFamilies writes the per-process families of s in the text format
 // (OpenMetrics when om) to w; keep, when non-nil, selects families by
 // name.
 func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om bool, keep func(string) bool) {
-	c.cache.mu.Lock()
-	defer c.cache.mu.Unlock()
-	procs := c.cache.begin(s)
+	procs := make([]*procValues, len(s.Processes))
+	for i, p := range s.Processes {
+		procs[i] = valuesOf(p.Meta)
+	}
 	var num []byte
 	for _, f := range c.procFamilies {
 		if keep != nil && !keep(f.name) {
@@ -204,22 +178,27 @@ func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om boo
 			header = f.omHeader
 		}
 		for i, p := range s.Processes {
+			pv := procs[i]
 			f.series(p, func(k seriesKey, v float64) {
-				k.f = f
-				cs := c.cache.get(procs[i], p.Meta, k)
 				if header != "" {
 					w.WriteString(header)
 					header = ""
 				}
-				w.WriteString(cs.text)
-				w.WriteByte(' ')
+				for j, src := range f.sources {
+					w.WriteString(f.frags[j])
+					if src < numMeta {
+						w.WriteString(pv.text[src])
+					} else {
+						w.WriteString(escapeLabel(valueOf(src, k)))
+					}
+				}
+				w.WriteString(f.frags[len(f.sources)])
 				num = appendValue(num[:0], v, om)
 				w.Write(num)
 				w.WriteByte('\n')
 			})
 		}
 	}
-	c.cache.end()
 }
 
 // appendValue formats v as expfmt does: the text format as Go's %v, and
@@ -242,104 +221,132 @@ func appendValue(b []byte, v float64, om bool) []byte {
 }
 
 // gatherFamilies builds the per-process families of s as dto families
-// (protobuf scrapes, OTLP), each family's series in exposition order.
+// (protobuf scrapes, OTLP), each family's series in the registry's order
+// (label values compared in label-name order). A process's own label
+// pairs are shared by all its series.
 func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
-	c.cache.mu.Lock()
-	defer c.cache.mu.Unlock()
-	procs := c.cache.begin(s)
+	procs := make([][numMeta]*dto.LabelPair, len(s.Processes))
+	for i, p := range s.Processes {
+		pv := valuesOf(p.Meta)
+		for j := range numMeta {
+			procs[i][j] = &dto.LabelPair{Name: &metaLabels[j], Value: &pv.raw[j]}
+		}
+	}
 	var out []*dto.MetricFamily
 	for _, f := range c.procFamilies {
-		type series struct {
-			cs *cachedSeries
-			v  float64
+		n, nKey, count := len(f.sources), 0, 0
+		for _, src := range f.sources {
+			if src >= numMeta {
+				nKey++
+			}
 		}
-		var all []series
-		for i, p := range s.Processes {
-			f.series(p, func(k seriesKey, v float64) {
-				k.f = f
-				cs := c.cache.get(procs[i], p.Meta, k)
-				if cs.pairs == nil {
-					cs.pairs = pairsOf(f, validValues(f.values(p.Meta, k)))
-				}
-				all = append(all, series{cs, v})
-			})
+		for _, p := range s.Processes {
+			f.series(p, func(seriesKey, float64) { count++ })
 		}
-		if len(all) == 0 {
+		if count == 0 {
 			continue
 		}
-		slices.SortFunc(all, func(a, b series) int { return strings.Compare(a.cs.text, b.cs.text) })
-		mf := &dto.MetricFamily{Name: proto.String(f.name), Help: proto.String(f.help), Type: f.typ.Enum()}
-		ms := make([]dto.Metric, len(all))
-		vals := make([]float64, len(all))
-		for i, se := range all {
-			vals[i] = se.v
-			ms[i].Label = se.cs.pairs
-			if f.typ == dto.MetricType_COUNTER {
-				ms[i].Counter = &dto.Counter{Value: &vals[i]}
-			} else {
-				ms[i].Gauge = &dto.Gauge{Value: &vals[i]}
+		// One block each: labels (n per series), the key parts' pairs and
+		// values, the values.
+		labels := make([]*dto.LabelPair, 0, count*n)
+		keyPairs := make([]dto.LabelPair, 0, count*nKey)
+		keyValues := make([]string, 0, count*nKey)
+		vals := make([]float64, 0, count)
+		for i, p := range s.Processes {
+			f.series(p, func(k seriesKey, v float64) {
+				for j, src := range f.sources {
+					if src < numMeta {
+						labels = append(labels, procs[i][src])
+						continue
+					}
+					keyValues = append(keyValues, valueOf(src, k))
+					keyPairs = append(keyPairs, dto.LabelPair{Name: &f.sorted[j], Value: &keyValues[len(keyValues)-1]})
+					labels = append(labels, &keyPairs[len(keyPairs)-1])
+				}
+				vals = append(vals, v)
+			})
+		}
+		order := make([]int, len(vals))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(x, y int) int {
+			for j := range n {
+				if c := strings.Compare(labels[x*n+j].GetValue(), labels[y*n+j].GetValue()); c != 0 {
+					return c
+				}
 			}
-			mf.Metric = append(mf.Metric, &ms[i])
+			return 0
+		})
+		mf := &dto.MetricFamily{Name: proto.String(f.name), Help: proto.String(f.help), Type: f.typ.Enum(), Metric: make([]*dto.Metric, len(vals))}
+		ms := make([]dto.Metric, len(vals))
+		var counters []dto.Counter
+		var gauges []dto.Gauge
+		if f.typ == dto.MetricType_COUNTER {
+			counters = make([]dto.Counter, len(vals))
+		} else {
+			gauges = make([]dto.Gauge, len(vals))
+		}
+		for i, x := range order {
+			ms[i].Label = labels[x*n : x*n+n : x*n+n]
+			if counters != nil {
+				counters[i].Value = &vals[x]
+				ms[i].Counter = &counters[i]
+			} else {
+				gauges[i].Value = &vals[x]
+				ms[i].Gauge = &gauges[i]
+			}
+			mf.Metric[i] = &ms[i]
 		}
 		out = append(out, mf)
 	}
-	c.cache.end()
 	return out
 }
 
 // procFamilies returns the per-process families, sorted by name.
 func procFamilies() []*procFamily {
 	type yieldFunc = func(k seriesKey, v float64)
-	meta := func(m aggregate.Meta) []string {
-		return []string{strconv.Itoa(m.PID), m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID}
-	}
-	// The families' values: key part a, the process's labels, then the
-	// other key parts (interface.md 5.1's orders).
-	aMetaB := func(m aggregate.Meta, k seriesKey) []string { return append(append([]string{k.a}, meta(m)...), k.b) }
-	aMetaBC := func(m aggregate.Meta, k seriesKey) []string { return append(aMetaB(m, k), k.c) }
-	onlyMeta := func(m aggregate.Meta, _ seriesKey) []string { return meta(m) }
 	counter, gauge := dto.MetricType_COUNTER, dto.MetricType_GAUGE
-
 	launch := func(name, help string, field func(aggregate.Launch) uint64) *procFamily {
-		return newProcFamily(name, help, counter, kernelLabels, func(p *aggregate.Process, yield yieldFunc) {
+		return newProcFamily(name, help, counter, kernelLabels, []string{"kernel", "kernel_class", "phase"}, func(p *aggregate.Process, yield yieldFunc) {
 			for k, l := range p.Launches {
-				yield(seriesKey{a: k.Name, b: k.Class, c: k.Phase}, float64(field(l)))
+				yield(seriesKey{k.Name, k.Class, k.Phase}, float64(field(l)))
 			}
-		}, aMetaBC)
+		})
 	}
 	memory := func(name, help string, typ dto.MetricType, has func(*aggregate.Process) bool, value func(*aggregate.Process) uint64) *procFamily {
-		return newProcFamily(name, help, typ, memLabels, func(p *aggregate.Process, yield yieldFunc) {
+		return newProcFamily(name, help, typ, memLabels, nil, func(p *aggregate.Process, yield yieldFunc) {
 			if has(p) {
 				yield(seriesKey{}, float64(value(p)))
 			}
-		}, onlyMeta)
+		})
 	}
 	opStream := func(name, help string, m func(*aggregate.Process) map[aggregate.OpStream]uint64) *procFamily {
-		return newProcFamily(name, help, counter, counterLabels, func(p *aggregate.Process, yield yieldFunc) {
+		return newProcFamily(name, help, counter, counterLabels, []string{"operation", "stream"}, func(p *aggregate.Process, yield yieldFunc) {
 			for k, v := range m(p) {
 				yield(seriesKey{a: k.Op, b: k.Stream}, float64(v))
 			}
-		}, aMetaB)
+		})
 	}
 	fams := []*procFamily{
 		opStream("profi_cuda_calls_total", "CUDA API calls per operation and stream.",
 			func(p *aggregate.Process) map[aggregate.OpStream]uint64 { return p.Calls }),
 		newProcFamily("profi_cuda_memcpy_bytes_total", "Bytes requested by successful cudaMemcpy/cudaMemcpyAsync calls, by direction (cudaMemcpyKind).", counter, memcpyLabels,
-			func(p *aggregate.Process, yield yieldFunc) {
+			[]string{"direction", "stream"}, func(p *aggregate.Process, yield yieldFunc) {
 				for k, v := range p.Memcpy {
 					yield(seriesKey{a: k.Direction, b: k.Stream}, float64(v))
 				}
-			}, aMetaB),
+			}),
 		memory("profi_cuda_malloc_bytes_total", "Bytes of device memory allocated by successful cudaMalloc and cudaMallocAsync calls.", counter,
 			(*aggregate.Process).HasMemory, func(p *aggregate.Process) uint64 { return p.MallocBytes }),
 		memory("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted.", gauge,
 			(*aggregate.Process).HasMemory, (*aggregate.Process).ActiveBytes),
 		newProcFamily("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", counter, errorLabels,
-			func(p *aggregate.Process, yield yieldFunc) {
+			[]string{"operation", "error_code"}, func(p *aggregate.Process, yield yieldFunc) {
 				for k, v := range p.Errors {
 					yield(seriesKey{a: k.Op, b: k.Code}, float64(v))
 				}
-			}, aMetaB),
+			}),
 		launch("profi_cuda_kernel_launches_total", "Kernel launches (counted at entry, failed launches included). kernel=\"anonymous\" in anonymous mode.",
 			func(l aggregate.Launch) uint64 { return l.Count }),
 		launch("profi_cuda_kernel_grid_blocks_total", "Sum of gridDim.x*y*z over kernel launches; divide by launches for the mean grid size.",
