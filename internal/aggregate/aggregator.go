@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -77,9 +76,9 @@ type Options struct {
 type procState struct {
 	meta    Meta
 	start   uint64
-	streams map[uint64]bool // admitted stream handles
-	kernels map[string]bool // admitted kernel labels
-	podDone bool            // pod labels final (see PodLabeler)
+	streams map[uint64]string // admitted stream handles and their labels
+	kernels map[string]bool   // admitted kernel labels
+	podDone bool              // pod labels final (see PodLabeler)
 	// With Options.Scale: per key, the last raw value and the estimate.
 	aggEst    map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal
 	launchEst map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal
@@ -161,6 +160,7 @@ type Aggregator struct {
 	retiredNCCL map[HistKey]*NCCLHist
 	nccl        ncclState
 	stragHists  map[stragglerKey]*NCCLHist // this drain's, per communicator
+	pidData     map[int]*pidData           // the last drain's, reused
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -251,15 +251,24 @@ type pidData struct {
 // goroutine (or a test) may call it.
 func (a *Aggregator) Drain() error {
 	began := time.Now()
+	// The per-PID maps of the last drain are emptied and refilled: at
+	// 5·10⁴ keys, growing new ones was half of a drain's allocations.
 	byPID := map[int]*pidData{}
 	get := func(pid uint32) *pidData {
 		d := byPID[int(pid)]
 		if d == nil {
-			d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}, nccl: map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{}}
+			if d = a.pidData[int(pid)]; d != nil {
+				clear(d.agg)
+				clear(d.launch)
+				clear(d.nccl)
+			} else {
+				d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}, nccl: map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{}}
+			}
 			byPID[int(pid)] = d
 		}
 		return d
 	}
+	defer func() { a.pidData = byPID }()
 	if err := a.opts.Source.Aggregated(func(k bpfobj.ProfiAggKey, v *bpfobj.ProfiAggVal) { get(k.Pid).agg[k] = *v }); err != nil {
 		return fmt.Errorf("read aggregated map: %w", err)
 	}
@@ -446,7 +455,7 @@ func (a *Aggregator) process(pid int) *procState {
 	if !ok {
 		return nil
 	}
-	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]bool{}, kernels: map[string]bool{}}
+	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]string{}, kernels: map[string]bool{}}
 	a.procs[pid] = ps
 	a.label(ps)
 	return ps
@@ -582,12 +591,16 @@ func (a *Aggregator) admit(t tuple) bool {
 // stream maps a stream handle to its label, collapsing handles beyond
 // --max-streams-per-pid into "other" (never into "default").
 func (a *Aggregator) stream(ps *procState, h uint64) string {
-	if h == 0 || ps.streams[h] {
+	if h == 0 {
 		return bpfobj.StreamLabel(h)
 	}
+	if l, ok := ps.streams[h]; ok {
+		return l // formatted once per stream, not at every drain
+	}
 	if len(ps.streams) < a.opts.MaxStreamsPerPID || a.opts.MaxStreamsPerPID <= 0 {
-		ps.streams[h] = true
-		return bpfobj.StreamLabel(h)
+		l := bpfobj.StreamLabel(h)
+		ps.streams[h] = l
+		return l
 	}
 	return "other"
 }
@@ -605,6 +618,17 @@ func histOf(v *bpfobj.ProfiAggVal) *Hist {
 	h := &Hist{SumNs: v.DurationNs, Count: v.Timed}
 	copy(h.Buckets[:], v.Buckets[:])
 	return h
+}
+
+// sortedKeys returns m's keys sorted by cmp, in a slice of the right
+// size (slices.SortedFunc grows it from empty).
+func sortedKeys[K comparable, V any](m map[K]V, cmp func(K, K) int) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp)
+	return keys
 }
 
 // compareAggKeys orders keys so that caps admit the same tuples on every
@@ -637,7 +661,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		hists:    map[string]*Hist{},
 		khists:   map[Kernel]*KernelHist{},
 	}
-	aggKeys := slices.SortedFunc(maps.Keys(d.agg), compareAggKeys)
+	aggKeys := sortedKeys(d.agg, compareAggKeys)
 	for _, k := range aggKeys {
 		// Series are created on first data: memory series only for a process that allocates or frees.
 		if f := opFamily(k.Op); f == bpfobj.FamilyMalloc || f == bpfobj.FamilyFree {
@@ -684,7 +708,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		}
 		mergeInto(p.hists, op, histOf(&v))
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(d.launch), compareLaunchKeys) {
+	for _, k := range sortedKeys(d.launch, compareLaunchKeys) {
 		v := d.launch[k]
 		op := bpfobj.OpName(k.Op)
 		stream := a.stream(ps, k.Stream)

@@ -65,6 +65,14 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 		part.attrs = append(part.attrs, GPUAttribution{Ordinal: ord, Source: src})
 		partOf[dev] = part
 	}
+	if len(byLabels) == 1 {
+		// One set of labels (the usual case): the process's data as it is,
+		// not a copy of every key.
+		for _, p := range byLabels {
+			p.data = d
+			return []gpuPart{*p}
+		}
+	}
 	for k, v := range d.agg {
 		partOf[k.Dev].data.agg[k] = v
 	}

@@ -142,11 +142,22 @@ func valueOf(src labelSource, k seriesKey) string {
 	}
 }
 
+// plain reports whether v is ASCII without a character the text formats
+// escape: most values, which then need neither check below.
+func plain(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c >= utf8.RuneSelf || c == '\\' || c == '"' || c == '\n' {
+			return false
+		}
+	}
+	return true
+}
+
 // validUTF8 replaces bytes that are not UTF-8 (a comm or kernel name can
 // hold any) with U+FFFD: the registry would refuse the series and its
 // counts would be lost.
 func validUTF8(v string) string {
-	if utf8.ValidString(v) {
+	if plain(v) || utf8.ValidString(v) {
 		return v
 	}
 	return strings.ToValidUTF8(v, "\uFFFD")
@@ -158,6 +169,21 @@ func escapeLabel(v string) string {
 		return v
 	}
 	return labelEscaper.Replace(v)
+}
+
+// textValue is key part src of k, valid and escaped for the text formats.
+func textValue(src labelSource, k seriesKey) string {
+	v := k.c
+	switch src {
+	case keyA:
+		v = k.a
+	case keyB:
+		v = k.b
+	}
+	if plain(v) {
+		return v
+	}
+	return escapeLabel(validUTF8(v))
 }
 
 // writeFamilies writes the per-process families of s in the text format
@@ -189,7 +215,7 @@ func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om boo
 					if src < numMeta {
 						w.WriteString(pv.text[src])
 					} else {
-						w.WriteString(escapeLabel(valueOf(src, k)))
+						w.WriteString(textValue(src, k))
 					}
 				}
 				w.WriteString(f.frags[len(f.sources)])
