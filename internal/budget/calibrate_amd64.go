@@ -2,15 +2,15 @@ package budget
 
 // Implemented in calibrate_amd64.s.
 
-//nolint:unused // called only from callTarget, in assembly
+//nolint:unused // called only through callN, in assembly
 func trapTarget()
 
-func callTarget(n int)
-
-//nolint:unused // called only from callBare, in assembly
+//nolint:unused // called only through callN, in assembly
 func bareTarget()
 
-func callBare(n int)
+// callN calls the ABI0 function at pc n times.
+func callN(pc uintptr, n int)
 
-// trapTargetPC is the ABI0 entry of trapTarget, set in assembly.
-var trapTargetPC uintptr
+// trapTargetPC and bareTargetPC are the ABI0 entries of trapTarget and
+// bareTarget, set in assembly.
+var trapTargetPC, bareTargetPC uintptr

@@ -8,43 +8,32 @@ TEXT ·trapTarget(SB), NOSPLIT|NOFRAME, $0-0
 	POPQ  BP
 	RET
 
-// func callTarget(n int)
-TEXT ·callTarget(SB), NOSPLIT, $0-8
-	MOVQ n+0(FP), CX
+// bareTarget is trapTarget without the probe: the calibration times both
+// in turn, so both see the same machine state.
+TEXT ·bareTarget(SB), NOSPLIT|NOFRAME, $0-0
+	PUSHQ BP
+	POPQ  BP
+	RET
+
+// func callN(pc uintptr, n int) calls the ABI0 function at pc n times
+// (trapTarget and bareTarget touch no register but the stack).
+TEXT ·callN(SB), NOSPLIT, $0-16
+	MOVQ pc+0(FP), DX
+	MOVQ n+8(FP), CX
 
 loop:
 	TESTQ CX, CX
 	JZ    done
-	CALL  ·trapTarget(SB)
+	CALL  DX
 	DECQ  CX
 	JMP   loop
 
 done:
 	RET
 
-// The ABI0 entry of trapTarget, where the probe goes (a Go func value
+// The ABI0 entries of the targets, where the probe goes (a Go func value
 // would give the ABIInternal wrapper instead).
 DATA ·trapTargetPC+0(SB)/8, $·trapTarget(SB)
 GLOBL ·trapTargetPC(SB), RODATA, $8
-
-// bareTarget and callBare are trapTarget and callTarget without the
-// probe: the calibration times both in turn, so both see the same
-// machine state.
-TEXT ·bareTarget(SB), NOSPLIT|NOFRAME, $0-0
-	PUSHQ BP
-	POPQ  BP
-	RET
-
-// func callBare(n int)
-TEXT ·callBare(SB), NOSPLIT, $0-8
-	MOVQ n+0(FP), CX
-
-bareLoop:
-	TESTQ CX, CX
-	JZ    bareDone
-	CALL  ·bareTarget(SB)
-	DECQ  CX
-	JMP   bareLoop
-
-bareDone:
-	RET
+DATA ·bareTargetPC+0(SB)/8, $·bareTarget(SB)
+GLOBL ·bareTargetPC(SB), RODATA, $8

@@ -59,8 +59,8 @@ func Calibrate() (time.Duration, error) {
 	diffs := make([]time.Duration, rounds)
 	for i := range diffs {
 		time.Sleep(10 * time.Millisecond)
-		probed := timeCalls(callTarget, calls)
-		diffs[i] = probed - timeCalls(callBare, calls)
+		probed := timeCalls(trapTargetPC, calls)
+		diffs[i] = probed - timeCalls(bareTargetPC, calls)
 	}
 	per := median(diffs) / calls
 	if per <= 0 {
@@ -72,9 +72,9 @@ func Calibrate() (time.Duration, error) {
 // timeCalls measures the calling thread's CPU time, which is what traps
 // cost a process, rather than wall time, which preemption inflates on a
 // busy node.
-func timeCalls(call func(int), n int) time.Duration {
+func timeCalls(pc uintptr, n int) time.Duration {
 	t0 := threadCPU()
-	call(n)
+	callN(pc, n)
 	return threadCPU() - t0
 }
 

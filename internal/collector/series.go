@@ -188,7 +188,8 @@ func textValue(src labelSource, k seriesKey) string {
 
 // writeFamilies writes the per-process families of s in the text format
 // (OpenMetrics when om) to w; keep, when non-nil, selects families by
-// name.
+// name. Write errors are not checked here: a bufio.Writer keeps the
+// first one, and the caller's Flush returns it.
 func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om bool, keep func(string) bool) {
 	procs := make([]*procValues, len(s.Processes))
 	for i, p := range s.Processes {
@@ -207,21 +208,21 @@ func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om boo
 			pv := procs[i]
 			f.series(p, func(k seriesKey, v float64) {
 				if header != "" {
-					w.WriteString(header)
+					_, _ = w.WriteString(header)
 					header = ""
 				}
 				for j, src := range f.sources {
-					w.WriteString(f.frags[j])
+					_, _ = w.WriteString(f.frags[j])
 					if src < numMeta {
-						w.WriteString(pv.text[src])
+						_, _ = w.WriteString(pv.text[src])
 					} else {
-						w.WriteString(textValue(src, k))
+						_, _ = w.WriteString(textValue(src, k))
 					}
 				}
-				w.WriteString(f.frags[len(f.sources)])
+				_, _ = w.WriteString(f.frags[len(f.sources)])
 				num = appendValue(num[:0], v, om)
-				w.Write(num)
-				w.WriteByte('\n')
+				_, _ = w.Write(num)
+				_ = w.WriteByte('\n')
 			})
 		}
 	}
