@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 )
@@ -35,5 +36,21 @@ func BenchmarkDrain(b *testing.B) {
 			}
 			b.ReportMetric(float64(a.Snapshot().Series), "series")
 		})
+	}
+}
+
+// The pause after a drain keeps draining under 5 % of a CPU, between the
+// configured interval and 5 s.
+func TestNextDrain(t *testing.T) {
+	a := New(Options{Source: newFakeSource(), Procs: newFakeProcs(nil), Interval: time.Second})
+	for _, tc := range []struct{ took, want time.Duration }{
+		{10 * time.Millisecond, time.Second},
+		{50 * time.Millisecond, time.Second},
+		{150 * time.Millisecond, 3 * time.Second},
+		{time.Second, 5 * time.Second},
+	} {
+		if got := a.nextDrain(tc.took); got != tc.want {
+			t.Errorf("after a drain of %v: next in %v, want %v", tc.took, got, tc.want)
+		}
 	}
 }
