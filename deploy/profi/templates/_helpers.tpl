@@ -197,6 +197,15 @@ Validation of value combinations the agent would reject at startup
 - name: NVIDIA_DRIVER_CAPABILITIES
   value: {{ .Values.nvidia.driverCapabilities | quote }}
 {{- end }}
+{{- if dig "limits" "memory" "" .Values.resources }}
+{{- /* Go's soft memory limit at the container's limit: the GC works harder
+       before the kernel would OOM-kill the agent. extraEnv can override it. */}}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: profi
+      resource: limits.memory
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
