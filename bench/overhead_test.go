@@ -82,6 +82,7 @@ const (
 	cfgBpftrace      = "bpftrace_count"        // bpftrace one-liner, @c = count()
 	cfgInterpose     = "ld_preload_interposer" // bench/interpose.c, no kernel
 	cfgProfi         = "profi_"                // + kernel mode
+	cfgMultiSuffix   = "_uprobe_multi"         // profi with uprobe_multi links (the agent's default)
 )
 
 // An emptyProbe is a probe running the floor program.
@@ -110,8 +111,8 @@ type config struct {
 	// the bytes at the probed addresses.
 	steps int
 	// multi: the probes are uprobe_multi links (profi: Options.UprobeMulti,
-	// which applies to libnccl's probes; empty probes: one multi link per
-	// program). Only configurations alike in this are "same traps".
+	// the agent's default; empty probes: one multi link per program). Only
+	// configurations alike in this are "same traps".
 	multi bool
 	empty []emptyProbe // floor-program probes
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
@@ -333,6 +334,10 @@ func (bc *bench) configurations() results {
 		{fn: fnLaunch, name: cfgProfi + off, mode: off},
 		{fn: fnLaunch, name: cfgProfi + anon, traps: 2, mode: anon},
 		{fn: fnLaunch, name: cfgProfi + full, traps: 4, mode: full},
+		// The agent's default links (uprobe_multi, one per program and file):
+		// the same traps, a different kernel path to the program.
+		{fn: fnLaunch, name: cfgProfi + anon + cfgMultiSuffix, traps: 2, mode: anon, multi: true},
+		{fn: fnLaunch, name: cfgProfi + full + cfgMultiSuffix, traps: 4, mode: full, multi: true},
 		// The comparison (compare_test.go) is on the direct driver launch.
 		{fn: fnCuLaunch, name: cfgNone},
 		{fn: fnCuLaunch, name: cfgEmpty, traps: 1, empty: entry(siteCuLaunch)},
@@ -347,6 +352,7 @@ func (bc *bench) configurations() results {
 		{fn: fnTimed, name: cfgEmptyPair, traps: 2, empty: pair(siteTimed)},
 		// Timed in every mode; attached with the default mode.
 		{fn: fnTimed, name: cfgProfi + anon, traps: 2, mode: anon},
+		{fn: fnTimed, name: cfgProfi + anon + cfgMultiSuffix, traps: 2, mode: anon, multi: true},
 		// The same function in the CET build: at +0 the kernel single-steps
 		// endbr64; past it, it emulates the push (ebpf-notes.md 7b).
 		{fn: fnTimed, cet: true, name: cfgNone},
@@ -405,19 +411,11 @@ func (bc *bench) sources(c *config) map[discover.Library]string {
 	return src
 }
 
-// profiPrograms are the programs profi's attacher attaches, by name.
+// profiPrograms are the programs profi's attacher attaches, by name: all
+// of them, as the agent passes them (cmd/profi); Options.UprobeMulti
+// picks classic or uprobe_multi links.
 func (bc *bench) profiPrograms() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		bpfobj.ProfiProgTimedEntry:  bc.objs.TimedEntry,
-		bpfobj.ProfiProgTimedReturn: bc.objs.TimedReturn,
-		bpfobj.ProfiProgLaunchEntry: bc.objs.LaunchEntry,
-		bpfobj.ProfiProgNameEntry:   bc.objs.NameEntry,
-		// libnccl's: classic and uprobe.multi (Options.UprobeMulti picks).
-		bpfobj.ProfiProgNcclEntry:       bc.objs.NcclEntry,
-		bpfobj.ProfiProgNcclReturn:      bc.objs.NcclReturn,
-		bpfobj.ProfiProgNcclEntryMulti:  bc.objs.NcclEntryMulti,
-		bpfobj.ProfiProgNcclReturnMulti: bc.objs.NcclReturnMulti,
-	}
+	return bc.objs.Programs()
 }
 
 // privateNames are the names of the private copies of each stub library
@@ -765,10 +763,10 @@ func (c *config) syncProfi(targets []attach.Target) error {
 			cnt.Attached, slices.Sorted(maps.Keys(c.libs)), cnt.Failures, c.att.Status())
 	}
 	for _, ls := range c.att.Status().Attached {
-		// Options.UprobeMulti applies to libnccl's probes only; a refusal
-		// would fall back to classic links silently.
-		if multi := c.multi && ls.Library == string(discover.LibNCCL); ls.UprobeMulti != multi {
-			return fmt.Errorf("%s attached with uprobe_multi %v, want %v", ls.Path, ls.UprobeMulti, multi)
+		// A refusal of uprobe_multi would fall back to classic links
+		// silently.
+		if ls.UprobeMulti != c.multi {
+			return fmt.Errorf("%s attached with uprobe_multi %v, want %v", ls.Path, ls.UprobeMulti, c.multi)
 		}
 	}
 	traps := 0
