@@ -2,6 +2,7 @@ package collector
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,10 @@ type Data struct {
 // Collector is the prometheus.Collector of profi's data families.
 type Collector struct {
 	data Data
+	// pinned is the snapshot of the scrape in progress (Exposition), so
+	// that the registry's families and the per-process ones come from
+	// the same drain.
+	pinned atomic.Pointer[aggregate.Snapshot]
 	// procFamilies are the per-process families, by name; they bypass the
 	// registry (series.go).
 	procFamilies []*procFamily
@@ -221,10 +226,18 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropNVTXStack:    "nvtx_stack",
 }
 
+// snapshot is the scrape's snapshot: the pinned one, else the latest.
+func (c *Collector) snapshot() *aggregate.Snapshot {
+	if s := c.pinned.Load(); s != nil {
+		return s
+	}
+	return c.data.Snapshot()
+}
+
 // Collect builds every metric from the current state but the per-process
 // families (Families, WriteFamilies).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.data.Snapshot()
+	s := c.snapshot()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}

@@ -7,10 +7,13 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/profi-dev/profi/internal/aggregate"
 )
 
 // Exposition is everything the agent exports: the families a registry
@@ -20,6 +23,9 @@ import (
 type Exposition struct {
 	registry prometheus.Gatherer
 	c        *Collector
+	// mu serialises the registry gathers, each with its snapshot pinned
+	// in c (scrapes and OTLP pushes can overlap).
+	mu sync.Mutex
 }
 
 // NewExposition joins the registry (with c registered) and c's
@@ -28,11 +34,25 @@ func NewExposition(registry prometheus.Gatherer, c *Collector) *Exposition {
 	return &Exposition{registry: registry, c: c}
 }
 
+// gatherRegistry gathers the registry with one snapshot pinned in the
+// collector and returns that snapshot: every family of a scrape comes
+// from the same drain (a drain between the two would pair new counts
+// with old histograms).
+func (e *Exposition) gatherRegistry() ([]*dto.MetricFamily, *aggregate.Snapshot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.c.data.Snapshot()
+	e.c.pinned.Store(s)
+	defer e.c.pinned.Store(nil)
+	mfs, err := e.registry.Gather()
+	return mfs, s, err
+}
+
 // Gather returns every family, sorted by name. A registry error comes
 // with the families it could gather.
 func (e *Exposition) Gather() ([]*dto.MetricFamily, error) {
-	mfs, err := e.registry.Gather()
-	mfs = append(mfs, e.c.gatherFamilies(e.c.data.Snapshot())...)
+	mfs, s, err := e.gatherRegistry()
+	mfs = append(mfs, e.c.gatherFamilies(s)...)
 	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return mfs, err
 }
@@ -47,10 +67,13 @@ func (e *Exposition) Encode(w io.Writer, f expfmt.Format, keep func(string) bool
 		f.FormatType() == expfmt.TypeOpenMetrics && (f.Version() == expfmt.OpenMetricsVersion_1_0_0 || f.Version() == expfmt.OpenMetricsVersion_0_0_1)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := expfmt.NewEncoder(bw, f)
-	var mfs []*dto.MetricFamily
-	var gatherErr error
+	var (
+		mfs       []*dto.MetricFamily
+		snap      *aggregate.Snapshot
+		gatherErr error
+	)
 	if direct {
-		mfs, gatherErr = e.registry.Gather()
+		mfs, snap, gatherErr = e.gatherRegistry()
 	} else {
 		mfs, gatherErr = e.Gather()
 	}
@@ -64,7 +87,7 @@ func (e *Exposition) Encode(w io.Writer, f expfmt.Format, keep func(string) bool
 		}
 	}
 	if direct {
-		e.c.writeFamilies(bw, e.c.data.Snapshot(), f.FormatType() == expfmt.TypeOpenMetrics, keep)
+		e.c.writeFamilies(bw, snap, f.FormatType() == expfmt.TypeOpenMetrics, keep)
 	}
 	if c, ok := enc.(io.Closer); ok { // OpenMetrics' final # EOF
 		errs = append(errs, c.Close())

@@ -6,9 +6,11 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/profi-dev/profi/internal/aggregate"
@@ -220,4 +222,63 @@ func BenchmarkExposition(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestOneSnapshotPerScrape: a scrape's families all come from one
+// snapshot, even when a drain publishes a new one in the middle of it:
+// here every read of the latest snapshot finds a newer one, whose calls
+// and latency count are both its sequence number.
+func TestOneSnapshotPerScrape(t *testing.T) {
+	t.Parallel()
+	var seq atomic.Uint64
+	next := func() *aggregate.Snapshot {
+		n := seq.Add(1)
+		return &aggregate.Snapshot{
+			Processes: []*aggregate.Process{{
+				Meta:  aggregate.Meta{PID: 7, Comm: "w"},
+				Calls: map[aggregate.OpStream]uint64{{Op: "cudaMemcpy", Stream: "default"}: n},
+			}},
+			Hists: map[aggregate.HistKey]*aggregate.Hist{{Op: "cudaMemcpy"}: {Count: n}},
+		}
+	}
+	c := New(Data{Snapshot: next, Attach: func() attach.Counters { return attach.Counters{} }})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	exp := NewExposition(reg, c)
+	same := func(mfs map[string]*dto.MetricFamily) {
+		t.Helper()
+		calls := mfs["profi_cuda_calls_total"].GetMetric()[0].GetCounter().GetValue()
+		count := mfs["profi_cuda_duration_count_total"].GetMetric()[0].GetCounter().GetValue()
+		if calls != count {
+			t.Errorf("calls %v and latency count %v come from different snapshots", calls, count)
+		}
+	}
+	for _, f := range []expfmt.Format{expfmt.NewFormat(expfmt.TypeTextPlain), expfmt.NewFormat(expfmt.TypeProtoDelim)} {
+		var buf bytes.Buffer
+		if err := exp.Encode(&buf, f, nil); err != nil {
+			t.Fatal(err)
+		}
+		mfs := map[string]*dto.MetricFamily{}
+		dec := expfmt.NewDecoder(&buf, f)
+		for {
+			var mf dto.MetricFamily
+			if err := dec.Decode(&mf); err != nil {
+				if err != io.EOF {
+					t.Fatalf("%s: %v", f, err)
+				}
+				break
+			}
+			mfs[mf.GetName()] = &mf
+		}
+		same(mfs)
+	}
+	gathered, err := exp.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs := map[string]*dto.MetricFamily{}
+	for _, mf := range gathered {
+		mfs[mf.GetName()] = mf
+	}
+	same(mfs)
 }
