@@ -234,8 +234,8 @@ func (c *Collector) snapshot() *aggregate.Snapshot {
 	return c.data.Snapshot()
 }
 
-// Collect builds every metric from the current state but the per-process
-// families (Families, WriteFamilies).
+// Collect builds every metric from the scrape's snapshot but the
+// per-process families, which Exposition writes itself (series.go).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.snapshot()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {

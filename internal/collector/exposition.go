@@ -77,15 +77,7 @@ func (e *Exposition) Encode(w io.Writer, f expfmt.Format, keep func(string) bool
 	} else {
 		mfs, gatherErr = e.Gather()
 	}
-	var errs []error
-	for _, mf := range mfs {
-		if keep != nil && !keep(mf.GetName()) {
-			continue
-		}
-		if err := enc.Encode(mf); err != nil {
-			errs = append(errs, fmt.Errorf("encode %s: %w", mf.GetName(), err))
-		}
-	}
+	errs := []error{encodeEach(enc, mfs, keep)}
 	if direct {
 		e.c.writeFamilies(bw, snap, f.FormatType() == expfmt.TypeOpenMetrics, keep)
 	}
@@ -95,6 +87,32 @@ func (e *Exposition) Encode(w io.Writer, f expfmt.Format, keep func(string) bool
 	errs = append(errs, bw.Flush())
 	if gatherErr != nil {
 		errs = append(errs, fmt.Errorf("gather: %w", gatherErr))
+	}
+	return errors.Join(errs...)
+}
+
+// EncodeFamilies writes mfs in format f to w, as promhttp does; keep,
+// when non-nil, selects families by name.
+func EncodeFamilies(w io.Writer, f expfmt.Format, mfs []*dto.MetricFamily, keep func(string) bool) error {
+	enc := expfmt.NewEncoder(w, f)
+	err := encodeEach(enc, mfs, keep)
+	if c, ok := enc.(io.Closer); ok { // OpenMetrics' final # EOF
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
+
+// encodeEach encodes the families keep selects; a family that fails does
+// not stop the others.
+func encodeEach(enc expfmt.Encoder, mfs []*dto.MetricFamily, keep func(string) bool) error {
+	var errs []error
+	for _, mf := range mfs {
+		if keep != nil && !keep(mf.GetName()) {
+			continue
+		}
+		if err := enc.Encode(mf); err != nil {
+			errs = append(errs, fmt.Errorf("encode %s: %w", mf.GetName(), err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -130,15 +130,15 @@ func valuesOf(m aggregate.Meta) *procValues {
 	return pv
 }
 
-// valueOf is the value of key part src (keyA, keyB or keyC) of k.
-func valueOf(src labelSource, k seriesKey) string {
+// part is key part src (keyA, keyB or keyC) of k.
+func (k seriesKey) part(src labelSource) string {
 	switch src {
 	case keyA:
-		return validUTF8(k.a)
+		return k.a
 	case keyB:
-		return validUTF8(k.b)
+		return k.b
 	default:
-		return validUTF8(k.c)
+		return k.c
 	}
 }
 
@@ -171,15 +171,8 @@ func escapeLabel(v string) string {
 	return labelEscaper.Replace(v)
 }
 
-// textValue is key part src of k, valid and escaped for the text formats.
-func textValue(src labelSource, k seriesKey) string {
-	v := k.c
-	switch src {
-	case keyA:
-		v = k.a
-	case keyB:
-		v = k.b
-	}
+// textValue is v valid and escaped for the text formats.
+func textValue(v string) string {
 	if plain(v) {
 		return v
 	}
@@ -216,7 +209,7 @@ func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om boo
 					if src < numMeta {
 						_, _ = w.WriteString(pv.text[src])
 					} else {
-						_, _ = w.WriteString(textValue(src, k))
+						_, _ = w.WriteString(textValue(k.part(src)))
 					}
 				}
 				_, _ = w.WriteString(f.frags[len(f.sources)])
@@ -286,7 +279,7 @@ func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
 						labels = append(labels, procs[i][src])
 						continue
 					}
-					keyValues = append(keyValues, valueOf(src, k))
+					keyValues = append(keyValues, validUTF8(k.part(src)))
 					keyPairs = append(keyPairs, dto.LabelPair{Name: &f.sorted[j], Value: &keyValues[len(keyValues)-1]})
 					labels = append(labels, &keyPairs[len(keyPairs)-1])
 				}

@@ -1,7 +1,7 @@
 package server
 
 import (
-	"fmt"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +12,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/profi-dev/profi/internal/collector"
 )
 
 // Metrics is what /metrics serves.
@@ -29,20 +31,7 @@ func (m gathererMetrics) Encode(w io.Writer, f expfmt.Format, keep func(string) 
 		return nil
 	}
 	mfs, err := m.g.Gather()
-	enc := expfmt.NewEncoder(w, f)
-	for _, mf := range mfs {
-		if keep == nil || keep(mf.GetName()) {
-			if encErr := enc.Encode(mf); encErr != nil {
-				return fmt.Errorf("encode %s: %w", mf.GetName(), encErr)
-			}
-		}
-	}
-	if c, ok := enc.(io.Closer); ok {
-		if closeErr := c.Close(); closeErr != nil {
-			return closeErr
-		}
-	}
-	return err
+	return errors.Join(collector.EncodeFamilies(w, f, mfs, keep), err)
 }
 
 // gzipWriters are reused across scrapes: a writer holds about 1 MiB.
