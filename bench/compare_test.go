@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/attach"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // The prologue-skip target (issue 9): a hit on an endbr64; push function,
@@ -205,11 +206,11 @@ func (bc *bench) skipOffset(path string, s site) (uint64, error) {
 	if err := unix.Stat(path, &st); err != nil {
 		return 0, err
 	}
-	progs := bc.profiPrograms()
+	progs := bc.profiPrograms(false)
 	for name := range progs {
 		progs[name] = bc.empty
 	}
-	att := attach.New(attach.Options{Programs: progs, KernelMode: attach.KernelModeOff, Profile: attach.ProfileLean})
+	att := attach.New(attach.Options{Programs: progs, KernelMode: ops.KernelModeOff, Profile: ops.ProfileLean}) // classic: bc.empty is no uprobe_multi program
 	defer att.Close()
 	att.Sync([]attach.Target{{
 		Key:  attach.FileKey{Dev: st.Dev, Inode: st.Ino},
@@ -257,7 +258,7 @@ func printSkipTarget(configs results) {
 	plus0, none := configs.floorOf(s), configs.noneOf(s)
 	fmt.Printf("\nPrologue skip on %s: internal/attach probes at %s (starts: %s).\n", s.function(), s.at(),
 		firstBytes(s.libs[s.probes[0].at.lib], s.probes[0].at.sym, 6))
-	if p := configs.named(s, cfgProfi+attach.KernelModeAnonymous); p != nil {
+	if p := configs.named(s, cfgProfi+ops.KernelModeAnonymous); p != nil {
 		fmt.Printf("profi's Status puts its probes on the call path at %v (single-steps per call: %d).\n", p.probes, p.steps)
 	}
 	fmt.Printf("A hit at %s, less the unprobed call, against a hit at +0 (target ≤ %.1f×):\n", s.at(), skipTarget)
@@ -292,12 +293,12 @@ var comparison = []comparisonRow{
 	{fnCuLaunch, false, cfgNone, "no probe", "—"},
 	{fnCuLaunch, false, cfgEmpty, "empty uprobe at +0 (floor)", "no"},
 	{fnCuLaunch, false, cfgBpftrace, "bpftrace `@c = count()`", "no"},
-	{fnCuLaunch, false, cfgProfi + attach.KernelModeOff, "profi, kernel mode `off`", "no"},
-	{fnCuLaunch, false, cfgProfi + attach.KernelModeAnonymous, "profi, `anonymous`", "no"},
-	{fnCuLaunch, false, cfgProfi + attach.KernelModeFull, "profi, `full`", "no"},
+	{fnCuLaunch, false, cfgProfi + ops.KernelModeOff, "profi, kernel mode `off`", "no"},
+	{fnCuLaunch, false, cfgProfi + ops.KernelModeAnonymous, "profi, `anonymous`", "no"},
+	{fnCuLaunch, false, cfgProfi + ops.KernelModeFull, "profi, `full`", "no"},
 	{fnCuLaunch, false, cfgInterpose, "LD_PRELOAD interposer (relaxed atomic count)", "yes"},
 	{fnTimed, true, cfgEmpty, "empty uprobe at +0 (floor)", "no"},
-	{fnTimed, true, cfgProfi + attach.KernelModeAnonymous, "profi (entry + return), probes past endbr64", "no"},
+	{fnTimed, true, cfgProfi + ops.KernelModeAnonymous, "profi (entry + return), probes past endbr64", "no"},
 }
 
 // printComparison prints the comparison table; rows whose configuration

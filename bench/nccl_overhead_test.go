@@ -10,9 +10,9 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // The NCCL rows of BenchmarkOverhead: ncclAllReduce of the stub libnccl,
@@ -34,9 +34,9 @@ const (
 )
 
 var (
-	siteAllReduce = site{discover.LibNCCL, fnAllReduce, bpfobj.OpNcclAllReduce}
+	siteAllReduce = site{discover.LibNCCL, fnAllReduce, ops.OpNcclAllReduce}
 	// The loop makes its communicator once, after the go-ahead.
-	siteCommInit = site{discover.LibNCCL, "ncclCommInitRank", bpfobj.OpNcclCommInitRank}
+	siteCommInit = site{discover.LibNCCL, "ncclCommInitRank", ops.OpNcclCommInitRank}
 )
 
 // NCCL configuration names.
@@ -51,7 +51,7 @@ const (
 // Where the kernel has no uprobe_multi links, the multi rows are left out
 // (BenchmarkOverhead says so).
 func (bc *bench) ncclConfigurations() results {
-	const mode = attach.KernelModeAnonymous
+	const mode = ops.KernelModeAnonymous
 	rows := results{
 		{fn: fnAllReduce, name: cfgNone},
 		{fn: fnAllReduce, name: cfgEmpty, traps: 1, empty: []emptyProbe{{at: siteAllReduce}}},
@@ -69,7 +69,7 @@ func (bc *bench) ncclConfigurations() results {
 // links on one symbol, return link first, as the attacher attaches
 // libnccl. It returns the traps per call.
 func (bc *bench) attachEmptyMulti(c *config, ex *link.Executable, e emptyProbe, off uint64) (int, error) {
-	opts := &link.UprobeMultiOptions{Offsets: []uint64{off}, Cookies: []uint64{bpfobj.Cookie(e.at.op, 1)}}
+	opts := &link.UprobeMultiOptions{Offsets: []uint64{off}, Cookies: []uint64{ops.Cookie(e.at.op, 1)}}
 	traps := 0
 	if e.ret {
 		l, err := ex.UretprobeMulti([]string{e.at.sym}, bc.emptyMulti, opts)
@@ -102,13 +102,13 @@ func (s ncclSums) String() string {
 // communicator, which proves the entry read the arguments of every call.
 // Any other loop (CUDA) must leave nothing in nccl_agg.
 func (bc *bench) checkNccl(c *config, pid uint32, n uint64) error {
-	want := map[bpfobj.Op]ncclSums{}
+	want := map[ops.Op]ncclSums{}
 	if c.fn == fnAllReduce {
 		want[siteAllReduce.op] = ncclSums{n, n, n * ncclCallBytes, n}
 		want[siteCommInit.op] = ncclSums{1, 1, 0, 1}
 	}
-	got := map[bpfobj.Op]ncclSums{}
-	comms := map[bpfobj.Op][]uint64{} // by operation, the communicators seen
+	got := map[ops.Op]ncclSums{}
+	comms := map[ops.Op][]uint64{} // by operation, the communicators seen
 	var (
 		k bpfobj.ProfiNcclKey
 		v []bpfobj.ProfiNcclVal
@@ -118,7 +118,7 @@ func (bc *bench) checkNccl(c *config, pid uint32, n uint64) error {
 		if k.Pid != pid {
 			continue
 		}
-		op := bpfobj.Op(k.Op)
+		op := ops.Op(k.Op)
 		s := got[op]
 		for _, cpu := range v {
 			s.count += cpu.Count
@@ -132,7 +132,7 @@ func (bc *bench) checkNccl(c *config, pid uint32, n uint64) error {
 			continue // an entry with nothing counted on any CPU
 		}
 		if k.Err != 0 {
-			return fmt.Errorf("nccl_agg of pid %d holds %s calls that returned %d", pid, bpfobj.OpName(k.Op), k.Err)
+			return fmt.Errorf("nccl_agg of pid %d holds %s calls that returned %d", pid, ops.Name(k.Op), k.Err)
 		}
 		got[op] = s
 		comms[op] = append(comms[op], k.Comm)
@@ -153,13 +153,13 @@ func (bc *bench) checkNccl(c *config, pid uint32, n uint64) error {
 	return nil
 }
 
-func fmtNccl(m map[bpfobj.Op]ncclSums) string {
+func fmtNccl(m map[ops.Op]ncclSums) string {
 	s := "{"
 	for i, op := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			s += "; "
 		}
-		s += fmt.Sprintf("%s: %s", bpfobj.OpName(uint32(op)), m[op])
+		s += fmt.Sprintf("%s: %s", ops.Name(uint32(op)), m[op])
 	}
 	return s + "}"
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -51,13 +52,13 @@ const (
 type site struct {
 	lib discover.Library
 	sym string
-	op  bpfobj.Op
+	op  ops.Op
 }
 
 var (
-	siteLaunch   = site{discover.LibCudart, fnLaunch, bpfobj.OpCudaLaunchKernel}
-	siteCuLaunch = site{discover.LibCuda, fnCuLaunch, bpfobj.OpCuLaunchKernel}
-	siteTimed    = site{discover.LibCudart, fnTimed, bpfobj.OpCudaMemcpyAsync}
+	siteLaunch   = site{discover.LibCudart, fnLaunch, ops.OpCudaLaunchKernel}
+	siteCuLaunch = site{discover.LibCuda, fnCuLaunch, ops.OpCuLaunchKernel}
+	siteTimed    = site{discover.LibCudart, fnTimed, ops.OpCudaMemcpyAsync}
 )
 
 // callPath lists the probeable functions one call of each loop function
@@ -195,6 +196,7 @@ type bench struct {
 	interpose string // the LD_PRELOAD interposer (bench/interpose.c)
 	fx        *testutil.Fixtures
 	objs      *bpfobj.Objects
+	classic   *bpfobj.Objects // the programs of objs as classic uprobe programs
 	empty     *ebpf.Program
 	// emptyMulti is the floor program for uprobe_multi links; nil where
 	// the kernel has none (then the uprobe_multi rows are left out).
@@ -228,15 +230,21 @@ func BenchmarkOverhead(b *testing.B) {
 	bc := &bench{dir: dir, skip: map[string]map[string]uint64{}}
 	bc.build(b)
 
-	// As cmd/profi loads it: a kernel without uprobe_multi links could not
-	// load the NCCL uprobe.multi programs.
+	// As cmd/profi loads it (uprobe_multi where the kernel has it), and
+	// the same programs again as classic uprobe programs on the same maps,
+	// for the configurations that compare the two kinds of links.
 	noMulti := bpfobj.HaveUprobeMulti()
-	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: noMulti != nil})
+	objs, err := bpfobj.Load(bpfobj.Sizes{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer objs.Close()
 	bc.objs = objs
+	bc.classic, err = classicPrograms(objs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bc.classic.Close()
 	emptySpec := &ebpf.ProgramSpec{
 		Name:         "bench_empty",
 		Type:         ebpf.Kprobe, // uprobes are kprobe-type programs
@@ -314,9 +322,9 @@ func (bc *bench) configurations() results {
 		return ps
 	}
 	const (
-		off  = attach.KernelModeOff
-		anon = attach.KernelModeAnonymous
-		full = attach.KernelModeFull
+		off  = ops.KernelModeOff
+		anon = ops.KernelModeAnonymous
+		full = ops.KernelModeFull
 	)
 	// bpftrace runs where it is installed; elsewhere its row is left out
 	// with a message, not a failure.
@@ -412,10 +420,33 @@ func (bc *bench) sources(c *config) map[discover.Library]string {
 }
 
 // profiPrograms are the programs profi's attacher attaches, by name: all
-// of them, as the agent passes them (cmd/profi); Options.UprobeMulti
-// picks classic or uprobe_multi links.
-func (bc *bench) profiPrograms() map[string]*ebpf.Program {
+// of them, as the agent passes them (cmd/profi), loaded for uprobe_multi
+// links or for classic ones.
+func (bc *bench) profiPrograms(multi bool) map[string]*ebpf.Program {
+	if !multi {
+		return bc.classic.Programs()
+	}
 	return bc.objs.Programs()
+}
+
+// classicPrograms loads profi's programs as classic uprobe programs (as
+// bpfobj.Load does on kernels without uprobe_multi) on objs's maps, so
+// both kinds of links count into the same maps.
+func classicPrograms(objs *bpfobj.Objects) (*bpfobj.Objects, error) {
+	spec, err := bpfobj.LoadProfi()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range spec.Programs {
+		if p.AttachType == ebpf.AttachTraceUprobeMulti {
+			p.AttachType = ebpf.AttachNone
+		}
+	}
+	var out bpfobj.Objects
+	if err := spec.LoadAndAssign(&out.ProfiPrograms, &ebpf.CollectionOptions{MapReplacements: objs.Maps()}); err != nil {
+		return nil, fmt.Errorf("load classic programs: %w", err)
+	}
+	return &out, nil
 }
 
 // privateNames are the names of the private copies of each stub library
@@ -474,9 +505,9 @@ func (bc *bench) setup(c *config, dir string) error {
 		// profi as the agent runs it: its attacher, the kernel mode, the
 		// default probe profile, no PID filter (--pid unset).
 		c.att = attach.New(attach.Options{
-			Programs:    bc.profiPrograms(),
+			Programs:    bc.profiPrograms(c.multi),
 			KernelMode:  c.mode,
-			Profile:     attach.ProfileLean,
+			Profile:     ops.ProfileLean,
 			PIDFiles:    bc.objs.PidFiles,
 			RuntimeText: bc.objs.RtText,
 			FullFiles:   bc.objs.FullFiles,
@@ -516,7 +547,7 @@ func (bc *bench) attachEmpty(c *config, src map[discover.Library]string) error {
 		}
 		c.probes = append(c.probes, probeAt{e.at, off})
 		// As the attacher does: return probe first, cookie = op | file << 32.
-		opts := &link.UprobeOptions{Cookie: bpfobj.Cookie(e.at.op, 1), Offset: off}
+		opts := &link.UprobeOptions{Cookie: ops.Cookie(e.at.op, 1), Offset: off}
 		if c.multi {
 			n, err := bc.attachEmptyMulti(c, exes[e.at.lib], e, off)
 			if err != nil {
@@ -869,15 +900,15 @@ func (bc *bench) drops() ([bpfobj.NumDrops]uint64, error) {
 
 // counted is what profi's maps hold for one process, by operation.
 type counted struct {
-	launches      map[bpfobj.Op]uint64 // launch_agg count
-	timedLaunches map[bpfobj.Op]uint64 // launch_agg timed (full mode)
-	calls         map[bpfobj.Op]uint64 // aggregated count
-	histogram     map[bpfobj.Op]uint64 // aggregated histogram total
+	launches      map[ops.Op]uint64 // launch_agg count
+	timedLaunches map[ops.Op]uint64 // launch_agg timed (full mode)
+	calls         map[ops.Op]uint64 // aggregated count
+	histogram     map[ops.Op]uint64 // aggregated histogram total
 	drops         map[bpfobj.Drop]uint64
 }
 
 func newCounted() counted {
-	return counted{map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Op]uint64{}, map[bpfobj.Drop]uint64{}}
+	return counted{map[ops.Op]uint64{}, map[ops.Op]uint64{}, map[ops.Op]uint64{}, map[ops.Op]uint64{}, map[bpfobj.Drop]uint64{}}
 }
 
 // checkCounts verifies that profi counted the loop's n calls exactly, and
@@ -893,17 +924,17 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 		switch {
 		case c.fn == fnTimed:
 			want.calls[outer.op], want.histogram[outer.op] = n, n
-		case c.mode == attach.KernelModeAnonymous:
+		case c.mode == ops.KernelModeAnonymous:
 			want.launches[outer.op] = n
-		case c.mode == attach.KernelModeFull: // timed launches: aggregated too
+		case c.mode == ops.KernelModeFull: // timed launches: aggregated too
 			want.launches[outer.op], want.timedLaunches[outer.op] = n, n
 			want.calls[outer.op], want.histogram[outer.op] = n, n
 		}
 		if c.fn == fnLaunch {
 			switch c.mode {
-			case attach.KernelModeAnonymous:
+			case ops.KernelModeAnonymous:
 				want.drops[bpfobj.DropRuntimeToDrv] = n
-			case attach.KernelModeFull:
+			case ops.KernelModeFull:
 				want.drops[bpfobj.DropNested] = n
 			}
 		}
@@ -919,8 +950,8 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 			continue
 		}
 		for _, v := range lv {
-			got.launches[bpfobj.Op(lk.Op)] += v.Count
-			got.timedLaunches[bpfobj.Op(lk.Op)] += v.Timed
+			got.launches[ops.Op(lk.Op)] += v.Count
+			got.timedLaunches[ops.Op(lk.Op)] += v.Timed
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -936,9 +967,9 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 			continue
 		}
 		for _, v := range av {
-			got.calls[bpfobj.Op(ak.Op)] += v.Count
+			got.calls[ops.Op(ak.Op)] += v.Count
 			for _, k := range v.Buckets {
-				got.histogram[bpfobj.Op(ak.Op)] += k
+				got.histogram[ops.Op(ak.Op)] += k
 			}
 		}
 	}
@@ -948,13 +979,13 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 	for i := range after {
 		got.drops[bpfobj.Drop(i)] = after[i] - before[i]
 	}
-	for _, m := range []map[bpfobj.Op]uint64{got.launches, got.timedLaunches, got.calls, got.histogram} {
-		maps.DeleteFunc(m, func(_ bpfobj.Op, v uint64) bool { return v == 0 })
+	for _, m := range []map[ops.Op]uint64{got.launches, got.timedLaunches, got.calls, got.histogram} {
+		maps.DeleteFunc(m, func(_ ops.Op, v uint64) bool { return v == 0 })
 	}
 	maps.DeleteFunc(got.drops, func(_ bpfobj.Drop, v uint64) bool { return v == 0 })
 	for _, m := range []struct {
 		what      string
-		got, want map[bpfobj.Op]uint64
+		got, want map[ops.Op]uint64
 	}{
 		{"launch_agg count", got.launches, want.launches},
 		{"launch_agg timed", got.timedLaunches, want.timedLaunches},
@@ -971,10 +1002,10 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 	return nil
 }
 
-func fmtOps(m map[bpfobj.Op]uint64) string {
+func fmtOps(m map[ops.Op]uint64) string {
 	var parts []string
 	for _, op := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", bpfobj.OpName(uint32(op)), m[op]))
+		parts = append(parts, fmt.Sprintf("%s=%d", ops.Name(uint32(op)), m[op]))
 	}
 	return "{" + strings.Join(parts, " ") + "}"
 }

@@ -2,18 +2,23 @@
 //go:build ignore
 
 /*
- * profi's uprobe programs: count and time CUDA Runtime and Driver API calls
- * and aggregate them in per-CPU maps. Nothing leaves the kernel per call:
- * Go reads the cumulative map values. The only ring buffer carries kernel
- * names (full mode), a few per process.
+ * profi's uprobe programs: count and time CUDA Runtime, Driver, NCCL and
+ * NVTX calls and aggregate them in per-CPU maps. Nothing leaves the kernel
+ * per call: Go reads the cumulative map values. Ring buffers carry kernel
+ * names (full mode), library loads, and per-launch events only with
+ * --detailed-launches.
  *
- * Programs (the BPF cookie carries the enum op and the attached file id):
- *   timed_entry/timed_return  entry+return pair of every timed operation,
- *                             launches included in full mode.
- *   launch_entry              launch APIs in anonymous mode, entry only:
- *                             one trap per launch, no in-flight state.
- *   name_entry                __cudaRegisterFunction (full mode): host stub
- *                             -> device function name.
+ * One program per role, each built as uprobe.multi; Go loads them as
+ * classic uprobe programs on kernels without uprobe_multi
+ * (internal/bpfobj). The BPF cookie carries the operation (enum op,
+ * generated from internal/ops into ops.h) and the attached file id; what a
+ * program decodes follows the operation's argument layout (op_args[]).
+ * ARCHITECTURE.md lists the programs and maps and who reads them.
+ *
+ * Per-CPU counters are updated with atomic adds: uprobe_multi programs run
+ * with migration disabled but not preemption disabled (kernels booted with
+ * preempt=full or RT), so two tasks on one CPU could interleave a plain
+ * read-modify-write and lose a count.
  */
 
 #include "common.h"
@@ -263,6 +268,7 @@ const volatile bool detailed_launches = false;
 
 /* Force the generated Go types for the enums and shared structs. */
 const enum op unused_op __attribute__((unused));
+const enum op_args unused_op_args __attribute__((unused));
 const enum drop unused_drop __attribute__((unused));
 const enum name_kind unused_name_kind __attribute__((unused));
 const enum phase unused_phase __attribute__((unused));
@@ -285,11 +291,6 @@ static __always_inline u32 thread_dev(u64 id)
 	return dev ? *dev : DEV_NONE;
 }
 
-/*
- * Returns this CPU's value for key, inserting a zero value first. A full
- * map is counted as a drop of that map; the call is then lost, never
- * folded into another key.
- */
 static __always_inline void count_hit(u32 pid)
 {
 	u64 one = 1;
@@ -299,11 +300,16 @@ static __always_inline void count_hit(u32 pid)
 		return;
 	n = bpf_map_lookup_elem(&pid_hits, &pid);
 	if (n)
-		*n += 1;
+		__sync_fetch_and_add(n, 1);
 	else
 		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
 }
 
+/*
+ * Returns this CPU's value for key, inserting a zero value first. A full
+ * map is counted as a drop of that map; the call is then lost, never
+ * folded into another key.
+ */
 static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero,
 					    u32 drop_idx)
 {
@@ -342,28 +348,15 @@ static __always_inline bool owns_hit(struct pt_regs *ctx, u32 pid, u32 file)
 	return *owner == file;
 }
 
-static __always_inline u32 lat_bucket(u64 ns)
+/* Index of the first inclusive upper bound >= ns among n bounds; n when none (+Inf). */
+static __always_inline u32 bucket(u64 ns, const u64 *bounds, u32 n)
 {
 	u32 i;
 
-#pragma unroll
-	for (i = 0; i < LAT_BUCKETS - 1; i++) {
-		if (ns <= lat_bounds_ns[i])
+	for (i = 0; i < n; i++)
+		if (ns <= bounds[i])
 			return i;
-	}
-	return LAT_BUCKETS - 1;
-}
-
-static __always_inline u32 klat_bucket(u64 ns)
-{
-	u32 i;
-
-#pragma unroll
-	for (i = 0; i < KLAT_BUCKETS - 1; i++) {
-		if (ns <= klat_bounds_ns[i])
-			return i;
-	}
-	return KLAT_BUCKETS - 1;
+	return n;
 }
 
 /*
@@ -405,57 +398,18 @@ static __always_inline u64 vol3(u64 x, u64 y, u64 z)
 }
 
 /*
- * The per-thread-stream variants (_ptsz/_ptds) take the same arguments as
- * their base function: they are decoded as the base, and keep their own
- * operation id in the maps.
+ * The operation's argument layout and flags (internal/ops): variants that
+ * share a layout (_ptsz/_ptds) are decoded alike and keep their own id in
+ * the maps.
  */
-static __always_inline u32 base_op(u32 op)
+static __always_inline u32 args_of(u32 op)
 {
-	switch (op) {
-	case OP_CUDA_MEMCPY_PTDS:
-		return OP_CUDA_MEMCPY;
-	case OP_CUDA_MEMCPY_ASYNC_PTSZ:
-		return OP_CUDA_MEMCPY_ASYNC;
-	case OP_CUDA_MEMCPY_2D_PTDS:
-		return OP_CUDA_MEMCPY_2D;
-	case OP_CUDA_MEMCPY_2D_ASYNC_PTSZ:
-		return OP_CUDA_MEMCPY_2D_ASYNC;
-	case OP_CUDA_MEMSET_PTDS:
-		return OP_CUDA_MEMSET;
-	case OP_CUDA_MEMSET_ASYNC_PTSZ:
-		return OP_CUDA_MEMSET_ASYNC;
-	case OP_CUDA_STREAM_SYNC_PTSZ:
-		return OP_CUDA_STREAM_SYNC;
-	case OP_CUDA_GRAPH_LAUNCH_PTSZ:
-		return OP_CUDA_GRAPH_LAUNCH;
-	case OP_CUDA_MALLOC_ASYNC_PTSZ:
-		return OP_CUDA_MALLOC_ASYNC;
-	case OP_CUDA_FREE_ASYNC_PTSZ:
-		return OP_CUDA_FREE_ASYNC;
-	case OP_CUDA_LAUNCH_KERNEL_PTSZ:
-		return OP_CUDA_LAUNCH_KERNEL;
-	case OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ:
-		return OP_CUDA_LAUNCH_KERNEL_EXC;
-	case OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ:
-		return OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
-	case OP_CU_LAUNCH_KERNEL_PTSZ:
-		return OP_CU_LAUNCH_KERNEL;
-	}
-	return op;
+	return op < OP_MAX ? op_args[op] : ARGS_NONE;
 }
 
-static __always_inline bool is_runtime_launch(u32 op)
+static __always_inline u32 flags_of(u32 op)
 {
-	op = base_op(op);
-	return op == OP_CUDA_LAUNCH_KERNEL || op == OP_CUDA_LAUNCH_KERNEL_EXC ||
-	       op == OP_CUDA_LAUNCH_COOPERATIVE_KERNEL;
-}
-
-static __always_inline bool is_driver_launch(u32 op)
-{
-	op = base_op(op);
-	return op == OP_CU_LAUNCH_KERNEL || op == OP_CU_LAUNCH_KERNEL_EX ||
-	       op == OP_CU_LAUNCH_COOPERATIVE_KERNEL;
+	return op < OP_MAX ? op_flags[op] : 0;
 }
 
 /*
@@ -465,9 +419,8 @@ static __always_inline bool is_driver_launch(u32 op)
  */
 static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a)
 {
-	switch (base_op(op)) {
-	case OP_CUDA_LAUNCH_KERNEL:
-	case OP_CUDA_LAUNCH_COOPERATIVE_KERNEL:
+	switch (args_of(op)) {
+	case ARGS_LAUNCH:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
 		a->func = arg(ctx, 1);
 		a->grid_blocks = dim3_volume(arg(ctx, 2), arg(ctx, 3));
@@ -475,7 +428,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		a->shared_bytes = arg(ctx, 7);
 		a->stream = arg(ctx, 8);
 		break;
-	case OP_CUDA_LAUNCH_KERNEL_EXC: {
+	case ARGS_LAUNCH_EXC: {
 		/* (const cudaLaunchConfig_t *config, const void *func, void **args) */
 		struct {
 			u32 grid[3];
@@ -492,8 +445,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		a->stream = c.stream;
 		break;
 	}
-	case OP_CU_LAUNCH_KERNEL:
-	case OP_CU_LAUNCH_COOPERATIVE_KERNEL:
+	case ARGS_CU_LAUNCH:
 		/* (f, gx, gy, gz, bx, by, bz, shmem, hStream, ...) */
 		a->func = arg(ctx, 1);
 		a->grid_blocks = vol3(arg(ctx, 2), arg(ctx, 3), arg(ctx, 4));
@@ -501,7 +453,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		a->shared_bytes = arg(ctx, 8) & 0xffffffff;
 		a->stream = arg(ctx, 9);
 		break;
-	case OP_CU_LAUNCH_KERNEL_EX: {
+	case ARGS_CU_LAUNCH_EX: {
 		/* (const CUlaunchConfig *config, CUfunction f, ...): stream at offset 32 */
 		struct {
 			u32 grid[3];
@@ -612,7 +564,7 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 	__sync_fetch_and_add(&val->block_threads, a->block_threads);
 	__sync_fetch_and_add(&val->shared_bytes, a->shared_bytes);
 	if (weight) {
-		u32 b = klat_bucket(dur);
+		u32 b = bucket(dur, klat_bounds_ns, KLAT_BUCKETS - 1);
 
 		__sync_fetch_and_add(&val->timed, weight);
 		__sync_fetch_and_add(&val->duration_ns, dur * weight);
@@ -691,20 +643,19 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	}
 
 	in.op = COOKIE_OP(cookie);
-	switch (base_op(in.op)) {
-	case OP_CUDA_MALLOC:
-	case OP_CUDA_MALLOC_MANAGED:
-	case OP_CUDA_MALLOC_HOST:
+	switch (args_of(in.op)) {
+	case ARGS_ALLOC:
+	case ARGS_ALLOC_HOST:
 		in.arg0 = arg(ctx, 1); /* void **ptr */
 		in.arg1 = arg(ctx, 2); /* size */
 		break;
-	case OP_CUDA_MALLOC_ASYNC:
+	case ARGS_ALLOC_ASYNC:
 		in.arg0 = arg(ctx, 1);
 		in.arg1 = arg(ctx, 2);
 		in.stream = arg(ctx, 3);
 		break;
-	case OP_CUDA_FREE:
-	case OP_CUDA_FREE_ASYNC: {
+	case ARGS_FREE:
+	case ARGS_FREE_ASYNC: {
 		/*
 		 * Take the size out at entry, while the pointer is still owned by
 		 * this call: after the return another thread may already have
@@ -720,70 +671,70 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 			in.dev = av->dev;
 			bpf_map_delete_elem(&malloc_sizes, &ak);
 		}
-		if (base_op(in.op) == OP_CUDA_FREE_ASYNC)
+		if (args_of(in.op) == ARGS_FREE_ASYNC)
 			in.stream = arg(ctx, 2);
 		break;
 	}
-	case OP_CUDA_MEMCPY:
+	case ARGS_COPY:
 		in.arg1 = arg(ctx, 3);
 		in.kind = arg(ctx, 4);
 		break;
-	case OP_CUDA_MEMCPY_ASYNC:
+	case ARGS_COPY_ASYNC:
 		in.arg1 = arg(ctx, 3);
 		in.kind = arg(ctx, 4);
 		in.stream = arg(ctx, 5);
 		break;
-	case OP_CUDA_MEMCPY_PEER:
+	case ARGS_COPY_PEER:
 		/* (dst, dstDevice, src, srcDevice, count) */
 		in.arg1 = arg(ctx, 5);
 		in.kind = KIND_P2P;
 		break;
-	case OP_CUDA_MEMCPY_PEER_ASYNC:
+	case ARGS_COPY_PEER_ASYNC:
 		in.arg1 = arg(ctx, 5);
 		in.kind = KIND_P2P;
 		in.stream = arg(ctx, 6);
 		break;
-	case OP_CUDA_MEMCPY_2D:
-	case OP_CUDA_MEMCPY_2D_ASYNC:
+	case ARGS_COPY_2D:
+	case ARGS_COPY_2D_ASYNC:
 		/* (dst, dpitch, src, spitch, width, height, kind[, stream]) */
 		in.arg1 = arg(ctx, 5) * arg(ctx, 6);
 		in.kind = arg(ctx, 7);
-		if (base_op(in.op) == OP_CUDA_MEMCPY_2D_ASYNC)
+		if (args_of(in.op) == ARGS_COPY_2D_ASYNC)
 			in.stream = arg(ctx, 8);
 		break;
-	case OP_CUDA_MEMSET:
+	case ARGS_SET:
 		in.arg1 = arg(ctx, 3);
 		break;
-	case OP_CUDA_MEMSET_ASYNC:
+	case ARGS_SET_ASYNC:
 		in.arg1 = arg(ctx, 3);
 		in.stream = arg(ctx, 4);
 		break;
-	case OP_CUDA_STREAM_SYNC:
+	case ARGS_STREAM:
 		in.stream = arg(ctx, 1);
 		break;
-	case OP_CUDA_SET_DEVICE:
+	case ARGS_SET_DEVICE:
 		in.arg0 = arg(ctx, 1);
 		break;
-	case OP_CUDA_GRAPH_LAUNCH:
-	case OP_CU_GRAPH_LAUNCH:
+	case ARGS_GRAPH_LAUNCH:
 		in.stream = arg(ctx, 2);
 		break;
-	case OP_CU_MODULE_GET_FUNCTION:
-	case OP_CU_LIBRARY_GET_KERNEL:
+	case ARGS_GET_FUNCTION:
+	case ARGS_GET_KERNEL:
 		/* (out handle, module or library, const char *name) */
 		in.arg0 = arg(ctx, 1);
 		in.arg1 = arg(ctx, 3);
 		break;
-	case OP_CU_KERNEL_GET_FUNCTION:
+	case ARGS_KERNEL_FUNCTION:
 		/* (CUfunction *out, CUkernel kernel) */
 		in.arg0 = arg(ctx, 1);
 		in.arg1 = arg(ctx, 2);
 		break;
-	default:
-		if (is_runtime_launch(in.op) || is_driver_launch(in.op)) {
-			decode_launch(ctx, in.op, &in.launch);
-			in.stream = in.launch.stream;
-		}
+	case ARGS_LAUNCH:
+	case ARGS_LAUNCH_EXC:
+	case ARGS_CU_LAUNCH:
+	case ARGS_CU_LAUNCH_EX:
+		decode_launch(ctx, in.op, &in.launch);
+		in.stream = in.launch.stream;
 		break;
 	}
 
@@ -833,10 +784,9 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	u32 weight = in.sampled ? (sample_rate > 1 ? sample_rate : 1) : 0;
 	u64 dur = in.sampled ? now - in.start_ns : 0;
 
-	switch (base_op(in.op)) {
-	case OP_CUDA_MALLOC:
-	case OP_CUDA_MALLOC_ASYNC:
-	case OP_CUDA_MALLOC_MANAGED:
+	switch (args_of(in.op)) {
+	case ARGS_ALLOC:
+	case ARGS_ALLOC_ASYNC:
 		if (ret == 0) {
 			struct alloc_key ak = {.pid = key.pid};
 			struct alloc_val av = {.size = in.arg1, .dev = key.dev};
@@ -847,8 +797,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 				count_drop(DROP_MALLOC_SIZES);
 		}
 		break;
-	case OP_CUDA_FREE:
-	case OP_CUDA_FREE_ASYNC:
+	case ARGS_FREE:
+	case ARGS_FREE_ASYNC:
 		/*
 		 * A free counts on its allocation's device, whatever device the
 		 * freeing thread has set, so active memory per GPU adds up.
@@ -866,19 +816,19 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 				count_drop(DROP_MALLOC_SIZES);
 		}
 		break;
-	case OP_CUDA_MALLOC_HOST: /* pinned host memory: counted, not tracked */
-	case OP_CUDA_MEMCPY:
-	case OP_CUDA_MEMCPY_ASYNC:
-	case OP_CUDA_MEMCPY_PEER:
-	case OP_CUDA_MEMCPY_PEER_ASYNC:
-	case OP_CUDA_MEMCPY_2D:
-	case OP_CUDA_MEMCPY_2D_ASYNC:
-	case OP_CUDA_MEMSET:
-	case OP_CUDA_MEMSET_ASYNC:
+	case ARGS_ALLOC_HOST: /* pinned host memory: counted, not tracked */
+	case ARGS_COPY:
+	case ARGS_COPY_ASYNC:
+	case ARGS_COPY_PEER:
+	case ARGS_COPY_PEER_ASYNC:
+	case ARGS_COPY_2D:
+	case ARGS_COPY_2D_ASYNC:
+	case ARGS_SET:
+	case ARGS_SET_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
 		break;
-	case OP_CUDA_SET_DEVICE:
+	case ARGS_SET_DEVICE:
 		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
 			u32 dev = in.arg0;
@@ -887,31 +837,32 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 			key.dev = dev;
 		}
 		break;
-	case OP_CU_MODULE_GET_FUNCTION:
-	case OP_CU_LIBRARY_GET_KERNEL:
+	case ARGS_GET_FUNCTION:
+	case ARGS_GET_KERNEL:
 		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
 			send_name(key.pid,
-				  in.op == OP_CU_MODULE_GET_FUNCTION ? NAME_CU_FUNCTION
-								     : NAME_CU_KERNEL,
+				  args_of(in.op) == ARGS_GET_FUNCTION ? NAME_CU_FUNCTION
+								      : NAME_CU_KERNEL,
 				  out, 0, in.arg1);
 		break;
-	case OP_CU_KERNEL_GET_FUNCTION:
+	case ARGS_KERNEL_FUNCTION:
 		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
 			send_name(key.pid, NAME_KERNEL_FUNC, out, in.arg1, 0);
 		break;
-	default:
+	case ARGS_LAUNCH:
+	case ARGS_LAUNCH_EXC:
+	case ARGS_CU_LAUNCH:
+	case ARGS_CU_LAUNCH_EX:
 		/* Timed launches (full mode): per-kernel count, geometry and latency. */
-		if (is_runtime_launch(in.op) || is_driver_launch(in.op)) {
-			add_launch(id, in.op, in.launch.func, &in.launch, dur, weight);
-			send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
-		}
+		add_launch(id, in.op, in.launch.func, &in.launch, dur, weight);
+		send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
 		break;
 	}
 
 	val = lookup_or_init(&aggregated, &key, &zero, DROP_AGGREGATED);
 	if (!val)
 		return 0;
-	u32 b = lat_bucket(dur);
+	u32 b = bucket(dur, lat_bounds_ns, LAT_BUCKETS - 1);
 
 	__sync_fetch_and_add(&val->count, 1);
 	if (bytes)
@@ -940,9 +891,9 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 		return 0;
 	if (bpf_map_lookup_elem(&full_files, &upgraded))
 		return 0;
-	if (is_driver_launch(op) && called_by_runtime(ctx, id))
+	if ((flags_of(op) & OPF_DRIVER_LAUNCH) && called_by_runtime(ctx, id))
 		return 0;
-	if (is_runtime_launch(op))
+	if (flags_of(op) & OPF_RUNTIME_LAUNCH)
 		mark_runtime_launch(ctx, id);
 	decode_launch(ctx, op, &a);
 	add_launch(id, op, 0, &a, 0, 0);
@@ -963,55 +914,25 @@ static __always_inline int name_entry_impl(struct pt_regs *ctx)
 	return 0;
 }
 
-/*
- * The CUDA programs, built twice like NCCL's: as uprobe.multi programs
- * (one link per program and library file, so a new library attaches in a
- * handful of links instead of one per function) and as classic uprobes
- * for kernels without uprobe_multi.
- */
 SEC("uprobe.multi")
-int timed_entry_multi(struct pt_regs *ctx)
-{
-	return timed_entry_impl(ctx);
-}
-
-SEC("uretprobe.multi")
-int timed_return_multi(struct pt_regs *ctx)
-{
-	return timed_return_impl(ctx);
-}
-
-SEC("uprobe.multi")
-int launch_entry_multi(struct pt_regs *ctx)
-{
-	return launch_entry_impl(ctx);
-}
-
-SEC("uprobe.multi")
-int name_entry_multi(struct pt_regs *ctx)
-{
-	return name_entry_impl(ctx);
-}
-
-SEC("uprobe")
 int timed_entry(struct pt_regs *ctx)
 {
 	return timed_entry_impl(ctx);
 }
 
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int timed_return(struct pt_regs *ctx)
 {
 	return timed_return_impl(ctx);
 }
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int launch_entry(struct pt_regs *ctx)
 {
 	return launch_entry_impl(ctx);
 }
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int name_entry(struct pt_regs *ctx)
 {
 	return name_entry_impl(ctx);
@@ -1023,7 +944,7 @@ int name_entry(struct pt_regs *ctx)
  * Userspace checks that process at once, so a new CUDA library is attached
  * without waiting for the periodic rescan. Rare: a few calls per process.
  */
-SEC("uprobe")
+SEC("uprobe.multi")
 int dl_event(struct pt_regs *ctx)
 {
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
@@ -1034,22 +955,7 @@ int dl_event(struct pt_regs *ctx)
 	return 0;
 }
 
-/*
- * NCCL. One entry and one return program serve every probed function of
- * libnccl; the cookie names the operation. They are built twice: as
- * uprobe.multi programs (one link per library for all symbols) and as
- * classic uprobes for kernels without uprobe_multi.
- */
-
-static __always_inline u32 nlat_bucket(u64 ns)
-{
-	u32 i;
-
-	for (i = 0; i < NLAT_BUCKETS - 1; i++)
-		if (ns <= nlat_bounds_ns[i])
-			return i;
-	return NLAT_BUCKETS - 1;
-}
+/* NCCL. One entry and one return program serve every probed function of libnccl. */
 
 /* Bytes of one element of an ncclDataType_t; 0 when unknown. */
 static __always_inline u64 nccl_type_size(u64 dtype)
@@ -1086,15 +992,16 @@ static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 byte
 	val = lookup_or_init(&nccl_agg, &key, &zero, DROP_NCCL_AGG);
 	if (!val)
 		return;
-	val->count++;
-	val->bytes += bytes;
+	__sync_fetch_and_add(&val->count, 1);
+	if (bytes)
+		__sync_fetch_and_add(&val->bytes, bytes);
 	if (timed) {
-		u32 b = nlat_bucket(dur);
+		u32 b = bucket(dur, nlat_bounds_ns, NLAT_BUCKETS - 1);
 
-		val->timed++;
-		val->duration_ns += dur;
+		__sync_fetch_and_add(&val->timed, 1);
+		__sync_fetch_and_add(&val->duration_ns, dur);
 		if (b < NLAT_BUCKETS)
-			val->buckets[b]++;
+			__sync_fetch_and_add(&val->buckets[b], 1);
 	}
 }
 
@@ -1111,8 +1018,8 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	count_hit(pid);
 	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
-	/* Entry-only: nothing to time, nothing can hang. */
-	if (op == OP_NCCL_GROUP_START) {
+	/* Entry-only (ncclGroupStart): nothing to time, nothing can hang. */
+	if (flags_of(op) & OPF_ENTRY_ONLY) {
 		add_nccl(id, op, 0, 0, 0, false, 0);
 		return 0;
 	}
@@ -1127,33 +1034,28 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 		return 0;
 	__builtin_memset(c, 0, sizeof(*c));
 	c->op = op;
-	switch (op) {
-	case OP_NCCL_ALL_REDUCE:
-	case OP_NCCL_REDUCE_SCATTER:
-	case OP_NCCL_BROADCAST:
+	switch (args_of(op)) {
+	case ARGS_NCCL_COLL:
 		count = arg(ctx, 3);
 		dtype = arg(ctx, 4);
 		c->comm = arg(ctx, 6);
 		break;
-	case OP_NCCL_ALL_GATHER:
-	case OP_NCCL_ALL_TO_ALL:
+	case ARGS_NCCL_GATHER:
 		count = arg(ctx, 3);
 		dtype = arg(ctx, 4);
 		c->comm = arg(ctx, 5);
 		break;
-	case OP_NCCL_REDUCE:
+	case ARGS_NCCL_REDUCE:
 		count = arg(ctx, 3);
 		dtype = arg(ctx, 4);
 		c->comm = arg(ctx, 7); /* first stack argument */
 		break;
-	case OP_NCCL_SEND:
-	case OP_NCCL_RECV:
+	case ARGS_NCCL_P2P:
 		count = arg(ctx, 2);
 		dtype = arg(ctx, 3);
 		c->comm = arg(ctx, 5);
 		break;
-	case OP_NCCL_COMM_INIT_RANK:
-	case OP_NCCL_COMM_INIT_RANK_CONFIG:
+	case ARGS_NCCL_INIT_RANK:
 		/*
 		 * (ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ...):
 		 * the 128-byte id is passed by value, in memory, so it is the
@@ -1164,11 +1066,10 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 		c->info.rank = (s32)arg(ctx, 3);
 		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)(ctx->rsp + 8));
 		break;
-	case OP_NCCL_COMM_INIT_ALL:
+	case ARGS_NCCL_INIT_ALL:
 		c->info.nranks = (s32)arg(ctx, 2);
 		break;
-	case OP_NCCL_COMM_DESTROY:
-	case OP_NCCL_COMM_ABORT:
+	case ARGS_NCCL_COMM:
 		c->comm = arg(ctx, 1);
 		break;
 	}
@@ -1204,38 +1105,25 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	ret = (s32)PT_REGS_RC(ctx);
 	comm = c->comm;
 	/* ncclInProgress (7): a non-blocking init that goes on in the background. */
-	if ((c->op == OP_NCCL_COMM_INIT_RANK || c->op == OP_NCCL_COMM_INIT_RANK_CONFIG) &&
+	if (args_of(c->op) == ARGS_NCCL_INIT_RANK &&
 	    (ret == 0 || ret == 7) && c->out &&
 	    !bpf_probe_read_user(&ck.comm, sizeof(ck.comm), (void *)c->out) && ck.comm) {
 		bpf_map_update_elem(&nccl_comms, &ck, &c->info, BPF_ANY);
 		comm = ck.comm;
 	}
 	add_nccl(id, c->op, comm, ret, c->bytes, true, now - c->start_ns);
+	/* The thread's NVTX ranges stay open: they end at their own pops. */
 	bpf_map_delete_elem(&nccl_inflight, &id);
-	if (nvtx_enabled)
-		bpf_map_delete_elem(&nvtx_stack, &id);
 	return 0;
 }
 
 SEC("uprobe.multi")
-int nccl_entry_multi(struct pt_regs *ctx)
-{
-	return nccl_entry_impl(ctx);
-}
-
-SEC("uretprobe.multi")
-int nccl_return_multi(struct pt_regs *ctx)
-{
-	return nccl_return_impl(ctx);
-}
-
-SEC("uprobe")
 int nccl_entry(struct pt_regs *ctx)
 {
 	return nccl_entry_impl(ctx);
 }
 
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int nccl_return(struct pt_regs *ctx)
 {
 	return nccl_return_impl(ctx);
@@ -1364,7 +1252,7 @@ static __always_inline bool read_name(struct nvtx_name *n, u64 ptr, bool wide)
 #define NVTX_MESSAGE_ASCII     1
 #define NVTX_MESSAGE_UNICODE   2
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int nvtx_push(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
@@ -1383,18 +1271,18 @@ int nvtx_push(struct pt_regs *ctx)
 	/* Both registers read up front: the verifier refuses a computed ctx offset. */
 	a1 = arg(ctx, 1);
 	a2 = arg(ctx, 2);
-	switch (COOKIE_OP(cookie)) {
-	case OP_NVTX_RANGE_PUSH_A:
+	switch (args_of(COOKIE_OP(cookie))) {
+	case ARGS_NVTX_A:
 		ptr = a1;
 		break;
-	case OP_NVTX_RANGE_PUSH_W:
+	case ARGS_NVTX_W:
 		ptr = a1;
 		wide = true;
 		break;
-	case OP_NVTX_RANGE_PUSH_EX:
+	case ARGS_NVTX_EX:
 		attr = a1;
 		break;
-	case OP_NVTX_DOMAIN_RANGE_PUSH_EX:
+	case ARGS_NVTX_DOMAIN_EX:
 		attr = a2;
 		break;
 	}
@@ -1419,7 +1307,7 @@ int nvtx_push(struct pt_regs *ctx)
 }
 
 /* nvtxRangePop, nvtxDomainRangePop: a pop with no range open changes nothing. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int nvtx_pop(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();

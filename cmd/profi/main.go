@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,6 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
@@ -35,10 +39,10 @@ import (
 	"github.com/profi-dev/profi/internal/gpu"
 	"github.com/profi-dev/profi/internal/k8s"
 	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
 	"github.com/profi-dev/profi/internal/top"
-	"k8s.io/client-go/kubernetes"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -103,22 +107,24 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	objs, err := bpfobj.Load(bpfobj.Sizes{
-		Aggregated:  cfg.AggregatedSize,
-		LaunchAgg:   cfg.LaunchAggSize,
-		Inflight:    cfg.EntriesSize,
-		MallocSizes: cfg.MallocSizesSize,
-		SampleRate:  uint32(cfg.SampleRate),
-		Detailed:    cfg.DetailedLaunches,
-		CountHits:   cfg.OverheadBudget > 0,
-		NVTX:        cfg.EnableNVTX,
-		// A kernel without uprobe_multi could not even load those programs.
-		NoUprobeMulti: cfg.NoUprobeMulti || bpfobj.HaveUprobeMulti() != nil,
+		Aggregated:    cfg.AggregatedSize,
+		LaunchAgg:     cfg.LaunchAggSize,
+		Inflight:      cfg.EntriesSize,
+		MallocSizes:   cfg.MallocSizesSize,
+		SampleRate:    uint32(cfg.SampleRate),
+		Detailed:      cfg.DetailedLaunches,
+		CountHits:     cfg.OverheadBudget > 0,
+		NVTX:          cfg.EnableNVTX,
+		NoUprobeMulti: cfg.NoUprobeMulti,
 	})
 	if err != nil {
 		return err
 	}
 	defer objs.Close()
-	log.Info("BPF objects loaded", "kernel_mode", cfg.KernelMode, "pid_filter", cfg.PID)
+	log.Info("BPF objects loaded", "kernel_mode", cfg.KernelMode, "pid_filter", cfg.PID, "uprobe_multi", objs.UprobeMulti)
+	if objs.NoUprobeMulti != nil {
+		log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", objs.NoUprobeMulti)
+	}
 
 	self := collector.NewSelf()
 	attacher := attach.New(attach.Options{
@@ -132,13 +138,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
 		FullFiles:   objs.FullFiles,
-		UprobeMulti: !cfg.NoUprobeMulti,
+		UprobeMulti: objs.UprobeMulti,
 		NVTX:        cfg.EnableNVTX,
 	})
-	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
-		log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", err)
-	}
-	features := collector.KernelFeatures{UprobeMulti: !cfg.NoUprobeMulti && bpfobj.HaveUprobeMulti() == nil}
+	features := collector.KernelFeatures{UprobeMulti: objs.UprobeMulti}
 	exitHook, err := attach.ExitHook(objs.NcclExit)
 	features.ExitHook = err == nil
 	if err != nil {
@@ -150,7 +153,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	ctl, stopStats := startBudget(cfg, objs, attacher, log)
 	defer stopStats()
-	var scale func(int, bpfobj.Op) float64
+	var scale func(int, ops.Op) float64
 	var budgetStats func() *budget.Stats
 	if ctl != nil {
 		scale, budgetStats = ctl.Scale, ctl.Stats
@@ -372,10 +375,8 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		TrapCost: trap,
 		Files:    attacher,
 		Sources: budget.MapSources{
-			PIDHits: objs.PidHits,
-			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent,
-				objs.TimedEntryMulti, objs.TimedReturnMulti, objs.LaunchEntryMulti, objs.NameEntryMulti,
-				objs.NcclEntry, objs.NcclReturn, objs.NcclEntryMulti, objs.NcclReturnMulti},
+			PIDHits:  objs.PidHits,
+			Programs: slices.Collect(maps.Values(objs.Programs())),
 			ProcRoot: cfg.ProcPath,
 		},
 		Logger: log,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/kernelname"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Source reads the BPF maps. Values are summed over CPUs.
@@ -58,7 +59,7 @@ type Options struct {
 	// counts in pid are multiplied now: 1 when counted exactly, 1/ratio
 	// while the op's probes are duty-cycled. Exported values are then the
 	// sum of each drain's scaled increase.
-	Scale func(pid int, op bpfobj.Op) float64
+	Scale func(pid int, op ops.Op) float64
 	// NCCLHangTimeout is --nccl-hang-timeout; 0 disables hang detection.
 	NCCLHangTimeout time.Duration
 	// StragglerInterval is the window of the straggler ratio (default
@@ -109,7 +110,7 @@ type Namer interface {
 	// Kernel returns the normalized kernel name of fn (a host stub for
 	// runtime launches, a CUfunction for driver launches) in process pid,
 	// or "" while it is unknown.
-	Kernel(pid int, op bpfobj.Op, fn uint64) string
+	Kernel(pid int, op ops.Op, fn uint64) string
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -495,7 +496,7 @@ func (a *Aggregator) estimate(ps *procState, d *pidData) {
 		ps.aggEst = map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal{}
 		ps.launchEst = map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal{}
 	}
-	scale := func(op uint32) float64 { return a.opts.Scale(ps.meta.PID, bpfobj.Op(op)) }
+	scale := func(op uint32) float64 { return a.opts.Scale(ps.meta.PID, ops.Op(op)) }
 	estimateInto(d.agg, ps.aggEst, func(k bpfobj.ProfiAggKey) float64 { return scale(k.Op) })
 	estimateInto(d.launch, ps.launchEst, func(k bpfobj.ProfiLaunchKey) float64 { return scale(k.Op) })
 }
@@ -537,7 +538,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 		return g
 	}
 	for k, v := range d.agg {
-		hk := HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
+		hk := HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
 		mergeInto(a.retired, hk, histOf(&v))
 		a.retiredCalls += v.Count
 	}
@@ -557,7 +558,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	for k, v := range d.nccl {
 		a.retiredCalls += v.Count
 		if v.Timed > 0 {
-			mergeInto(a.retiredNCCL, HistKey{Op: bpfobj.OpName(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, ncclHistOf(&v))
+			mergeInto(a.retiredNCCL, HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, ncclHistOf(&v))
 		}
 	}
 	a.forget(pid)
@@ -661,7 +662,7 @@ func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
 // Direction returns the direction label of a memcpy kind.
 func Direction(kind uint32) string { return bpfobj.Direction(kind) }
 
-func opFamily(op uint32) bpfobj.Family { return bpfobj.Info(op).Family }
+func opFamily(op uint32) ops.Family { return ops.FamilyOf(op) }
 
 // build turns one process's map values on one GPU (meta's) into an
 // exported Process.
@@ -681,19 +682,19 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 	aggKeys := sortedKeys(d.agg, compareAggKeys)
 	for _, k := range aggKeys {
 		// Series are created on first data: memory series only for a process that allocates or frees.
-		if f := opFamily(k.Op); f == bpfobj.FamilyMalloc || f == bpfobj.FamilyFree {
+		if f := opFamily(k.Op); f == ops.FamilyMalloc || f == ops.FamilyFree {
 			p.memory = a.admit(tuple{fam: famMemory, pid: pid, gpu: g})
 			break
 		}
 	}
 	for _, k := range aggKeys {
 		v := d.agg[k]
-		op := bpfobj.OpName(k.Op)
+		op := ops.Name(k.Op)
 		fam := opFamily(k.Op)
 		stream := a.stream(ps, k.Stream)
 		// Launch calls are counted from launch_agg (every launch, timed or
 		// not); their timed entries here feed only errors and latency.
-		if fam != bpfobj.FamilyLaunch {
+		if fam != ops.FamilyLaunch {
 			p.events += v.Count
 			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
 				p.Calls[cs] += v.Count
@@ -705,29 +706,29 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 			}
 		}
 		switch {
-		case fam == bpfobj.FamilyMemcpy && v.Bytes > 0:
+		case fam == ops.FamilyMemcpy && v.Bytes > 0:
 			if ds := (DirStream{Direction(k.Kind), stream}); a.admit(tuple{fam: famMemcpy, pid: pid, gpu: g, a: ds.Direction, b: ds.Stream}) {
 				p.Memcpy[ds] += v.Bytes
 			}
-		case fam == bpfobj.FamilyMemset && v.Bytes > 0:
+		case fam == ops.FamilyMemset && v.Bytes > 0:
 			if cs := (OpStream{op, stream}); a.admit(tuple{fam: famMemset, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
 				p.Memset[cs] += v.Bytes
 			}
-		case fam == bpfobj.FamilyMallocHost && v.Bytes > 0:
+		case fam == ops.FamilyMallocHost && v.Bytes > 0:
 			if a.admit(tuple{fam: famHostMemory, pid: pid, gpu: g}) {
 				p.hostMemory = true
 				p.MallocHostBytes += v.Bytes
 			}
-		case fam == bpfobj.FamilyMalloc && p.memory:
+		case fam == ops.FamilyMalloc && p.memory:
 			p.MallocBytes += v.Bytes
-		case fam == bpfobj.FamilyFree && p.memory:
+		case fam == ops.FamilyFree && p.memory:
 			p.FreedBytes += v.Bytes
 		}
 		mergeInto(p.hists, op, histOf(&v))
 	}
 	for _, k := range sortedKeys(d.launch, compareLaunchKeys) {
 		v := d.launch[k]
-		op := bpfobj.OpName(k.Op)
+		op := ops.Name(k.Op)
 		stream := a.stream(ps, k.Stream)
 		p.events += v.Count
 		if cs := (OpStream{op, stream}); a.admit(tuple{fam: famCalls, pid: pid, gpu: g, a: cs.Op, b: cs.Stream}) {
@@ -768,7 +769,7 @@ func (a *Aggregator) kernelName(ps *procState, k bpfobj.ProfiLaunchKey, timed bo
 	}
 	name := ""
 	if a.opts.Names != nil {
-		name = a.opts.Names.Kernel(ps.meta.PID, bpfobj.Op(k.Op), k.Func)
+		name = a.opts.Names.Kernel(ps.meta.PID, ops.Op(k.Op), k.Func)
 	}
 	if name == "" {
 		name = kernelname.Unknown(k.Func)

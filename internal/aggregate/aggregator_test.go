@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // fakeSource is a Source whose values are already summed over CPUs, like
@@ -147,7 +148,7 @@ func (f *fakeProcs) Alive(pid int, start uint64) bool {
 	return ok && (start == 0 || p.start == start)
 }
 
-func akey(pid uint32, op bpfobj.Op, kind uint32, err int32, stream uint64) bpfobj.ProfiAggKey {
+func akey(pid uint32, op ops.Op, kind uint32, err int32, stream uint64) bpfobj.ProfiAggKey {
 	return bpfobj.ProfiAggKey{Pid: pid, Op: uint32(op), Kind: kind, Err: err, Stream: stream}
 }
 
@@ -158,7 +159,7 @@ func lkeyPhase(pid uint32, stream uint64, phase bpfobj.Phase) bpfobj.ProfiLaunch
 }
 
 func lkey(pid uint32, stream uint64) bpfobj.ProfiLaunchKey {
-	return bpfobj.ProfiLaunchKey{Pid: pid, Op: uint32(bpfobj.OpCudaLaunchKernel), Stream: stream}
+	return bpfobj.ProfiLaunchKey{Pid: pid, Op: uint32(ops.OpCudaLaunchKernel), Stream: stream}
 }
 
 // aval is a value of count calls, all in bucket b, with the given sum and bytes.
@@ -253,10 +254,10 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "calls by operation and stream",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.OpCudaGraphLaunch, 0, 0, 0x7f00aa):   aval(3, 3000, 0, 0),
-				akey(pid, bpfobj.OpCudaGraphLaunch, 0, 0, 0):          aval(2, 9000, 0, 1),
-				akey(pid, bpfobj.OpCudaGraphInstantiate, 0, 0, 0):     aval(1, 2_000_000_000, 0, 13),
-				akey(pid, bpfobj.OpCudaGraphLaunch, 0, 0, 0x55d0c2a4): aval(4, 400_000, 0, 4),
+				akey(pid, ops.OpCudaGraphLaunch, 0, 0, 0x7f00aa):   aval(3, 3000, 0, 0),
+				akey(pid, ops.OpCudaGraphLaunch, 0, 0, 0):          aval(2, 9000, 0, 1),
+				akey(pid, ops.OpCudaGraphInstantiate, 0, 0, 0):     aval(1, 2_000_000_000, 0, 13),
+				akey(pid, ops.OpCudaGraphLaunch, 0, 0, 0x55d0c2a4): aval(4, 400_000, 0, 4),
 			},
 			want: want{
 				proc: view{
@@ -282,10 +283,10 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "errors only for non-zero return values",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.OpCudaMalloc, 0, 0, 0):   aval(5, 50, 5000, 0),
-				akey(pid, bpfobj.OpCudaMalloc, 0, 2, 0):   aval(2, 20, 0, 0),
-				akey(pid, bpfobj.OpCudaMalloc, 0, 700, 0): aval(1, 10, 0, 0),
-				akey(pid, bpfobj.OpCudaFree, 0, 1, 0):     aval(3, 30, 0, 0),
+				akey(pid, ops.OpCudaMalloc, 0, 0, 0):   aval(5, 50, 5000, 0),
+				akey(pid, ops.OpCudaMalloc, 0, 2, 0):   aval(2, 20, 0, 0),
+				akey(pid, ops.OpCudaMalloc, 0, 700, 0): aval(1, 10, 0, 0),
+				akey(pid, ops.OpCudaFree, 0, 1, 0):     aval(3, 30, 0, 0),
 			},
 			want: want{
 				proc: view{
@@ -315,16 +316,16 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "memcpy bytes by direction",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.OpCudaMemcpy, 0, 0, 0):          aval(1, 1, 10, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 1, 0, 0):          aval(2, 1, 1000, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 2, 0, 0):          aval(3, 1, 2000, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 3, 0, 0):          aval(4, 1, 3000, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 4, 0, 0):          aval(5, 1, 4000, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 9, 0, 0):          aval(6, 1, 9000, 0),
-				akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0xabc): aval(7, 1, 7000, 0),
-				akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0):     aval(8, 1, 8000, 0),
+				akey(pid, ops.OpCudaMemcpy, 0, 0, 0):          aval(1, 1, 10, 0),
+				akey(pid, ops.OpCudaMemcpy, 1, 0, 0):          aval(2, 1, 1000, 0),
+				akey(pid, ops.OpCudaMemcpy, 2, 0, 0):          aval(3, 1, 2000, 0),
+				akey(pid, ops.OpCudaMemcpy, 3, 0, 0):          aval(4, 1, 3000, 0),
+				akey(pid, ops.OpCudaMemcpy, 4, 0, 0):          aval(5, 1, 4000, 0),
+				akey(pid, ops.OpCudaMemcpy, 9, 0, 0):          aval(6, 1, 9000, 0),
+				akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xabc): aval(7, 1, 7000, 0),
+				akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0):     aval(8, 1, 8000, 0),
 				// A failed copy carries no bytes (BPF adds bytes on success only): no series.
-				akey(pid, bpfobj.OpCudaMemcpy, 2, 11, 0): aval(1, 1, 0, 0),
+				akey(pid, ops.OpCudaMemcpy, 2, 11, 0): aval(1, 1, 0, 0),
 			},
 			want: want{
 				proc: view{
@@ -359,12 +360,12 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "allocated, freed and active bytes",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.OpCudaMalloc, 0, 0, 0):           aval(2, 2, 1<<20, 0),
-				akey(pid, bpfobj.OpCudaMallocAsync, 0, 0, 0x30):   aval(1, 1, 4096, 0),
-				akey(pid, bpfobj.OpCudaFree, 0, 0, 0):             aval(1, 1, 1<<19, 0),
-				akey(pid, bpfobj.OpCudaFreeAsync, 0, 0, 0x30):     aval(1, 1, 1024, 0),
-				akey(pid, bpfobj.OpCudaMemcpy, 1, 0, 0):           aval(1, 1, 1<<30, 0), // not memory
-				akey(pid, bpfobj.OpCudaGraphInstantiate, 0, 0, 0): aval(1, 1, 0, 0),
+				akey(pid, ops.OpCudaMalloc, 0, 0, 0):           aval(2, 2, 1<<20, 0),
+				akey(pid, ops.OpCudaMallocAsync, 0, 0, 0x30):   aval(1, 1, 4096, 0),
+				akey(pid, ops.OpCudaFree, 0, 0, 0):             aval(1, 1, 1<<19, 0),
+				akey(pid, ops.OpCudaFreeAsync, 0, 0, 0x30):     aval(1, 1, 1024, 0),
+				akey(pid, ops.OpCudaMemcpy, 1, 0, 0):           aval(1, 1, 1<<30, 0), // not memory
+				akey(pid, ops.OpCudaGraphInstantiate, 0, 0, 0): aval(1, 1, 0, 0),
 			},
 			want: want{
 				proc: view{
@@ -399,8 +400,8 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "frees of earlier allocations never make active memory negative",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.OpCudaMalloc, 0, 0, 0): aval(1, 1, 100, 0),
-				akey(pid, bpfobj.OpCudaFree, 0, 0, 0):   aval(2, 1, 400, 0),
+				akey(pid, ops.OpCudaMalloc, 0, 0, 0): aval(1, 1, 100, 0),
+				akey(pid, ops.OpCudaFree, 0, 0, 0):   aval(2, 1, 400, 0),
 			},
 			want: want{
 				proc: view{
@@ -475,8 +476,8 @@ func TestDrainValues(t *testing.T) {
 		{
 			name: "operation ids out of range are unknown",
 			agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{
-				akey(pid, bpfobj.NumOps+5, 0, 0, 0):  aval(1, 5, 0, 0),
-				akey(pid, bpfobj.OpUnknown, 0, 0, 0): aval(2, 5, 0, 0),
+				akey(pid, ops.NumOps+5, 0, 0, 0):  aval(1, 5, 0, 0),
+				akey(pid, ops.OpUnknown, 0, 0, 0): aval(2, 5, 0, 0),
 			},
 			want: want{
 				proc: view{
@@ -551,7 +552,7 @@ func TestDrainCopiesDrops(t *testing.T) {
 func TestProcessMetadataReadOnce(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
-	src.add(akey(7, bpfobj.OpCudaMalloc, 0, 0, 0), aval(1, 1, 1, 0))
+	src.add(akey(7, ops.OpCudaMalloc, 0, 0, 0), aval(1, 1, 1, 0))
 	procs := newFakeProcs(map[int]fakeProc{7: {"trainer", 99}})
 	a := New(Options{Source: src, Procs: procs})
 	for range 3 {
@@ -571,9 +572,9 @@ func TestExitedProcess(t *testing.T) {
 	procs := newFakeProcs(map[int]fakeProc{100: {"a", 1}, 200: {"b", 2}})
 	a := New(Options{Source: src, Procs: procs})
 
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0), aval(2, 20, 64, 1))
-	src.add(akey(200, bpfobj.OpCudaMalloc, 0, 0, 0), aval(3, 30, 32, 2))
-	src.add(akey(200, bpfobj.OpCudaMalloc, 0, 2, 0), aval(1, 10, 0, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0), aval(2, 20, 64, 1))
+	src.add(akey(200, ops.OpCudaMalloc, 0, 0, 0), aval(3, 30, 32, 2))
+	src.add(akey(200, ops.OpCudaMalloc, 0, 2, 0), aval(1, 10, 0, 0))
 	src.addLaunch(lkey(200, 0), bpfobj.ProfiLaunchVal{Count: 5})
 
 	s1 := drain(t, a)
@@ -593,7 +594,7 @@ func TestExitedProcess(t *testing.T) {
 	}
 
 	// 200 makes more calls, then exits before the next drain.
-	src.add(akey(200, bpfobj.OpCudaMalloc, 0, 0, 0), aval(4, 4000, 16, 5))
+	src.add(akey(200, ops.OpCudaMalloc, 0, 0, 0), aval(4, 4000, 16, 5))
 	src.addLaunch(lkey(200, 0), bpfobj.ProfiLaunchVal{Count: 1})
 	delete(procs.live, 200)
 
@@ -633,7 +634,7 @@ func TestExitedProcess(t *testing.T) {
 func TestProcessExitedBeforeFirstDrain(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
-	src.add(akey(300, bpfobj.OpCudaFree, 0, 0, 0), aval(2, 2000, 8, 3))
+	src.add(akey(300, ops.OpCudaFree, 0, 0, 0), aval(2, 2000, 8, 3))
 	src.addLaunch(lkey(300, 0x9), bpfobj.ProfiLaunchVal{Count: 4})
 	a := New(Options{Source: src, Procs: newFakeProcs(nil)})
 
@@ -659,7 +660,7 @@ func TestPIDReuse(t *testing.T) {
 	procs := newFakeProcs(map[int]fakeProc{100: {"old", 1000}})
 	a := New(Options{Source: src, Procs: procs})
 
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0), aval(5, 50, 500, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0), aval(5, 50, 500, 0))
 	s1 := drain(t, a)
 	if got := process(t, s1, 100); got.Meta.Comm != "old" || got.Calls[OpStream{"cudaMalloc", "default"}] != 5 {
 		t.Fatalf("drain 1: %+v", viewOf(got))
@@ -676,7 +677,7 @@ func TestPIDReuse(t *testing.T) {
 	}
 
 	// The new process starts counting from zero under its own comm.
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0), aval(2, 20, 64, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0), aval(2, 20, 64, 0))
 	s3 := drain(t, a)
 	want := view{
 		Meta:   Meta{PID: 100, Comm: "new"},
@@ -703,9 +704,9 @@ func TestMaxStreamsPerPID(t *testing.T) {
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"p", 1}}), MaxStreamsPerPID: 2})
 
 	// Two streams fill the cap; the default stream does not count.
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0), aval(1, 1, 100, 0))
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0xa), aval(2, 1, 200, 0))
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0xb), aval(3, 1, 300, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0), aval(1, 1, 100, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xa), aval(2, 1, 200, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xb), aval(3, 1, 300, 0))
 	s1 := drain(t, a)
 	wantCalls := map[OpStream]uint64{
 		{"cudaMemcpyAsync", "default"}: 1,
@@ -718,11 +719,11 @@ func TestMaxStreamsPerPID(t *testing.T) {
 
 	// New streams beyond the cap collapse into "other", never "default";
 	// admitted streams and the default stream keep their labels.
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0xc), aval(4, 1, 400, 0))
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0xd), aval(5, 1, 500, 0))
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 2, 0, 0xd), aval(1, 1, 50, 0))
-	src.add(akey(pid, bpfobj.OpCudaMemcpyAsync, 1, 0, 0), aval(6, 1, 600, 0))
-	src.add(akey(pid, bpfobj.OpCudaMallocAsync, 0, 0, 0xe), aval(1, 1, 64, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xc), aval(4, 1, 400, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xd), aval(5, 1, 500, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 2, 0, 0xd), aval(1, 1, 50, 0))
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0), aval(6, 1, 600, 0))
+	src.add(akey(pid, ops.OpCudaMallocAsync, 0, 0, 0xe), aval(1, 1, 64, 0))
 	src.addLaunch(lkey(pid, 0xf), bpfobj.ProfiLaunchVal{Count: 7})
 	src.addLaunch(lkey(pid, 0xa), bpfobj.ProfiLaunchVal{Count: 8})
 	s2 := drain(t, a)
@@ -755,8 +756,8 @@ func TestMaxStreamsPerPIDIsPerProcess(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{1: {"a", 1}, 2: {"b", 1}}), MaxStreamsPerPID: 1})
-	src.add(akey(1, bpfobj.OpCudaGraphLaunch, 0, 0, 0x10), aval(1, 1, 0, 0))
-	src.add(akey(2, bpfobj.OpCudaGraphLaunch, 0, 0, 0x20), aval(1, 1, 0, 0))
+	src.add(akey(1, ops.OpCudaGraphLaunch, 0, 0, 0x10), aval(1, 1, 0, 0))
+	src.add(akey(2, ops.OpCudaGraphLaunch, 0, 0, 0x20), aval(1, 1, 0, 0))
 	s := drain(t, a)
 	for pid, want := range map[int]map[OpStream]uint64{
 		1: {{"cudaGraphLaunch", "0x10"}: 1},
@@ -807,7 +808,7 @@ func TestMaxTimeSeries(t *testing.T) {
 	}
 
 	// 100: memory, calls{cudaMalloc, default}, histogram{cudaMalloc}: the cap.
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0), aval(1, 10, 8, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0), aval(1, 10, 8, 0))
 	check(t, drain(t, a), step{
 		pids:   []int{100},
 		calls:  map[int]map[OpStream]uint64{100: {{"cudaMalloc", "default"}: 1}},
@@ -818,7 +819,7 @@ func TestMaxTimeSeries(t *testing.T) {
 
 	// A new stream is a new tuple: refused, and its calls are not added to
 	// the default stream. The histogram tuple exists already and keeps counting.
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0x10), aval(5, 50, 40, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0x10), aval(5, 50, 40, 0))
 	check(t, drain(t, a), step{
 		pids:   []int{100},
 		calls:  map[int]map[OpStream]uint64{100: {{"cudaMalloc", "default"}: 1}},
@@ -829,7 +830,7 @@ func TestMaxTimeSeries(t *testing.T) {
 	})
 
 	// The same refused tuple is counted once, however often it shows up.
-	src.add(akey(100, bpfobj.OpCudaMalloc, 0, 0, 0x10), aval(2, 20, 16, 0))
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0x10), aval(2, 20, 16, 0))
 	check(t, drain(t, a), step{
 		pids:   []int{100},
 		calls:  map[int]map[OpStream]uint64{100: {{"cudaMalloc", "default"}: 1}},
@@ -840,7 +841,7 @@ func TestMaxTimeSeries(t *testing.T) {
 	})
 
 	// A new process: its memory and calls tuples are refused (two drops).
-	src.add(akey(200, bpfobj.OpCudaMalloc, 0, 0, 0), aval(4, 40, 4, 0))
+	src.add(akey(200, ops.OpCudaMalloc, 0, 0, 0), aval(4, 40, 4, 0))
 	check(t, drain(t, a), step{
 		pids:   []int{100, 200},
 		calls:  map[int]map[OpStream]uint64{100: {{"cudaMalloc", "default"}: 1}, 200: {}},
@@ -870,7 +871,7 @@ func TestMaxTimeSeriesRefusesHistograms(t *testing.T) {
 	src := newFakeSource()
 	// memory + calls{cudaFree, default} fill the cap; the histogram is refused.
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{1: {"a", 1}}), MaxTimeSeries: 2})
-	src.add(akey(1, bpfobj.OpCudaFree, 0, 0, 0), aval(1, 10, 0, 0))
+	src.add(akey(1, ops.OpCudaFree, 0, 0, 0), aval(1, 10, 0, 0))
 	for range 2 {
 		s := drain(t, a)
 		if len(s.Hists) != 0 {
@@ -923,7 +924,7 @@ func TestRingDropRate(t *testing.T) {
 func TestDrainReadError(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
-	src.add(akey(1, bpfobj.OpCudaFree, 0, 0, 0), aval(1, 10, 0, 0))
+	src.add(akey(1, ops.OpCudaFree, 0, 0, 0), aval(1, 10, 0, 0))
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{1: {"a", 1}})})
 	before := drain(t, a)
 	src.readErr = errors.New("boom")
@@ -958,7 +959,7 @@ func TestGC(t *testing.T) {
 	src := newFakeSource()
 	procs := newFakeProcs(map[int]fakeProc{1: {"a", 10}, 2: {"b", 20}})
 	a := New(Options{Source: src, Procs: procs})
-	src.add(akey(1, bpfobj.OpCudaMalloc, 0, 0, 0), aval(1, 1, 8, 0))
+	src.add(akey(1, ops.OpCudaMalloc, 0, 0, 0), aval(1, 1, 8, 0))
 	drain(t, a) // 1 is known with start time 10; 2 is unknown
 	src.gcPIDs = []uint32{1, 2, 3}
 
@@ -998,7 +999,7 @@ func TestDeleteFailureDoesNotRetireTwice(t *testing.T) {
 	src := newFakeSource()
 	procs := newFakeProcs(map[int]fakeProc{1: {"a", 1}})
 	a := New(Options{Source: src, Procs: procs})
-	src.add(akey(1, bpfobj.OpCudaFree, 0, 0, 0), aval(3, 30, 0, 0))
+	src.add(akey(1, ops.OpCudaFree, 0, 0, 0), aval(3, 30, 0, 0))
 	drain(t, a)
 	delete(procs.live, 1)
 	src.deleteErr = errors.New("map busy")
@@ -1031,7 +1032,7 @@ func TestMonotonic(t *testing.T) {
 			total      uint64 // calls made so far, launches included
 			timed      uint64 // calls made so far that reach the histograms
 		)
-		ops := []bpfobj.Op{bpfobj.OpCudaMalloc, bpfobj.OpCudaFree, bpfobj.OpCudaMemcpy, bpfobj.OpCudaGraphLaunch}
+		ops := []ops.Op{ops.OpCudaMalloc, ops.OpCudaFree, ops.OpCudaMemcpy, ops.OpCudaGraphLaunch}
 		for step := range 200 {
 			for range rng.IntN(4) {
 				pid := 1 + rng.IntN(5)
@@ -1106,14 +1107,14 @@ func TestDrainScalesDutyCycledCounts(t *testing.T) {
 	src := newFakeSource()
 	procs := newFakeProcs(map[int]fakeProc{7: {comm: "w", start: 1}})
 	scale := 1.0
-	a := New(Options{Source: src, Procs: procs, Scale: func(pid int, op bpfobj.Op) float64 {
-		if op == bpfobj.OpCudaMemcpyAsync {
+	a := New(Options{Source: src, Procs: procs, Scale: func(pid int, op ops.Op) float64 {
+		if op == ops.OpCudaMemcpyAsync {
 			return scale
 		}
 		return 1
 	}})
-	memcpy := akey(7, bpfobj.OpCudaMemcpyAsync, 1, 0, 0)
-	malloc := akey(7, bpfobj.OpCudaMalloc, 0, 0, 0)
+	memcpy := akey(7, ops.OpCudaMemcpyAsync, 1, 0, 0)
+	malloc := akey(7, ops.OpCudaMalloc, 0, 0, 0)
 	calls := func(s *Snapshot, op string) uint64 { return process(t, s, 7).Calls[OpStream{op, "default"}] }
 
 	src.add(memcpy, aval(10, 1000, 100, 2))

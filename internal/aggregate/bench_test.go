@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // BenchmarkDrain measures one drain at a given number of map keys: the
@@ -23,7 +23,7 @@ func BenchmarkDrain(b *testing.B) {
 			}
 			for i := range keys {
 				pid := uint32(1000 + i%pids)
-				op := []bpfobj.Op{bpfobj.OpCudaMemcpyAsync, bpfobj.OpCudaMalloc, bpfobj.OpCudaFree}[i%3]
+				op := []ops.Op{ops.OpCudaMemcpyAsync, ops.OpCudaMalloc, ops.OpCudaFree}[i%3]
 				src.add(akey(pid, op, uint32(i%5), 0, uint64(i/pids%16)), aval(uint64(i+1), 1000, 64, i%14))
 			}
 			a := New(Options{Source: src, Procs: newFakeProcs(live), MaxTimeSeries: 1 << 20, MaxStreamsPerPID: 32})

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // recentLaunches is how many detailed launches /status keeps.
@@ -73,7 +74,7 @@ func (e *Events) add(ev *bpfobj.ProfiLaunchEvent) {
 		Time:         e.bootOffset.Add(time.Duration(ev.TsNs)),
 		PID:          int(ev.Pid),
 		TID:          int(ev.Tid),
-		Operation:    bpfobj.OpName(ev.Op),
+		Operation:    ops.Name(ev.Op),
 		Error:        ev.Err,
 		DurationNs:   ev.DurationNs,
 		Function:     ev.Launch.Func,

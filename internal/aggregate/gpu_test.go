@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // fakeGPUs maps (pid, device) to labels: ordinal n is GPU perm[n]; no
@@ -36,21 +37,21 @@ func TestGPUSplit(t *testing.T) {
 	src := newFakeSource()
 	gpus := &fakeGPUs{perm: []int{2, 0, 1}}
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{7: {"train", 1}}), GPUs: gpus})
-	k := func(op bpfobj.Op, dev uint32) bpfobj.ProfiAggKey {
+	k := func(op ops.Op, dev uint32) bpfobj.ProfiAggKey {
 		key := akey(7, op, 0, 0, 0)
 		key.Dev = dev
 		return key
 	}
-	src.add(k(bpfobj.OpCudaMemset, bpfobj.DevNone), aval(3, 30, 0, 0)) // default device: GPU 2
-	src.add(k(bpfobj.OpCudaMemset, 0), aval(4, 40, 0, 0))              // ordinal 0: GPU 2 too
-	src.add(k(bpfobj.OpCudaMemset, 1), aval(5, 50, 0, 1))              // GPU 0
-	src.add(k(bpfobj.OpCudaMalloc, 2), aval(1, 10, 4096, 0))           // GPU 1
-	src.add(k(bpfobj.OpCudaFree, 2), aval(1, 10, 1024, 0))
+	src.add(k(ops.OpCudaMemset, bpfobj.DevNone), aval(3, 30, 0, 0)) // default device: GPU 2
+	src.add(k(ops.OpCudaMemset, 0), aval(4, 40, 0, 0))              // ordinal 0: GPU 2 too
+	src.add(k(ops.OpCudaMemset, 1), aval(5, 50, 0, 1))              // GPU 0
+	src.add(k(ops.OpCudaMalloc, 2), aval(1, 10, 4096, 0))           // GPU 1
+	src.add(k(ops.OpCudaFree, 2), aval(1, 10, 1024, 0))
 	lk := lkey(7, 0)
 	lk.Dev = 1
 	src.addLaunch(lk, bpfobj.ProfiLaunchVal{Count: 6})
 	for dev, comm := range map[uint32]uint64{1: 0xc1, 2: 0xc2} {
-		src.nccl[bpfobj.ProfiNcclKey{Pid: 7, Op: uint32(bpfobj.OpNcclAllReduce), Comm: comm, Dev: dev}] = bpfobj.ProfiNcclVal{Count: 2, Bytes: 8}
+		src.nccl[bpfobj.ProfiNcclKey{Pid: 7, Op: uint32(ops.OpNcclAllReduce), Comm: comm, Dev: dev}] = bpfobj.ProfiNcclVal{Count: 2, Bytes: 8}
 	}
 	if err := a.Drain(); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestGPUNoLabeler(t *testing.T) {
 	src := newFakeSource()
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{7: {"train", 1}})})
 	for _, dev := range []uint32{0, 1, bpfobj.DevNone} {
-		key := akey(7, bpfobj.OpCudaMemset, 0, 0, 0)
+		key := akey(7, ops.OpCudaMemset, 0, 0, 0)
 		key.Dev = dev
 		src.add(key, aval(2, 20, 0, 0))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/kernelname"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // maxNamesPerPID bounds what one process can make the agent remember: a
@@ -125,10 +126,10 @@ func (n *Names) pid(pid int) *pidNames {
 }
 
 // Kernel implements Namer.
-func (n *Names) Kernel(pid int, op bpfobj.Op, fn uint64) string {
+func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 	n.mu.Lock()
 	p := n.pid(pid)
-	if bpfobj.IsDriver(op) {
+	if ops.IsDriver(op) {
 		// Driver launch: fn is a CUfunction, opaque; only name sources know it.
 		defer n.mu.Unlock()
 		if name, ok := p.function[fn]; ok {

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // A name BPF could not read (its page not resident yet in a young
@@ -22,11 +23,11 @@ func TestNamesReadsWhatBPFCouldNot(t *testing.T) {
 		Key:  0xf00,
 		Aux:  uint64(uintptr(unsafe.Pointer(&mangled[0]))),
 	})
-	if got := n.Kernel(pid, bpfobj.OpCuLaunchKernel, 0xf00); got != "flash::flash_fwd_kernel" {
+	if got := n.Kernel(pid, ops.OpCuLaunchKernel, 0xf00); got != "flash::flash_fwd_kernel" {
 		t.Errorf("name read from memory = %q, want flash::flash_fwd_kernel", got)
 	}
 	n.add(&bpfobj.ProfiNameEvent{Pid: uint32(pid), Kind: uint32(bpfobj.ProfiNameKindNAME_CU_FUNCTION), Key: 0xbad})
-	if got := n.Kernel(pid, bpfobj.OpCuLaunchKernel, 0xbad); got != "" {
+	if got := n.Kernel(pid, ops.OpCuLaunchKernel, 0xbad); got != "" {
 		t.Errorf("an empty name was stored as %q", got)
 	}
 	if f := n.Failures(); f["empty"] != 1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // maxCommsPerPID bounds the communicator series of one process; calls on
@@ -110,10 +111,10 @@ type NCCL struct {
 }
 
 // ncclDataOps are the operations whose bytes are exported.
-var ncclDataOps = map[bpfobj.Op]bool{
-	bpfobj.OpNcclAllReduce: true, bpfobj.OpNcclAllGather: true, bpfobj.OpNcclReduceScatter: true,
-	bpfobj.OpNcclBroadcast: true, bpfobj.OpNcclReduce: true, bpfobj.OpNcclSend: true,
-	bpfobj.OpNcclRecv: true, bpfobj.OpNcclAllToAll: true,
+var ncclDataOps = map[ops.Op]bool{
+	ops.OpNcclAllReduce: true, ops.OpNcclAllGather: true, ops.OpNcclReduceScatter: true,
+	ops.OpNcclBroadcast: true, ops.OpNcclReduce: true, ops.OpNcclSend: true,
+	ops.OpNcclRecv: true, ops.OpNcclAllToAll: true,
 }
 
 // CommHash is NCCL's hash of a unique id (getHash in NCCL's utils: DJB2a
@@ -226,11 +227,11 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 	})
 	for _, k := range sorted {
 		v := keys[k]
-		op := bpfobj.OpName(k.Op)
+		op := ops.Name(k.Op)
 		p.events += v.Count
 		if a.admit(tuple{fam: famNCCL, pid: pid, gpu: g, a: op}) {
 			n.Calls[op] += v.Count
-			if ncclDataOps[bpfobj.Op(k.Op)] {
+			if ncclDataOps[ops.Op(k.Op)] {
 				n.Bytes[op] += v.Bytes
 			}
 		}
@@ -258,7 +259,7 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 		comms[comm.ID] = true
 		co := CommOp{comm, op}
 		n.CommCalls[co] += v.Count
-		if ncclDataOps[bpfobj.Op(k.Op)] {
+		if ncclDataOps[ops.Op(k.Op)] {
 			n.CommBytes[co] += v.Bytes
 		}
 		if v.Timed > 0 && comm != unknownComm {
@@ -288,7 +289,7 @@ func (a *Aggregator) watchInflight(procs map[int]*Process, now uint64) error {
 			p.NCCL = &NCCL{}
 		}
 		n := p.NCCL
-		op := bpfobj.OpName(c.Op)
+		op := ops.Name(c.Op)
 		age := time.Duration(now - c.StartNs)
 		if n.Oldest == nil {
 			n.Oldest = map[string]time.Duration{}

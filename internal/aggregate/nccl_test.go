@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -55,10 +56,10 @@ func TestNCCLHangCountedOncePerCall(t *testing.T) {
 	procs := newFakeProcs(map[int]fakeProc{7: {comm: "rank", start: 1}})
 	now := uint64(100 * time.Second)
 	a := New(Options{Source: src, Procs: procs, NCCLHangTimeout: time.Second, Monotonic: func() uint64 { return now }})
-	src.nccl[bpfobj.ProfiNcclKey{Pid: 7, Op: uint32(bpfobj.OpNcclAllReduce)}] = bpfobj.ProfiNcclVal{Count: 1}
+	src.nccl[bpfobj.ProfiNcclKey{Pid: 7, Op: uint32(ops.OpNcclAllReduce)}] = bpfobj.ProfiNcclVal{Count: 1}
 	tid := uint64(7)<<32 | 8
-	src.inflight[tid] = bpfobj.ProfiNcclCall{StartNs: now - uint64(500*time.Millisecond), Op: uint32(bpfobj.OpNcclAllReduce)}
-	src.inflight[uint64(9)<<32|9] = bpfobj.ProfiNcclCall{StartNs: 1, Op: uint32(bpfobj.OpNcclAllReduce)} // pid 9 is gone
+	src.inflight[tid] = bpfobj.ProfiNcclCall{StartNs: now - uint64(500*time.Millisecond), Op: uint32(ops.OpNcclAllReduce)}
+	src.inflight[uint64(9)<<32|9] = bpfobj.ProfiNcclCall{StartNs: 1, Op: uint32(ops.OpNcclAllReduce)} // pid 9 is gone
 	nccl := func() *NCCL { return process(t, drain(t, a), 7).NCCL }
 	if n := nccl(); n.Hangs["ncclAllReduce"] != 0 || n.Oldest["ncclAllReduce"] != 500*time.Millisecond {
 		t.Fatalf("before the timeout: %+v", n)
@@ -72,7 +73,7 @@ func TestNCCLHangCountedOncePerCall(t *testing.T) {
 			t.Fatalf("stale = %d, want 1 (the exited process's entry is not counted)", s)
 		}
 	}
-	src.inflight[tid] = bpfobj.ProfiNcclCall{StartNs: now - uint64(2*time.Second), Op: uint32(bpfobj.OpNcclAllReduce)}
+	src.inflight[tid] = bpfobj.ProfiNcclCall{StartNs: now - uint64(2*time.Second), Op: uint32(ops.OpNcclAllReduce)}
 	if n := nccl(); n.Hangs["ncclAllReduce"] != 2 {
 		t.Errorf("a second hung call: hangs %v, want 2", n.Hangs)
 	}

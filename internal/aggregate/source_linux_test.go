@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -70,7 +71,7 @@ func TestMapSourceSumsCPUs(t *testing.T) {
 		wantLaunch.BlockThreads += l.BlockThreads
 		wantLaunch.SharedBytes += l.SharedBytes
 	}
-	ak := akey(100, bpfobj.OpCudaMemcpy, 1, 0, 0x10)
+	ak := akey(100, ops.OpCudaMemcpy, 1, 0, 0x10)
 	if err := objs.Aggregated.Put(ak, aggCPUs); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestMapSourceDeletePIDs(t *testing.T) {
 	// Enough keys of the deleted PIDs that a delete during the walk would restart it.
 	for pid := uint32(1); pid <= 4; pid++ {
 		for op := range uint32(5) {
-			if err := objs.Aggregated.Put(akey(pid, bpfobj.Op(op), 0, 0, 0), make([]bpfobj.ProfiAggVal, ncpu)); err != nil {
+			if err := objs.Aggregated.Put(akey(pid, ops.Op(op), 0, 0, 0), make([]bpfobj.ProfiAggVal, ncpu)); err != nil {
 				t.Fatal(err)
 			}
 			if err := objs.MallocSizes.Put(bpfobj.ProfiAllocKey{Pid: pid, Ptr: uint64(op) << 12}, bpfobj.ProfiAllocVal{Size: 64}); err != nil {

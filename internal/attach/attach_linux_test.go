@@ -15,6 +15,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -37,12 +38,9 @@ func loaded(t *testing.T, mode string) Options {
 	}
 	t.Cleanup(func() { objs.Close() })
 	return Options{
-		Programs: map[string]*ebpf.Program{
-			bpfobj.ProfiProgTimedEntry:  objs.TimedEntry,
-			bpfobj.ProfiProgTimedReturn: objs.TimedReturn,
-			bpfobj.ProfiProgLaunchEntry: objs.LaunchEntry,
-		},
-		KernelMode: mode,
+		Programs:    objs.Programs(),
+		UprobeMulti: objs.UprobeMulti,
+		KernelMode:  mode,
 		// Probes fire only in this test process, never in other tests' workloads.
 		PID:      os.Getpid(),
 		PIDFiles: objs.PidFiles,
@@ -95,17 +93,17 @@ func TestAttachStub(t *testing.T) {
 	}{
 		{
 			name: "anonymous",
-			mode: KernelModeAnonymous,
+			mode: ops.KernelModeAnonymous,
 			path: fx.Cudart,
 		},
 		{
 			name: "off",
-			mode: KernelModeOff,
+			mode: ops.KernelModeOff,
 			path: fx.Cudart,
 		},
 		{
 			name:    "missing symbols",
-			mode:    KernelModeAnonymous,
+			mode:    ops.KernelModeAnonymous,
 			path:    fx.CudartMissing,
 			missing: []string{"cudaGraphLaunch", "cudaGraphInstantiate"},
 			absent:  []string{"cudaGraphLaunch_ptsz"}, // optional: reported, not a failure
@@ -131,7 +129,7 @@ func TestAttachStub(t *testing.T) {
 			// Everything the probe table asks for that the file defines.
 			var want []string
 			traps := map[string]int{}
-			for _, p := range Probes(discover.LibCudart, tc.mode, ProfileLean) {
+			for _, p := range ops.Probes(discover.LibCudart, tc.mode, ops.ProfileLean) {
 				if !slices.Contains(tc.missing, p.Symbol) && !slices.Contains(tc.absent, p.Symbol) {
 					want = append(want, p.Symbol)
 				}
@@ -189,7 +187,7 @@ func TestAttachStubTwoKeys(t *testing.T) {
 	skipShort(t)
 	testutil.RequireBPF(t)
 	fx := fixtures(t)
-	opts := loaded(t, KernelModeAnonymous)
+	opts := loaded(t, ops.KernelModeAnonymous)
 	a := New(opts)
 	defer a.Close()
 	pid := os.Getpid()
@@ -279,8 +277,8 @@ func testFullModeUpgrade(t *testing.T, multi bool) {
 	}
 	a := New(Options{
 		Programs:    objs.Programs(),
-		KernelMode:  KernelModeAnonymous,
-		Profile:     ProfileLean,
+		KernelMode:  ops.KernelModeAnonymous,
+		Profile:     ops.ProfileLean,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
 		FullFiles:   objs.FullFiles,
@@ -381,7 +379,7 @@ func opCounts(t *testing.T, objs *bpfobj.Objects, pid int) map[string]uint64 {
 	for it.Next(&ak, &avs) {
 		for _, v := range avs {
 			if ak.Pid == uint32(pid) {
-				out[bpfobj.OpName(ak.Op)] += v.Count
+				out[ops.Name(ak.Op)] += v.Count
 			}
 		}
 	}
@@ -390,7 +388,7 @@ func opCounts(t *testing.T, objs *bpfobj.Objects, pid int) map[string]uint64 {
 	for lit.Next(&lk, &lvs) {
 		for _, v := range lvs {
 			if lk.Pid == uint32(pid) {
-				out[bpfobj.OpName(lk.Op)] += v.Count
+				out[ops.Name(lk.Op)] += v.Count
 			}
 		}
 	}
@@ -430,7 +428,7 @@ func testPauseDetachesOnlyHotProbes(t *testing.T, multi bool) {
 	}
 	a := New(Options{
 		Programs:    objs.Programs(),
-		KernelMode:  KernelModeAnonymous,
+		KernelMode:  ops.KernelModeAnonymous,
 		PID:         w.PID,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
@@ -513,21 +511,26 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 		t.Skipf("kernel without uprobe_multi: %v", err)
 	}
 	fx := fixtures(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
-	if err != nil {
-		t.Fatal(err)
+	// The same programs loaded for each kind of link.
+	objs := map[bool]*bpfobj.Objects{}
+	for _, multi := range []bool{false, true} {
+		o, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		objs[multi] = o
 	}
-	t.Cleanup(func() { objs.Close() })
 	for _, lib := range []struct {
 		lib  discover.Library
 		path string
 	}{{discover.LibCudart, fx.Cudart}, {discover.LibCuda, fx.Cuda}} {
-		for _, mode := range []string{KernelModeAnonymous, KernelModeFull} {
+		for _, mode := range []string{ops.KernelModeAnonymous, ops.KernelModeFull} {
 			t.Run(string(lib.lib)+"/"+mode, func(t *testing.T) {
 				st := map[bool]LibraryStatus{}
 				links := map[bool][2]int{} // never-paused, Pausable
 				for _, multi := range []bool{false, true} {
-					a := New(Options{Programs: objs.Programs(), KernelMode: mode, Profile: ProfileFull, PID: os.Getpid(), UprobeMulti: multi})
+					a := New(Options{Programs: objs[multi].Programs(), KernelMode: mode, Profile: ops.ProfileFull, PID: os.Getpid(), UprobeMulti: multi})
 					tg := fileTarget(t, lib.lib, lib.path, []int{os.Getpid()}, new(atomic.Int32))
 					a.Sync([]Target{tg})
 					f := a.files[tg.Key]
@@ -544,8 +547,8 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 				progs := [2]map[string]bool{{}, {}}
 				for _, p := range st[false].Probes {
 					i := 0
-					for _, q := range Probes(lib.lib, mode, ProfileFull) {
-						if q.Symbol == p.Symbol && Pausable(q.Op) {
+					for _, q := range ops.Probes(lib.lib, mode, ops.ProfileFull) {
+						if q.Symbol == p.Symbol && ops.Pausable(q.Op) {
 							i = 1
 						}
 						if q.Symbol == p.Symbol {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Reasons of profi_system_attach_failures_total (interface.md 5.7).
@@ -76,11 +77,11 @@ type Options struct {
 	// FullFiles is the BPF map of (pid, file) served by full-mode upgrade
 	// probes (full_files); may be nil.
 	FullFiles *ebpf.Map
-	// UprobeMulti attaches the probes whose programs have a uprobe.multi
-	// variant (libcudart's, libcuda's and libnccl's) with one uprobe_multi
-	// link per program and file instead of one link per symbol: attaching
-	// a new library costs a handful of links, not dozens. If the kernel refuses, the Attacher
-	// falls back to classic uprobes for good, with a logged note.
+	// UprobeMulti: Programs were loaded for uprobe_multi links
+	// (bpfobj.Objects.UprobeMulti), so the probes of one program are one
+	// link per file, budget class and PID filter instead of one link per
+	// symbol: a new library costs a handful of links, not dozens. False:
+	// classic uprobes, one per function. Decided once, at load.
 	UprobeMulti bool
 	// NVTX (--enable-nvtx-tracing): the load-triggered check looks for
 	// NVTX libraries too (the discovery pass's Scanner must set NVTX).
@@ -97,7 +98,7 @@ type attached struct {
 	links      *linkSet // every probe the budget never pauses
 	hot        *linkSet // Pausable probes; nil while paused
 	paused     bool
-	probes     []Probe
+	probes     []ops.Probe
 	missing    []string // required symbols the file lacks (counted as failures)
 	absent     []string // optional symbols the file lacks (normal)
 	attachedAt time.Time
@@ -136,7 +137,6 @@ type Attacher struct {
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
 	fullMode     func(pid int) bool           // processes upgraded to full mode; nil: none
-	noMulti      bool                         // uprobe_multi refused by the kernel
 	closing      sync.WaitGroup               // background closes of released files
 }
 
@@ -204,7 +204,7 @@ func (a *Attacher) Sync(targets []Target) {
 			continue
 		}
 		seen[t.Key] = true
-		if len(Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 			continue // nothing to attach for this library (yet): not a failure
 		}
 		if f, ok := a.files[t.Key]; ok {
@@ -284,10 +284,10 @@ func (a *Attacher) SetFullModePIDs(pids []int) {
 
 // upgradeProbes are the probes full mode adds to, or changes in, the
 // probe set of the global mode.
-func upgradeProbes(lib discover.Library, mode, profile string) []Probe {
-	base := Probes(lib, mode, profile)
-	var out []Probe
-	for _, p := range Probes(lib, KernelModeFull, profile) {
+func upgradeProbes(lib discover.Library, mode, profile string) []ops.Probe {
+	base := ops.Probes(lib, mode, profile)
+	var out []ops.Probe
+	for _, p := range ops.Probes(lib, ops.KernelModeFull, profile) {
 		if !slices.Contains(base, p) {
 			out = append(out, p)
 		}
@@ -302,7 +302,7 @@ func upgradeProbes(lib discover.Library, mode, profile string) []Probe {
 func (a *Attacher) syncUpgrades() {
 	for _, f := range a.files {
 		want := map[int]bool{}
-		if a.opts.KernelMode != KernelModeFull && a.fullMode != nil {
+		if a.opts.KernelMode != ops.KernelModeFull && a.fullMode != nil {
 			for _, pid := range f.target.PIDs {
 				if a.fullMode(pid) {
 					want[pid] = true
@@ -552,7 +552,7 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 	a.nextID++
 	att := &attached{target: t, id: a.nextID, syms: syms}
-	all := Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
+	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
 	cold, hot := splitPausable(all)
 	links, reason, err := a.attachProbes(ex, t, cold, syms, att.id, a.opts.PID)
 	if err != nil {
@@ -582,31 +582,21 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 
 // attachProbes attaches every probe whose symbol the file defines, all or
 // nothing: on any error the links made so far are closed.
-func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
-	links = &linkSet{}
-	if a.opts.UprobeMulti && !a.noMulti {
-		var multi []Probe
-		multi, probes = a.splitMulti(probes, syms)
-		if len(multi) > 0 {
-			ml, err := a.attachMulti(ex, multi, syms, fileID, pid)
-			switch {
-			case errors.Is(err, ebpf.ErrNotSupported):
-				a.noMulti = true
-				a.log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", err)
-				probes = append(probes, multi...)
-			case err != nil:
-				return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
-			default:
-				links = ml
-			}
+func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
+	if a.opts.UprobeMulti {
+		links, err := a.attachMulti(ex, probes, syms, fileID, pid)
+		if err != nil {
+			return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
 		}
+		return links, "", nil
 	}
+	links = &linkSet{}
 	for _, p := range probes {
 		sym, ok := syms[p.Symbol]
 		if !ok {
 			continue // listed as missing or absent by the caller
 		}
-		opts := &link.UprobeOptions{PID: pid, Cookie: bpfobj.Cookie(p.Op, fileID), Offset: sym.offset}
+		opts := &link.UprobeOptions{PID: pid, Cookie: ops.Cookie(p.Op, fileID), Offset: sym.offset}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.
@@ -628,54 +618,19 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []Probe, s
 	return links, "", nil
 }
 
-// multiPrograms maps a program to its uprobe.multi variant.
-var multiPrograms = map[string]string{
-	progTimedEntry:  bpfobj.ProfiProgTimedEntryMulti,
-	progTimedReturn: bpfobj.ProfiProgTimedReturnMulti,
-	progLaunchEntry: bpfobj.ProfiProgLaunchEntryMulti,
-	progNameEntry:   bpfobj.ProfiProgNameEntryMulti,
-	progNCCLEntry:   bpfobj.ProfiProgNcclEntryMulti,
-	progNCCLReturn:  bpfobj.ProfiProgNcclReturnMulti,
-}
-
-// multiProgram returns the loaded uprobe.multi variant of a program, nil
-// when it has none (or the caller did not load it).
-func (a *Attacher) multiProgram(prog string) *ebpf.Program {
-	if name, ok := multiPrograms[prog]; ok {
-		return a.opts.Programs[name]
-	}
-	return nil
-}
-
-// splitMulti splits the probes the file defines whose programs (entry
-// and, when timed, return) have a loaded uprobe.multi variant from the
-// rest.
-func (a *Attacher) splitMulti(probes []Probe, syms map[string]funcSym) (multi, rest []Probe) {
-	for _, p := range probes {
-		_, defined := syms[p.Symbol]
-		ok := defined && a.multiProgram(p.Entry) != nil && (p.Return == "" || a.multiProgram(p.Return) != nil)
-		if ok {
-			multi = append(multi, p)
-		} else {
-			rest = append(rest, p)
-		}
-	}
-	return multi, rest
-}
-
 // attachMulti attaches probes with one uprobe_multi link per program:
 // every return program first, like the classic path, then the entry
 // programs. Each function keeps the offset the classic probe would have
 // (prologue skip) and the same cookie (operation and file). All or
 // nothing: on error the links made so far are closed.
-func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[string]funcSym, fileID uint32, pid int) (*linkSet, error) {
+func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (*linkSet, error) {
 	type group struct {
 		prog             string
 		symbols          []string
 		offsets, cookies []uint64
 	}
 	var returns, entries []*group
-	add := func(groups *[]*group, prog string, p Probe) {
+	add := func(groups *[]*group, prog string, p ops.Probe) {
 		i := slices.IndexFunc(*groups, func(g *group) bool { return g.prog == prog })
 		if i < 0 {
 			*groups = append(*groups, &group{prog: prog})
@@ -684,9 +639,12 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[str
 		g := (*groups)[i]
 		g.symbols = append(g.symbols, p.Symbol)
 		g.offsets = append(g.offsets, syms[p.Symbol].offset)
-		g.cookies = append(g.cookies, bpfobj.Cookie(p.Op, fileID))
+		g.cookies = append(g.cookies, ops.Cookie(p.Op, fileID))
 	}
 	for _, p := range probes {
+		if _, ok := syms[p.Symbol]; !ok {
+			continue // listed as missing or absent by the caller
+		}
 		add(&entries, p.Entry, p)
 		if p.Return != "" {
 			add(&returns, p.Return, p)
@@ -695,7 +653,7 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[str
 	links := &linkSet{multi: true}
 	for _, g := range returns {
 		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
-		l, err := ex.UretprobeMulti(g.symbols, a.multiProgram(g.prog), opts)
+		l, err := ex.UretprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
 		if err != nil {
 			links.close()
 			return nil, fmt.Errorf("return probes %v: %w", g.symbols, err)
@@ -704,7 +662,7 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[str
 	}
 	for _, g := range entries {
 		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
-		l, err := ex.UprobeMulti(g.symbols, a.multiProgram(g.prog), opts)
+		l, err := ex.UprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
 		if err != nil {
 			links.close()
 			return nil, fmt.Errorf("entry probes %v: %w", g.symbols, err)
@@ -716,9 +674,9 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []Probe, syms map[str
 
 // splitPausable splits probes into those the overhead budget never
 // pauses and those it may (Pausable).
-func splitPausable(probes []Probe) (cold, hot []Probe) {
+func splitPausable(probes []ops.Probe) (cold, hot []ops.Probe) {
 	for _, p := range probes {
-		if Pausable(p.Op) {
+		if ops.Pausable(p.Op) {
 			hot = append(hot, p)
 		} else {
 			cold = append(cold, p)
@@ -778,7 +736,7 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 
 // reattach attaches probes of an already attached file again, with the
 // symbols and offsets read at the first attach.
-func (a *Attacher) reattach(f *attached, probes []Probe, pid int) (*linkSet, error) {
+func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*linkSet, error) {
 	file, err := f.target.Open()
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", f.target.Path, err)
@@ -794,7 +752,7 @@ func (a *Attacher) reattach(f *attached, probes []Probe, pid int) (*linkSet, err
 
 func requiredProbes(lib discover.Library, mode, profile string) int {
 	n := 0
-	for _, p := range Probes(lib, mode, profile) {
+	for _, p := range ops.Probes(lib, mode, profile) {
 		if !p.Optional {
 			n++
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -86,7 +87,7 @@ func TestAttachFailureReasons(t *testing.T) {
 			t.Parallel()
 			var opens atomic.Int32
 			clk := &clock{now: t0}
-			a := New(Options{KernelMode: KernelModeAnonymous, Now: clk.Now})
+			a := New(Options{KernelMode: ops.KernelModeAnonymous, Now: clk.Now})
 			key := FileKey{Dev: 0x801, Inode: 500}
 			a.Sync([]Target{target(key, discover.LibCudart, "/usr/lib/libcudart.so.12", []int{10}, &opens, tc.open)})
 			fl := onlyFailure(t, a)
@@ -118,7 +119,7 @@ func TestAttachBackoff(t *testing.T) {
 	t.Parallel()
 	var opens atomic.Int32
 	clk := &clock{now: t0}
-	a := New(Options{KernelMode: KernelModeAnonymous, RetryBase: time.Second, RetryMax: 8 * time.Second, Now: clk.Now})
+	a := New(Options{KernelMode: ops.KernelModeAnonymous, RetryBase: time.Second, RetryMax: 8 * time.Second, Now: clk.Now})
 	key := FileKey{Dev: 1, Inode: 2}
 	tg := target(key, discover.LibCudart, "/lib/libcudart.so.12", []int{10}, &opens, goneOpen)
 
@@ -261,7 +262,7 @@ func TestSymbolNotFound(t *testing.T) {
 	t.Parallel()
 	fx := fixtures(t)
 	// A real shared object that defines none of the probed symbols.
-	a := New(Options{KernelMode: KernelModeAnonymous, Now: (&clock{now: t0}).Now})
+	a := New(Options{KernelMode: ops.KernelModeAnonymous, Now: (&clock{now: t0}).Now})
 	var opens atomic.Int32
 	a.Sync([]Target{target(FileKey{Dev: 1, Inode: 9}, discover.LibCudart, "/w", []int{5}, &opens, func() (*os.File, error) {
 		return os.Open(fx.Workload)
@@ -278,7 +279,7 @@ func TestSymbolNotFound(t *testing.T) {
 func TestLibraryWithoutProbesIsNoFailure(t *testing.T) {
 	t.Parallel()
 	fx := fixtures(t)
-	a := New(Options{KernelMode: KernelModeAnonymous})
+	a := New(Options{KernelMode: ops.KernelModeAnonymous})
 	var opens atomic.Int32
 	for _, lib := range []discover.Library{"libfuture.so"} {
 		a.Sync([]Target{target(FileKey{Dev: 1, Inode: 1}, lib, "/l", []int{5}, &opens, func() (*os.File, error) {

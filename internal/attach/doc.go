@@ -1,4 +1,4 @@
-// Package attach owns the uprobe links. Probe sets are data (Probes); the
+// Package attach owns the uprobe links. Probe sets are data (ops.Probes); the
 // Attacher attaches them once per library file, keyed by the (device,
 // inode) that /proc/PID/maps reports, because a uprobe on a file fires in
 // every process that maps it. Links are released when no process maps the

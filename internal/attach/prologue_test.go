@@ -3,6 +3,8 @@ package attach
 import (
 	"os"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 func TestPrologueOffset(t *testing.T) {
@@ -49,7 +51,7 @@ func TestDefinedFuncsOffsets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range Probes("libcudart.so", KernelModeFull, ProfileFull) {
+		for _, p := range ops.Probes("libcudart.so", ops.KernelModeFull, ops.ProfileFull) {
 			s, ok := syms[p.Symbol]
 			if !ok {
 				t.Errorf("%s: %s not defined", path, p.Symbol)

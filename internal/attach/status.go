@@ -5,6 +5,8 @@ import (
 
 	"sort"
 	"time"
+
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // ProbeStatus describes one attached probe.
@@ -89,7 +91,7 @@ func (a *Attacher) Status() Status {
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {
-			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: opName(p), Return: p.Timed(), Traps: p.Traps(), Offset: f.syms[p.Symbol].offset})
+			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: ops.Name(uint32(p.Op)), Return: p.Timed(), Traps: p.Traps(), Offset: f.syms[p.Symbol].offset})
 		}
 		s.Attached = append(s.Attached, ls)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // maxChecksPerSecond bounds the per-process maps reads that library-load
@@ -67,7 +68,7 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range res.Processes[0].Libs {
-		if !profiled(m.Lib) || len(Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		if !profiled(m.Lib) || len(ops.Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 			continue
 		}
 		key := FileKey{Dev: m.Dev, Inode: m.Inode}

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // TestLayoutsMatchBTF guards the generated Go types against hand edits and
@@ -90,42 +94,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 		cName string
 		want  map[string]uint64
 	}{
-		{"op", map[string]uint64{
-			"OP_UNKNOWN": uint64(OpUnknown), "OP_CUDA_MALLOC": uint64(OpCudaMalloc), "OP_CUDA_FREE": uint64(OpCudaFree),
-			"OP_CUDA_MEMCPY": uint64(OpCudaMemcpy), "OP_CUDA_MEMCPY_ASYNC": uint64(OpCudaMemcpyAsync),
-			"OP_CUDA_LAUNCH_KERNEL": uint64(OpCudaLaunchKernel), "OP_CUDA_MALLOC_ASYNC": uint64(OpCudaMallocAsync),
-			"OP_CUDA_FREE_ASYNC": uint64(OpCudaFreeAsync), "OP_CUDA_GRAPH_LAUNCH": uint64(OpCudaGraphLaunch),
-			"OP_CUDA_GRAPH_INSTANTIATE": uint64(OpCudaGraphInstantiate), "OP_MAX": uint64(NumOps),
-			"OP_CUDA_LAUNCH_KERNEL_PTSZ": uint64(OpCudaLaunchKernelPtsz), "OP_CUDA_LAUNCH_KERNEL_EXC": uint64(OpCudaLaunchKernelExC),
-			"OP_CUDA_LAUNCH_COOPERATIVE_KERNEL": uint64(OpCudaLaunchCooperative), "OP_CUDA_MEMCPY_ASYNC_PTSZ": uint64(OpCudaMemcpyAsyncPtsz),
-			"OP_CUDA_MEMCPY_PEER": uint64(OpCudaMemcpyPeer), "OP_CUDA_MEMCPY_PEER_ASYNC": uint64(OpCudaMemcpyPeerAsync),
-			"OP_CUDA_MEMCPY_2D": uint64(OpCudaMemcpy2D), "OP_CUDA_MEMCPY_2D_ASYNC": uint64(OpCudaMemcpy2DAsync),
-			"OP_CUDA_MALLOC_MANAGED": uint64(OpCudaMallocManaged), "OP_CUDA_MALLOC_HOST": uint64(OpCudaMallocHost),
-			"OP_CUDA_FREE_HOST": uint64(OpCudaFreeHost), "OP_CUDA_MEMSET": uint64(OpCudaMemset), "OP_CUDA_MEMSET_ASYNC": uint64(OpCudaMemsetAsync),
-			"OP_CUDA_STREAM_SYNC": uint64(OpCudaStreamSync), "OP_CUDA_EVENT_SYNC": uint64(OpCudaEventSync),
-			"OP_CUDA_DEVICE_SYNC": uint64(OpCudaDeviceSync), "OP_CUDA_SET_DEVICE": uint64(OpCudaSetDevice),
-			"OP_CU_LAUNCH_KERNEL": uint64(OpCuLaunchKernel), "OP_CU_LAUNCH_KERNEL_PTSZ": uint64(OpCuLaunchKernelPtsz),
-			"OP_CU_LAUNCH_KERNEL_EX": uint64(OpCuLaunchKernelEx), "OP_CU_LAUNCH_COOPERATIVE_KERNEL": uint64(OpCuLaunchCooperative),
-			"OP_CU_GRAPH_LAUNCH": uint64(OpCuGraphLaunch), "OP_CU_MODULE_LOAD_DATA": uint64(OpCuModuleLoadData),
-			"OP_CU_MODULE_GET_FUNCTION": uint64(OpCuModuleGetFunction), "OP_CU_LIBRARY_GET_KERNEL": uint64(OpCuLibraryGetKernel),
-			"OP_CU_KERNEL_GET_FUNCTION": uint64(OpCuKernelGetFunction), "OP_CUDA_REGISTER_FUNCTION": uint64(OpCudaRegisterFunction),
-			"OP_CUDA_MEMCPY_PTDS": uint64(OpCudaMemcpyPtds), "OP_CUDA_MEMCPY_2D_PTDS": uint64(OpCudaMemcpy2DPtds),
-			"OP_CUDA_MEMCPY_2D_ASYNC_PTSZ": uint64(OpCudaMemcpy2DAsyncPtsz), "OP_CUDA_MEMSET_PTDS": uint64(OpCudaMemsetPtds),
-			"OP_CUDA_MEMSET_ASYNC_PTSZ": uint64(OpCudaMemsetAsyncPtsz), "OP_CUDA_STREAM_SYNC_PTSZ": uint64(OpCudaStreamSyncPtsz),
-			"OP_CUDA_GRAPH_LAUNCH_PTSZ": uint64(OpCudaGraphLaunchPtsz), "OP_CUDA_MALLOC_ASYNC_PTSZ": uint64(OpCudaMallocAsyncPtsz),
-			"OP_CUDA_FREE_ASYNC_PTSZ": uint64(OpCudaFreeAsyncPtsz), "OP_CUDA_LAUNCH_KERNEL_EXC_PTSZ": uint64(OpCudaLaunchKernelExCPtsz),
-			"OP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ": uint64(OpCudaLaunchCooperativePtsz),
-			"OP_NCCL_ALL_REDUCE":                     uint64(OpNcclAllReduce), "OP_NCCL_ALL_GATHER": uint64(OpNcclAllGather),
-			"OP_NCCL_REDUCE_SCATTER": uint64(OpNcclReduceScatter), "OP_NCCL_BROADCAST": uint64(OpNcclBroadcast),
-			"OP_NCCL_REDUCE": uint64(OpNcclReduce), "OP_NCCL_SEND": uint64(OpNcclSend), "OP_NCCL_RECV": uint64(OpNcclRecv),
-			"OP_NCCL_ALL_TO_ALL": uint64(OpNcclAllToAll), "OP_NCCL_GROUP_START": uint64(OpNcclGroupStart),
-			"OP_NCCL_GROUP_END": uint64(OpNcclGroupEnd), "OP_NCCL_COMM_INIT_RANK": uint64(OpNcclCommInitRank),
-			"OP_NCCL_COMM_INIT_RANK_CONFIG": uint64(OpNcclCommInitRankConfig), "OP_NCCL_COMM_INIT_ALL": uint64(OpNcclCommInitAll),
-			"OP_NCCL_COMM_DESTROY": uint64(OpNcclCommDestroy), "OP_NCCL_COMM_ABORT": uint64(OpNcclCommAbort),
-			"OP_NVTX_RANGE_PUSH_A": uint64(OpNvtxRangePushA), "OP_NVTX_RANGE_PUSH_W": uint64(OpNvtxRangePushW),
-			"OP_NVTX_RANGE_PUSH_EX": uint64(OpNvtxRangePushEx), "OP_NVTX_DOMAIN_RANGE_PUSH_EX": uint64(OpNvtxDomainRangePushEx),
-			"OP_NVTX_RANGE_POP": uint64(OpNvtxRangePop), "OP_NVTX_DOMAIN_RANGE_POP": uint64(OpNvtxDomainRangePop),
-		}},
+		{"op", opEnum()},
+		{"op_args", argsEnum()},
 		{"phase", map[string]uint64{
 			"PHASE_NONE": uint64(PhaseNone), "PHASE_PREFILL": uint64(PhasePrefill), "PHASE_DECODE": uint64(PhaseDecode),
 			"PHASE_ATTENTION": uint64(PhaseAttention), "PHASE_MLP": uint64(PhaseMLP), "PHASE_NORM": uint64(PhaseNorm),
@@ -157,46 +127,6 @@ func TestEnumsMatchBTF(t *testing.T) {
 	}
 }
 
-func TestOpName(t *testing.T) {
-	t.Parallel()
-	// The operation labels of interface.md 5.2.
-	tests := []struct {
-		op   uint32
-		want string
-	}{
-		{uint32(OpUnknown), "unknown"},
-		{uint32(OpCudaMalloc), "cudaMalloc"},
-		{uint32(OpCudaFree), "cudaFree"},
-		{uint32(OpCudaMemcpy), "cudaMemcpy"},
-		{uint32(OpCudaMemcpyAsync), "cudaMemcpyAsync"},
-		{uint32(OpCudaLaunchKernel), "cudaLaunchKernel"},
-		{uint32(OpCudaMallocAsync), "cudaMallocAsync"},
-		{uint32(OpCudaFreeAsync), "cudaFreeAsync"},
-		{uint32(OpCudaGraphLaunch), "cudaGraphLaunch"},
-		{uint32(OpCudaGraphInstantiate), "cudaGraphInstantiate"},
-		{uint32(NumOps), "unknown"},
-		{1000, "unknown"},
-		{math.MaxUint32, "unknown"},
-	}
-	for _, tc := range tests {
-		if got := OpName(tc.op); got != tc.want {
-			t.Errorf("OpName(%d) = %q, want %q", tc.op, got, tc.want)
-		}
-	}
-	// Every operation but OP_UNKNOWN has a name of its own.
-	seen := map[string]Op{}
-	for op := OpUnknown + 1; op < NumOps; op++ {
-		name := OpName(uint32(op))
-		if name == "unknown" {
-			t.Errorf("operation %d has no name", op)
-		}
-		if prev, ok := seen[name]; ok {
-			t.Errorf("operations %d and %d are both %q", prev, op, name)
-		}
-		seen[name] = op
-	}
-}
-
 func TestStreamLabel(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -212,29 +142,6 @@ func TestStreamLabel(t *testing.T) {
 	for _, tc := range tests {
 		if got := StreamLabel(tc.stream); got != tc.want {
 			t.Errorf("StreamLabel(%#x) = %q, want %q", tc.stream, got, tc.want)
-		}
-	}
-}
-
-func TestCookie(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		op   Op
-		file uint32
-		want uint64
-	}{
-		{OpCudaMemcpy, 0, 3},
-		{OpCudaMemcpy, 7, 7<<32 | 3},
-		{OpCudaLaunchKernel, math.MaxUint32, 0xffffffff_00000005},
-	}
-	for _, tc := range tests {
-		got := Cookie(tc.op, tc.file)
-		if got != tc.want {
-			t.Errorf("Cookie(%d, %d) = %#x, want %#x", tc.op, tc.file, got, tc.want)
-		}
-		// COOKIE_OP and COOKIE_FILE of types.h.
-		if Op(uint32(got)) != tc.op || uint32(got>>32) != tc.file {
-			t.Errorf("Cookie(%d, %d) = %#x does not unpack", tc.op, tc.file, got)
 		}
 	}
 }
@@ -343,5 +250,68 @@ func TestPhaseName(t *testing.T) {
 		if got := PhaseName(p); got != want {
 			t.Errorf("PhaseName(%d) = %q, want %q", p, got, want)
 		}
+	}
+}
+
+// opEnum is what enum op in bpf/ops.h must be: OP_UNKNOWN, one enumerator
+// per operation table row at its id, OP_MAX.
+func opEnum() map[string]uint64 {
+	m := map[string]uint64{"OP_UNKNOWN": 0, "OP_MAX": uint64(ops.NumOps)}
+	for i, r := range ops.Table {
+		m[r.CEnum()] = uint64(i + 1)
+	}
+	return m
+}
+
+func argsEnum() map[string]uint64 {
+	m := map[string]uint64{}
+	for a := ops.ArgsNone; a < ops.NumArgs; a++ {
+		m["ARGS_"+a.CName()] = uint64(a)
+	}
+	return m
+}
+
+// The object's per-operation tables are the operation table's: a stale
+// object (bpf/ops.h regenerated, make generate not run) fails here.
+func TestOpTablesInObject(t *testing.T) {
+	t.Parallel()
+	spec, err := LoadProfi()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := make([]uint8, ops.NumOps)
+	if err := spec.Variables["op_args"].Get(&args); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range ops.Table {
+		if got := ops.Args(args[i+1]); got != r.Args {
+			t.Errorf("op_args[%s] = %d in the object, table says %d", r.CEnum(), got, r.Args)
+		}
+	}
+	// One program per role: every program the table names exists, as
+	// uprobe.multi, and there are no others but the exit hook.
+	want := map[string]bool{ProfiProgNcclExit: true}
+	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX, discover.LibLoader} {
+		for _, p := range ops.Probes(lib, ops.KernelModeFull, ops.ProfileFull) {
+			want[p.Entry] = true
+			if p.Return != "" {
+				want[p.Return] = true
+			}
+		}
+		for _, p := range ops.Probes(lib, ops.KernelModeAnonymous, ops.ProfileFull) {
+			want[p.Entry] = true
+		}
+	}
+	for name, p := range spec.Programs {
+		if !want[name] {
+			t.Errorf("program %s is in the object but no table row uses it", name)
+		}
+		if name != ProfiProgNcclExit && p.AttachType != ebpf.AttachTraceUprobeMulti {
+			t.Errorf("program %s: attach type %v, want uprobe.multi", name, p.AttachType)
+		}
+		delete(want, name)
+	}
+	if len(want) > 0 {
+		t.Errorf("programs the table uses but the object lacks: %v", want)
 	}
 }

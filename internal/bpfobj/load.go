@@ -27,16 +27,11 @@ type Sizes struct {
 	// NVTX (--enable-nvtx-tracing): launches read their thread's NVTX
 	// range stack for the phase. Off, the code is not loaded.
 	NVTX bool
-	// NoUprobeMulti loads the uprobe.multi programs as classic ones: on
-	// kernels without uprobe_multi links (before 6.6) they would not load,
-	// and tests force the fallback with it.
+	// NoUprobeMulti loads the uprobe programs as classic ones even where
+	// the kernel has uprobe_multi links (--no-uprobe-multi: tests the
+	// fallback of older kernels). Without uprobe_multi (before 6.6) they
+	// are loaded as classic ones anyway.
 	NoUprobeMulti bool
-}
-
-// UprobeMultiPrograms are the programs built for uprobe_multi links.
-var UprobeMultiPrograms = []string{
-	ProfiProgTimedEntryMulti, ProfiProgTimedReturnMulti, ProfiProgLaunchEntryMulti, ProfiProgNameEntryMulti,
-	ProfiProgNcclEntryMulti, ProfiProgNcclReturnMulti,
 }
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
@@ -45,6 +40,13 @@ func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }
 // Objects are the loaded programs and maps. Close releases them.
 type Objects struct {
 	ProfiObjects
+	// UprobeMulti: the uprobe programs were loaded for uprobe_multi links
+	// (one link per program and library file); false: classic uprobes,
+	// one link per function.
+	UprobeMulti bool
+	// NoUprobeMulti is why the kernel's uprobe_multi links are not used
+	// (nil when they are, or when Sizes.NoUprobeMulti asked for classic).
+	NoUprobeMulti error
 }
 
 // Programs returns every loaded program by its name in the object, so
@@ -56,6 +58,19 @@ func (o *Objects) Programs() map[string]*ebpf.Program {
 	for i := range v.NumField() {
 		if p, ok := v.Field(i).Interface().(*ebpf.Program); ok && p != nil {
 			out[v.Type().Field(i).Tag.Get("ebpf")] = p
+		}
+	}
+	return out
+}
+
+// Maps returns every map of the object by its name (its .maps, not the
+// sections holding global variables).
+func (o *Objects) Maps() map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(o.ProfiMaps)
+	for i := range v.NumField() {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
 		}
 	}
 	return out
@@ -92,9 +107,20 @@ func Load(sizes Sizes) (*Objects, error) {
 			return nil, fmt.Errorf("set detailed_launches: %w", err)
 		}
 	}
-	if sizes.NoUprobeMulti {
-		for _, name := range UprobeMultiPrograms {
-			spec.Programs[name].AttachType = ebpf.AttachNone
+	// One program per role, built as uprobe.multi (bpf/profi.bpf.c). A
+	// classic uprobe program is the same code with no expected attach
+	// type: decided once, here, for every program.
+	multi, noMulti := !sizes.NoUprobeMulti, error(nil)
+	if multi {
+		if noMulti = HaveUprobeMulti(); noMulti != nil {
+			multi = false
+		}
+	}
+	if !multi {
+		for _, p := range spec.Programs {
+			if p.AttachType == ebpf.AttachTraceUprobeMulti {
+				p.AttachType = ebpf.AttachNone
+			}
 		}
 	}
 	if sizes.CountHits {
@@ -107,7 +133,7 @@ func Load(sizes Sizes) (*Objects, error) {
 			return nil, fmt.Errorf("set nvtx_enabled: %w", err)
 		}
 	}
-	var objs Objects
+	objs := Objects{UprobeMulti: multi, NoUprobeMulti: noMulti}
 	if err := spec.LoadAndAssign(&objs.ProfiObjects, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {

@@ -211,76 +211,118 @@ type ProfiNvtxRanges struct {
 type ProfiOp uint32
 
 const (
-	ProfiOpOP_UNKNOWN                             ProfiOp = 0
-	ProfiOpOP_CUDA_MALLOC                         ProfiOp = 1
-	ProfiOpOP_CUDA_FREE                           ProfiOp = 2
-	ProfiOpOP_CUDA_MEMCPY                         ProfiOp = 3
-	ProfiOpOP_CUDA_MEMCPY_ASYNC                   ProfiOp = 4
-	ProfiOpOP_CUDA_LAUNCH_KERNEL                  ProfiOp = 5
-	ProfiOpOP_CUDA_MALLOC_ASYNC                   ProfiOp = 6
-	ProfiOpOP_CUDA_FREE_ASYNC                     ProfiOp = 7
-	ProfiOpOP_CUDA_GRAPH_LAUNCH                   ProfiOp = 8
-	ProfiOpOP_CUDA_GRAPH_INSTANTIATE              ProfiOp = 9
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ             ProfiOp = 10
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC              ProfiOp = 11
-	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL      ProfiOp = 12
-	ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ              ProfiOp = 13
-	ProfiOpOP_CUDA_MEMCPY_PEER                    ProfiOp = 14
-	ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC              ProfiOp = 15
-	ProfiOpOP_CUDA_MEMCPY_2D                      ProfiOp = 16
-	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC                ProfiOp = 17
-	ProfiOpOP_CUDA_MALLOC_MANAGED                 ProfiOp = 18
-	ProfiOpOP_CUDA_MALLOC_HOST                    ProfiOp = 19
-	ProfiOpOP_CUDA_FREE_HOST                      ProfiOp = 20
-	ProfiOpOP_CUDA_MEMSET                         ProfiOp = 21
-	ProfiOpOP_CUDA_MEMSET_ASYNC                   ProfiOp = 22
-	ProfiOpOP_CUDA_STREAM_SYNC                    ProfiOp = 23
-	ProfiOpOP_CUDA_EVENT_SYNC                     ProfiOp = 24
-	ProfiOpOP_CUDA_DEVICE_SYNC                    ProfiOp = 25
-	ProfiOpOP_CUDA_SET_DEVICE                     ProfiOp = 26
-	ProfiOpOP_CU_LAUNCH_KERNEL                    ProfiOp = 27
-	ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ               ProfiOp = 28
-	ProfiOpOP_CU_LAUNCH_KERNEL_EX                 ProfiOp = 29
-	ProfiOpOP_CU_LAUNCH_COOPERATIVE_KERNEL        ProfiOp = 30
-	ProfiOpOP_CU_GRAPH_LAUNCH                     ProfiOp = 31
-	ProfiOpOP_CU_MODULE_LOAD_DATA                 ProfiOp = 32
-	ProfiOpOP_CU_MODULE_GET_FUNCTION              ProfiOp = 33
-	ProfiOpOP_CU_LIBRARY_GET_KERNEL               ProfiOp = 34
-	ProfiOpOP_CU_KERNEL_GET_FUNCTION              ProfiOp = 35
-	ProfiOpOP_CUDA_REGISTER_FUNCTION              ProfiOp = 36
-	ProfiOpOP_CUDA_MEMCPY_PTDS                    ProfiOp = 37
-	ProfiOpOP_CUDA_MEMCPY_2D_PTDS                 ProfiOp = 38
-	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC_PTSZ           ProfiOp = 39
-	ProfiOpOP_CUDA_MEMSET_PTDS                    ProfiOp = 40
-	ProfiOpOP_CUDA_MEMSET_ASYNC_PTSZ              ProfiOp = 41
-	ProfiOpOP_CUDA_STREAM_SYNC_PTSZ               ProfiOp = 42
-	ProfiOpOP_CUDA_GRAPH_LAUNCH_PTSZ              ProfiOp = 43
-	ProfiOpOP_CUDA_MALLOC_ASYNC_PTSZ              ProfiOp = 44
-	ProfiOpOP_CUDA_FREE_ASYNC_PTSZ                ProfiOp = 45
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_EXC_PTSZ         ProfiOp = 46
-	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_KERNEL_PTSZ ProfiOp = 47
-	ProfiOpOP_NCCL_ALL_REDUCE                     ProfiOp = 48
-	ProfiOpOP_NCCL_ALL_GATHER                     ProfiOp = 49
-	ProfiOpOP_NCCL_REDUCE_SCATTER                 ProfiOp = 50
-	ProfiOpOP_NCCL_BROADCAST                      ProfiOp = 51
-	ProfiOpOP_NCCL_REDUCE                         ProfiOp = 52
-	ProfiOpOP_NCCL_SEND                           ProfiOp = 53
-	ProfiOpOP_NCCL_RECV                           ProfiOp = 54
-	ProfiOpOP_NCCL_ALL_TO_ALL                     ProfiOp = 55
-	ProfiOpOP_NCCL_GROUP_START                    ProfiOp = 56
-	ProfiOpOP_NCCL_GROUP_END                      ProfiOp = 57
-	ProfiOpOP_NCCL_COMM_INIT_RANK                 ProfiOp = 58
-	ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG          ProfiOp = 59
-	ProfiOpOP_NCCL_COMM_INIT_ALL                  ProfiOp = 60
-	ProfiOpOP_NCCL_COMM_DESTROY                   ProfiOp = 61
-	ProfiOpOP_NCCL_COMM_ABORT                     ProfiOp = 62
-	ProfiOpOP_NVTX_RANGE_PUSH_A                   ProfiOp = 63
-	ProfiOpOP_NVTX_RANGE_PUSH_W                   ProfiOp = 64
-	ProfiOpOP_NVTX_RANGE_PUSH_EX                  ProfiOp = 65
-	ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX           ProfiOp = 66
-	ProfiOpOP_NVTX_RANGE_POP                      ProfiOp = 67
-	ProfiOpOP_NVTX_DOMAIN_RANGE_POP               ProfiOp = 68
-	ProfiOpOP_MAX                                 ProfiOp = 69
+	ProfiOpOP_UNKNOWN                      ProfiOp = 0
+	ProfiOpOP_CUDA_MALLOC                  ProfiOp = 1
+	ProfiOpOP_CUDA_FREE                    ProfiOp = 2
+	ProfiOpOP_CUDA_MEMCPY                  ProfiOp = 3
+	ProfiOpOP_CUDA_MEMCPY_ASYNC            ProfiOp = 4
+	ProfiOpOP_CUDA_LAUNCH_KERNEL           ProfiOp = 5
+	ProfiOpOP_CUDA_MALLOC_ASYNC            ProfiOp = 6
+	ProfiOpOP_CUDA_FREE_ASYNC              ProfiOp = 7
+	ProfiOpOP_CUDA_GRAPH_LAUNCH            ProfiOp = 8
+	ProfiOpOP_CUDA_GRAPH_INSTANTIATE       ProfiOp = 9
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ      ProfiOp = 10
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C      ProfiOp = 11
+	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE      ProfiOp = 12
+	ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ       ProfiOp = 13
+	ProfiOpOP_CUDA_MEMCPY_PEER             ProfiOp = 14
+	ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC       ProfiOp = 15
+	ProfiOpOP_CUDA_MEMCPY_2D               ProfiOp = 16
+	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC         ProfiOp = 17
+	ProfiOpOP_CUDA_MALLOC_MANAGED          ProfiOp = 18
+	ProfiOpOP_CUDA_MALLOC_HOST             ProfiOp = 19
+	ProfiOpOP_CUDA_FREE_HOST               ProfiOp = 20
+	ProfiOpOP_CUDA_MEMSET                  ProfiOp = 21
+	ProfiOpOP_CUDA_MEMSET_ASYNC            ProfiOp = 22
+	ProfiOpOP_CUDA_STREAM_SYNC             ProfiOp = 23
+	ProfiOpOP_CUDA_EVENT_SYNC              ProfiOp = 24
+	ProfiOpOP_CUDA_DEVICE_SYNC             ProfiOp = 25
+	ProfiOpOP_CUDA_SET_DEVICE              ProfiOp = 26
+	ProfiOpOP_CU_LAUNCH_KERNEL             ProfiOp = 27
+	ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ        ProfiOp = 28
+	ProfiOpOP_CU_LAUNCH_KERNEL_EX          ProfiOp = 29
+	ProfiOpOP_CU_LAUNCH_COOPERATIVE        ProfiOp = 30
+	ProfiOpOP_CU_GRAPH_LAUNCH              ProfiOp = 31
+	ProfiOpOP_CU_MODULE_LOAD_DATA          ProfiOp = 32
+	ProfiOpOP_CU_MODULE_GET_FUNCTION       ProfiOp = 33
+	ProfiOpOP_CU_LIBRARY_GET_KERNEL        ProfiOp = 34
+	ProfiOpOP_CU_KERNEL_GET_FUNCTION       ProfiOp = 35
+	ProfiOpOP_CUDA_REGISTER_FUNCTION       ProfiOp = 36
+	ProfiOpOP_CUDA_MEMCPY_PTDS             ProfiOp = 37
+	ProfiOpOP_CUDA_MEMCPY_2D_PTDS          ProfiOp = 38
+	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC_PTSZ    ProfiOp = 39
+	ProfiOpOP_CUDA_MEMSET_PTDS             ProfiOp = 40
+	ProfiOpOP_CUDA_MEMSET_ASYNC_PTSZ       ProfiOp = 41
+	ProfiOpOP_CUDA_STREAM_SYNC_PTSZ        ProfiOp = 42
+	ProfiOpOP_CUDA_GRAPH_LAUNCH_PTSZ       ProfiOp = 43
+	ProfiOpOP_CUDA_MALLOC_ASYNC_PTSZ       ProfiOp = 44
+	ProfiOpOP_CUDA_FREE_ASYNC_PTSZ         ProfiOp = 45
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C_PTSZ ProfiOp = 46
+	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_PTSZ ProfiOp = 47
+	ProfiOpOP_NCCL_ALL_REDUCE              ProfiOp = 48
+	ProfiOpOP_NCCL_ALL_GATHER              ProfiOp = 49
+	ProfiOpOP_NCCL_REDUCE_SCATTER          ProfiOp = 50
+	ProfiOpOP_NCCL_BROADCAST               ProfiOp = 51
+	ProfiOpOP_NCCL_REDUCE                  ProfiOp = 52
+	ProfiOpOP_NCCL_SEND                    ProfiOp = 53
+	ProfiOpOP_NCCL_RECV                    ProfiOp = 54
+	ProfiOpOP_NCCL_ALL_TO_ALL              ProfiOp = 55
+	ProfiOpOP_NCCL_GROUP_START             ProfiOp = 56
+	ProfiOpOP_NCCL_GROUP_END               ProfiOp = 57
+	ProfiOpOP_NCCL_COMM_INIT_RANK          ProfiOp = 58
+	ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG   ProfiOp = 59
+	ProfiOpOP_NCCL_COMM_INIT_ALL           ProfiOp = 60
+	ProfiOpOP_NCCL_COMM_DESTROY            ProfiOp = 61
+	ProfiOpOP_NCCL_COMM_ABORT              ProfiOp = 62
+	ProfiOpOP_NVTX_RANGE_PUSH_A            ProfiOp = 63
+	ProfiOpOP_NVTX_RANGE_PUSH_W            ProfiOp = 64
+	ProfiOpOP_NVTX_RANGE_PUSH_EX           ProfiOp = 65
+	ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX    ProfiOp = 66
+	ProfiOpOP_NVTX_RANGE_POP               ProfiOp = 67
+	ProfiOpOP_NVTX_DOMAIN_RANGE_POP        ProfiOp = 68
+	ProfiOpOP_DL_DEBUG_STATE               ProfiOp = 69
+	ProfiOpOP_MAX                          ProfiOp = 70
+)
+
+type ProfiOpArgs uint32
+
+const (
+	ProfiOpArgsARGS_NONE              ProfiOpArgs = 0
+	ProfiOpArgsARGS_ALLOC             ProfiOpArgs = 1
+	ProfiOpArgsARGS_ALLOC_ASYNC       ProfiOpArgs = 2
+	ProfiOpArgsARGS_ALLOC_HOST        ProfiOpArgs = 3
+	ProfiOpArgsARGS_FREE              ProfiOpArgs = 4
+	ProfiOpArgsARGS_FREE_ASYNC        ProfiOpArgs = 5
+	ProfiOpArgsARGS_COPY              ProfiOpArgs = 6
+	ProfiOpArgsARGS_COPY_ASYNC        ProfiOpArgs = 7
+	ProfiOpArgsARGS_COPY_PEER         ProfiOpArgs = 8
+	ProfiOpArgsARGS_COPY_PEER_ASYNC   ProfiOpArgs = 9
+	ProfiOpArgsARGS_COPY_2D           ProfiOpArgs = 10
+	ProfiOpArgsARGS_COPY_2D_ASYNC     ProfiOpArgs = 11
+	ProfiOpArgsARGS_SET               ProfiOpArgs = 12
+	ProfiOpArgsARGS_SET_ASYNC         ProfiOpArgs = 13
+	ProfiOpArgsARGS_STREAM            ProfiOpArgs = 14
+	ProfiOpArgsARGS_GRAPH_LAUNCH      ProfiOpArgs = 15
+	ProfiOpArgsARGS_SET_DEVICE        ProfiOpArgs = 16
+	ProfiOpArgsARGS_GET_FUNCTION      ProfiOpArgs = 17
+	ProfiOpArgsARGS_GET_KERNEL        ProfiOpArgs = 18
+	ProfiOpArgsARGS_KERNEL_FUNCTION   ProfiOpArgs = 19
+	ProfiOpArgsARGS_LAUNCH            ProfiOpArgs = 20
+	ProfiOpArgsARGS_LAUNCH_EXC        ProfiOpArgs = 21
+	ProfiOpArgsARGS_CU_LAUNCH         ProfiOpArgs = 22
+	ProfiOpArgsARGS_CU_LAUNCH_EX      ProfiOpArgs = 23
+	ProfiOpArgsARGS_REGISTER_FUNCTION ProfiOpArgs = 24
+	ProfiOpArgsARGS_NCCL_COLL         ProfiOpArgs = 25
+	ProfiOpArgsARGS_NCCL_GATHER       ProfiOpArgs = 26
+	ProfiOpArgsARGS_NCCL_REDUCE       ProfiOpArgs = 27
+	ProfiOpArgsARGS_NCCL_P2P          ProfiOpArgs = 28
+	ProfiOpArgsARGS_NCCL_INIT_RANK    ProfiOpArgs = 29
+	ProfiOpArgsARGS_NCCL_INIT_ALL     ProfiOpArgs = 30
+	ProfiOpArgsARGS_NCCL_COMM         ProfiOpArgs = 31
+	ProfiOpArgsARGS_NVTX_A            ProfiOpArgs = 32
+	ProfiOpArgsARGS_NVTX_W            ProfiOpArgs = 33
+	ProfiOpArgsARGS_NVTX_EX           ProfiOpArgs = 34
+	ProfiOpArgsARGS_NVTX_DOMAIN_EX    ProfiOpArgs = 35
 )
 
 type ProfiPhase uint32
@@ -341,29 +383,26 @@ const (
 	ProfiMapThreadDevice      = "thread_device"
 	ProfiProgDlEvent          = "dl_event"
 	ProfiProgLaunchEntry      = "launch_entry"
-	ProfiProgLaunchEntryMulti = "launch_entry_multi"
 	ProfiProgNameEntry        = "name_entry"
-	ProfiProgNameEntryMulti   = "name_entry_multi"
 	ProfiProgNcclEntry        = "nccl_entry"
-	ProfiProgNcclEntryMulti   = "nccl_entry_multi"
 	ProfiProgNcclExit         = "nccl_exit"
 	ProfiProgNcclReturn       = "nccl_return"
-	ProfiProgNcclReturnMulti  = "nccl_return_multi"
 	ProfiProgNvtxPop          = "nvtx_pop"
 	ProfiProgNvtxPush         = "nvtx_push"
 	ProfiProgTimedEntry       = "timed_entry"
-	ProfiProgTimedEntryMulti  = "timed_entry_multi"
 	ProfiProgTimedReturn      = "timed_return"
-	ProfiProgTimedReturnMulti = "timed_return_multi"
 	ProfiVarCountHits         = "count_hits"
 	ProfiVarDetailedLaunches  = "detailed_launches"
 	ProfiVarNvtxEnabled       = "nvtx_enabled"
+	ProfiVarOpArgs            = "op_args"
+	ProfiVarOpFlags           = "op_flags"
 	ProfiVarSampleRate        = "sample_rate"
 	ProfiVarUnusedDrop        = "unused_drop"
 	ProfiVarUnusedLaunchEvent = "unused_launch_event"
 	ProfiVarUnusedNameEvent   = "unused_name_event"
 	ProfiVarUnusedNameKind    = "unused_name_kind"
 	ProfiVarUnusedOp          = "unused_op"
+	ProfiVarUnusedOpArgs      = "unused_op_args"
 	ProfiVarUnusedPhase       = "unused_phase"
 )
 
@@ -409,22 +448,16 @@ type ProfiSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
-	DlEvent          *ebpf.ProgramSpec `ebpf:"dl_event"`
-	LaunchEntry      *ebpf.ProgramSpec `ebpf:"launch_entry"`
-	LaunchEntryMulti *ebpf.ProgramSpec `ebpf:"launch_entry_multi"`
-	NameEntry        *ebpf.ProgramSpec `ebpf:"name_entry"`
-	NameEntryMulti   *ebpf.ProgramSpec `ebpf:"name_entry_multi"`
-	NcclEntry        *ebpf.ProgramSpec `ebpf:"nccl_entry"`
-	NcclEntryMulti   *ebpf.ProgramSpec `ebpf:"nccl_entry_multi"`
-	NcclExit         *ebpf.ProgramSpec `ebpf:"nccl_exit"`
-	NcclReturn       *ebpf.ProgramSpec `ebpf:"nccl_return"`
-	NcclReturnMulti  *ebpf.ProgramSpec `ebpf:"nccl_return_multi"`
-	NvtxPop          *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
-	NvtxPush         *ebpf.ProgramSpec `ebpf:"nvtx_push"`
-	TimedEntry       *ebpf.ProgramSpec `ebpf:"timed_entry"`
-	TimedEntryMulti  *ebpf.ProgramSpec `ebpf:"timed_entry_multi"`
-	TimedReturn      *ebpf.ProgramSpec `ebpf:"timed_return"`
-	TimedReturnMulti *ebpf.ProgramSpec `ebpf:"timed_return_multi"`
+	DlEvent     *ebpf.ProgramSpec `ebpf:"dl_event"`
+	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
+	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
+	NcclEntry   *ebpf.ProgramSpec `ebpf:"nccl_entry"`
+	NcclExit    *ebpf.ProgramSpec `ebpf:"nccl_exit"`
+	NcclReturn  *ebpf.ProgramSpec `ebpf:"nccl_return"`
+	NvtxPop     *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
+	NvtxPush    *ebpf.ProgramSpec `ebpf:"nvtx_push"`
+	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
+	TimedReturn *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
 
 // ProfiMapSpecs contains maps before they are loaded into the kernel.
@@ -461,12 +494,15 @@ type ProfiVariableSpecs struct {
 	CountHits         *ebpf.VariableSpec `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
 	NvtxEnabled       *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
+	OpArgs            *ebpf.VariableSpec `ebpf:"op_args"`
+	OpFlags           *ebpf.VariableSpec `ebpf:"op_flags"`
 	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.VariableSpec `ebpf:"unused_launch_event"`
 	UnusedNameEvent   *ebpf.VariableSpec `ebpf:"unused_name_event"`
 	UnusedNameKind    *ebpf.VariableSpec `ebpf:"unused_name_kind"`
 	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
+	UnusedOpArgs      *ebpf.VariableSpec `ebpf:"unused_op_args"`
 	UnusedPhase       *ebpf.VariableSpec `ebpf:"unused_phase"`
 }
 
@@ -546,12 +582,15 @@ type ProfiVariables struct {
 	CountHits         *ebpf.Variable `ebpf:"count_hits"`
 	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
 	NvtxEnabled       *ebpf.Variable `ebpf:"nvtx_enabled"`
+	OpArgs            *ebpf.Variable `ebpf:"op_args"`
+	OpFlags           *ebpf.Variable `ebpf:"op_flags"`
 	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.Variable `ebpf:"unused_launch_event"`
 	UnusedNameEvent   *ebpf.Variable `ebpf:"unused_name_event"`
 	UnusedNameKind    *ebpf.Variable `ebpf:"unused_name_kind"`
 	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
+	UnusedOpArgs      *ebpf.Variable `ebpf:"unused_op_args"`
 	UnusedPhase       *ebpf.Variable `ebpf:"unused_phase"`
 }
 
@@ -559,42 +598,30 @@ type ProfiVariables struct {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
-	DlEvent          *ebpf.Program `ebpf:"dl_event"`
-	LaunchEntry      *ebpf.Program `ebpf:"launch_entry"`
-	LaunchEntryMulti *ebpf.Program `ebpf:"launch_entry_multi"`
-	NameEntry        *ebpf.Program `ebpf:"name_entry"`
-	NameEntryMulti   *ebpf.Program `ebpf:"name_entry_multi"`
-	NcclEntry        *ebpf.Program `ebpf:"nccl_entry"`
-	NcclEntryMulti   *ebpf.Program `ebpf:"nccl_entry_multi"`
-	NcclExit         *ebpf.Program `ebpf:"nccl_exit"`
-	NcclReturn       *ebpf.Program `ebpf:"nccl_return"`
-	NcclReturnMulti  *ebpf.Program `ebpf:"nccl_return_multi"`
-	NvtxPop          *ebpf.Program `ebpf:"nvtx_pop"`
-	NvtxPush         *ebpf.Program `ebpf:"nvtx_push"`
-	TimedEntry       *ebpf.Program `ebpf:"timed_entry"`
-	TimedEntryMulti  *ebpf.Program `ebpf:"timed_entry_multi"`
-	TimedReturn      *ebpf.Program `ebpf:"timed_return"`
-	TimedReturnMulti *ebpf.Program `ebpf:"timed_return_multi"`
+	DlEvent     *ebpf.Program `ebpf:"dl_event"`
+	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
+	NameEntry   *ebpf.Program `ebpf:"name_entry"`
+	NcclEntry   *ebpf.Program `ebpf:"nccl_entry"`
+	NcclExit    *ebpf.Program `ebpf:"nccl_exit"`
+	NcclReturn  *ebpf.Program `ebpf:"nccl_return"`
+	NvtxPop     *ebpf.Program `ebpf:"nvtx_pop"`
+	NvtxPush    *ebpf.Program `ebpf:"nvtx_push"`
+	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
+	TimedReturn *ebpf.Program `ebpf:"timed_return"`
 }
 
 func (p *ProfiPrograms) Close() error {
 	return _ProfiClose(
 		p.DlEvent,
 		p.LaunchEntry,
-		p.LaunchEntryMulti,
 		p.NameEntry,
-		p.NameEntryMulti,
 		p.NcclEntry,
-		p.NcclEntryMulti,
 		p.NcclExit,
 		p.NcclReturn,
-		p.NcclReturnMulti,
 		p.NvtxPop,
 		p.NvtxPush,
 		p.TimedEntry,
-		p.TimedEntryMulti,
 		p.TimedReturn,
-		p.TimedReturnMulti,
 	)
 }
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/attach"
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Files are the attached library files and the switch of their hot
@@ -144,15 +144,15 @@ func (c *Controller) Stats() *Stats { return c.stats.Load() }
 // Scale returns the factor the aggregator multiplies op's counts in pid
 // by: 1/sampling ratio for a hot operation of a duty-cycled library, 1
 // for everything counted exactly.
-func (c *Controller) Scale(pid int, op bpfobj.Op) float64 {
-	if !attach.Pausable(op) {
+func (c *Controller) Scale(pid int, op ops.Op) float64 {
+	if !ops.Pausable(op) {
 		return 1
 	}
 	p, ok := c.Stats().Procs[pid]
 	if !ok {
 		return 1
 	}
-	if r, ok := p.libRatio[attach.LibraryOf(op)]; ok && r > 0 {
+	if r, ok := p.libRatio[ops.LibraryOf(op)]; ok && r > 0 {
 		return 1 / r
 	}
 	return 1

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/attach"
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 type fakeFiles struct {
@@ -159,13 +159,13 @@ func TestDutyCycleKeepsShareUnderBudget(t *testing.T) {
 	if math.Abs(p.Ratio-want) > 1e-3 {
 		t.Fatalf("ratio = %v, want %v", p.Ratio, want)
 	}
-	if got := h.c.Scale(7, bpfobj.OpCudaLaunchKernel); math.Abs(got-1/p.Ratio) > 1e-9 {
+	if got := h.c.Scale(7, ops.OpCudaLaunchKernel); math.Abs(got-1/p.Ratio) > 1e-9 {
 		t.Errorf("Scale(launch) = %v, want 1/%v", got, p.Ratio)
 	}
-	if got := h.c.Scale(7, bpfobj.OpCudaMalloc); got != 1 {
+	if got := h.c.Scale(7, ops.OpCudaMalloc); got != 1 {
 		t.Errorf("Scale(malloc) = %v, want 1 (never paused)", got)
 	}
-	if got := h.c.Scale(9, bpfobj.OpCudaLaunchKernel); got != 1 {
+	if got := h.c.Scale(9, ops.OpCudaLaunchKernel); got != 1 {
 		t.Errorf("Scale(unknown pid) = %v, want 1", got)
 	}
 	if h.files.paused[rtFile] {

@@ -20,6 +20,7 @@ import (
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
 	proftest "github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -73,7 +74,7 @@ func lineDiff(want, got string) string {
 type fakeSource struct{ pid uint32 }
 
 func (s fakeSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error {
-	fn(bpfobj.ProfiAggKey{Pid: s.pid, Op: uint32(bpfobj.OpCudaMalloc)}, &bpfobj.ProfiAggVal{Count: 1})
+	fn(bpfobj.ProfiAggKey{Pid: s.pid, Op: uint32(ops.OpCudaMalloc)}, &bpfobj.ProfiAggVal{Count: 1})
 	return nil
 }
 func (fakeSource) Launches(func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error   { return nil }

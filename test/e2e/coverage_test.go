@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profi-dev/profi/internal/attach"
-	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -24,12 +23,12 @@ var mixArgs = []string{"--driver", "5", "--extra", "--ptsz"}
 // --kernel-mode off produces no launch series at all.
 func TestModesAndProfiles(t *testing.T) {
 	for _, m := range []mode{
-		{attach.KernelModeAnonymous, attach.ProfileLean},
-		{attach.KernelModeAnonymous, attach.ProfileFull},
-		{attach.KernelModeOff, attach.ProfileLean},
-		{attach.KernelModeOff, attach.ProfileFull},
-		{attach.KernelModeFull, attach.ProfileLean},
-		{attach.KernelModeFull, attach.ProfileFull},
+		{ops.KernelModeAnonymous, ops.ProfileLean},
+		{ops.KernelModeAnonymous, ops.ProfileFull},
+		{ops.KernelModeOff, ops.ProfileLean},
+		{ops.KernelModeOff, ops.ProfileFull},
+		{ops.KernelModeFull, ops.ProfileLean},
+		{ops.KernelModeFull, ops.ProfileFull},
 	} {
 		t.Run(m.kernel+"/"+m.profile, func(t *testing.T) {
 			a := startAgent(t, "--kernel-mode", m.kernel, "--probe-profile", m.profile)
@@ -49,7 +48,7 @@ func TestModesAndProfiles(t *testing.T) {
 // are named from the ELF symbols of the host stubs, driver launches from
 // the cuModuleGetFunction/cuLibraryGetKernel calls seen after attach.
 func TestFullModeNamesProcessStartedBefore(t *testing.T) {
-	m := mode{attach.KernelModeFull, attach.ProfileLean}
+	m := mode{ops.KernelModeFull, ops.ProfileLean}
 	w := startWorkload(t, fixtures.Workload, mixArgs)
 	a := startAgent(t, "--kernel-mode", m.kernel)
 	waitAttached(t, a, w.PID)
@@ -140,7 +139,7 @@ func TestCardinalityCaps(t *testing.T) {
 			if !ok {
 				continue
 			}
-			op := bpfobj.OpName(uint32(p.Op))
+			op := ops.Name(uint32(p.Op))
 			var want, got float64
 			for _, c := range byStream {
 				want += float64(c)

@@ -11,23 +11,22 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/profi-dev/profi/internal/attach"
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/kernelname"
+	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
 // mode is the agent's --kernel-mode and --probe-profile.
 type mode struct{ kernel, profile string }
 
-var defaultMode = mode{attach.KernelModeAnonymous, attach.ProfileLean}
+var defaultMode = mode{ops.KernelModeAnonymous, ops.ProfileLean}
 
 // probed maps each function the agent probes in mode m to its probe.
-func (m mode) probed() map[string]attach.Probe {
-	out := map[string]attach.Probe{}
+func (m mode) probed() map[string]ops.Probe {
+	out := map[string]ops.Probe{}
 	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda} {
-		for _, p := range attach.Probes(lib, m.kernel, m.profile) {
+		for _, p := range ops.Probes(lib, m.kernel, m.profile) {
 			out[p.Symbol] = p
 		}
 	}
@@ -52,9 +51,9 @@ func expected(live []*testutil.GroundTruth, histories ...*testutil.GroundTruth) 
 func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.GroundTruth) values {
 	v := values{}
 	probed := m.probed()
-	counted := func(fn string) (attach.Probe, bool) {
+	counted := func(fn string) (ops.Probe, bool) {
 		p, ok := probed[fn]
-		return p, ok && p.Op != bpfobj.OpCudaRegisterFunction // a name source, not a counted call
+		return p, ok && p.Op != ops.OpCudaRegisterFunction // a name source, not a counted call
 	}
 	for _, g := range live {
 		pid := "pid=" + strconv.Itoa(g.PID)
@@ -63,7 +62,7 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 			if !ok {
 				continue
 			}
-			op := "operation=" + bpfobj.OpName(uint32(p.Op))
+			op := "operation=" + ops.Name(uint32(p.Op))
 			if byStream, ok := g.CallsByStream[fn]; ok {
 				for s, n := range byStream {
 					v[key("profi_cuda_calls_total", op, pid, "stream="+s)] += float64(n)
@@ -78,7 +77,7 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 				continue // entry-only launches never see their return code
 			}
 			for code, n := range byCode {
-				v[key("profi_cuda_errors_total", "operation="+bpfobj.OpName(uint32(p.Op)), pid, "error_code="+code)] += float64(n)
+				v[key("profi_cuda_errors_total", "operation="+ops.Name(uint32(p.Op)), pid, "error_code="+code)] += float64(n)
 			}
 		}
 		for dir, n := range g.MemcpyBytes {
@@ -86,7 +85,7 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 				v[key("profi_cuda_memcpy_bytes_total", "direction="+dir, pid)] += float64(n)
 			}
 		}
-		if m.profile == attach.ProfileFull {
+		if m.profile == ops.ProfileFull {
 			for s, n := range g.MemsetBytes {
 				if n > 0 {
 					v[key("profi_cuda_memset_bytes_total", pid, "stream="+s)] += float64(n)
@@ -111,7 +110,7 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 			launches, grid, threads, shared = g.Launches, g.LaunchGridBlocks, g.LaunchBlockThreads, g.LaunchSharedBytes
 		}
 		switch m.kernel {
-		case attach.KernelModeAnonymous:
+		case ops.KernelModeAnonymous:
 			if launches > 0 {
 				k := []string{"kernel=anonymous", pid}
 				v[key("profi_cuda_kernel_launches_total", k...)] = float64(launches)
@@ -119,7 +118,7 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 				v[key("profi_cuda_kernel_block_threads_total", pid)] = float64(threads)
 				v[key("profi_cuda_kernel_shared_memory_bytes_total", pid)] = float64(shared)
 			}
-		case attach.KernelModeFull:
+		case ops.KernelModeFull:
 			for raw, n := range g.LaunchesByKernel {
 				v[key("profi_cuda_kernel_launches_total", "kernel="+kernelLabel(raw), pid)] += float64(n)
 			}
@@ -131,13 +130,13 @@ func expectedFor(m mode, live []*testutil.GroundTruth, histories ...*testutil.Gr
 	for _, g := range append(slices.Clone(live), histories...) {
 		for fn, n := range g.Calls {
 			if p, ok := counted(fn); ok && p.Timed() && n > 0 {
-				op := "operation=" + bpfobj.OpName(uint32(p.Op))
+				op := "operation=" + ops.Name(uint32(p.Op))
 				v[key("profi_cuda_duration_count_total", op)] += float64(n)
 				v[key("profi_cuda_duration_bucket_total", op, "le=+Inf")] += float64(n)
 				v[key("profi_cuda_duration_seconds", op)] += float64(n)
 			}
 		}
-		if m.kernel == attach.KernelModeFull {
+		if m.kernel == ops.KernelModeFull {
 			for raw, n := range g.LaunchesByKernel {
 				v[key("profi_cuda_kernel_duration_count_total", "kernel="+kernelLabel(raw))] += float64(n)
 			}

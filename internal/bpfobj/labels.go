@@ -1,0 +1,105 @@
+package bpfobj
+
+import "strconv"
+
+// KindP2P is the memcpy kind BPF records for peer copies (KIND_P2P).
+const KindP2P = 0x100
+
+// Direction returns the `direction` label of a memcpy kind.
+func Direction(kind uint32) string {
+	switch {
+	case kind < uint32(len(directions)):
+		return directions[kind]
+	case kind == KindP2P:
+		return "p2p"
+	default:
+		return "unknown"
+	}
+}
+
+// directions are the labels of cudaMemcpyKind 0..4.
+var directions = [...]string{"h2h", "h2d", "d2h", "d2d", "default"}
+
+// Drop indexes the per-CPU drops array.
+type Drop = ProfiDrop
+
+// Drop counters, named for Go.
+const (
+	DropAggregated   Drop = ProfiDropDROP_AGGREGATED
+	DropLaunchAgg    Drop = ProfiDropDROP_LAUNCH_AGG
+	DropInflight     Drop = ProfiDropDROP_INFLIGHT
+	DropMallocSizes  Drop = ProfiDropDROP_MALLOC_SIZES
+	DropOrphanReturn Drop = ProfiDropDROP_ORPHAN_RETURN
+	DropNested       Drop = ProfiDropDROP_NESTED
+	DropEventsRing   Drop = ProfiDropDROP_EVENTS_RING
+	DropPIDClaim     Drop = ProfiDropDROP_PID_CLAIM
+	DropKernelRegs   Drop = ProfiDropDROP_KERNEL_REGS
+	DropRuntimeToDrv Drop = ProfiDropDROP_RT_TO_DRV
+	DropLibLoads     Drop = ProfiDropDROP_LIB_LOADS
+	DropNCCLAgg      Drop = ProfiDropDROP_NCCL_AGG
+	DropNCCLInflight Drop = ProfiDropDROP_NCCL_INFLIGHT
+	DropNVTXStack    Drop = ProfiDropDROP_NVTX_STACK
+	NumDrops         Drop = ProfiDropDROP_MAX
+)
+
+// LatencyBoundsNs are the inclusive upper bounds of the CUDA API latency
+// buckets in BPF (lat_bounds_ns in profi.bpf.c); the last bucket is +Inf.
+var LatencyBoundsNs = [...]uint64{
+	1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9,
+}
+
+// KernelLatencyBoundsNs are the bounds of the kernel launch latency
+// buckets (klat_bounds_ns); the last bucket is +Inf.
+var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
+
+// NCCLLatencyBoundsNs are the bounds of the NCCL latency buckets
+// (nlat_bounds_ns in profi.bpf.c, interface.md 5.5); the last bucket is +Inf.
+var NCCLLatencyBoundsNs = [...]uint64{1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9}
+
+// StreamLabel formats a cudaStream_t handle as the `stream` label value.
+func StreamLabel(stream uint64) string {
+	if stream == 0 {
+		return "default"
+	}
+	return "0x" + strconv.FormatUint(stream, 16)
+}
+
+// Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).
+type Phase = ProfiPhase
+
+// Phase ids, named for Go.
+const (
+	PhaseNone      Phase = ProfiPhasePHASE_NONE
+	PhasePrefill   Phase = ProfiPhasePHASE_PREFILL
+	PhaseDecode    Phase = ProfiPhasePHASE_DECODE
+	PhaseAttention Phase = ProfiPhasePHASE_ATTENTION
+	PhaseMLP       Phase = ProfiPhasePHASE_MLP
+	PhaseNorm      Phase = ProfiPhasePHASE_NORM
+	PhaseOther     Phase = ProfiPhasePHASE_OTHER
+	NumPhases      Phase = ProfiPhasePHASE_MAX
+)
+
+// phases are the `phase` labels of the phase ids (interface.md 5.2).
+var phases = [NumPhases]string{
+	PhaseNone:      "",
+	PhasePrefill:   "prefill",
+	PhaseDecode:    "decode",
+	PhaseAttention: "attention",
+	PhaseMLP:       "mlp",
+	PhaseNorm:      "norm",
+	PhaseOther:     "other",
+}
+
+// PhaseName returns the `phase` label of a phase id: "" for none (no NVTX
+// range open, or NVTX tracing off), "other" for ids out of range.
+func PhaseName(p uint32) string {
+	if p < uint32(NumPhases) {
+		return phases[p]
+	}
+	return phases[PhaseOther]
+}
+
+// DevNone is the device of a call made on a thread that never set one with
+// cudaSetDevice (DEV_NONE in bpf/types.h): CUDA's default device then, which
+// userspace resolves (internal/gpu).
+const DevNone uint32 = 0xffffffff

@@ -1,0 +1,93 @@
+package ops
+
+import "github.com/profi-dev/profi/internal/discover"
+
+const (
+	rt   = discover.LibCudart
+	drv  = discover.LibCuda
+	nccl = discover.LibNCCL
+	nvtx = discover.LibNVTX
+	ld   = discover.LibLoader
+)
+
+// Table is every probed function, one row each; a row's position + 1 is
+// its operation id (0 is "unknown"). Appending keeps existing ids.
+//
+// Argument layouts: docs/PROBES.md. Which CUDA/NCCL release added a
+// function: Since (empty: every release profi supports).
+var Table = []Row{
+	{Const: "CudaMalloc", Symbol: "cudaMalloc", Lib: rt, Family: FamilyMalloc, Args: ArgsAlloc},
+	{Const: "CudaFree", Symbol: "cudaFree", Lib: rt, Family: FamilyFree, Args: ArgsFree},
+	{Const: "CudaMemcpy", Symbol: "cudaMemcpy", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy, Pausable: true},
+	{Const: "CudaMemcpyAsync", Symbol: "cudaMemcpyAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopyAsync, Pausable: true},
+	{Const: "CudaLaunchKernel", Symbol: "cudaLaunchKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Pausable: true},
+	{Const: "CudaMallocAsync", Symbol: "cudaMallocAsync", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocAsync},
+	{Const: "CudaFreeAsync", Symbol: "cudaFreeAsync", Lib: rt, Family: FamilyFree, Args: ArgsFreeAsync},
+	{Const: "CudaGraphLaunch", Symbol: "cudaGraphLaunch", Lib: rt, Args: ArgsGraphLaunch, Pausable: true},
+	{Const: "CudaGraphInstantiate", Symbol: "cudaGraphInstantiate", Lib: rt},
+	{Const: "CudaLaunchKernelPtsz", Symbol: "cudaLaunchKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "cudaLaunchKernel"},
+	{Const: "CudaLaunchKernelExC", Symbol: "cudaLaunchKernelExC", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunchExC, Optional: true, Pausable: true},
+	{Const: "CudaLaunchCooperative", Symbol: "cudaLaunchCooperativeKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyAsyncPtsz", Symbol: "cudaMemcpyAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopyAsync, Optional: true, Pausable: true, Base: "cudaMemcpyAsync"},
+	{Const: "CudaMemcpyPeer", Symbol: "cudaMemcpyPeer", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopyPeer, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyPeerAsync", Symbol: "cudaMemcpyPeerAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopyPeerAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy2D", Symbol: "cudaMemcpy2D", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy2D, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy2DAsync", Symbol: "cudaMemcpy2DAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy2DAsync, Optional: true, Pausable: true},
+	{Const: "CudaMallocManaged", Symbol: "cudaMallocManaged", Lib: rt, Family: FamilyMalloc, Args: ArgsAlloc, Optional: true},
+	{Const: "CudaMallocHost", Symbol: "cudaMallocHost", Lib: rt, Family: FamilyMallocHost, Args: ArgsAllocHost, Diagnostic: true},
+	{Const: "CudaFreeHost", Symbol: "cudaFreeHost", Lib: rt, Diagnostic: true},
+	{Const: "CudaMemset", Symbol: "cudaMemset", Lib: rt, Family: FamilyMemset, Args: ArgsSet, Diagnostic: true, Pausable: true},
+	{Const: "CudaMemsetAsync", Symbol: "cudaMemsetAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSetAsync, Diagnostic: true, Pausable: true},
+	{Const: "CudaStreamSync", Symbol: "cudaStreamSynchronize", Label: "cudaStreamSync", Lib: rt, Args: ArgsStream, Diagnostic: true, Pausable: true},
+	{Const: "CudaEventSync", Symbol: "cudaEventSynchronize", Label: "cudaEventSync", Lib: rt, Diagnostic: true, Pausable: true},
+	{Const: "CudaDeviceSync", Symbol: "cudaDeviceSynchronize", Lib: rt, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaSetDevice", Symbol: "cudaSetDevice", Lib: rt, Args: ArgsSetDevice, Optional: true},
+	{Const: "CuLaunchKernel", Symbol: "cuLaunchKernel", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunch, Pausable: true},
+	{Const: "CuLaunchKernelPtsz", Symbol: "cuLaunchKernel_ptsz", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunch, Optional: true, Pausable: true, Base: "cuLaunchKernel"},
+	{Const: "CuLaunchKernelEx", Symbol: "cuLaunchKernelEx", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunchEx, Optional: true, Pausable: true},
+	{Const: "CuLaunchCooperative", Symbol: "cuLaunchCooperativeKernel", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunch, Optional: true, Pausable: true},
+	{Const: "CuGraphLaunch", Symbol: "cuGraphLaunch", Lib: drv, Args: ArgsGraphLaunch, Pausable: true},
+	{Const: "CuModuleLoadData", Symbol: "cuModuleLoadData", Lib: drv},
+	{Const: "CuModuleGetFunction", Symbol: "cuModuleGetFunction", Lib: drv, Kind: NameSource, Args: ArgsGetFunction},
+	{Const: "CuLibraryGetKernel", Symbol: "cuLibraryGetKernel", Lib: drv, Kind: NameSource, Args: ArgsGetKernel, Optional: true, Since: "CUDA 12.0"},
+	{Const: "CuKernelGetFunction", Symbol: "cuKernelGetFunction", Lib: drv, Kind: NameSource, Args: ArgsKernelFunction, Optional: true, Since: "CUDA 12.0"},
+	{Const: "CudaRegisterFunction", Symbol: "__cudaRegisterFunction", Lib: rt, Kind: Registration, Args: ArgsRegisterFunction, Optional: true},
+	// Per-thread default stream variants (nvcc --default-stream per-thread).
+	{Const: "CudaMemcpyPtds", Symbol: "cudaMemcpy_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy, Optional: true, Pausable: true, Base: "cudaMemcpy"},
+	{Const: "CudaMemcpy2DPtds", Symbol: "cudaMemcpy2D_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy2D, Optional: true, Pausable: true, Base: "cudaMemcpy2D"},
+	{Const: "CudaMemcpy2DAsyncPtsz", Symbol: "cudaMemcpy2DAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy2DAsync, Optional: true, Pausable: true, Base: "cudaMemcpy2DAsync"},
+	{Const: "CudaMemsetPtds", Symbol: "cudaMemset_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset"},
+	{Const: "CudaMemsetAsyncPtsz", Symbol: "cudaMemsetAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSetAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemsetAsync"},
+	{Const: "CudaStreamSyncPtsz", Symbol: "cudaStreamSynchronize_ptsz", Lib: rt, Args: ArgsStream, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaStreamSynchronize"},
+	{Const: "CudaGraphLaunchPtsz", Symbol: "cudaGraphLaunch_ptsz", Lib: rt, Args: ArgsGraphLaunch, Optional: true, Pausable: true, Base: "cudaGraphLaunch"},
+	{Const: "CudaMallocAsyncPtsz", Symbol: "cudaMallocAsync_ptsz", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocAsync, Optional: true, Base: "cudaMallocAsync"},
+	{Const: "CudaFreeAsyncPtsz", Symbol: "cudaFreeAsync_ptsz", Lib: rt, Family: FamilyFree, Args: ArgsFreeAsync, Optional: true, Base: "cudaFreeAsync"},
+	{Const: "CudaLaunchKernelExCPtsz", Symbol: "cudaLaunchKernelExC_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunchExC, Optional: true, Pausable: true, Base: "cudaLaunchKernelExC"},
+	{Const: "CudaLaunchCooperativePtsz", Symbol: "cudaLaunchCooperativeKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "cudaLaunchCooperativeKernel"},
+	// NCCL (libnccl.so.2), counted in nccl_agg.
+	{Const: "NcclAllReduce", Symbol: "ncclAllReduce", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLColl},
+	{Const: "NcclAllGather", Symbol: "ncclAllGather", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLGather},
+	{Const: "NcclReduceScatter", Symbol: "ncclReduceScatter", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLColl},
+	{Const: "NcclBroadcast", Symbol: "ncclBroadcast", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLColl},
+	{Const: "NcclReduce", Symbol: "ncclReduce", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLReduce},
+	{Const: "NcclSend", Symbol: "ncclSend", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLP2P},
+	{Const: "NcclRecv", Symbol: "ncclRecv", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLP2P},
+	{Const: "NcclAllToAll", Symbol: "ncclAlltoAll", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLGather, Optional: true, Since: "NCCL 2.28"},
+	{Const: "NcclGroupStart", Symbol: "ncclGroupStart", Lib: nccl, Family: FamilyNCCL, Kind: NCCLCount},
+	{Const: "NcclGroupEnd", Symbol: "ncclGroupEnd", Lib: nccl, Family: FamilyNCCL, Kind: NCCL},
+	{Const: "NcclCommInitRank", Symbol: "ncclCommInitRank", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLInitRank},
+	{Const: "NcclCommInitRankConfig", Symbol: "ncclCommInitRankConfig", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLInitRank, Optional: true, Since: "NCCL 2.14"},
+	{Const: "NcclCommInitAll", Symbol: "ncclCommInitAll", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLInitAll, Optional: true},
+	{Const: "NcclCommDestroy", Symbol: "ncclCommDestroy", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLComm},
+	{Const: "NcclCommAbort", Symbol: "ncclCommAbort", Lib: nccl, Family: FamilyNCCL, Kind: NCCL, Args: ArgsNCCLComm},
+	// NVTX (--enable-nvtx-tracing): range push/pop, kept per thread in nvtx_stack.
+	{Const: "NvtxRangePushA", Symbol: "nvtxRangePushA", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPush, Args: ArgsNVTXA},
+	{Const: "NvtxRangePushW", Symbol: "nvtxRangePushW", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPush, Args: ArgsNVTXW, Optional: true},
+	{Const: "NvtxRangePushEx", Symbol: "nvtxRangePushEx", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPush, Args: ArgsNVTXEx, Optional: true},
+	{Const: "NvtxDomainRangePushEx", Symbol: "nvtxDomainRangePushEx", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPush, Args: ArgsNVTXDomainEx, Optional: true},
+	{Const: "NvtxRangePop", Symbol: "nvtxRangePop", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPop},
+	{Const: "NvtxDomainRangePop", Symbol: "nvtxDomainRangePop", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPop, Optional: true},
+	// The loader hook: a library load, not a profiled call. Optional: a
+	// loader without it (some musl builds) only loses the speed-up.
+	{Const: "DlDebugState", Symbol: "_dl_debug_state", Lib: ld, Kind: LoadHook, Optional: true},
+}
