@@ -37,6 +37,7 @@ import (
 	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
+	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/top"
 	"k8s.io/client-go/kubernetes"
 )
@@ -138,7 +139,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := bpfobj.HaveUprobeMulti(); err != nil && !cfg.NoUprobeMulti {
 		log.Info("kernel without uprobe_multi links: probes use one classic uprobe per function", "err", err)
 	}
-	features := collector.KernelFeatures{UprobeMulti: !cfg.NoUprobeMulti && bpfobj.HaveUprobeMulti() == nil}
+	features := status.KernelFeatures{UprobeMulti: !cfg.NoUprobeMulti && bpfobj.HaveUprobeMulti() == nil}
 	exitHook, err := attach.ExitHook(objs.NcclExit)
 	features.ExitHook = err == nil
 	if err != nil {
@@ -230,25 +231,22 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	var beat atomic.Int64
 	beat.Store(time.Now().UnixNano())
+	statusSrc := &collector.StatusSource{
+		Version:        version,
+		Config:         cfg,
+		Started:        started,
+		Snapshot:       agg.Snapshot,
+		Attach:         attacher.Status,
+		Counters:       attacher.Counters,
+		Features:       features,
+		RecentLaunches: recentLaunches(events),
+		Kubernetes:     podStatus,
+		NVML:           nvmlSnapshot,
+	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
 		Metrics: exposition,
-		Status: func() any {
-			doc := collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
-			if events != nil {
-				doc.RecentLaunches = events.Recent()
-			}
-			if pods != nil {
-				st := pods.Status()
-				doc.Kubernetes = &st
-			}
-			if gpus != nil {
-				st := gpus.Snapshot().Status()
-				doc.NVML = &st
-			}
-			doc.KernelFeatures = &features
-			return doc
-		},
+		Status:  statusSrc.Document,
 		// BPF is loaded before the server exists; with --node-name the pod
 		// watch must have listed the node's pods. Never a library attached.
 		Ready: func() bool { return pods == nil || pods.Synced() },
@@ -398,6 +396,13 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
+}
+
+func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {
+	if e == nil {
+		return nil
+	}
+	return e.Recent
 }
 
 func launchEventsTotal(e *aggregate.Events) func() uint64 {

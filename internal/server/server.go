@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // StaleAfter is how old the main loop's heartbeat may be before /health fails.
@@ -24,7 +26,7 @@ type Options struct {
 	// Metrics is what /metrics serves; Gatherer's families when nil.
 	Metrics   Metrics
 	Gatherer  prometheus.Gatherer
-	Status    func() any          // JSON body of /status
+	Status    func() status.Doc   // JSON body of /status
 	Ready     func() bool         // readiness of everything but the server itself
 	Heartbeat func() time.Time    // last beat of the main loop
 	Encode    func(time.Duration) // observes each /metrics render; may be nil
