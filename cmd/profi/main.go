@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -229,8 +228,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	var beat atomic.Int64
-	beat.Store(time.Now().UnixNano())
 	statusSrc := &collector.StatusSource{
 		Version:        version,
 		Config:         cfg,
@@ -250,19 +247,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		// BPF is loaded before the server exists; with --node-name the pod
 		// watch must have listed the node's pods. Never a library attached.
 		Ready: func() bool { return pods == nil || pods.Synced() },
-		// The main loop is healthy while drains are fresh and discovery
-		// passes arrive on schedule, whatever --refresh-interval is.
-		Heartbeat: func() time.Time {
-			drained, scanDue := agg.Snapshot().Time, time.Unix(0, beat.Load()).Add(cfg.RefreshInterval)
-			if scanDue.Before(drained) {
-				return scanDue
-			}
-			return drained
-		},
-		Encode:  func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
-		Logger:  log,
-		TLS:     metricsTLS,
-		Protect: protect,
+		// Healthy while drains are fresh and discovery passes arrive on
+		// schedule, whatever --refresh-interval is.
+		Heartbeat: server.Heartbeat(func() time.Time { return agg.Snapshot().Time }, attacher.LastPass, cfg.RefreshInterval),
+		Encode:    func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
+		Logger:    log,
+		TLS:       metricsTLS,
+		Protect:   protect,
 	})
 	if err != nil {
 		return err
@@ -283,7 +274,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			ProcRoot: cfg.ProcPath,
 			Interval: cfg.RefreshInterval,
 			Observe:  func(d time.Duration) { self.ScanDuration.Observe(d.Seconds()) },
-			Beat:     &beat,
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })

@@ -188,6 +188,43 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// TestHeartbeat checks the beat /health reads: the older of the last
+// drain and the due time of the next discovery pass, so a long
+// --refresh-interval is not stale between passes and a stuck pass is.
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	tests := []struct {
+		name            string
+		drained, passed time.Time
+		interval        time.Duration
+		want            time.Time
+		healthy         bool
+	}{
+		{"both fresh", now, now.Add(-time.Second), 5 * time.Second, now, true},
+		{"long interval between passes", now, now.Add(-10 * time.Minute), 15 * time.Minute, now, true},
+		{"drain stale", now.Add(-time.Minute), now, 5 * time.Second, now.Add(-time.Minute), false},
+		{"pass overdue", now, now.Add(-time.Minute), 5 * time.Second, now.Add(-55 * time.Second), false},
+		{"no drain yet", time.Time{}, now, 5 * time.Second, time.Time{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			beat := Heartbeat(func() time.Time { return tc.drained }, func() time.Time { return tc.passed }, tc.interval)
+			got := beat()
+			if !got.Equal(tc.want) {
+				t.Errorf("Heartbeat = %v, want %v", got, tc.want)
+			}
+			s := listen(t, Options{Heartbeat: beat})
+			defer s.ln.Close()
+			code, _, _ := get(t, s.Handler(), http.MethodGet, "/health", nil)
+			if healthy := code == http.StatusOK; healthy != tc.healthy {
+				t.Errorf("/health = %d, want healthy %v", code, tc.healthy)
+			}
+		})
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	var renders atomic.Int32
