@@ -1,7 +1,7 @@
 // Command profi is the node agent: it finds processes that map CUDA
 // libraries, attaches uprobes to those libraries, and serves the
 // aggregated calls as Prometheus metrics. This file only wires packages
-// together; see docs/ARCHITECTURE.md for the data flow.
+// together; see ARCHITECTURE.md at the repository root for the data flow.
 package main
 
 import (
@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"syscall"
 	"time"
 
@@ -360,10 +362,8 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		TrapCost: trap,
 		Files:    attacher,
 		Sources: budget.MapSources{
-			PIDHits: objs.PidHits,
-			Programs: []*ebpf.Program{objs.TimedEntry, objs.TimedReturn, objs.LaunchEntry, objs.NameEntry, objs.DlEvent,
-				objs.TimedEntryMulti, objs.TimedReturnMulti, objs.LaunchEntryMulti, objs.NameEntryMulti,
-				objs.NcclEntry, objs.NcclReturn, objs.NcclEntryMulti, objs.NcclReturnMulti},
+			PIDHits:  objs.PidHits,
+			Programs: hitPrograms(objs),
 			ProcRoot: cfg.ProcPath,
 		},
 		Logger: log,
@@ -386,6 +386,21 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
+}
+
+// hitPrograms are the object's probe programs, sorted by name: the budget
+// averages their run time per pid_hits hit. Every uprobe (kprobe type)
+// counts hits; the process-exit raw tracepoint counts none and runs for
+// every thread of the machine, so it is left out of the average.
+func hitPrograms(objs *bpfobj.Objects) []*ebpf.Program {
+	byName := objs.Programs()
+	out := make([]*ebpf.Program, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if p := byName[name]; p.Type() == ebpf.Kprobe {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {
