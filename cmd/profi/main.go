@@ -1,7 +1,7 @@
 // Command profi is the node agent: it finds processes that map CUDA
 // libraries, attaches uprobes to those libraries, and serves the
 // aggregated calls as Prometheus metrics. This file only wires packages
-// together; see docs/ARCHITECTURE.md for the data flow.
+// together; see ARCHITECTURE.md at the repository root for the data flow.
 package main
 
 import (
@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +41,7 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
+	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/top"
 )
 
@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		UprobeMulti: objs.UprobeMulti,
 		NVTX:        cfg.EnableNVTX,
 	})
-	features := collector.KernelFeatures{UprobeMulti: objs.UprobeMulti}
+	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti}
 	exitHook, err := attach.ExitHook(objs.NcclExit)
 	features.ExitHook = err == nil
 	if err != nil {
@@ -231,43 +231,32 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	var beat atomic.Int64
-	beat.Store(time.Now().UnixNano())
+	statusSrc := &collector.StatusSource{
+		Version:        version,
+		Config:         cfg,
+		Started:        started,
+		Snapshot:       agg.Snapshot,
+		Attach:         attacher.Status,
+		Counters:       attacher.Counters,
+		Features:       features,
+		RecentLaunches: recentLaunches(events),
+		Kubernetes:     podStatus,
+		NVML:           nvmlSnapshot,
+	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
 		Metrics: exposition,
-		Status: func() any {
-			doc := collector.Status(version, cfg, started, agg.Snapshot(), attacher.Status(), attacher.Counters())
-			if events != nil {
-				doc.RecentLaunches = events.Recent()
-			}
-			if pods != nil {
-				st := pods.Status()
-				doc.Kubernetes = &st
-			}
-			if gpus != nil {
-				st := gpus.Snapshot().Status()
-				doc.NVML = &st
-			}
-			doc.KernelFeatures = &features
-			return doc
-		},
+		Status:  statusSrc.Document,
 		// BPF is loaded before the server exists; with --node-name the pod
 		// watch must have listed the node's pods. Never a library attached.
 		Ready: func() bool { return pods == nil || pods.Synced() },
-		// The main loop is healthy while drains are fresh and discovery
-		// passes arrive on schedule, whatever --refresh-interval is.
-		Heartbeat: func() time.Time {
-			drained, scanDue := agg.Snapshot().Time, time.Unix(0, beat.Load()).Add(cfg.RefreshInterval)
-			if scanDue.Before(drained) {
-				return scanDue
-			}
-			return drained
-		},
-		Encode:  func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
-		Logger:  log,
-		TLS:     metricsTLS,
-		Protect: protect,
+		// Healthy while drains are fresh and discovery passes arrive on
+		// schedule, whatever --refresh-interval is.
+		Heartbeat: server.Heartbeat(func() time.Time { return agg.Snapshot().Time }, attacher.LastPass, cfg.RefreshInterval),
+		Encode:    func(d time.Duration) { self.EncodeDuration.Observe(d.Seconds()) },
+		Logger:    log,
+		TLS:       metricsTLS,
+		Protect:   protect,
 	})
 	if err != nil {
 		return err
@@ -288,7 +277,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			ProcRoot: cfg.ProcPath,
 			Interval: cfg.RefreshInterval,
 			Observe:  func(d time.Duration) { self.ScanDuration.Observe(d.Seconds()) },
-			Beat:     &beat,
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
@@ -376,7 +364,7 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		Files:    attacher,
 		Sources: budget.MapSources{
 			PIDHits:  objs.PidHits,
-			Programs: slices.Collect(maps.Values(objs.Programs())),
+			Programs: hitPrograms(objs),
 			ProcRoot: cfg.ProcPath,
 		},
 		Logger: log,
@@ -399,6 +387,28 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
+}
+
+// hitPrograms are the object's probe programs, sorted by name: the budget
+// averages their run time per pid_hits hit. Every uprobe (kprobe type)
+// counts hits; the process-exit raw tracepoint counts none and runs for
+// every thread of the machine, so it is left out of the average.
+func hitPrograms(objs *bpfobj.Objects) []*ebpf.Program {
+	byName := objs.Programs()
+	out := make([]*ebpf.Program, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if p := byName[name]; p.Type() == ebpf.Kprobe {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {
+	if e == nil {
+		return nil
+	}
+	return e.Recent
 }
 
 func launchEventsTotal(e *aggregate.Events) func() uint64 {

@@ -131,6 +131,9 @@ type Attacher struct {
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
 	loadChecksSkipped atomic.Uint64
+	// lastPass is when Run last finished a discovery pass (unix nanos;
+	// New's time before the first), for /health.
+	lastPass atomic.Int64
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
 	nextID       uint32
@@ -154,7 +157,7 @@ func New(opts Options) *Attacher {
 	if opts.RetryMax < opts.RetryBase {
 		opts.RetryMax = 5 * time.Minute
 	}
-	return &Attacher{
+	a := &Attacher{
 		opts:     opts,
 		log:      opts.Logger.With("component", "attach"),
 		files:    map[FileKey]*attached{},
@@ -163,6 +166,8 @@ func New(opts Options) *Attacher {
 		pidFiles: map[bpfobj.ProfiPidFile]bool{},
 		rtText:   map[uint32]TextRange{},
 	}
+	a.lastPass.Store(time.Now().UnixNano())
+	return a
 }
 
 // AddStatic registers a library path in the agent's own mount namespace

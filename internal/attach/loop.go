@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/profi-dev/profi/internal/discover"
@@ -22,7 +21,6 @@ type LoopOptions struct {
 	ProcRoot string
 	Interval time.Duration       // --refresh-interval
 	Observe  func(time.Duration) // duration of each pass; may be nil
-	Beat     *atomic.Int64       // unix nanos of the last pass, for /health; may be nil
 	Trigger  <-chan struct{}     // extra passes on demand; may be nil
 }
 
@@ -38,9 +36,7 @@ func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
 		if o.Observe != nil {
 			o.Observe(time.Since(began))
 		}
-		if o.Beat != nil {
-			o.Beat.Store(time.Now().UnixNano())
-		}
+		a.lastPass.Store(time.Now().UnixNano())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -49,6 +45,11 @@ func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
 		}
 	}
 }
+
+// LastPass is when Run last finished a discovery pass, failed scans
+// included (the time of New before the first): /health reads it
+// (server.Heartbeat).
+func (a *Attacher) LastPass() time.Time { return time.Unix(0, a.lastPass.Load()) }
 
 // Pass runs one discovery pass and syncs the links with its result.
 func (a *Attacher) Pass(s Scanner, procRoot string) {

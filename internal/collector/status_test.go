@@ -10,7 +10,22 @@ import (
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/status"
 )
+
+// source is a StatusSource over fixed values, without the optional parts.
+func source(cfg *config.Config, started time.Time, snap *aggregate.Snapshot, st attach.Status, c attach.Counters) *StatusSource {
+	return &StatusSource{
+		Version:  "dev",
+		Config:   cfg,
+		Started:  started,
+		Snapshot: func() *aggregate.Snapshot { return snap },
+		Attach:   func() attach.Status { return st },
+		Counters: func() attach.Counters { return c },
+	}
+}
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
@@ -34,7 +49,9 @@ func TestStatus(t *testing.T) {
 
 	t.Run("document", func(t *testing.T) {
 		t.Parallel()
-		doc := Status("v1.2.3", cfg, started, snap, st, attach.Counters{TrackedPIDs: []int{4242}})
+		src := source(cfg, started, snap, st, attach.Counters{TrackedPIDs: []int{4242}})
+		src.Version = "v1.2.3"
+		doc := src.Document()
 		wantDrops := map[string]uint64{
 			"cardinality_limit": 9,
 			"aggregated":        uint64(bpfobj.DropAggregated) + 1,
@@ -62,13 +79,18 @@ func TestStatus(t *testing.T) {
 			t.Errorf("UptimeSeconds = %v, want at least 60", doc.UptimeSeconds)
 		}
 		doc.UptimeSeconds, doc.Drops = 0, nil
-		want := StatusDoc{
+		want := status.Doc{
 			Version: "v1.2.3", KernelMode: "anonymous", ProbeProfile: "lean", PIDFilter: 4242, BPFLoaded: true,
-			AttachedLibraries: []LibraryView{{LibraryStatus: st.Attached[0], Pods: []string{}}},
-			AttachFailures:    []FailureView{{FailureStatus: st.Failed[0], Pods: []string{}}},
-			LoaderHooks:       []attach.LoaderHook{}, LastDiscovery: lastSync,
+			AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{
+				Library: "libcudart.so", Path: "/usr/lib/libcudart.so.12", File: "8:1/500", PIDs: []int{4242},
+			}, Pods: []string{}}},
+			AttachFailures: []status.FailureView{{FailureStatus: status.FailureStatus{
+				Library: "libcudart.so", Path: "/x", Reason: attach.ReasonNotELF, Attempts: 2,
+			}, Pods: []string{}}},
+			LoaderHooks: []status.LoaderHook{}, LastDiscovery: lastSync,
 			TrackedPIDs: []int{4242}, EventsProcessed: 1234, ExportedSeries: 17, LastDrain: snap.Time,
-			AttachFailureTotals: map[string]uint64{}, Operations: map[string]uint64{}, Processes: []ProcessStatus{},
+			AttachFailureTotals: map[string]uint64{}, Operations: map[string]uint64{}, Processes: []status.ProcessStatus{},
+			KernelFeatures: &status.KernelFeatures{},
 		}
 		if !reflect.DeepEqual(doc, want) {
 			t.Errorf("Status =\n%+v\nwant\n%+v", doc, want)
@@ -78,7 +100,8 @@ func TestStatus(t *testing.T) {
 	t.Run("json keys", func(t *testing.T) {
 		t.Parallel()
 		// No tracked process: an empty list, never null.
-		b, err := json.Marshal(Status("dev", cfg, started, snap, attach.Status{}, attach.Counters{}))
+		src := source(cfg, started, snap, attach.Status{}, attach.Counters{})
+		b, err := json.Marshal(src.Document())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +145,8 @@ func TestStatusProcesses(t *testing.T) {
 	bare := &aggregate.Process{Meta: aggregate.Meta{PID: 11, Comm: "host"}, Calls: map[aggregate.OpStream]uint64{{Op: "cudaFree", Stream: "default"}: 2}}
 	snap := &aggregate.Snapshot{Processes: []*aggregate.Process{p, bare}}
 	st := attach.Status{Attached: []attach.LibraryStatus{{Library: "libcudart.so", PIDs: []int{10, 11, 12}}}}
-	doc := Status("dev", cfg, time.Now(), snap, st, attach.Counters{Failures: map[[2]string]uint64{{"libcudart.so", "not_elf"}: 3}})
+	src := source(cfg, time.Now(), snap, st, attach.Counters{Failures: map[[2]string]uint64{{"libcudart.so", "not_elf"}: 3}})
+	doc := src.Document()
 
 	if got := doc.AttachedLibraries[0].Pods; !reflect.DeepEqual(got, []string{"ml/llm-0"}) {
 		t.Errorf("library pods = %v, want [ml/llm-0]", got)
@@ -133,7 +157,7 @@ func TestStatusProcesses(t *testing.T) {
 	if want := map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4, "cudaFree": 2, "ncclAllReduce": 5}; !reflect.DeepEqual(doc.Operations, want) {
 		t.Errorf("operations = %v, want %v", doc.Operations, want)
 	}
-	want := []ProcessStatus{{
+	want := []status.ProcessStatus{{
 		PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", Container: "server", PodSource: "cgroup+pod-watch",
 		Calls:       map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4},
 		Launches:    100,
@@ -147,5 +171,113 @@ func TestStatusProcesses(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(doc.Processes, want) {
 		t.Errorf("processes =\n%+v\nwant\n%+v", doc.Processes, want)
+	}
+}
+
+// TestStatusOptionalParts checks the parts that only some flags turn on:
+// each is absent when its source is nil and copied when it is set.
+func TestStatusOptionalParts(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{KernelMode: "anonymous"}
+	src := source(cfg, time.Now(), &aggregate.Snapshot{}, attach.Status{}, attach.Counters{})
+	src.Features = status.KernelFeatures{ExitHook: true}
+	doc := src.Document()
+	if doc.Kubernetes != nil || doc.NVML != nil || doc.RecentLaunches != nil {
+		t.Errorf("optional parts without sources: kubernetes %v, nvml %v, recent launches %v", doc.Kubernetes, doc.NVML, doc.RecentLaunches)
+	}
+	if doc.KernelFeatures == nil || *doc.KernelFeatures != src.Features {
+		t.Errorf("kernel features = %v, want %v", doc.KernelFeatures, src.Features)
+	}
+
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src.Kubernetes = func() k8s.Status { return k8s.Status{NodeName: "node-1", Synced: true, Pods: 3} }
+	src.NVML = func() *nvml.Snapshot { return nil } // not polled yet
+	src.RecentLaunches = func() []aggregate.LaunchEvent {
+		return []aggregate.LaunchEvent{{Time: at, PID: 10, Operation: "cudaLaunchKernel", GridBlocks: 64}}
+	}
+	doc = src.Document()
+	if want := (status.Kubernetes{NodeName: "node-1", Synced: true, Pods: 3}); doc.Kubernetes == nil || *doc.Kubernetes != want {
+		t.Errorf("kubernetes = %v, want %v", doc.Kubernetes, want)
+	}
+	if want := (status.NVML{Reason: "not polled yet"}); doc.NVML == nil || *doc.NVML != want {
+		t.Errorf("nvml = %v, want %v", doc.NVML, want)
+	}
+	if want := []status.LaunchEvent{{Time: at, PID: 10, Operation: "cudaLaunchKernel", GridBlocks: 64}}; !reflect.DeepEqual(doc.RecentLaunches, want) {
+		t.Errorf("recent launches = %v, want %v", doc.RecentLaunches, want)
+	}
+}
+
+// TestStatusConversions checks that the document's copies of the
+// producers' types say in JSON exactly what the producers' types say:
+// every field of a fully filled value survives the conversion. The flat
+// types are converted by Go conversion, which cannot compile once their
+// fields differ; this catches a field added to attach.LibraryStatus and
+// not copied by libraryStatus.
+func TestStatusConversions(t *testing.T) {
+	t.Parallel()
+	var lib attach.LibraryStatus
+	fill(reflect.ValueOf(&lib).Elem(), "lib")
+	var fail attach.FailureStatus
+	fill(reflect.ValueOf(&fail).Elem(), "failure")
+	for _, tc := range []struct {
+		name     string
+		from, to any
+	}{
+		{"attach.LibraryStatus", lib, libraryStatus(lib)},
+		{"attach.FailureStatus", fail, status.FailureStatus(fail)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			from, err := json.Marshal(tc.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := json.Marshal(tc.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(from) != string(to) {
+				t.Errorf("converted JSON differs:\n%s\nwant\n%s", to, from)
+			}
+		})
+	}
+}
+
+// fill sets every field reachable from v to a value that is not zero
+// (slices and maps get one element), so that no omitempty hides it.
+func fill(v reflect.Value, name string) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), name)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			v.Set(reflect.ValueOf(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)))
+			return
+		}
+		for i := range v.NumField() {
+			fill(v.Field(i), name+"."+v.Type().Field(i).Name)
+		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0), name+"[]")
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		key, elem := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(key, name+".key")
+		fill(elem, name+".value")
+		m.SetMapIndex(key, elem)
+		v.Set(m)
+	case reflect.String:
+		v.SetString(name)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(len(name)))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(len(name)))
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(float64(len(name)) + 0.5)
 	}
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/profi-dev/profi/internal/client"
-	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // Verdicts, one per process.
@@ -71,7 +71,7 @@ type Process struct {
 	// PerGPU is the agent's view of the process: labels, their sources and
 	// live counters, one entry per GPU it used; empty while the agent has
 	// no data for it.
-	PerGPU []collector.ProcessStatus `json:"per_gpu"`
+	PerGPU []status.ProcessStatus `json:"per_gpu"`
 }
 
 // Local reads this machine's procfs; Root "" means none (remote agent).
@@ -108,7 +108,7 @@ func (l Local) mapped(pid int) (libs map[string]discover.Library, comm string, o
 
 // Explain answers for target: a PID, or a pod as "namespace/name" or
 // "name" (every process of that pod the agent has data for).
-func Explain(doc *collector.StatusDoc, target string, local Local) ([]Process, error) {
+func Explain(doc *status.Doc, target string, local Local) ([]Process, error) {
 	if pid, err := strconv.Atoi(target); err == nil {
 		if pid <= 0 {
 			return nil, fmt.Errorf("PID %d: want a positive number", pid)
@@ -137,10 +137,10 @@ func Explain(doc *collector.StatusDoc, target string, local Local) ([]Process, e
 	return out, nil
 }
 
-func explainPID(doc *collector.StatusDoc, pid int, local Local) Process {
+func explainPID(doc *status.Doc, pid int, local Local) Process {
 	p := Process{PID: pid, Libraries: []Library{}}
 	p.Tracked = slices.Contains(doc.TrackedPIDs, pid)
-	p.PerGPU = []collector.ProcessStatus{}
+	p.PerGPU = []status.ProcessStatus{}
 	for _, ps := range doc.Processes {
 		if ps.PID == pid {
 			p.PerGPU, p.Comm = append(p.PerGPU, ps), ps.Comm
@@ -195,7 +195,7 @@ func explainPID(doc *collector.StatusDoc, pid int, local Local) Process {
 	return p
 }
 
-func verdict(doc *collector.StatusDoc, p *Process, here bool) (string, string) {
+func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
 	var attached, failed, unseen int
 	for _, l := range p.Libraries {
 		switch {
@@ -226,7 +226,7 @@ func verdict(doc *collector.StatusDoc, p *Process, here bool) (string, string) {
 }
 
 // Write prints the answers for people.
-func Write(w io.Writer, procs []Process, doc *collector.StatusDoc) {
+func Write(w io.Writer, procs []Process, doc *status.Doc) {
 	for i, p := range procs {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -362,7 +362,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "profi explain: %v\n", err)
 		return 2
 	}
-	var doc collector.StatusDoc
+	var doc status.Doc
 	if err := cl.Status(ctx, &doc); err != nil {
 		fmt.Fprintf(stderr, "profi explain: %v\n", err)
 		return 2

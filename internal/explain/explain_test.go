@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profi-dev/profi/internal/attach"
-	"github.com/profi-dev/profi/internal/collector"
-	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // fakeProc writes a procfs with the given processes' maps and comm.
@@ -36,23 +34,23 @@ const cudartLine = "7f0000000000-7f0000100000 r-xp 00001000 08:01 500 /opt/app/l
 const ncclLine = "7f1000000000-7f1000100000 r-xp 00001000 08:01 600 /opt/app/lib/libnccl.so.2\n"
 const libcLine = "7f2000000000-7f2000100000 r-xp 00001000 08:01 700 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
 
-func doc() *collector.StatusDoc {
-	return &collector.StatusDoc{
+func doc() *status.Doc {
+	return &status.Doc{
 		Version: "dev", KernelMode: "anonymous", LastDiscovery: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		AttachedLibraries: []collector.LibraryView{{LibraryStatus: attach.LibraryStatus{
+		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{
 			Library: "libcudart.so", Path: "/opt/app/lib/libcudart.so.12", File: "8:1/500", PIDs: []int{10, 30},
-			Probes:  []attach.ProbeStatus{{Symbol: "cudaMalloc", Offset: 4}, {Symbol: "cudaMalloc", Return: true}},
+			Probes:  []status.ProbeStatus{{Symbol: "cudaMalloc", Offset: 4}, {Symbol: "cudaMalloc", Return: true}},
 			Missing: []string{"cudaGraphLaunch"},
 		}, Pods: []string{"ml/llm-0"}}},
-		AttachFailures: []collector.FailureView{{FailureStatus: attach.FailureStatus{
+		AttachFailures: []status.FailureView{{FailureStatus: status.FailureStatus{
 			Library: "libnccl.so", Path: "/opt/app/lib/libnccl.so.2", File: "8:1/600", PIDs: []int{30}, Reason: "open_failed", Error: "permission denied", Attempts: 3,
 		}}},
 		TrackedPIDs: []int{10, 30},
-		Processes: []collector.ProcessStatus{
+		Processes: []status.ProcessStatus{
 			{PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", PodSource: "cgroup+pod-watch", Calls: map[string]uint64{"cudaMalloc": 3}, Launches: 7},
 			{PID: 30, Comm: "train", Namespace: "ml", Pod: "train-0", PodSource: "cgroup+pod-watch"},
 		},
-		Kubernetes: &k8s.Status{},
+		Kubernetes: &status.Kubernetes{},
 	}
 }
 
@@ -69,7 +67,7 @@ func TestExplain(t *testing.T) {
 	filtered.PIDFilter = 10
 	tests := []struct {
 		name, target string
-		doc          *collector.StatusDoc
+		doc          *status.Doc
 		verdicts     []string
 		why          string
 	}{

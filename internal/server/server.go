@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // StaleAfter is how old the main loop's heartbeat may be before /health fails.
@@ -24,9 +26,9 @@ type Options struct {
 	// Metrics is what /metrics serves; Gatherer's families when nil.
 	Metrics   Metrics
 	Gatherer  prometheus.Gatherer
-	Status    func() any          // JSON body of /status
+	Status    func() status.Doc   // JSON body of /status
 	Ready     func() bool         // readiness of everything but the server itself
-	Heartbeat func() time.Time    // last beat of the main loop
+	Heartbeat func() time.Time    // last beat of the main loop (see Heartbeat)
 	Encode    func(time.Duration) // observes each /metrics render; may be nil
 	Logger    *slog.Logger
 	// TLS, when set, serves HTTPS only (interface.md 2.5).
@@ -35,6 +37,20 @@ type Options struct {
 	// /health and /ready are never wrapped: kubelet probes carry no
 	// credentials.
 	Protect func(http.Handler) http.Handler
+}
+
+// Heartbeat is the main loop's beat for /health: the older of the last
+// drain and the time the discovery pass after the last one was due. The
+// loop is then healthy while drains are fresh and discovery passes arrive
+// on schedule, whatever the discovery interval is.
+func Heartbeat(drained, passed func() time.Time, interval time.Duration) func() time.Time {
+	return func() time.Time {
+		drain, passDue := drained(), passed().Add(interval)
+		if passDue.Before(drain) {
+			return passDue
+		}
+		return drain
+	}
 }
 
 // ReloadInterval is how often the TLS files are checked for a rotation

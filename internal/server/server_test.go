@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // testGatherer is a private registry with one counter of value 3.
@@ -35,7 +37,7 @@ func listen(t *testing.T, opts Options) *Server {
 		opts.Gatherer = testGatherer(t)
 	}
 	if opts.Status == nil {
-		opts.Status = func() any { return map[string]int{"tracked_pids": 0} }
+		opts.Status = func() status.Doc { return status.Doc{TrackedPIDs: []int{}} }
 	}
 	s, err := Listen(opts)
 	if err != nil {
@@ -160,33 +162,66 @@ func TestReadyWithoutReadyFunc(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	type doc struct {
-		AttachedLibraries []string `json:"attached_libraries"`
-		TrackedPIDs       []int    `json:"tracked_pids"`
-		EventsProcessed   uint64   `json:"events_processed"`
-		UptimeSeconds     float64  `json:"uptime_seconds"`
-		KernelMode        string   `json:"kernel_mode"`
+	want := status.Doc{
+		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{Library: "libcudart.so"}, Pods: []string{}}},
+		TrackedPIDs:       []int{1, 2}, EventsProcessed: 7, UptimeSeconds: 1.5, KernelMode: "anonymous",
 	}
-	want := doc{AttachedLibraries: []string{"libcudart.so"}, TrackedPIDs: []int{1, 2}, EventsProcessed: 7, UptimeSeconds: 1.5, KernelMode: "anonymous"}
 	var calls atomic.Int32
-	s := listen(t, Options{Status: func() any { calls.Add(1); return want }})
+	s := listen(t, Options{Status: func() status.Doc { calls.Add(1); return want }})
 	defer s.ln.Close()
 	code, header, body := get(t, s.Handler(), http.MethodGet, "/status", nil)
 	if code != http.StatusOK || header.Get("Content-Type") != "application/json" {
 		t.Fatalf("/status = %d, Content-Type %q", code, header.Get("Content-Type"))
 	}
-	var got doc
+	var got status.Doc
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("decode %q: %v", body, err)
 	}
 	if got.KernelMode != want.KernelMode || got.EventsProcessed != want.EventsProcessed || got.UptimeSeconds != want.UptimeSeconds ||
-		strings.Join(got.AttachedLibraries, ",") != "libcudart.so" || len(got.TrackedPIDs) != 2 {
+		len(got.AttachedLibraries) != 1 || got.AttachedLibraries[0].Library != "libcudart.so" || len(got.TrackedPIDs) != 2 {
 		t.Errorf("/status = %+v, want %+v", got, want)
 	}
 	if calls.Load() != 1 {
 		t.Errorf("Status called %d times, want 1", calls.Load())
+	}
+}
+
+// TestHeartbeat checks the beat /health reads: the older of the last
+// drain and the due time of the next discovery pass, so a long
+// --refresh-interval is not stale between passes and a stuck pass is.
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	tests := []struct {
+		name            string
+		drained, passed time.Time
+		interval        time.Duration
+		want            time.Time
+		healthy         bool
+	}{
+		{"both fresh", now, now.Add(-time.Second), 5 * time.Second, now, true},
+		{"long interval between passes", now, now.Add(-10 * time.Minute), 15 * time.Minute, now, true},
+		{"drain stale", now.Add(-time.Minute), now, 5 * time.Second, now.Add(-time.Minute), false},
+		{"pass overdue", now, now.Add(-time.Minute), 5 * time.Second, now.Add(-55 * time.Second), false},
+		{"no drain yet", time.Time{}, now, 5 * time.Second, time.Time{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			beat := Heartbeat(func() time.Time { return tc.drained }, func() time.Time { return tc.passed }, tc.interval)
+			got := beat()
+			if !got.Equal(tc.want) {
+				t.Errorf("Heartbeat = %v, want %v", got, tc.want)
+			}
+			s := listen(t, Options{Heartbeat: beat})
+			defer s.ln.Close()
+			code, _, _ := get(t, s.Handler(), http.MethodGet, "/health", nil)
+			if healthy := code == http.StatusOK; healthy != tc.healthy {
+				t.Errorf("/health = %d, want healthy %v", code, tc.healthy)
+			}
+		})
 	}
 }
 
@@ -278,7 +313,7 @@ func TestServeOverNetwork(t *testing.T) {
 	for path, want := range map[string]string{
 		"/health":  "ok\n",
 		"/metrics": "profi_test_events_total 3\n",
-		"/status":  `"tracked_pids": 0`,
+		"/status":  `"tracked_pids": []`,
 	} {
 		resp, err := http.Get("http://" + s.Addr() + path)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/profi-dev/profi/internal/auth"
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -73,7 +74,7 @@ func secureServer(t *testing.T, p *pki, tlsMode, authMode string) (*Server, *pro
 	h := collector.NewHTTP()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.Collectors()...)
-	opts := Options{Listen: "127.0.0.1:0", Gatherer: reg, Status: func() any { return map[string]int{"tracked_pids": 0} }}
+	opts := Options{Listen: "127.0.0.1:0", Gatherer: reg, Status: func() status.Doc { return status.Doc{TrackedPIDs: []int{}} }}
 	if tlsMode != config.TLSModeOff {
 		opts.TLS = &TLSOptions{CertFile: p.vol.Path("tls.crt"), KeyFile: p.vol.Path("tls.key"),
 			Handshakes: h.TLSHandshakes, ReloadFailures: h.TLSReloadFailures}

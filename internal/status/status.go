@@ -1,0 +1,188 @@
+package status
+
+import "time"
+
+// Doc is the JSON body of /status: where a user finds out what is
+// attached and why something is not (`profi explain` reads it).
+type Doc struct {
+	Version           string            `json:"version"`
+	UptimeSeconds     float64           `json:"uptime_seconds"`
+	KernelMode        string            `json:"kernel_mode"`
+	ProbeProfile      string            `json:"probe_profile"`
+	PIDFilter         int               `json:"pid_filter"`
+	BPFLoaded         bool              `json:"bpf_loaded"`
+	AttachedLibraries []LibraryView     `json:"attached_libraries"`
+	AttachFailures    []FailureView     `json:"attach_failures"`
+	LoaderHooks       []LoaderHook      `json:"loader_hooks"`
+	LastDiscovery     time.Time         `json:"last_discovery"`
+	TrackedPIDs       []int             `json:"tracked_pids"`
+	EventsProcessed   uint64            `json:"events_processed"`
+	ExportedSeries    int               `json:"exported_series"`
+	Drops             map[string]uint64 `json:"drops"`
+	LastDrain         time.Time         `json:"last_drain"`
+	// AttachFailureTotals are profi_system_attach_failures_total by
+	// library and reason, as "library/reason" (retried files included).
+	AttachFailureTotals map[string]uint64 `json:"attach_failure_totals"`
+	// Operations are the calls counted per operation, over the live
+	// processes, launches and NCCL included.
+	Operations map[string]uint64 `json:"operations"`
+	// Processes is the per-process view: labels and live counters.
+	Processes []ProcessStatus `json:"processes"`
+	// Kubernetes is the pod watch state; absent without --node-name.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+	// KernelFeatures are the optional kernel features the agent uses.
+	KernelFeatures *KernelFeatures `json:"kernel_features,omitempty"`
+	// NVML is the GPU poller's state; absent with --disable-nvml.
+	NVML *NVML `json:"nvml,omitempty"`
+	// RecentLaunches are the latest launches with --detailed-launches.
+	RecentLaunches []LaunchEvent `json:"recent_launches,omitempty"`
+}
+
+// KernelFeatures says which optional kernel features are in use, and so
+// which fallbacks are active.
+type KernelFeatures struct {
+	// UprobeMulti: one uprobe_multi link per library file and program
+	// (else one classic uprobe per function).
+	UprobeMulti bool `json:"uprobe_multi"`
+	// ExitHook: the sched_process_exit raw tracepoint clears exited
+	// threads' state at once (else the --gc-interval sweep does).
+	ExitHook bool `json:"exit_hook"`
+}
+
+// LibraryView is an attached library file and the pods of its processes.
+type LibraryView struct {
+	LibraryStatus
+	// Pods are "namespace/pod" of the file's processes that have pod
+	// labels; empty without --node-name.
+	Pods []string `json:"pods"`
+}
+
+// FailureView is a library file whose attach failed, with the pods of its
+// processes.
+type FailureView struct {
+	FailureStatus
+	Pods []string `json:"pods"`
+}
+
+// ProbeStatus is one attached probe (attach.ProbeStatus).
+type ProbeStatus struct {
+	Symbol    string `json:"symbol"`
+	Operation string `json:"operation"`
+	Return    bool   `json:"return_probe"`
+	Traps     int    `json:"traps_per_call"`
+	// Offset is where the probe sits past the symbol: 4 when it skips an
+	// endbr64 to land on an emulated push (one trap instead of two).
+	Offset uint64 `json:"offset"`
+}
+
+// LibraryStatus is an attached library file (attach.LibraryStatus).
+type LibraryStatus struct {
+	Library string        `json:"library"`
+	Path    string        `json:"path"`
+	File    string        `json:"file"` // dev major:minor/inode
+	PIDs    []int         `json:"pids"`
+	Probes  []ProbeStatus `json:"probes"`
+	Missing []string      `json:"missing_symbols,omitempty"`
+	Absent  []string      `json:"absent_optional_symbols,omitempty"`
+	// FullModePIDs are processes upgraded to full kernel mode on this file.
+	FullModePIDs []int `json:"full_mode_pids,omitempty"`
+	// Paused is set while the overhead budget has detached the file's
+	// Pausable probes (duty cycling); their counts are then estimates.
+	Paused bool `json:"paused,omitempty"`
+	// UprobeMulti is set when the probes are uprobe_multi links.
+	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
+	AttachedAt  time.Time `json:"attached_at"`
+}
+
+// FailureStatus is a library file whose attach failed and waits for a
+// retry (attach.FailureStatus).
+type FailureStatus struct {
+	Library   string    `json:"library"`
+	Path      string    `json:"path"`
+	File      string    `json:"file"`
+	PIDs      []int     `json:"pids"`
+	Reason    string    `json:"reason"`
+	Error     string    `json:"error"`
+	Attempts  int       `json:"attempts"`
+	NextRetry time.Time `json:"next_retry"`
+}
+
+// LoaderHook is a dynamic loader hooked to announce library loads
+// (attach.LoaderHook).
+type LoaderHook struct {
+	Path      string `json:"path"`
+	File      string `json:"file"`
+	Processes int    `json:"processes"`
+}
+
+// ProcessStatus is one process with data, as the aggregator labels it.
+type ProcessStatus struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm"`
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	GPU       string `json:"gpu"`
+	GPUUUID   string `json:"gpu_uuid"`
+	// PodSource says where the pod labels came from: "cgroup+pod-watch",
+	// or why there are none ("no --node-name", "not a pod": no kubelet
+	// cgroup or no such pod on this node).
+	PodSource string `json:"pod_source"`
+	// GPUSource says where the gpu label came from, per CUDA device
+	// ordinal the process's threads set ("" = GPU attribution off). A
+	// process that used several GPUs has one entry per GPU.
+	GPUSource string `json:"gpu_source"`
+	// Calls are counted calls by operation (streams summed, launches
+	// included).
+	Calls map[string]uint64 `json:"calls"`
+	// Launches are kernel launches over all kernels.
+	Launches uint64 `json:"launches"`
+	// Errors are failed calls by operation.
+	Errors map[string]uint64 `json:"errors"`
+	// MemcpyBytes are copied bytes by direction.
+	MemcpyBytes       map[string]uint64 `json:"memcpy_bytes"`
+	MemsetBytes       uint64            `json:"memset_bytes"`
+	ActiveMemoryBytes uint64            `json:"active_memory_bytes"`
+	NCCLCalls         map[string]uint64 `json:"nccl_calls,omitempty"`
+	NCCLBytes         map[string]uint64 `json:"nccl_bytes,omitempty"`
+	// NCCLOldestInflightSeconds is the age of the oldest in-flight call
+	// by operation.
+	NCCLOldestInflightSeconds map[string]float64 `json:"nccl_oldest_inflight_seconds,omitempty"`
+}
+
+// Kubernetes is the pod watch state (k8s.Status).
+type Kubernetes struct {
+	NodeName    string    `json:"node_name"`
+	Synced      bool      `json:"synced"`
+	Pods        int       `json:"pods"`
+	WatchErrors uint64    `json:"watch_errors"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// NVML is the GPU poller's state (nvml.Status).
+type NVML struct {
+	Up            bool      `json:"up"`
+	Reason        string    `json:"reason,omitempty"` // why it is down
+	Library       string    `json:"library,omitempty"`
+	DriverVersion string    `json:"driver_version,omitempty"`
+	DeviceCount   int       `json:"device_count"`
+	LastError     string    `json:"last_error,omitempty"` // last failed query of the last poll
+	LastPoll      time.Time `json:"last_poll"`
+}
+
+// LaunchEvent is one kernel launch of --detailed-launches
+// (aggregate.LaunchEvent).
+type LaunchEvent struct {
+	Time         time.Time `json:"time"` // approximate wall time of the launch
+	PID          int       `json:"pid"`
+	TID          int       `json:"tid"`
+	Operation    string    `json:"operation"`
+	Error        int32     `json:"error_code"`  // 0 when not seen (anonymous mode)
+	DurationNs   uint64    `json:"duration_ns"` // host-side latency; 0 when not timed
+	Function     uint64    `json:"function"`
+	Stream       string    `json:"stream"`
+	GridBlocks   uint64    `json:"grid_blocks"`
+	BlockThreads uint64    `json:"block_threads"`
+	SharedBytes  uint64    `json:"shared_bytes"`
+}
