@@ -166,6 +166,8 @@ type GroundTruth struct {
 	// With --nvtx only (absent otherwise).
 	LaunchesByPhase map[string]uint64 `json:"launches_by_phase,omitempty"` // Phases -> launches, all APIs (always all listed)
 	NVTXCalls       map[string]uint64 `json:"nvtx_calls,omitempty"`        // NVTXFuncs -> calls (always all listed)
+	// With --nvtx and --nccl-lib only: the empty groups' calls.
+	NCCLCalls map[string]uint64 `json:"nccl_calls,omitempty"` // ncclGroupStart, ncclGroupEnd -> calls
 }
 
 // Phases are the values of the phase label (interface.md), "" for no open
@@ -377,6 +379,10 @@ func (g *GroundTruth) checkNVTX(fail func(string, ...any)) {
 	}
 	// Every range pushed is popped within its iteration; default-domain
 	// pops may exceed pushes (a pop with nothing open), never fall short.
+	if g.NCCLCalls != nil && (!sameKeys(g.NCCLCalls, []string{"ncclGroupStart", "ncclGroupEnd"}) ||
+		g.NCCLCalls["ncclGroupStart"] != g.NCCLCalls["ncclGroupEnd"]) {
+		fail("nccl_calls %v: want ncclGroupStart and ncclGroupEnd, as many of each", g.NCCLCalls)
+	}
 	n := g.NVTXCalls
 	if n["nvtxDomainRangePushEx"] != n["nvtxDomainRangePop"] || n["nvtxRangePop"] < n["nvtxRangePushA"]+n["nvtxRangePushW"] {
 		fail("nvtx_calls %v: unbalanced pushes and pops", n)

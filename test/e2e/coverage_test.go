@@ -139,7 +139,7 @@ func TestCardinalityCaps(t *testing.T) {
 			if !ok {
 				continue
 			}
-			op := ops.Name(uint32(p.Op))
+			op := p.label
 			var want, got float64
 			for _, c := range byStream {
 				want += float64(c)

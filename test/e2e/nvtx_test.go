@@ -122,6 +122,44 @@ func TestNVTXPhases(t *testing.T) {
 	}
 }
 
+// NVTX ranges and NCCL calls on one thread: an empty NCCL group before
+// every launch, inside open ranges and outside, leaves every launch's
+// phase as the ranges say (an NCCL return once dropped the thread's
+// ranges), and the NCCL calls are counted exactly.
+func TestNVTXWithNCCL(t *testing.T) {
+	a := startAgent(t, "--enable-nvtx-tracing")
+	w := startWorkload(t, fixtures.Workload, []string{"--nvtx", "--nccl-lib", fixtures.Nccl})
+	waitLibAttached(t, a, w.PID, discover.LibCudart)
+	waitLibAttached(t, a, w.PID, discover.LibNVTX)
+	waitLibAttached(t, a, w.PID, discover.LibNCCL)
+	for range 2 { // cumulative across phases
+		gt := runPhase(t, w)
+		if gt.NCCLCalls["ncclGroupEnd"] == 0 {
+			t.Fatalf("workload made no NCCL calls: %+v", gt.NCCLCalls)
+		}
+		requirePhases(t, a, w.PID, wantPhases(gt))
+		err := testutil.Eventually(15*time.Second, func() error {
+			mfs, err := a.Metrics()
+			if err != nil {
+				return err
+			}
+			got := map[string]uint64{}
+			for _, s := range testutil.Samples(mfs["profi_nccl_calls_total"]) {
+				if s.Labels["pid"] == strconv.Itoa(w.PID) {
+					got[s.Labels["operation"]] += uint64(s.Value)
+				}
+			}
+			if !maps.Equal(got, gt.NCCLCalls) {
+				return fmt.Errorf("NCCL calls %v, ground truth %v", got, gt.NCCLCalls)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Without --enable-nvtx-tracing the NVTX library is not attached and the
 // phase label stays empty, whatever ranges the process opens.
 func TestNVTXOff(t *testing.T) {

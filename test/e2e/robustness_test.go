@@ -74,7 +74,7 @@ func TestFullMapsCountDrops(t *testing.T) {
 
 	var timed uint64
 	for fn, n := range gt.Calls {
-		if p, ok := defaultMode.probed()[fn]; ok && p.Timed() {
+		if p, ok := defaultMode.probed()[fn]; ok && p.timed {
 			timed += n
 		}
 	}

@@ -18,6 +18,12 @@
  * rules computed from the thread's range stack at the launch, and
  * nvtx_calls. Without it the output is exactly what it was before.
  *
+ * With --nccl-lib PATH as well (NVTX only) it dlopens that libnccl and
+ * makes an empty group (ncclGroupStart, ncclGroupEnd) on the launching
+ * thread before every NVTX-annotated launch, inside and outside ranges:
+ * NCCL calls must not disturb the thread's phase. The ground truth then
+ * adds nccl_calls.
+ *
  * stdin protocol: prints "ready <pid>"; "load" -> dlopen -> "loaded" (the
  * linked build just answers); "go" -> one measured phase -> one JSON line of
  * cumulative totals; "exit" or EOF -> exit 0. */
@@ -178,13 +184,14 @@ struct tally {
 	uint64_t kernel_launches[NKERN];
 	uint64_t set_device_calls;
 	uint64_t phase_launches[NPHASE], nvtx_calls[NNVTX];
+	uint64_t nccl_groups; /* --nccl-lib: empty groups made (one ncclGroupStart + one ncclGroupEnd each) */
 };
 
 static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
 	int driver, extra, ptsz, nvtx;
-	const char *lib, *lib_cuda, *nvtx_lib;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL};
+	const char *lib, *lib_cuda, *nvtx_lib, *nccl_lib;
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL, NULL};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
 static int have_graph_ptsz = 1; /* likewise for cudaGraphLaunch_ptsz */
 static struct tally total;
@@ -558,6 +565,19 @@ static void popped(nvtxDomainHandle_t d, int level)
 		die("NVTX pop returned an unexpected level");
 }
 
+/* --nccl-lib: the group calls, dlsym'd (int: ncclResult_t). */
+static int (*x_ncclGroupStart)(void), (*x_ncclGroupEnd)(void);
+
+/* An empty group on this thread; both calls must succeed. */
+static void nccl_group(struct tally *t)
+{
+	if (!x_ncclGroupEnd)
+		return;
+	if (x_ncclGroupStart() != 0 || x_ncclGroupEnd() != 0)
+		die("empty NCCL group failed");
+	t->nccl_groups++;
+}
+
 /* Copies ASCII name into a wide string of at most 64 characters. */
 static const wchar_t *widen(wchar_t *buf, const char *name)
 {
@@ -633,7 +653,11 @@ static void nvtx_ranges(struct tally *t, nvtxDomainHandle_t dom, int i, cudaStre
 {
 	dim3 grid = {i % 3 + 1, 1, 1}, block = {64, 1, 1};
 	int k = i;
-#define NVTX_LAUNCH() launch(t, LA_RT, k++ % NRT_KERNELS, grid, block, args, 0, s)
+#define NVTX_LAUNCH()                                                                              \
+	do {                                                                                       \
+		nccl_group(t);                                                                     \
+		launch(t, LA_RT, k++ % NRT_KERNELS, grid, block, args, 0, s);                      \
+	} while (0)
 	NVTX_LAUNCH(); /* "" */
 	push_a(t, "Prefill");
 	NVTX_LAUNCH(); /* prefill */
@@ -871,6 +895,7 @@ static void merge(struct tally *dst, const struct tally *src)
 		dst->phase_launches[p] += src->phase_launches[p];
 	for (int n = 0; n < NNVTX; n++)
 		dst->nvtx_calls[n] += src->nvtx_calls[n];
+	dst->nccl_groups += src->nccl_groups;
 }
 
 static void print_stream_key(int first, uintptr_t handle, uint64_t n)
@@ -973,6 +998,10 @@ static void print_truth(const struct tally *t)
 		for (int n = 0; n < NNVTX; n++)
 			printf("%s\"%s\":%" PRIu64, n ? "," : "", nvtx_name[n], t->nvtx_calls[n]);
 		printf("}");
+		if (opt.nccl_lib)
+			printf(",\"nccl_calls\":{\"ncclGroupStart\":%" PRIu64
+			       ",\"ncclGroupEnd\":%" PRIu64 "}",
+			       t->nccl_groups, t->nccl_groups);
 	}
 	printf("}\n");
 	fflush(stdout);
@@ -1169,6 +1198,8 @@ int main(int argc, char **argv)
 			opt.lib_cuda = argv[++i]; /* dlopen build only */
 		} else if (!strcmp(a, "--nvtx")) {
 			opt.nvtx = 1;
+		} else if (!strcmp(a, "--nccl-lib") && i + 1 < argc) {
+			opt.nccl_lib = argv[++i];
 		} else if (!strcmp(a, "--nvtx-lib") && i + 1 < argc) {
 			opt.nvtx = 1;
 			opt.nvtx_lib = argv[++i];
@@ -1185,6 +1216,13 @@ int main(int argc, char **argv)
 	 * attach before the first range. */
 	if (opt.nvtx)
 		load_nvtx();
+	if (opt.nccl_lib) {
+		if (!opt.nvtx)
+			die("--nccl-lib needs --nvtx");
+		void *h = open_lib(opt.nccl_lib, RTLD_NOW | RTLD_LOCAL);
+		*(void **)&x_ncclGroupStart = resolve(h, opt.nccl_lib, "ncclGroupStart", 1);
+		*(void **)&x_ncclGroupEnd = resolve(h, opt.nccl_lib, "ncclGroupEnd", 1);
+	}
 
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
