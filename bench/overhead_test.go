@@ -362,7 +362,7 @@ func (bc *bench) configurations() results {
 		{fn: fnTimed, name: cfgProfi + anon, traps: 2, mode: anon},
 		{fn: fnTimed, name: cfgProfi + anon + cfgMultiSuffix, traps: 2, mode: anon, multi: true},
 		// The same function in the CET build: at +0 the kernel single-steps
-		// endbr64; past it, it emulates the push (ebpf-notes.md 7b).
+		// endbr64; past it, it emulates the push (docs/PROBES.md, "Probe placement").
 		{fn: fnTimed, cet: true, name: cfgNone},
 		{fn: fnTimed, cet: true, name: cfgEmpty, traps: 1, steps: 1, empty: entry(siteTimed)},
 		{fn: fnTimed, cet: true, name: cfgEmptySkip, traps: 1, empty: skipped(entry(siteTimed))},

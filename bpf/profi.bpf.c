@@ -149,7 +149,7 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } lib_loads SEC(".maps");
 
-/* NCCL calls per (pid, op, communicator, result); max_entries set from Go. */
+/* NCCL calls per (pid, op, communicator, result, device). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024);
@@ -245,7 +245,7 @@ static const u64 klat_bounds_ns[KLAT_BUCKETS - 1] = {
 	1000000, 10000000,           /* 1 ms, 10 ms */
 };
 
-/* NCCL latency bounds, ns (interface.md 5.5): 1e-5 .. 1 s. */
+/* NCCL latency bounds, ns (docs/INTERFACE.md 5.5): 1e-5 .. 1 s. */
 static const u64 nlat_bounds_ns[NLAT_BUCKETS - 1] = {
 	10000ULL,     50000ULL,	    100000ULL,	  500000ULL,	 1000000ULL,   5000000ULL,
 	10000000ULL, 50000000ULL, 100000000ULL, 500000000ULL, 1000000000ULL,
@@ -1185,7 +1185,7 @@ static __always_inline bool contains(const u8 *buf, const char *s, u32 n)
 
 #define HAS(lit) contains(buf, lit, sizeof(lit) - 1)
 
-/* The phase rule of a lowercased name (interface.md `phase`, in order). */
+/* The phase rule of a lowercased name (docs/INTERFACE.md `phase`, in order). */
 static __always_inline u32 name_phase(const u8 *buf)
 {
 	if (HAS("prefill") || HAS("prompt") || HAS("encode"))

@@ -115,7 +115,7 @@ struct nccl_comm_key {
 };
 
 /*
- * The `phase` label of a launch (interface.md): the rule the innermost open
+ * The `phase` label of a launch (docs/INTERFACE.md): the rule the innermost open
  * NVTX range matching one gives, PHASE_OTHER when ranges are open but none
  * matches, PHASE_NONE when none is open (or NVTX tracing is off).
  */

@@ -27,7 +27,7 @@ func kubeConfig() (*rest.Config, error) {
 }
 
 // metricsSecurity builds the /metrics listener's TLS options and the
-// authentication of /metrics and /status (interface.md 2.5). Bearer modes
+// authentication of /metrics and /status (docs/INTERFACE.md 2.5). Bearer modes
 // need a Kubernetes client: without credentials the agent does not start.
 func metricsSecurity(cfg *config.Config, m *collector.HTTP, log *slog.Logger) (*server.TLSOptions, func(http.Handler) http.Handler, error) {
 	var tlsOpts *server.TLSOptions

@@ -192,7 +192,7 @@ func TestAgentArgsParse(t *testing.T) {
 		"version":         "prints the version",
 		"pid":             "a DaemonSet watches every process of its node",
 		"node-name":       "set through NODE_NAME from spec.nodeName",
-		"log-level":       "profi.logLevel sets RUST_LOG (interface.md section 7); extraArgs can pass it",
+		"log-level":       "profi.logLevel sets RUST_LOG (docs/INTERFACE.md section 7); extraArgs can pass it",
 		"no-uprobe-multi": "a test switch (forces classic uprobes for NCCL); extraArgs can pass it",
 	}
 	seen := map[string]bool{}
@@ -226,13 +226,13 @@ func TestAgentArgsParse(t *testing.T) {
 	}
 	for f := range all {
 		if _, ok := notPassed[f]; !ok && !seen[f] {
-			t.Errorf("flag --%s is reached by no values file: add a values key (interface.md section 7) and set it in deploy/profi/ci", f)
+			t.Errorf("flag --%s is reached by no values file: add a values key (docs/INTERFACE.md section 7) and set it in deploy/profi/ci", f)
 		}
 	}
 }
 
-// TestDaemonSetPrivileges pins the privileges of the agent (known-defects.md
-// SEC-5): host PID namespace, root without privilege escalation, only BPF,
+// TestDaemonSetPrivileges pins the privileges of the agent (the Rust
+// exporter's chart ran it privileged; docs/SECURITY.md): host PID namespace, root without privilege escalation, only BPF,
 // PERFMON and SYS_PTRACE (SYS_ADMIN only with the overhead budget), a
 // read-only root filesystem, the host's /proc read-only, and no hostPath
 // other than /proc (no debugfs, tracefs or bpffs).
@@ -313,7 +313,7 @@ func TestDaemonSetPrivileges(t *testing.T) {
 }
 
 // TestNotesUseNoToolInImage: NOTES.txt must not tell users to run wget or
-// curl inside the container (the image has neither; known-defects.md DOC-7).
+// curl inside the container (the image has neither).
 func TestNotesUseNoToolInImage(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/profi/templates/NOTES.txt"))
 	if err != nil {

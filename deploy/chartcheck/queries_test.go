@@ -198,7 +198,7 @@ func dashboardQueries(t *testing.T) []query {
 // TestQueriesUseEmittedNames checks every metric and label that the rules
 // and the dashboard query against the families the agent's collectors
 // describe: no query can silently return nothing because of a wrong name
-// or a label the series lack (known-defects.md DOC-5).
+// or a label the series lack (the Rust exporter's dashboard had such queries).
 func TestQueriesUseEmittedNames(t *testing.T) {
 	fams := queryable(described(t))
 	for name := range pending {
@@ -263,7 +263,7 @@ func TestQueriesUseEmittedNames(t *testing.T) {
 }
 
 // TestDashboard validates the dashboard with grafana-foundation-sdk (strict
-// unmarshal and Validate) and pins what interface.md section 10 fixes: uid,
+// unmarshal and Validate) and pins what docs/INTERFACE.md section 10 fixes: uid,
 // title, variables, rows, a datasource variable (no ${DS_PROMETHEUS} import
 // input), kernel panels excluding anonymous and other.
 func TestDashboard(t *testing.T) {
@@ -275,7 +275,7 @@ func TestDashboard(t *testing.T) {
 	if err := d.UnmarshalJSONStrict(raw); err != nil && err.Error() != "" {
 		t.Fatalf("strict unmarshal: %v", err)
 	}
-	// Validate returns a typed-nil list on success (tooling.md).
+	// Validate returns a typed-nil error list on success: compare its text, not nil.
 	if errs := d.Validate(); errs != nil && errs.Error() != "" {
 		t.Fatalf("validate: %v", errs)
 	}

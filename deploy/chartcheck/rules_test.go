@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The rule names of interface.md section 8, exactly.
+// The rule names of docs/INTERFACE.md section 8, exactly.
 var (
 	wantRecording = []string{
 		"profi:cuda_calls:rate5m", "profi:cuda_duration:p99:5m", "profi:cuda_duration:p50:5m",

@@ -63,7 +63,7 @@ type Options struct {
 	// NCCLHangTimeout is --nccl-hang-timeout; 0 disables hang detection.
 	NCCLHangTimeout time.Duration
 	// StragglerInterval is the window of the straggler ratio (default
-	// GCInterval, which interface.md ties it to).
+	// GCInterval, which docs/INTERFACE.md ties it to).
 	StragglerInterval time.Duration
 	// Pods labels processes with their pod (--node-name); nil = no pod labels.
 	Pods PodLabeler

@@ -22,7 +22,7 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 )
 
-// Reasons of profi_system_attach_failures_total (interface.md 5.7).
+// Reasons of profi_system_attach_failures_total (docs/INTERFACE.md 5.7).
 const (
 	ReasonSymbolNotFound    = "symbol_not_found"
 	ReasonProcessExited     = "process_exited"

@@ -13,7 +13,7 @@ import (
 // instruction of every function built with -fcf-protection, is
 // single-stepped. When it is followed by a push the kernel emulates, the
 // probe goes on the push: one trap instead of two, with the same
-// registers and stack as at the symbol (ebpf-notes.md 7b).
+// registers and stack as at the symbol (docs/PROBES.md, "Probe placement").
 
 var endbr64 = [4]byte{0xf3, 0x0f, 0x1e, 0xfa}
 

@@ -34,7 +34,7 @@ const (
 // Reason is why a request was rejected (profi_system_http_auth_failures_total{reason}).
 type Reason string
 
-// Rejection reasons; the last three are Additions to interface.md 5.7.
+// Rejection reasons; the last three are Additions to docs/INTERFACE.md 5.7.
 const (
 	NoAuth             Reason = "no_auth"
 	TokenReviewDeny    Reason = "tokenreview_deny"

@@ -1,5 +1,5 @@
 // Package auth authenticates requests to /metrics and /status
-// (interface.md 2.5): a verified client certificate, or a bearer token
+// (docs/INTERFACE.md 2.5): a verified client certificate, or a bearer token
 // checked with the Kubernetes TokenReview API (optional audience), and
 // optionally authorised with a SubjectAccessReview for the non-resource
 // URL and verb get, as kube-rbac-proxy does.

@@ -147,7 +147,7 @@ func TestStreamLabel(t *testing.T) {
 }
 
 // TestLatencyBounds: the Go bounds are the C lat_bounds_ns and the CUDA API
-// latency bounds of interface.md 5.3, and agg_val has one bucket more (+Inf).
+// latency bounds of docs/INTERFACE.md 5.3, and agg_val has one bucket more (+Inf).
 func TestLatencyBounds(t *testing.T) {
 	t.Parallel()
 	interfaceSeconds := []float64{1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1}
@@ -204,7 +204,7 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // TestSpecMapSizes: the object's placeholder sizes are the flag defaults of
-// interface.md 2.1, so Load with zero Sizes matches an agent run without flags.
+// docs/INTERFACE.md 2.1, so Load with zero Sizes matches an agent run without flags.
 func TestSpecMapSizes(t *testing.T) {
 	t.Parallel()
 	spec, err := LoadProfi()
@@ -217,7 +217,7 @@ func TestSpecMapSizes(t *testing.T) {
 		ProfiMapInflight:    10240,
 		ProfiMapMallocSizes: 131072,
 		ProfiMapDrops:       uint32(NumDrops),
-		ProfiMapNvtxStack:   1024, // interface.md: the NVTX map (1024)
+		ProfiMapNvtxStack:   1024, // docs/INTERFACE.md: the NVTX map (1024)
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s max_entries = %d, want %d", name, got, want)

@@ -53,7 +53,7 @@ var LatencyBoundsNs = [...]uint64{
 var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
 
 // NCCLLatencyBoundsNs are the bounds of the NCCL latency buckets
-// (nlat_bounds_ns in profi.bpf.c, interface.md 5.5); the last bucket is +Inf.
+// (nlat_bounds_ns in profi.bpf.c, docs/INTERFACE.md 5.5); the last bucket is +Inf.
 var NCCLLatencyBoundsNs = [...]uint64{1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9}
 
 // StreamLabel formats a cudaStream_t handle as the `stream` label value.
@@ -79,7 +79,7 @@ const (
 	NumPhases      Phase = ProfiPhasePHASE_MAX
 )
 
-// phases are the `phase` labels of the phase ids (interface.md 5.2).
+// phases are the `phase` labels of the phase ids (docs/INTERFACE.md 5.2).
 var phases = [NumPhases]string{
 	PhaseNone:      "",
 	PhasePrefill:   "prefill",

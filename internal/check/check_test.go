@@ -133,7 +133,7 @@ func TestFeatureForcedOff(t *testing.T) {
 	if code != 1 || r.OK {
 		t.Errorf("exit %d ok %v, want 1 and false", code, r.OK)
 	}
-	want(t, r, "uprobe_multi", Warn, "no uprobe_multi links (forced off): NCCL falls back to one classic uprobe per function", "kernel 6.6")
+	want(t, r, "uprobe_multi", Warn, "no uprobe_multi links (forced off): every library falls back to one classic uprobe per function", "kernel 6.6")
 	want(t, r, "btf", Fail, "without CONFIG_DEBUG_INFO_BTF", "CONFIG_DEBUG_INFO_BTF=y")
 	want(t, r, "uprobe_pmu", Fail, "no perf uprobe PMU", "CONFIG_UPROBE_EVENTS=y")
 	if os.Geteuid() == 0 {

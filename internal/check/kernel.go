@@ -66,14 +66,14 @@ func kernelChecks(env *Env) []Result {
 			Fix: "use a kernel with CONFIG_UPROBE_EVENTS=y; in a container mount the host's /sys (the chart does)"})
 	}
 	if err := bpfobj.HaveUprobeMulti(); err == nil && !env.pretend("uprobe_multi") {
-		out = append(out, Result{Name: "uprobe_multi", Status: OK, Detail: "uprobe_multi links available: one link per NCCL library file"})
+		out = append(out, Result{Name: "uprobe_multi", Status: OK, Detail: "uprobe_multi links available: one link per program and library file (CUDA, NCCL, NVTX, loader)"})
 	} else {
 		why := "forced off"
 		if !env.pretend("uprobe_multi") {
 			why = err.Error()
 		}
-		out = append(out, Result{Name: "uprobe_multi", Status: Warn, Detail: "no uprobe_multi links (" + why + "): NCCL falls back to one classic uprobe per function (slower attach, same counts)",
-			Fix: "nothing needed; kernel 6.6 or newer attaches NCCL faster"})
+		out = append(out, Result{Name: "uprobe_multi", Status: Warn, Detail: "no uprobe_multi links (" + why + "): every library falls back to one classic uprobe per function (slower attach, same counts)",
+			Fix: "nothing needed; kernel 6.6 or newer attaches libraries faster"})
 	}
 	if haveUretprobeSyscall(env, major, minor) {
 		out = append(out, Result{Name: "uretprobe_syscall", Status: OK, Detail: "return probes use the uretprobe syscall (cheaper returns)"})

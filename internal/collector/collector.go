@@ -15,7 +15,7 @@ import (
 	"github.com/profi-dev/profi/internal/k8s"
 )
 
-// Label sets of interface.md 5.1, in order.
+// Label sets of docs/INTERFACE.md 5.1, in order.
 var (
 	counterLabels = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"}
 	histLabels    = []string{"operation", "namespace", "pod", "gpu"}
@@ -86,7 +86,7 @@ func New(data Data) *Collector {
 		procFamilies: procFamilies(),
 		durations:    newLatencyFamilies("profi_cuda_duration", "timed CUDA calls", histLabels, bpfobj.LatencyBoundsNs[:]),
 		tracked:      d("profi_tracked_pids", "Live processes with at least one attached CUDA/NCCL library.", nil, nil),
-		ringDrops:    d("profi_dropped_events_total", "Reserve failures of the events ring buffer (this version sends no per-call events).", nil, nil),
+		ringDrops:    d("profi_dropped_events_total", "Ring-buffer reserve failures of the events ring buffer (--detailed-launches: one event per launch).", nil, nil),
 		ringDropRate: d("profi_system_ring_buffer_drops_rate", "Ring-buffer drops per second over the last drain interval.", nil, nil),
 		cardDrops:    d("profi_cardinality_limit_drops_total", "Label tuples refused because --max-time-series was reached; their data is dropped, never added to another series.", nil, nil),
 		launchDrops:  d("profi_system_launch_agg_drops_total", "Failed inserts into the launch aggregation map (map full).", nil, nil),

@@ -287,7 +287,7 @@ func TestUptime(t *testing.T) {
 	t.Errorf("no %s family", uptimeFamily)
 }
 
-// wantLE are the `le` strings of interface.md 5.3, in order.
+// wantLE are the `le` strings of docs/INTERFACE.md 5.3, in order.
 var wantLE = []string{"1e-06", "5e-06", "1e-05", "5e-05", "0.0001", "0.0005", "0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1", "+Inf"}
 
 func TestLabelSetsAndBuckets(t *testing.T) {
@@ -297,7 +297,7 @@ func TestLabelSetsAndBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Label sets of interface.md 5.1, in their order (the registry sorts
+	// Label sets of docs/INTERFACE.md 5.1, in their order (the registry sorts
 	// label pairs by name, so the order is checked on the descriptors below).
 	labelSets := map[string][]string{
 		"profi_cuda_calls_total":                      {"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"},
@@ -380,7 +380,7 @@ func TestLabelSetsAndBuckets(t *testing.T) {
 		}
 	}
 
-	// Bucket counters: cumulative, le strings of interface.md 5.3, sum in seconds.
+	// Bucket counters: cumulative, le strings of docs/INTERFACE.md 5.3, sum in seconds.
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case "profi_cuda_duration_bucket_total":
@@ -426,7 +426,7 @@ func labelValue(m *dto.Metric, name string) string {
 }
 
 // TestGoldenPinsLE reads the golden file itself: every le string of
-// interface.md 5.3 is there, for the counter family and the native histogram.
+// docs/INTERFACE.md 5.3 is there, for the counter family and the native histogram.
 func TestGoldenPinsLE(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("testdata", "metrics.golden.prom"))
@@ -479,7 +479,7 @@ func TestSelfBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// interface.md 5.7: 1-5 steps within each documented range.
+	// docs/INTERFACE.md 5.7: 1-5 steps within each documented range.
 	want := map[string][]float64{
 		"profi_system_discovery_scan_duration_seconds":       {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5},
 		"profi_system_aggregated_map_drain_duration_seconds": {1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01},

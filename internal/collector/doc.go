@@ -2,6 +2,6 @@
 // family is a const metric built at scrape time from the latest
 // aggregate.Snapshot and the attach counters, so nothing goes stale, no
 // per-event metric call exists, and a scrape costs O(series), not
-// O(events). Metric and label names come from interface.md and are
+// O(events). Metric and label names come from docs/INTERFACE.md and are
 // declared here once.
 package collector

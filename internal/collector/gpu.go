@@ -9,7 +9,7 @@ import (
 	"github.com/profi-dev/profi/internal/nvml"
 )
 
-// GPU label sets of interface.md 5.6.
+// GPU label sets of docs/INTERFACE.md 5.6.
 var gpuLabels = []string{"gpu", "gpu_uuid"}
 
 func withGPU(extra ...string) []string { return append(append([]string(nil), gpuLabels...), extra...) }
@@ -22,7 +22,7 @@ var nvlinkErrorTypes = map[nvml.NVLinkCounter]string{
 	nvml.NVLinkCRCData:  "crc_data",
 }
 
-// gpuCollector exports the NVML families of interface.md 5.6 (and the
+// gpuCollector exports the NVML families of docs/INTERFACE.md 5.6 (and the
 // additions) from the poller's latest snapshot.
 type gpuCollector struct {
 	snapshot func() *nvml.Snapshot

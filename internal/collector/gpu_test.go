@@ -143,7 +143,7 @@ func TestGPUNVMLDown(t *testing.T) {
 	}
 }
 
-// TestGPUFamiliesOfInterface pins the names and label sets of interface.md
+// TestGPUFamiliesOfInterface pins the names and label sets of docs/INTERFACE.md
 // 5.6 (and the additions), whatever the help texts say.
 func TestGPUFamiliesOfInterface(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,7 @@ type Self struct {
 	EventDuration  prometheus.Histogram
 }
 
-// NewSelf creates the self histograms with the bounds of interface.md 5.7.
+// NewSelf creates the self histograms with the bounds of docs/INTERFACE.md 5.7.
 func NewSelf() *Self {
 	return &Self{
 		ScanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -43,14 +43,14 @@ func (s *Self) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.ScanDuration, s.DrainDuration, s.EncodeDuration, s.EventDuration}
 }
 
-// Label values of the HTTP security self-metrics (interface.md 5.7). Every
+// Label values of the HTTP security self-metrics (docs/INTERFACE.md 5.7). Every
 // value is initialised at zero, so a rate or an alert on a reason works
 // before its first occurrence.
 var (
 	AuthMethods        = []string{"mtls", "bearer"}
 	AuthFailureReasons = []string{
 		"no_auth", "tokenreview_deny", "tokenreview_error", "audience_mismatch",
-		"rate_limited",                     // Addition (interface.md 5.7)
+		"rate_limited",                     // Addition (docs/INTERFACE.md 5.7)
 		"forbidden", "authorization_error", // Addition: --metrics-auth-authorize (SubjectAccessReview)
 	}
 	CacheResults     = []string{"hit", "miss"}

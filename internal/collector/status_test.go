@@ -109,7 +109,7 @@ func TestStatus(t *testing.T) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
-		// interface.md 4: at least these.
+		// docs/INTERFACE.md 4: at least these.
 		for _, k := range []string{"attached_libraries", "tracked_pids", "events_processed", "uptime_seconds", "kernel_mode"} {
 			if _, ok := m[k]; !ok {
 				t.Errorf("/status lacks %q: %s", k, b)

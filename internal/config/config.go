@@ -17,14 +17,14 @@ import (
 	"github.com/alecthomas/kong"
 )
 
-// Kernel modes (--kernel-mode), interface.md 2.2.
+// Kernel modes (--kernel-mode), docs/INTERFACE.md 2.2.
 const (
 	KernelModeOff       = "off"
 	KernelModeAnonymous = "anonymous"
 	KernelModeFull      = "full"
 )
 
-// Probe profiles (--probe-profile), interface.md 2.3.
+// Probe profiles (--probe-profile), docs/INTERFACE.md 2.3.
 const (
 	ProbeProfileLean = "lean"
 	ProbeProfileFull = "full"
@@ -36,14 +36,14 @@ const (
 	ProtocolHTTPProtobuf = "http/protobuf"
 )
 
-// /metrics TLS modes (--metrics-tls-mode), interface.md 2.5.
+// /metrics TLS modes (--metrics-tls-mode), docs/INTERFACE.md 2.5.
 const (
 	TLSModeOff    = "off"
 	TLSModeServer = "server"
 	TLSModeMTLS   = "mtls"
 )
 
-// /metrics authentication modes (--metrics-auth-mode), interface.md 2.5.
+// /metrics authentication modes (--metrics-auth-mode), docs/INTERFACE.md 2.5.
 const (
 	AuthModeOff          = "off"
 	AuthModeBearer       = "bearer"
@@ -121,12 +121,12 @@ type Config struct {
 	OverheadBudget   float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
 	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
-	OTLP             OTLPConfig    // --otlp-* and OTEL_* (interface.md 2.4)
-	MetricsTLS       TLSConfig     // --metrics-tls-* (interface.md 2.5)
-	MetricsAuth      AuthConfig    // --metrics-auth-* (interface.md 2.5)
+	OTLP             OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
+	MetricsTLS       TLSConfig     // --metrics-tls-* (docs/INTERFACE.md 2.5)
+	MetricsAuth      AuthConfig    // --metrics-auth-* (docs/INTERFACE.md 2.5)
 }
 
-// OTLPConfig holds the OTLP push settings after the precedence rules of interface.md 2.4.
+// OTLPConfig holds the OTLP push settings after the precedence rules of docs/INTERFACE.md 2.4.
 type OTLPConfig struct {
 	// Endpoint is the final URL to push to; empty means OTLP push is off. For http/protobuf a
 	// generic base endpoint already has /v1/metrics appended.
@@ -318,7 +318,7 @@ func newKong(grammar *cli, p *parser, s *settings) (*kong.Kong, error) {
 		kong.Writers(s.out, s.out),
 		kong.Vars{"version": s.version},
 		kong.ExplicitGroups([]kong.Group{
-			{Key: "otlp", Title: "OTLP push (interface.md 2.4; flags win over OTEL_* env vars):"},
+			{Key: "otlp", Title: "OTLP push (docs/INTERFACE.md 2.4; flags win over OTEL_* env vars):"},
 			{Key: "metrics", Title: "/metrics TLS and authentication:"},
 		}),
 		kong.ValueFormatter(p.formatHelp),
@@ -787,7 +787,7 @@ func (p *parser) parsePairs(src, s string) map[string]string {
 	return out
 }
 
-// metricsSecurity validates the /metrics TLS and auth combination rules of interface.md 2.5.
+// metricsSecurity validates the /metrics TLS and auth combination rules of docs/INTERFACE.md 2.5.
 func (p *parser) metricsSecurity(raw *cli) (TLSConfig, AuthConfig) {
 	t := TLSConfig{
 		Mode:         strings.TrimSpace(raw.MetricsTLSMode),

@@ -41,7 +41,7 @@ func mustFail(t *testing.T, args []string, env map[string]string, wants ...strin
 	return err
 }
 
-// defaults is interface.md sections 2.1, 2.4 and 2.5 written out by hand.
+// defaults is docs/INTERFACE.md sections 2.1, 2.4 and 2.5 written out by hand.
 func defaults() Config {
 	return Config{
 		Listen:           "0.0.0.0:9401",

@@ -1,6 +1,6 @@
 // Package config turns profi's command line and environment into a validated Config.
 //
-// It owns the user-facing contract of interface.md sections 2 and 3: every flag name, default and
+// It owns the user-facing contract of docs/INTERFACE.md sections 2 and 3: every flag name, default and
 // environment variable, the OTLP precedence and unit rules (2.4), the /metrics TLS and
 // authentication combination rules (2.5) and the log level (RUST_LOG, PROFI_LOG_LEVEL).
 //

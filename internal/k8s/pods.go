@@ -19,7 +19,7 @@ import (
 const uidIndex = "uid"
 
 // ModeAnnotation set to "full" on a pod upgrades its processes to full
-// kernel mode (interface.md: the profi/mode annotation).
+// kernel mode (docs/INTERFACE.md: the profi/mode annotation).
 const ModeAnnotation = "profi/mode"
 
 // Pod is what profi keeps of a pod: enough to label its processes.

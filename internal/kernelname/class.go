@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Label values that are not kernel names (interface.md §5.2).
+// Label values that are not kernel names (docs/INTERFACE.md §5.2).
 const (
 	// Anonymous is the `kernel` value in anonymous kernel mode.
 	Anonymous = "anonymous"
@@ -22,7 +22,7 @@ type rule struct {
 	substrings []string
 }
 
-// classRules is the `kernel_class` table of interface.md §5.2, checked in
+// classRules is the `kernel_class` table of docs/INTERFACE.md §5.2, checked in
 // order, first match wins. The order of the classes is part of the
 // interface (a name with both "gemm" and "softmax" is a gemm); substrings
 // may be added. Additions to the interface's core set are marked.
@@ -41,7 +41,7 @@ var classRules = []rule{
 		"top_k", "top_p", "multinomial"}}, // added: vLLM/FlashInfer samplers
 }
 
-// phaseRules is the `phase` table of interface.md §5.2, checked in order on
+// phaseRules is the `phase` table of docs/INTERFACE.md §5.2, checked in order on
 // the lowercased NVTX range name.
 var phaseRules = []rule{
 	{"prefill", []string{"prefill", "prompt", "encode"}},

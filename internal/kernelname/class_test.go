@@ -7,7 +7,7 @@ func TestClass(t *testing.T) {
 	tests := []struct {
 		name, kernel, want string
 	}{
-		// One per core substring of interface.md §5.2.
+		// One per core substring of docs/INTERFACE.md §5.2.
 		{"flash_fwd", "flash::flash_fwd_kernel", "attention"},
 		{"flash_fwd splitkv", "flash_fwd_splitkv_combine_kernel", "attention"},
 		{"paged_attention", "vllm::paged_attention_v1_kernel", "attention"},
@@ -61,7 +61,7 @@ func TestClass(t *testing.T) {
 	}
 }
 
-// TestClassTableOrder pins the class order of interface.md §5.2, which is
+// TestClassTableOrder pins the class order of docs/INTERFACE.md §5.2, which is
 // an interface: reordering changes labels.
 func TestClassTableOrder(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 // Package kernelname turns what the agent learns about a CUDA kernel into
-// the label values of interface.md §5.2: `kernel`, `kernel_class` and
+// the label values of docs/INTERFACE.md §5.2: `kernel`, `kernel_class` and
 // `phase`.
 //
 // It owns:

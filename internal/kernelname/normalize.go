@@ -9,7 +9,7 @@ import (
 )
 
 // MaxNameLen is the longest `kernel` label value Normalize returns, in
-// bytes (interface.md §5.2).
+// bytes (docs/INTERFACE.md §5.2).
 const MaxNameLen = 64
 
 const (
@@ -39,7 +39,7 @@ const (
 
 // Normalize turns a raw kernel name (a mangled symbol, a demangled
 // signature, or a plain C or Triton name) into the `kernel` label value of
-// interface.md §5.2:
+// docs/INTERFACE.md §5.2:
 //
 //  1. trim surrounding white space and demangle with a real Itanium C++
 //     (or Rust) demangler; a string that is not a valid mangling is kept

@@ -24,5 +24,5 @@
 //
 // The package must not format metrics (internal/collector does) nor read
 // BPF maps. GPU indexes are NVML indexes, the one index space of
-// interface.md; gpu_uuid is the join key.
+// docs/INTERFACE.md; gpu_uuid is the join key.
 package nvml

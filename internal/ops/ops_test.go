@@ -101,7 +101,7 @@ func TestInfo(t *testing.T) {
 
 func TestName(t *testing.T) {
 	t.Parallel()
-	// The operation labels of interface.md 5.2.
+	// The operation labels of docs/INTERFACE.md 5.2.
 	tests := []struct {
 		op   uint32
 		want string

@@ -18,7 +18,7 @@ import (
 // ScopeName is the instrumentation scope of every pushed metric.
 const ScopeName = "github.com/profi-dev/profi"
 
-// Family name rules of interface.md §6.
+// Family name rules of docs/INTERFACE.md §6.
 const (
 	// pushedPrefix: only the agent's own families are pushed; go_* and
 	// process_* describe the agent process, like profi_system_*.
@@ -32,7 +32,7 @@ const (
 // They are not pushed: the native family goes out as an OTLP Histogram.
 var counterHistogramSuffixes = []string{"_bucket_total", "_sum_seconds_total", "_count_total"}
 
-// attributeNames are the label renames of interface.md §6; any other label
+// attributeNames are the label renames of docs/INTERFACE.md §6; any other label
 // x becomes profi.x (AttributeName).
 var attributeNames = map[string]string{
 	"pod":          "k8s.pod.name",
@@ -174,7 +174,7 @@ func (c *Converter) Convert() (*metricdata.ResourceMetrics, int, error) {
 	return rm, cv.dropped, gatherErr
 }
 
-// pushed reports whether a family goes out over OTLP (interface.md §6).
+// pushed reports whether a family goes out over OTLP (docs/INTERFACE.md §6).
 func pushed(name string, typ dto.MetricType, histograms map[string]bool) bool {
 	if !strings.HasPrefix(name, pushedPrefix) || strings.HasPrefix(name, selfPrefix) {
 		return false

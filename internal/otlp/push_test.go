@@ -56,7 +56,7 @@ func registry(t *testing.T) *prometheus.Registry {
 	return reg
 }
 
-// pushable is the part of a scrape that interface.md §6 says is pushed,
+// pushable is the part of a scrape that docs/INTERFACE.md §6 says is pushed,
 // stated independently of the converter: profi_ families, without
 // profi_system_ ones and the counter-made histogram families.
 func pushable(t *testing.T, g prometheus.Gatherer) map[string]*dto.MetricFamily {

@@ -11,7 +11,7 @@ import (
 	"github.com/profi-dev/profi/internal/config"
 )
 
-// Resource builds the resource of every push (interface.md §6):
+// Resource builds the resource of every push (docs/INTERFACE.md §6):
 // service.name, service.version, service.instance.id and host.name (from
 // HOSTNAME, else the kernel's host name), k8s.node.name (--node-name /
 // NODE_NAME), then the --otlp-resource-attrs pairs, which override.

@@ -31,7 +31,7 @@ type Options struct {
 	Heartbeat func() time.Time    // last beat of the main loop (see Heartbeat)
 	Encode    func(time.Duration) // observes each /metrics render; may be nil
 	Logger    *slog.Logger
-	// TLS, when set, serves HTTPS only (interface.md 2.5).
+	// TLS, when set, serves HTTPS only (docs/INTERFACE.md 2.5).
 	TLS *TLSOptions
 	// Protect, when set, wraps /metrics and /status (authentication);
 	// /health and /ready are never wrapped: kubelet probes carry no

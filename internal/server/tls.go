@@ -27,7 +27,7 @@ const (
 	HandshakeError   = "error"
 )
 
-// TLSOptions configure TLS on the listener (interface.md 2.5).
+// TLSOptions configure TLS on the listener (docs/INTERFACE.md 2.5).
 type TLSOptions struct {
 	CertFile string
 	KeyFile  string

@@ -223,7 +223,7 @@ type step struct {
 }
 
 // Every valid combination of --metrics-tls-mode and --metrics-auth-mode
-// (interface.md 2.5), with real handshakes: accepted and rejected
+// (docs/INTERFACE.md 2.5), with real handshakes: accepted and rejected
 // requests, and the exact self-metrics they leave.
 func TestTLSAuthMatrix(t *testing.T) {
 	cases := []struct {

@@ -170,7 +170,7 @@ type GroundTruth struct {
 	NCCLCalls map[string]uint64 `json:"nccl_calls,omitempty"` // ncclGroupStart, ncclGroupEnd -> calls
 }
 
-// Phases are the values of the phase label (interface.md), "" for no open
+// Phases are the values of the phase label (docs/INTERFACE.md), "" for no open
 // NVTX range: the keys of GroundTruth.LaunchesByPhase.
 var Phases = []string{"", "prefill", "decode", "attention", "mlp", "norm", "other"}
 
@@ -705,7 +705,7 @@ var NCCLFuncs = slices.Concat(NCCLDataFuncs, []string{
 })
 
 // NCCLDatatypeSizes are the bytes per element of each ncclDataType_t value
-// (index); any other value is unknown and adds 0 bytes (interface.md §5.5).
+// (index); any other value is unknown and adds 0 bytes (docs/INTERFACE.md §5.5).
 var NCCLDatatypeSizes = []uint64{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
 
 // ncclResult_t values the stub returns.
@@ -734,7 +734,7 @@ type NCCLInit struct {
 }
 
 // NCCLTally sums one (function, datatype) pair's calls. Elements are the
-// count arguments as passed (interface.md's element count); bytes are
+// count arguments as passed (docs/INTERFACE.md's element count); bytes are
 // elements × datatype size, 0 for an unknown datatype. Error calls are those
 // that returned non-zero (ncclInProgress included).
 type NCCLTally struct {

@@ -20,7 +20,7 @@ type gpuLabels struct{ gpu, uuid string }
 // thread, which sets no device, on CUDA's default device (ordinal 0); and
 // each cudaFree on its allocation's GPU, not the freeing thread's. Without
 // NVML, gpu is the index the visible list names and gpu_uuid the GPU-
-// UUID it names (interface.md 5.2; docs/METRICS.md, GPU attribution).
+// UUID it names (docs/INTERFACE.md 5.2; docs/METRICS.md, GPU attribution).
 func TestGPUAttribution(t *testing.T) {
 	a := startAgent(t, "--disable-nvml")
 	bin, err := testutil.BuildGPUWorkload(fixtures, t.TempDir())

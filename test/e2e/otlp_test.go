@@ -16,7 +16,7 @@ import (
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
-// otlpPushable is the part of a scrape that interface.md §6 says is
+// otlpPushable is the part of a scrape that docs/INTERFACE.md §6 says is
 // pushed: profi_ families minus profi_system_ ones and the counter-made
 // latency histograms (their native families go out as OTLP Histograms).
 func otlpPushable(mfs map[string]*dto.MetricFamily) map[string]*dto.MetricFamily {

@@ -14,7 +14,7 @@
  * at start (libnvToolsExt.so.1: through the RUNPATH in the linked build,
  * next to --lib in the dlopen build) and, in every iteration, launches
  * kernels inside nested NVTX ranges (nvtx_ranges()); the ground truth then
- * adds launches_by_phase, every launch's phase per interface.md's `phase`
+ * adds launches_by_phase, every launch's phase per docs/INTERFACE.md's `phase`
  * rules computed from the thread's range stack at the launch, and
  * nvtx_calls. Without it the output is exactly what it was before.
  *
@@ -157,7 +157,7 @@ static const char *const nvtx_name[NNVTX] = {
 	"nvtxDomainCreateA", "nvtxDomainRangePushEx", "nvtxDomainRangePop",
 };
 
-/* interface.md `phase`: the innermost open range that matches a rule gives
+/* docs/INTERFACE.md `phase`: the innermost open range that matches a rule gives
  * the phase; rules in this order, substrings of the lowercased name;
  * "other" when ranges are open but none matches, "" when none is open. */
 enum { PH_NONE, PH_PREFILL, PH_DECODE, PH_ATTENTION, PH_MLP, PH_NORM, PH_OTHER, NPHASE };
