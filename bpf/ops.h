@@ -74,9 +74,18 @@ enum op {
 	OP_NVTX_DOMAIN_RANGE_PUSH_EX = 66, /* nvtxDomainRangePushEx */
 	OP_NVTX_RANGE_POP = 67, /* nvtxRangePop */
 	OP_NVTX_DOMAIN_RANGE_POP = 68, /* nvtxDomainRangePop */
-	OP_DL_DEBUG_STATE = 69, /* _dl_debug_state */
-	OP_MAX = 70,
+	OP_CUDA_LAUNCH_KERNEL_HANDLE = 69, /* __cudaLaunchKernel */
+	OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ = 70, /* __cudaLaunchKernel_ptsz */
+	OP_DL_DEBUG_STATE = 71, /* _dl_debug_state */
+	OP_MAX = 72,
 };
+
+/*
+ * Size of the per-operation tables: a power of two, so that an index masked
+ * with OP_TABLE - 1 is in bounds for the verifier whatever registers the
+ * compiler chose for the range check.
+ */
+#define OP_TABLE 128
 
 /* Argument layouts: what the entry decodes and the return does (ops.Args). */
 enum op_args {
@@ -125,7 +134,7 @@ enum op_flag {
 };
 
 /* Globals, not static: Go reads them from the object to check it is current. */
-const u8 op_args[OP_MAX] = {
+const u8 op_args[OP_TABLE] = {
 	[OP_CUDA_MALLOC] = ARGS_ALLOC,
 	[OP_CUDA_FREE] = ARGS_FREE,
 	[OP_CUDA_MEMCPY] = ARGS_COPY,
@@ -185,9 +194,11 @@ const u8 op_args[OP_MAX] = {
 	[OP_NVTX_RANGE_PUSH_W] = ARGS_NVTX_W,
 	[OP_NVTX_RANGE_PUSH_EX] = ARGS_NVTX_EX,
 	[OP_NVTX_DOMAIN_RANGE_PUSH_EX] = ARGS_NVTX_DOMAIN_EX,
+	[OP_CUDA_LAUNCH_KERNEL_HANDLE] = ARGS_LAUNCH,
+	[OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ] = ARGS_LAUNCH,
 };
 
-const u8 op_flags[OP_MAX] = {
+const u8 op_flags[OP_TABLE] = {
 	[OP_CUDA_LAUNCH_KERNEL] = OPF_RUNTIME_LAUNCH,
 	[OP_CUDA_LAUNCH_KERNEL_PTSZ] = OPF_RUNTIME_LAUNCH,
 	[OP_CUDA_LAUNCH_KERNEL_EX_C] = OPF_RUNTIME_LAUNCH,
@@ -199,5 +210,7 @@ const u8 op_flags[OP_MAX] = {
 	[OP_CUDA_LAUNCH_KERNEL_EX_C_PTSZ] = OPF_RUNTIME_LAUNCH,
 	[OP_CUDA_LAUNCH_COOPERATIVE_PTSZ] = OPF_RUNTIME_LAUNCH,
 	[OP_NCCL_GROUP_START] = OPF_ENTRY_ONLY,
+	[OP_CUDA_LAUNCH_KERNEL_HANDLE] = OPF_RUNTIME_LAUNCH,
+	[OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ] = OPF_RUNTIME_LAUNCH,
 };
 /* clang-format on */

@@ -404,12 +404,12 @@ static __always_inline u64 vol3(u64 x, u64 y, u64 z)
  */
 static __always_inline u32 args_of(u32 op)
 {
-	return op < OP_MAX ? op_args[op] : ARGS_NONE;
+	return op < OP_MAX ? op_args[op & (OP_TABLE - 1)] : ARGS_NONE;
 }
 
 static __always_inline u32 flags_of(u32 op)
 {
-	return op < OP_MAX ? op_flags[op] : 0;
+	return op < OP_MAX ? op_flags[op & (OP_TABLE - 1)] : 0;
 }
 
 /*
@@ -1105,8 +1105,7 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	ret = (s32)PT_REGS_RC(ctx);
 	comm = c->comm;
 	/* ncclInProgress (7): a non-blocking init that goes on in the background. */
-	if (args_of(c->op) == ARGS_NCCL_INIT_RANK &&
-	    (ret == 0 || ret == 7) && c->out &&
+	if (args_of(c->op) == ARGS_NCCL_INIT_RANK && (ret == 0 || ret == 7) && c->out &&
 	    !bpf_probe_read_user(&ck.comm, sizeof(ck.comm), (void *)c->out) && ck.comm) {
 		bpf_map_update_elem(&nccl_comms, &ck, &c->info, BPF_ANY);
 		comm = ck.comm;

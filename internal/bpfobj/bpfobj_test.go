@@ -279,7 +279,7 @@ func TestOpTablesInObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := make([]uint8, ops.NumOps)
+	args := make([]uint8, ops.TableSize())
 	if err := spec.Variables["op_args"].Get(&args); err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,8 @@ func CHeader() string {
 		fmt.Fprintf(&b, "\tOP_%s = %d, /* %s */\n", cName(r.Const), i+1, r.Symbol)
 	}
 	fmt.Fprintf(&b, "\tOP_MAX = %d,\n};\n\n", len(Table)+1)
+	fmt.Fprintf(&b, "/*\n * Size of the per-operation tables: a power of two, so that an index masked\n"+
+		" * with OP_TABLE - 1 is in bounds for the verifier whatever registers the\n * compiler chose for the range check.\n */\n#define OP_TABLE %d\n\n", TableSize())
 	b.WriteString("/* Argument layouts: what the entry decodes and the return does (ops.Args). */\nenum op_args {\n")
 	for i, n := range argsNames {
 		fmt.Fprintf(&b, "\tARGS_%s = %d,\n", n, i)
@@ -56,13 +58,13 @@ func CHeader() string {
 	b.WriteString("};\n\n")
 	fmt.Fprintf(&b, "enum op_flag {\n\tOPF_RUNTIME_LAUNCH = %d,\n\tOPF_DRIVER_LAUNCH = %d,\n\tOPF_ENTRY_ONLY = %d,\n};\n\n",
 		flagRuntimeLaunch, flagDriverLaunch, flagEntryOnly)
-	b.WriteString("/* Globals, not static: Go reads them from the object to check it is current. */\nconst u8 op_args[OP_MAX] = {\n")
+	b.WriteString("/* Globals, not static: Go reads them from the object to check it is current. */\nconst u8 op_args[OP_TABLE] = {\n")
 	for _, r := range Table {
 		if r.Args != ArgsNone {
 			fmt.Fprintf(&b, "\t[OP_%s] = ARGS_%s,\n", cName(r.Const), argsNames[r.Args])
 		}
 	}
-	b.WriteString("};\n\nconst u8 op_flags[OP_MAX] = {\n")
+	b.WriteString("};\n\nconst u8 op_flags[OP_TABLE] = {\n")
 	for _, r := range Table {
 		if f := r.flags(); f != 0 {
 			var names []string
@@ -76,6 +78,15 @@ func CHeader() string {
 	}
 	b.WriteString("};\n/* clang-format on */\n")
 	return b.String()
+}
+
+// TableSize (OP_TABLE) is the smallest power of two above every operation id.
+func TableSize() int {
+	n := 1
+	for n < len(Table)+1 {
+		n <<= 1
+	}
+	return n
 }
 
 // GoConsts renders the Go constants of the operation ids.

@@ -93,9 +93,9 @@ func TestProbesExactSets(t *testing.T) {
 		n, traps      int
 	}{
 		{discover.LibCudart, KernelModeOff, ProfileLean, 21, 42},
-		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 27, 48},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 28, 55},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 37, 68},
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 29, 50},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 30, 59},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 39, 70},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 2, 4},
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 6, 8},
 		{discover.LibCuda, KernelModeFull, ProfileFull, 9, 18},
@@ -116,7 +116,7 @@ func TestProbesReturnsACopy(t *testing.T) {
 	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
 	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 27 {
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 29 {
 		t.Errorf("Probes changed by its callers: %+v", got)
 	}
 }

@@ -87,6 +87,10 @@ var Table = []Row{
 	{Const: "NvtxDomainRangePushEx", Symbol: "nvtxDomainRangePushEx", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPush, Args: ArgsNVTXDomainEx, Optional: true},
 	{Const: "NvtxRangePop", Symbol: "nvtxRangePop", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPop},
 	{Const: "NvtxDomainRangePop", Symbol: "nvtxDomainRangePop", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPop, Optional: true},
+	// CUDA 13's lowering of kernel<<<...>>> (some 12.x builds too): a
+	// cudaKernel_t handle from __cudaGetKernel, the rest as cudaLaunchKernel.
+	{Const: "CudaLaunchKernelHandle", Symbol: "__cudaLaunchKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Since: "CUDA 13.0"},
+	{Const: "CudaLaunchKernelHandlePtsz", Symbol: "__cudaLaunchKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "__cudaLaunchKernel", Since: "CUDA 13.0"},
 	// The loader hook: a library load, not a profiled call. Optional: a
 	// loader without it (some musl builds) only loses the speed-up.
 	{Const: "DlDebugState", Symbol: "_dl_debug_state", Lib: ld, Kind: LoadHook, Optional: true},

@@ -49,7 +49,8 @@ func fixtures(t *testing.T) *Fixtures {
 var graphFuncs = []string{"cudaGraphLaunch", "cudaGraphInstantiate", "cudaGraphLaunch_ptsz"}
 
 // registerFuncs are the runtime's kernel registration entry points.
-var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary"}
+var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary",
+	"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}
 
 // exportedFuncs are all functions the runtime stub defines and exports.
 var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs,

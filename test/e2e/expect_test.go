@@ -58,7 +58,8 @@ var countedFuncs = map[string]counts{
 	"cudaLaunchCooperativeKernel":      {label: "cudaLaunchCooperativeKernel", launch: true},
 	"cudaLaunchKernelExC_ptsz":         {label: "cudaLaunchKernelExC_ptsz", launch: true},
 	"cudaLaunchCooperativeKernel_ptsz": {label: "cudaLaunchCooperativeKernel_ptsz", launch: true},
-	"cuLaunchKernel":                   {label: "cuLaunchKernel", launch: true}, "cuLaunchKernel_ptsz": {label: "cuLaunchKernel_ptsz", launch: true},
+	"__cudaLaunchKernel":               {label: "__cudaLaunchKernel", launch: true}, "__cudaLaunchKernel_ptsz": {label: "__cudaLaunchKernel_ptsz", launch: true},
+	"cuLaunchKernel": {label: "cuLaunchKernel", launch: true}, "cuLaunchKernel_ptsz": {label: "cuLaunchKernel_ptsz", launch: true},
 	"cuLaunchKernelEx": {label: "cuLaunchKernelEx", launch: true}, "cuLaunchCooperativeKernel": {label: "cuLaunchCooperativeKernel", launch: true},
 
 	"cuGraphLaunch": {label: "cuGraphLaunch"}, "cuModuleLoadData": {label: "cuModuleLoadData"},

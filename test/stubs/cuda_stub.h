@@ -9,6 +9,7 @@
 
 typedef int cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUkern_st *cudaKernel_t; /* CUDA 12+: an opaque kernel handle */
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct CUevent_st *cudaEvent_t;
@@ -157,5 +158,12 @@ void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
 			    int thread_limit, void *tid, void *bid, void *bDim,
 			    void *gDim, int *wSize);
 void __cudaUnregisterFatBinary(void **fatCubinHandle);
+
+/* CUDA 13's launch lowering (nvcc 13): a handle per kernel, then launches. */
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+			       size_t sharedMem, cudaStream_t stream);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+				    void **args, size_t sharedMem, cudaStream_t stream);
 
 #endif

@@ -20,6 +20,12 @@
  * counted as driver calls when they happen after attach, which depends on
  * timing, so the stub keeps them out of the tests' ground truth.)
  *
+ * CUDA 13's launch entry points (what nvcc 13 lowers kernel<<<...>>> to):
+ * __cudaGetKernel(&handle, hostStub) hands out an opaque cudaKernel_t (not
+ * the stub's address), and __cudaLaunchKernel(handle, grid, block, args,
+ * shmem, stream) and __cudaLaunchKernel_ptsz launch it as cudaLaunchKernel
+ * and cudaLaunchKernel_ptsz do, through cuLaunchKernel(_ptsz).
+ *
  * The per-thread default stream variants (_ptds for functions without a
  * stream argument, _ptsz for those with one, what nvcc
  * --default-stream per-thread compiles calls into) are distinct exported
@@ -421,6 +427,39 @@ EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 bl
 					 cudaStream_t stream)
 {
 	WRAP(do_launch(L_PTSZ, func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+/* cudaKernel_t handles: the host stub's address xor this, never the stub itself. */
+#define KERNEL_HANDLE_XOR 0x4b00000000000000ULL
+
+INTERNAL cudaError_t do_get_kernel(cudaKernel_t *kernel, const void *hostFun)
+{
+	if (!kernel || !hostFun)
+		return cudaErrorInvalidValue;
+	*kernel = (cudaKernel_t)((uintptr_t)hostFun ^ KERNEL_HANDLE_XOR);
+	return cudaSuccess;
+}
+
+EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+	WRAP(do_get_kernel(kernel, hostFun));
+}
+
+static const void *kernel_stub(cudaKernel_t kernel)
+{
+	return kernel ? (const void *)((uintptr_t)kernel ^ KERNEL_HANDLE_XOR) : NULL;
+}
+
+EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+				      void **args, size_t sharedMem, cudaStream_t stream)
+{
+	WRAP(do_launch(L_PLAIN, kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
+}
+
+EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+					   void **args, size_t sharedMem, cudaStream_t stream)
+{
+	WRAP(do_launch(L_PTSZ, kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
 }
 
 EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim,

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+// launch13Truth is what test/workloads/launch13.c prints.
+type launch13Truth struct {
+	Calls        map[string]uint64 `json:"calls"`
+	GridBlocks   uint64            `json:"grid_blocks"`
+	BlockThreads uint64            `json:"block_threads"`
+	SharedBytes  uint64            `json:"shared_bytes"`
+}
+
+// runLaunch13 starts the CUDA 13-style launcher, lets the agent attach,
+// runs its launches and returns its pid and ground truth.
+func runLaunch13(t *testing.T, a *testutil.Agent, n, m int) (int, launch13Truth) {
+	t.Helper()
+	cmd := exec.Command(fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("launch13: %q, %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	waitAttached(t, a, pid)
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("launch13 output: %v", err)
+	}
+	var gt launch13Truth
+	if err := json.Unmarshal([]byte(line), &gt); err != nil {
+		t.Fatalf("launch13 output %q: %v", line, err)
+	}
+	return pid, gt
+}
+
+// Code built by nvcc 13 launches through __cudaGetKernel and
+// __cudaLaunchKernel[_ptsz], never cudaLaunchKernel: each launch is counted
+// once (the driver launch the runtime makes below it is merged), with its
+// geometry, in anonymous mode; kernel mode off counts none.
+func TestCUDA13Launches(t *testing.T) {
+	const n, m = 300, 200
+	for _, mode := range []string{"anonymous", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgent(t, "--kernel-mode", mode)
+			pid, gt := runLaunch13(t, a, n, m)
+			if gt.Calls["__cudaLaunchKernel"] != n || gt.Calls["__cudaLaunchKernel_ptsz"] != m {
+				t.Fatalf("launch13 ground truth %+v, want %d and %d launches", gt, n, m)
+			}
+			p := "pid=" + strconv.Itoa(pid)
+			// Every process has its memory series, here 0.
+			want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+			if mode == "anonymous" {
+				for k, v := range (values{
+					key("profi_cuda_calls_total", "operation=__cudaLaunchKernel", p, "stream=default"):      float64(n),
+					key("profi_cuda_calls_total", "operation=__cudaLaunchKernel_ptsz", p, "stream=default"): float64(m),
+					key("profi_cuda_kernel_launches_total", "kernel=anonymous", p):                          float64(n + m),
+					key("profi_cuda_kernel_grid_blocks_total", p):                                           float64(gt.GridBlocks),
+					key("profi_cuda_kernel_block_threads_total", p):                                         float64(gt.BlockThreads),
+					key("profi_cuda_kernel_shared_memory_bytes_total", p):                                   float64(gt.SharedBytes),
+				}) {
+					want[k] = v
+				}
+			}
+			err := testutil.Eventually(15*time.Second, func() error {
+				mfs, err := a.Metrics()
+				if err != nil {
+					return err
+				}
+				got := observed(mfs, pid)
+				for k := range got { // the histogram families carry no pid
+					if !strings.Contains(k, p) {
+						delete(got, k)
+					}
+				}
+				if d := diff(want, got); d != "" {
+					return fmt.Errorf("metrics differ from ground truth:\n%s", d)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
