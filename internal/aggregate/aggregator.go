@@ -148,20 +148,20 @@ type Aggregator struct {
 	snap atomic.Pointer[Snapshot]
 
 	// Owned by the drain goroutine.
-	procs          map[int]*procState
-	retired        map[HistKey]*Hist // histogram data of exited processes
-	retiredKernels map[KernelHistKey]*KernelHist
-	retiredCalls   uint64
-	admitted       map[tuple]struct{}
-	refused        map[tuple]struct{}
-	cardDrops      uint64
+	procs map[int]*procState
+	// The snapshot's histogram families, with the data of exited processes.
+	hists, ncclHists histFamily[HistKey]
+	kernelHists      histFamily[KernelHistKey]
+	retiredCalls     uint64
+	admitted         map[tuple]struct{}
+	refused          map[tuple]struct{}
+	cardDrops        uint64
 	// undeleted are exited processes already retired whose keys could not
 	// be deleted yet: retried on every drain, never retired twice.
-	undeleted   map[int]bool
-	retiredNCCL map[HistKey]*NCCLHist
-	nccl        ncclState
-	stragHists  map[stragglerKey]*NCCLHist // this drain's, per communicator
-	pidData     map[int]*pidData           // the last drain's, reused
+	undeleted  map[int]bool
+	nccl       ncclState
+	stragHists map[stragglerKey]*Hist // this drain's, per communicator
+	pidData    map[int]*pidData       // the last drain's, reused
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -185,17 +185,15 @@ func New(opts Options) *Aggregator {
 		opts:        opts,
 		log:         opts.Logger.With("component", "aggregate"),
 		procs:       map[int]*procState{},
-		retired:     map[HistKey]*Hist{},
+		hists:       newHistFamily[HistKey](famHist),
+		kernelHists: newHistFamily[KernelHistKey](famKernelHist),
+		ncclHists:   newHistFamily[HistKey](famNCCLHist),
 		admitted:    map[tuple]struct{}{},
 		refused:     map[tuple]struct{}{},
 		undeleted:   map[int]bool{},
-		retiredNCCL: map[HistKey]*NCCLHist{},
 		nccl:        newNCCLState(),
-		// Timed launches of exited processes (full mode); was never made,
-		// so the first such exit panicked (assignment to entry in nil map).
-		retiredKernels: map[KernelHistKey]*KernelHist{},
 	}
-	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, NCCLHists: map[HistKey]*NCCLHist{}})
+	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}})
 	return a
 }
 
@@ -304,8 +302,8 @@ func (a *Aggregator) Drain() error {
 		return fmt.Errorf("read drops map: %w", err)
 	}
 
-	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*KernelHist{}, NCCLHists: map[HistKey]*NCCLHist{}, Drops: drops}
-	a.stragHists = map[stragglerKey]*NCCLHist{}
+	snap := &Snapshot{Time: began, Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}, Drops: drops}
+	a.stragHists = map[stragglerKey]*Hist{}
 	for _, d := range byPID {
 		snap.AggregatedKeys += len(d.agg)
 		snap.LaunchKeys += len(d.launch)
@@ -400,63 +398,24 @@ func (a *Aggregator) Drain() error {
 // the retained data of exited processes plus every live process, per
 // label set, within --max-time-series.
 func (a *Aggregator) histograms(snap *Snapshot) {
-	histTuple := func(k HistKey) tuple {
-		return tuple{fam: famHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
-	}
-	kernelTuple := func(k KernelHistKey) tuple {
-		return tuple{fam: famKernelHist, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class + "/" + k.Phase}
-	}
-	for k, h := range a.retired {
-		if a.admit(histTuple(k)) {
-			mergeInto(snap.Hists, k, h)
-		}
-	}
-	for k, h := range a.retiredKernels {
-		if a.admit(kernelTuple(k)) {
-			mergeInto(snap.KernelHists, k, h)
-		}
-	}
-	ncclTuple := func(k HistKey) tuple {
-		return tuple{fam: famNCCLHist, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
-	}
-	for k, h := range a.retiredNCCL {
-		if a.admit(ncclTuple(k)) {
-			mergeInto(snap.NCCLHists, k, h)
-		}
-	}
+	a.hists.addRetired(a, snap.Hists)
+	a.kernelHists.addRetired(a, snap.KernelHists)
+	a.ncclHists.addRetired(a, snap.NCCLHists)
 	for _, p := range snap.Processes {
 		for op, h := range p.hists {
-			if k := (HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(histTuple(k)) {
-				mergeInto(snap.Hists, k, h)
-			}
+			a.hists.add(a, snap.Hists, HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}, h)
 		}
 		for kern, h := range p.khists {
-			if k := (KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(kernelTuple(k)) {
-				mergeInto(snap.KernelHists, k, h)
-			}
+			a.kernelHists.add(a, snap.KernelHists, KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}, h)
 		}
 		if p.NCCL != nil {
 			for op, h := range p.NCCL.hists {
-				if k := (HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}); a.admit(ncclTuple(k)) {
-					mergeInto(snap.NCCLHists, k, h)
-				}
+				a.ncclHists.add(a, snap.NCCLHists, HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}, h)
 			}
 			p.NCCL.hists = nil
 		}
 		p.hists, p.khists = nil, nil
 	}
-}
-
-// mergeInto adds h to dst[k], creating it; the snapshot never aliases
-// the aggregator's own histograms.
-func mergeInto[K comparable, H any, P interface {
-	*H
-	add(*H)
-}](dst map[K]P, k K, h P) {
-	if dst[k] == nil {
-		dst[k] = P(new(H))
-	}
-	dst[k].add(h)
 }
 
 // process returns the state of a live process, reading its metadata at
@@ -539,7 +498,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	}
 	for k, v := range d.agg {
 		hk := HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
-		mergeInto(a.retired, hk, histOf(&v))
+		a.hists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		a.retiredCalls += v.Count
 	}
 	if ps, ok := a.procs[pid]; ok {
@@ -549,7 +508,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 			}
 			kern := a.kernel(ps, k, true)
 			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
-			mergeInto(a.retiredKernels, hk, kernelHistOf(&v))
+			a.kernelHists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 	}
 	for _, v := range d.launch {
@@ -558,7 +517,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	for k, v := range d.nccl {
 		a.retiredCalls += v.Count
 		if v.Timed > 0 {
-			mergeInto(a.retiredNCCL, HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, ncclHistOf(&v))
+			a.ncclHists.retire(HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 	}
 	a.forget(pid)
@@ -623,21 +582,6 @@ func (a *Aggregator) stream(ps *procState, h uint64) string {
 	return "other"
 }
 
-func kernelHistOf(v *bpfobj.ProfiLaunchVal) *KernelHist {
-	h := &KernelHist{SumNs: v.DurationNs, Count: v.Timed}
-	copy(h.Buckets[:], v.Buckets[:])
-	return h
-}
-
-// histOf is the latency histogram of an aggregated value. Its count is
-// the timed count, which --sample-rate scales (an estimate), not the
-// exact call count.
-func histOf(v *bpfobj.ProfiAggVal) *Hist {
-	h := &Hist{SumNs: v.DurationNs, Count: v.Timed}
-	copy(h.Buckets[:], v.Buckets[:])
-	return h
-}
-
 // sortedKeys returns m's keys sorted by cmp, in a slice of the right
 // size (slices.SortedFunc grows it from empty).
 func sortedKeys[K comparable, V any](m map[K]V, cmp func(K, K) int) []K {
@@ -677,7 +621,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		Memset:   map[OpStream]uint64{},
 		Launches: map[Kernel]Launch{},
 		hists:    map[string]*Hist{},
-		khists:   map[Kernel]*KernelHist{},
+		khists:   map[Kernel]*Hist{},
 	}
 	aggKeys := sortedKeys(d.agg, compareAggKeys)
 	for _, k := range aggKeys {
@@ -724,7 +668,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		case fam == ops.FamilyFree && p.memory:
 			p.FreedBytes += v.Bytes
 		}
-		mergeInto(p.hists, op, histOf(&v))
+		mergeInto(p.hists, op, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 	}
 	for _, k := range sortedKeys(d.launch, compareLaunchKeys) {
 		v := d.launch[k]
@@ -745,7 +689,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		l.SharedBytes += v.SharedBytes
 		p.Launches[kern] = l
 		if v.Timed > 0 {
-			mergeInto(p.khists, kern, kernelHistOf(&v))
+			mergeInto(p.khists, kern, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 	}
 	a.buildNCCL(p, d.nccl)

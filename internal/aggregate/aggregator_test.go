@@ -170,7 +170,7 @@ func aval(count, sumNs, bytes uint64, b int) bpfobj.ProfiAggVal {
 }
 
 func hist(sumNs uint64, buckets map[int]uint64) Hist {
-	var h Hist
+	h := Hist{Buckets: make([]uint64, len(bpfobj.LatencyBoundsNs)+1)}
 	for b, n := range buckets {
 		h.Buckets[b] = n
 		h.Count += n
@@ -1077,7 +1077,7 @@ func TestMonotonic(t *testing.T) {
 			var count uint64
 			for k, h := range cur {
 				p := prevH[k]
-				for i := range h.Buckets {
+				for i := range p.Buckets { // none for a new histogram
 					if h.Buckets[i] < p.Buckets[i] {
 						t.Fatalf("seed %d step %d: %v bucket %d went from %d to %d", seed, step, k, i, p.Buckets[i], h.Buckets[i])
 					}
@@ -1142,7 +1142,7 @@ func TestDrainScalesDutyCycledCounts(t *testing.T) {
 	}
 	delete(procs.live, 7)
 	s = drain(t, a)
-	if got := hists(s)[HistKey{Op: "cudaMemcpyAsync"}]; got != want {
+	if got := hists(s)[HistKey{Op: "cudaMemcpyAsync"}]; !reflect.DeepEqual(got, want) {
 		t.Errorf("after exit: histogram = %+v, want the estimate %+v kept", got, want)
 	}
 }

@@ -105,7 +105,7 @@ func mergePerPID(parts []*Process) {
 			continue
 		}
 		if first.NCCL == nil {
-			first.NCCL = &NCCL{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, hists: map[string]*NCCLHist{}}
+			first.NCCL = &NCCL{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, hists: map[string]*Hist{}}
 		}
 		if first.NCCL.CommCalls == nil {
 			first.NCCL.CommCalls, first.NCCL.CommBytes = map[CommOp]uint64{}, map[CommOp]uint64{}

@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"time"
@@ -14,66 +13,6 @@ import (
 // maxCommsPerPID bounds the communicator series of one process; calls on
 // further communicators still count in the per-operation families.
 const maxCommsPerPID = 16
-
-// NCCLHist is an NCCL latency histogram (non-cumulative buckets, the last
-// one +Inf).
-type NCCLHist struct {
-	Buckets [len(bpfobj.NCCLLatencyBoundsNs) + 1]uint64
-	SumNs   uint64
-	Count   uint64
-}
-
-func (h *NCCLHist) add(o *NCCLHist) {
-	for i := range h.Buckets {
-		h.Buckets[i] += o.Buckets[i]
-	}
-	h.SumNs += o.SumNs
-	h.Count += o.Count
-}
-
-// sub returns h − o (a window of a cumulative histogram).
-func (h *NCCLHist) sub(o *NCCLHist) NCCLHist {
-	var d NCCLHist
-	for i := range h.Buckets {
-		d.Buckets[i] = h.Buckets[i] - min(h.Buckets[i], o.Buckets[i])
-	}
-	d.SumNs = h.SumNs - min(h.SumNs, o.SumNs)
-	d.Count = h.Count - min(h.Count, o.Count)
-	return d
-}
-
-// Quantile estimates the q-quantile in seconds the way PromQL's
-// histogram_quantile does: linear interpolation inside the bucket that
-// holds it; the last finite bound when it falls in +Inf. NaN when empty.
-func (h *NCCLHist) Quantile(q float64) float64 {
-	if h.Count == 0 {
-		return math.NaN()
-	}
-	rank := q * float64(h.Count)
-	var cum uint64
-	for i, n := range h.Buckets {
-		if n == 0 || float64(cum+n) < rank {
-			cum += n
-			continue
-		}
-		if i == len(bpfobj.NCCLLatencyBoundsNs) {
-			return float64(bpfobj.NCCLLatencyBoundsNs[i-1]) / 1e9
-		}
-		lo := 0.0
-		if i > 0 {
-			lo = float64(bpfobj.NCCLLatencyBoundsNs[i-1])
-		}
-		hi := float64(bpfobj.NCCLLatencyBoundsNs[i])
-		return (lo + (hi-lo)*(rank-float64(cum))/float64(n)) / 1e9
-	}
-	return float64(bpfobj.NCCLLatencyBoundsNs[len(bpfobj.NCCLLatencyBoundsNs)-1]) / 1e9
-}
-
-func ncclHistOf(v *bpfobj.ProfiNcclVal) *NCCLHist {
-	h := &NCCLHist{SumNs: v.DurationNs, Count: v.Timed}
-	copy(h.Buckets[:], v.Buckets[:])
-	return h
-}
 
 // Communicator is an NCCL communicator as its init call described it.
 type Communicator struct {
@@ -107,7 +46,7 @@ type NCCL struct {
 	Hangs map[string]uint64
 	// Straggler is the straggler ratio per operation (see stragglers).
 	Straggler map[string]float64
-	hists     map[string]*NCCLHist // by op; merged into Snapshot.NCCLHists
+	hists     map[string]*Hist // by op; merged into Snapshot.NCCLHists
 }
 
 // ncclDataOps are the operations whose bytes are exported.
@@ -141,7 +80,7 @@ type ncclState struct {
 	reported map[inflightKey]bool            // hung calls already counted
 	hangs    map[int]map[string]uint64       // pid -> op -> hangs
 	// Straggler windows: cumulative histograms at the last computation.
-	base      map[stragglerKey]NCCLHist
+	base      map[stragglerKey]Hist
 	straggler map[int]map[string]float64
 	lastStrag time.Time
 	stale     int
@@ -163,7 +102,7 @@ func newNCCLState() ncclState {
 		comms:     map[int]map[uint64]Communicator{},
 		reported:  map[inflightKey]bool{},
 		hangs:     map[int]map[string]uint64{},
-		base:      map[stragglerKey]NCCLHist{},
+		base:      map[stragglerKey]Hist{},
 		straggler: map[int]map[string]float64{},
 	}
 }
@@ -202,7 +141,7 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 	n := &NCCL{
 		Calls: map[string]uint64{}, Bytes: map[string]uint64{},
 		CommCalls: map[CommOp]uint64{}, CommBytes: map[CommOp]uint64{},
-		hists: map[string]*NCCLHist{},
+		hists: map[string]*Hist{},
 	}
 	p.NCCL = n
 	comms := map[string]bool{}
@@ -241,7 +180,7 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 			}
 		}
 		if v.Timed > 0 {
-			mergeInto(n.hists, op, ncclHistOf(&v))
+			mergeInto(n.hists, op, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 		if k.Comm == 0 {
 			continue // group and init-all calls name no communicator
@@ -266,10 +205,10 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 			sk := stragglerKey{pid, comm.ID, op}
 			h := a.stragHists[sk]
 			if h == nil {
-				h = &NCCLHist{}
+				h = &Hist{}
 				a.stragHists[sk] = h
 			}
-			h.add(ncclHistOf(&v))
+			h.add(newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 	}
 }
@@ -346,12 +285,12 @@ func (a *Aggregator) stragglers(procs map[int]*Process, now time.Time) {
 		for k, h := range a.stragHists {
 			base := a.nccl.base[k]
 			w := h.sub(&base)
-			a.nccl.base[k] = *h
+			a.nccl.base[k] = h.clone()
 			if w.Count < 10 {
 				continue
 			}
 			g := [2]string{k.comm, k.op}
-			groups[g] = append(groups[g], member{k.pid, w.Quantile(0.95)})
+			groups[g] = append(groups[g], member{k.pid, w.Quantile(0.95, bpfobj.NCCLLatencyBoundsNs[:])})
 		}
 		a.nccl.straggler = map[int]map[string]float64{}
 		for g, ms := range groups {

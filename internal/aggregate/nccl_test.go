@@ -12,24 +12,24 @@ import (
 )
 
 func TestNCCLQuantileInterpolates(t *testing.T) {
-	var h NCCLHist
+	h := Hist{Buckets: make([]uint64, len(bpfobj.NCCLLatencyBoundsNs)+1)}
 	h.Buckets[0] = 50 // (0, 10us]
 	h.Buckets[2] = 50 // (50us, 100us]
 	h.Count = 100
 	// rank 95 is the 45th of 50 in (50us, 100us]: 50 + 50*45/50 = 95 us.
-	if got := h.Quantile(0.95); math.Abs(got-95e-6) > 1e-12 {
+	if got := h.Quantile(0.95, bpfobj.NCCLLatencyBoundsNs[:]); math.Abs(got-95e-6) > 1e-12 {
 		t.Errorf("p95 = %v, want 95e-6", got)
 	}
-	if got := h.Quantile(0.5); math.Abs(got-10e-6) > 1e-12 {
+	if got := h.Quantile(0.5, bpfobj.NCCLLatencyBoundsNs[:]); math.Abs(got-10e-6) > 1e-12 {
 		t.Errorf("p50 = %v, want 10e-6 (the end of the first bucket)", got)
 	}
-	var inf NCCLHist
+	inf := Hist{Buckets: make([]uint64, len(bpfobj.NCCLLatencyBoundsNs)+1)}
 	inf.Buckets[len(inf.Buckets)-1] = 3
 	inf.Count = 3
-	if got := inf.Quantile(0.95); got != 1 {
+	if got := inf.Quantile(0.95, bpfobj.NCCLLatencyBoundsNs[:]); got != 1 {
 		t.Errorf("p95 in +Inf = %v, want the last finite bound 1", got)
 	}
-	if got := (&NCCLHist{}).Quantile(0.95); !math.IsNaN(got) {
+	if got := (&Hist{}).Quantile(0.95, bpfobj.NCCLLatencyBoundsNs[:]); !math.IsNaN(got) {
 		t.Errorf("empty p95 = %v, want NaN", got)
 	}
 }

@@ -45,22 +45,6 @@ type KernelHistKey struct {
 	Namespace, Pod, GPU string
 }
 
-// KernelHist is a launch latency histogram (non-cumulative buckets, the
-// last one +Inf).
-type KernelHist struct {
-	Buckets [len(bpfobj.KernelLatencyBoundsNs) + 1]uint64
-	SumNs   uint64
-	Count   uint64
-}
-
-func (h *KernelHist) add(o *KernelHist) {
-	for i := range h.Buckets {
-		h.Buckets[i] += o.Buckets[i]
-	}
-	h.SumNs += o.SumNs
-	h.Count += o.Count
-}
-
 // Process is everything exported about one live process.
 type Process struct {
 	Meta        Meta
@@ -86,8 +70,8 @@ type Process struct {
 	memory     bool
 	hostMemory bool
 	events     uint64
-	hists      map[string]*Hist       // by operation; merged into Snapshot.Hists
-	khists     map[Kernel]*KernelHist // merged into Snapshot.KernelHists
+	hists      map[string]*Hist // by operation; merged into Snapshot.Hists
+	khists     map[Kernel]*Hist // merged into Snapshot.KernelHists
 }
 
 // HasHostMemory reports whether the pinned host memory series is exported.
@@ -109,31 +93,19 @@ func (p *Process) ActiveBytes() uint64 {
 // HistKey are the labels of the latency histograms.
 type HistKey struct{ Op, Namespace, Pod, GPU string }
 
-// Hist is a latency histogram with non-cumulative buckets; the last bucket is +Inf.
-type Hist struct {
-	Buckets [len(bpfobj.LatencyBoundsNs) + 1]uint64
-	SumNs   uint64
-	Count   uint64
-}
-
-func (h *Hist) add(o *Hist) {
-	for i := range h.Buckets {
-		h.Buckets[i] += o.Buckets[i]
-	}
-	h.SumNs += o.SumNs
-	h.Count += o.Count
-}
-
 // Snapshot is one consistent view of the aggregated data. Never mutated
 // after publication.
 type Snapshot struct {
 	Time      time.Time
 	Processes []*Process // sorted by PID, then GPU (one entry per GPU a process used)
-	Hists     map[HistKey]*Hist
-	// KernelHists are the launch latency histograms (full mode).
-	KernelHists map[KernelHistKey]*KernelHist
-	// NCCLHists are the NCCL host-side latency histograms.
-	NCCLHists map[HistKey]*NCCLHist
+	// Hists are the CUDA call latency histograms (bpfobj.LatencyBoundsNs).
+	Hists map[HistKey]*Hist
+	// KernelHists are the launch latency histograms (full mode,
+	// bpfobj.KernelLatencyBoundsNs).
+	KernelHists map[KernelHistKey]*Hist
+	// NCCLHists are the NCCL host-side latency histograms
+	// (bpfobj.NCCLLatencyBoundsNs).
+	NCCLHists map[HistKey]*Hist
 	// NCCLStale is the number of in-flight NCCL calls older than the hang timeout.
 	NCCLStale int
 	// AggregatedKeys and LaunchKeys are the entries of those maps (fill level).

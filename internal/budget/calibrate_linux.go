@@ -3,9 +3,7 @@
 package budget
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"time"
@@ -31,7 +29,7 @@ func Calibrate() (time.Duration, error) {
 		return 0, fmt.Errorf("load calibration program: %w", err)
 	}
 	defer prog.Close()
-	off, err := fileOffset(trapTargetPC)
+	off, err := discover.SelfFileOffset(trapTargetPC)
 	if err != nil {
 		return 0, err
 	}
@@ -88,28 +86,4 @@ func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// fileOffset converts an address in the agent's executable into the file
-// offset a uprobe takes, from the mapping that contains it.
-func fileOffset(addr uintptr) (uint64, error) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return 0, fmt.Errorf("read own maps: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		e, ok, err := discover.ParseMapsLine(sc.Text())
-		if err != nil || !ok {
-			continue
-		}
-		if uint64(addr) >= e.Start && uint64(addr) < e.End {
-			return uint64(addr) - e.Start + e.Offset, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read own maps: %w", err)
-	}
-	return 0, fmt.Errorf("address %#x not in any file mapping of the agent", addr)
 }

@@ -1,7 +1,6 @@
 package check
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -83,7 +82,7 @@ func uprobeCheck(env *Env, prog *ebpf.Program, counter *ebpf.Map) Result {
 		return fail("opening the agent's own executable", err)
 	}
 	// By address: test binaries and stripped builds have no symbol table.
-	off, err := fileOffset(reflect.ValueOf(probeTarget).Pointer())
+	off, err := discover.SelfFileOffset(reflect.ValueOf(probeTarget).Pointer())
 	if err != nil {
 		return fail("locating "+probeTargetSymbol, err)
 	}
@@ -132,28 +131,4 @@ func tracepointCheck(env *Env) Result {
 		_ = l.Close()
 	}
 	return Result{Name: "tracepoints", Status: OK, Detail: "raw tracepoints sched_process_exec and sched_process_exit attach"}
-}
-
-// fileOffset converts an address in the agent's executable into the file
-// offset a uprobe takes, from the mapping that contains it.
-func fileOffset(addr uintptr) (uint64, error) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return 0, fmt.Errorf("read own maps: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		e, ok, err := discover.ParseMapsLine(sc.Text())
-		if err != nil || !ok {
-			continue
-		}
-		if uint64(addr) >= e.Start && uint64(addr) < e.End {
-			return uint64(addr) - e.Start + e.Offset, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read own maps: %w", err)
-	}
-	return 0, fmt.Errorf("address %#x not in any file mapping of the agent", addr)
 }

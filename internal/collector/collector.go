@@ -173,23 +173,26 @@ func newLatencyFamilies(prefix, subject string, labels []string, boundsNs []uint
 	}
 }
 
-// emit sends the four families for one label set from non-cumulative
-// BPF buckets (the last one +Inf).
-func (f latencyFamilies) emit(ch chan<- prometheus.Metric, labels []string, buckets []uint64, sumNs, count uint64) {
+// emit sends the four families for one label set from a histogram's
+// non-cumulative buckets (the last one +Inf); one without buckets has
+// all zero.
+func (f latencyFamilies) emit(ch chan<- prometheus.Metric, labels []string, h *aggregate.Hist) {
 	n := len(labels)
 	cum := uint64(0)
 	native := make(map[float64]uint64, len(f.bounds))
-	for i, v := range buckets {
-		cum += v
+	for i := range f.le {
+		if i < len(h.Buckets) {
+			cum += h.Buckets[i]
+		}
 		ch <- prometheus.MustNewConstMetric(f.bucket, prometheus.CounterValue, float64(cum), append(labels[:n:n], f.le[i])...)
 		if i < len(f.bounds) {
 			native[f.bounds[i]] = cum
 		}
 	}
-	sum := float64(sumNs) / 1e9
+	sum := float64(h.SumNs) / 1e9
 	ch <- prometheus.MustNewConstMetric(f.sum, prometheus.CounterValue, sum, labels...)
-	ch <- prometheus.MustNewConstMetric(f.count, prometheus.CounterValue, float64(count), labels...)
-	ch <- prometheus.MustNewConstHistogram(f.hist, count, sum, native, labels...)
+	ch <- prometheus.MustNewConstMetric(f.count, prometheus.CounterValue, float64(h.Count), labels...)
+	ch <- prometheus.MustNewConstHistogram(f.hist, h.Count, sum, native, labels...)
 }
 
 const hostSide = " Host-side API latency (uprobe at entry to return), not GPU execution time."
@@ -251,14 +254,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for k, h := range s.NCCLHists {
-		c.ncclDurations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
+		c.ncclDurations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h)
 	}
 	gauge(c.ncclStale, float64(s.NCCLStale))
 	for k, h := range s.Hists {
-		c.durations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h.Buckets[:], h.SumNs, h.Count)
+		c.durations.emit(ch, []string{k.Op, k.Namespace, k.Pod, k.GPU}, h)
 	}
 	for k, h := range s.KernelHists {
-		c.kernelDurations.emit(ch, []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, k.Phase}, h.Buckets[:], h.SumNs, h.Count)
+		c.kernelDurations.emit(ch, []string{k.Name, k.Namespace, k.Pod, k.GPU, k.Class, k.Phase}, h)
 	}
 	if c.data.NameFailures != nil {
 		for reason, v := range c.data.NameFailures() {

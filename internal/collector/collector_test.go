@@ -149,9 +149,9 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 	}
 
 	var h1 aggregate.Hist
-	h1.Buckets = [len(bpfobj.LatencyBoundsNs) + 1]uint64{1, 0, 2, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1}
+	h1.Buckets = []uint64{1, 0, 2, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1}
 	h1.Count, h1.SumNs = 7, 1_500_000_123
-	var h2 aggregate.Hist
+	h2 := aggregate.Hist{Buckets: make([]uint64, len(bpfobj.LatencyBoundsNs)+1)}
 	h2.Buckets[13] = 1
 	h2.Count, h2.SumNs = 1, 2_000_000_000
 	var drops [bpfobj.NumDrops]uint64
