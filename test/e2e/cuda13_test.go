@@ -3,13 +3,11 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
 )
@@ -88,25 +86,7 @@ func TestCUDA13Launches(t *testing.T) {
 					want[k] = v
 				}
 			}
-			err := testutil.Eventually(15*time.Second, func() error {
-				mfs, err := a.Metrics()
-				if err != nil {
-					return err
-				}
-				got := observed(mfs, pid)
-				for k := range got { // the histogram families carry no pid
-					if !strings.Contains(k, p) {
-						delete(got, k)
-					}
-				}
-				if d := diff(want, got); d != "" {
-					return fmt.Errorf("metrics differ from ground truth:\n%s", d)
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireExact(t, a, want, pid)
 		})
 	}
 }

@@ -8,9 +8,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -81,22 +84,39 @@ func startWorkload(t *testing.T, bin string, args []string, opts ...testutil.Opt
 	return w
 }
 
-// waitAttached waits until /status lists pid among the processes of an attached library.
+// waitAttached waits until /status lists pid among the processes of an
+// attached file of every CUDA library the process maps (runtime and
+// driver: one pass attaches them one after the other).
 func waitAttached(t *testing.T, a *testutil.Agent, pid int) {
 	t.Helper()
 	err := testutil.Eventually(15*time.Second, func() error {
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			return err
+		}
+		want := map[string]bool{}
+		for _, line := range strings.Split(string(maps), "\n") {
+			if i := strings.Index(line, "/"); i >= 0 {
+				if lib, ok := discover.Classify(line[i:]); ok && (lib == discover.LibCudart || lib == discover.LibCuda) {
+					want[string(lib)] = true
+				}
+			}
+		}
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err
 		}
+		found := false
 		for _, l := range st.AttachedLibraries {
-			for _, p := range l.PIDs {
-				if p == pid {
-					return nil
-				}
+			if slices.Contains(l.PIDs, pid) {
+				found = true
+				delete(want, l.Library)
 			}
 		}
-		return fmt.Errorf("pid %d not attached; status: %+v", pid, st)
+		if !found || len(want) > 0 {
+			return fmt.Errorf("pid %d: libraries %v not attached yet; status: %+v", pid, want, st)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
