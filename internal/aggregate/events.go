@@ -12,25 +12,14 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // recentLaunches is how many detailed launches /status keeps.
 const recentLaunches = 256
 
-// LaunchEvent is one launch seen with --detailed-launches.
-type LaunchEvent struct {
-	Time         time.Time `json:"time"` // approximate wall time of the launch
-	PID          int       `json:"pid"`
-	TID          int       `json:"tid"`
-	Operation    string    `json:"operation"`
-	Error        int32     `json:"error_code"`  // 0 when not seen (anonymous mode)
-	DurationNs   uint64    `json:"duration_ns"` // host-side latency; 0 when not timed
-	Function     uint64    `json:"function"`
-	Stream       string    `json:"stream"`
-	GridBlocks   uint64    `json:"grid_blocks"`
-	BlockThreads uint64    `json:"block_threads"`
-	SharedBytes  uint64    `json:"shared_bytes"`
-}
+// LaunchEvent is one kernel launch of --detailed-launches.
+type LaunchEvent = status.LaunchEvent
 
 // Events consumes the events ring buffer (--detailed-launches): it counts
 // every launch event and keeps the latest few for /status. It is a

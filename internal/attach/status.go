@@ -7,56 +7,20 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/ops"
+	"github.com/profi-dev/profi/internal/status"
 )
 
-// ProbeStatus describes one attached probe.
-type ProbeStatus struct {
-	Symbol    string `json:"symbol"`
-	Operation string `json:"operation"`
-	Return    bool   `json:"return_probe"`
-	Traps     int    `json:"traps_per_call"`
-	// Offset is where the probe sits past the symbol: 4 when it skips an
-	// endbr64 to land on an emulated push (one trap instead of two).
-	Offset uint64 `json:"offset"`
-}
+// ProbeStatus is one attached probe (defined with the /status document).
+type ProbeStatus = status.ProbeStatus
 
 // LibraryStatus is an attached library file.
-type LibraryStatus struct {
-	Library string        `json:"library"`
-	Path    string        `json:"path"`
-	File    string        `json:"file"` // dev major:minor/inode
-	PIDs    []int         `json:"pids"`
-	Probes  []ProbeStatus `json:"probes"`
-	Missing []string      `json:"missing_symbols,omitempty"`
-	Absent  []string      `json:"absent_optional_symbols,omitempty"`
-	// FullModePIDs are processes upgraded to full kernel mode on this file.
-	FullModePIDs []int `json:"full_mode_pids,omitempty"`
-	// Paused is set while the overhead budget has detached the file's
-	// Pausable probes (duty cycling); their counts are then estimates.
-	Paused bool `json:"paused,omitempty"`
-	// UprobeMulti is set when the probes are uprobe_multi links.
-	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
-	AttachedAt  time.Time `json:"attached_at"`
-}
+type LibraryStatus = status.LibraryStatus
 
 // FailureStatus is a library file whose attach failed and waits for a retry.
-type FailureStatus struct {
-	Library   string    `json:"library"`
-	Path      string    `json:"path"`
-	File      string    `json:"file"`
-	PIDs      []int     `json:"pids"`
-	Reason    string    `json:"reason"`
-	Error     string    `json:"error"`
-	Attempts  int       `json:"attempts"`
-	NextRetry time.Time `json:"next_retry"`
-}
+type FailureStatus = status.FailureStatus
 
 // LoaderHook is a dynamic loader hooked to announce library loads.
-type LoaderHook struct {
-	Path      string `json:"path"`
-	File      string `json:"file"`
-	Processes int    `json:"processes"`
-}
+type LoaderHook = status.LoaderHook
 
 // Status is the attach state for /status.
 type Status struct {

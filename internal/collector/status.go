@@ -74,15 +74,15 @@ func (s *StatusSource) Document() status.Doc {
 	}
 	libs := make([]status.LibraryView, 0, len(st.Attached))
 	for _, l := range st.Attached {
-		libs = append(libs, status.LibraryView{LibraryStatus: libraryStatus(l), Pods: podsOf(l.PIDs, podOf)})
+		libs = append(libs, status.LibraryView{LibraryStatus: l, Pods: podsOf(l.PIDs, podOf)})
 	}
 	fails := make([]status.FailureView, 0, len(st.Failed))
 	for _, f := range st.Failed {
-		fails = append(fails, status.FailureView{FailureStatus: status.FailureStatus(f), Pods: podsOf(f.PIDs, podOf)})
+		fails = append(fails, status.FailureView{FailureStatus: f, Pods: podsOf(f.PIDs, podOf)})
 	}
 	hooks := make([]status.LoaderHook, 0, len(st.LoaderHooks))
 	for _, h := range st.LoaderHooks {
-		hooks = append(hooks, status.LoaderHook(h))
+		hooks = append(hooks, h)
 	}
 	doc := status.Doc{
 		Version:             s.Version,
@@ -105,42 +105,19 @@ func (s *StatusSource) Document() status.Doc {
 		Processes:           procs,
 	}
 	if s.RecentLaunches != nil {
-		recent := s.RecentLaunches()
-		doc.RecentLaunches = make([]status.LaunchEvent, 0, len(recent))
-		for _, e := range recent {
-			doc.RecentLaunches = append(doc.RecentLaunches, status.LaunchEvent(e))
-		}
+		doc.RecentLaunches = s.RecentLaunches()
 	}
 	if s.Kubernetes != nil {
-		k := status.Kubernetes(s.Kubernetes())
+		k := s.Kubernetes()
 		doc.Kubernetes = &k
 	}
 	if s.NVML != nil {
-		n := status.NVML(s.NVML().Status())
+		n := s.NVML().Status()
 		doc.NVML = &n
 	}
 	features := s.Features
 	doc.KernelFeatures = &features
 	return doc
-}
-
-// libraryStatus copies an attached file's state into the document. The
-// flat types convert directly (a field added on one side only fails to
-// compile); this one has a nested slice, so TestStatusConversions
-// compares the JSON of both sides.
-func libraryStatus(l attach.LibraryStatus) status.LibraryStatus {
-	var probes []status.ProbeStatus
-	if l.Probes != nil {
-		probes = make([]status.ProbeStatus, 0, len(l.Probes))
-		for _, p := range l.Probes {
-			probes = append(probes, status.ProbeStatus(p))
-		}
-	}
-	return status.LibraryStatus{
-		Library: l.Library, Path: l.Path, File: l.File, PIDs: l.PIDs, Probes: probes,
-		Missing: l.Missing, Absent: l.Absent, FullModePIDs: l.FullModePIDs,
-		Paused: l.Paused, UprobeMulti: l.UprobeMulti, AttachedAt: l.AttachedAt,
-	}
 }
 
 // podsOf returns the distinct pods of pids, sorted; never nil.

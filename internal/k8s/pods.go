@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/profi-dev/profi/internal/status"
 )
 
 const uidIndex = "uid"
@@ -33,15 +35,8 @@ type Pod struct {
 	FullMode bool
 }
 
-// Status is the watch state for /status.
-type Status struct {
-	NodeName    string    `json:"node_name"`
-	Synced      bool      `json:"synced"`
-	Pods        int       `json:"pods"`
-	WatchErrors uint64    `json:"watch_errors"`
-	LastError   string    `json:"last_error,omitempty"`
-	LastErrorAt time.Time `json:"last_error_at,omitzero"`
-}
+// Status is the pod watch state for /status.
+type Status = status.Kubernetes
 
 // Watcher keeps a client-go informer of the pods scheduled on one node.
 // The informer lists, watches, and on any error re-lists with backoff; its

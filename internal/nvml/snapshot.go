@@ -1,6 +1,10 @@
 package nvml
 
-import "time"
+import (
+	"time"
+
+	"github.com/profi-dev/profi/internal/status"
+)
 
 // Snapshot is the result of one NVML poll. It is immutable once published:
 // readers share it and never copy it.
@@ -101,16 +105,8 @@ type Process struct {
 	MIGUUIDs []string
 }
 
-// Status is NVML's state for /status.
-type Status struct {
-	Up            bool      `json:"up"`
-	Reason        string    `json:"reason,omitempty"` // why it is down
-	Library       string    `json:"library,omitempty"`
-	DriverVersion string    `json:"driver_version,omitempty"`
-	DeviceCount   int       `json:"device_count"`
-	LastError     string    `json:"last_error,omitempty"` // last failed query of the last poll
-	LastPoll      time.Time `json:"last_poll"`
-}
+// Status is the GPU poller's state for /status.
+type Status = status.NVML
 
 // Status summarises the snapshot for /status; nil counts as not polled.
 func (s *Snapshot) Status() Status {

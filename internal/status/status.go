@@ -64,7 +64,7 @@ type FailureView struct {
 	Pods []string `json:"pods"`
 }
 
-// ProbeStatus is one attached probe (attach.ProbeStatus).
+// ProbeStatus is one attached probe.
 type ProbeStatus struct {
 	Symbol    string `json:"symbol"`
 	Operation string `json:"operation"`
@@ -75,7 +75,7 @@ type ProbeStatus struct {
 	Offset uint64 `json:"offset"`
 }
 
-// LibraryStatus is an attached library file (attach.LibraryStatus).
+// LibraryStatus is an attached library file.
 type LibraryStatus struct {
 	Library string        `json:"library"`
 	Path    string        `json:"path"`
@@ -95,7 +95,7 @@ type LibraryStatus struct {
 }
 
 // FailureStatus is a library file whose attach failed and waits for a
-// retry (attach.FailureStatus).
+// retry.
 type FailureStatus struct {
 	Library   string    `json:"library"`
 	Path      string    `json:"path"`
@@ -108,7 +108,7 @@ type FailureStatus struct {
 }
 
 // LoaderHook is a dynamic loader hooked to announce library loads
-// (attach.LoaderHook).
+
 type LoaderHook struct {
 	Path      string `json:"path"`
 	File      string `json:"file"`
@@ -150,7 +150,7 @@ type ProcessStatus struct {
 	NCCLOldestInflightSeconds map[string]float64 `json:"nccl_oldest_inflight_seconds,omitempty"`
 }
 
-// Kubernetes is the pod watch state (k8s.Status).
+// Kubernetes is the pod watch state.
 type Kubernetes struct {
 	NodeName    string    `json:"node_name"`
 	Synced      bool      `json:"synced"`
@@ -160,7 +160,7 @@ type Kubernetes struct {
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
 
-// NVML is the GPU poller's state (nvml.Status).
+// NVML is the GPU poller's state.
 type NVML struct {
 	Up            bool      `json:"up"`
 	Reason        string    `json:"reason,omitempty"` // why it is down
@@ -172,7 +172,7 @@ type NVML struct {
 }
 
 // LaunchEvent is one kernel launch of --detailed-launches
-// (aggregate.LaunchEvent).
+
 type LaunchEvent struct {
 	Time         time.Time `json:"time"` // approximate wall time of the launch
 	PID          int       `json:"pid"`
