@@ -75,9 +75,10 @@ enum op {
 	OP_NVTX_RANGE_POP = 67, /* nvtxRangePop */
 	OP_NVTX_DOMAIN_RANGE_POP = 68, /* nvtxDomainRangePop */
 	OP_CUDA_LAUNCH_KERNEL_HANDLE = 69, /* __cudaLaunchKernel */
-	OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ = 70, /* __cudaLaunchKernel_ptsz */
-	OP_DL_DEBUG_STATE = 71, /* _dl_debug_state */
-	OP_MAX = 72,
+	OP_CUDA_GET_KERNEL = 70, /* __cudaGetKernel */
+	OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ = 71, /* __cudaLaunchKernel_ptsz */
+	OP_DL_DEBUG_STATE = 72, /* _dl_debug_state */
+	OP_MAX = 73,
 };
 
 /*
@@ -125,6 +126,7 @@ enum op_args {
 	ARGS_NVTX_W = 33,
 	ARGS_NVTX_EX = 34,
 	ARGS_NVTX_DOMAIN_EX = 35,
+	ARGS_GET_KERNEL_HANDLE = 36,
 };
 
 enum op_flag {
@@ -195,6 +197,7 @@ const u8 op_args[OP_TABLE] = {
 	[OP_NVTX_RANGE_PUSH_EX] = ARGS_NVTX_EX,
 	[OP_NVTX_DOMAIN_RANGE_PUSH_EX] = ARGS_NVTX_DOMAIN_EX,
 	[OP_CUDA_LAUNCH_KERNEL_HANDLE] = ARGS_LAUNCH,
+	[OP_CUDA_GET_KERNEL] = ARGS_GET_KERNEL_HANDLE,
 	[OP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ] = ARGS_LAUNCH,
 };
 

@@ -724,6 +724,8 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 		in.arg0 = arg(ctx, 1);
 		in.arg1 = arg(ctx, 3);
 		break;
+	case ARGS_GET_KERNEL_HANDLE:
+		/* (cudaKernel_t *out, const void *hostFun) */
 	case ARGS_KERNEL_FUNCTION:
 		/* (CUfunction *out, CUkernel kernel) */
 		in.arg0 = arg(ctx, 1);
@@ -848,6 +850,11 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_KERNEL_FUNCTION:
 		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
 			send_name(key.pid, NAME_KERNEL_FUNC, out, in.arg1, 0);
+		break;
+	case ARGS_GET_KERNEL_HANDLE:
+		/* The launches name the handle; the host stub has the name. */
+		if (ret == 0 && !bpf_probe_read_user(&out, sizeof(out), (void *)in.arg0))
+			send_name(key.pid, NAME_RT_KERNEL, out, in.arg1, 0);
 		break;
 	case ARGS_LAUNCH:
 	case ARGS_LAUNCH_EXC:

@@ -192,6 +192,7 @@ enum name_kind {
 	NAME_CU_FUNCTION = 2, /* cuModuleGetFunction: CUfunction -> name */
 	NAME_CU_KERNEL = 3,   /* cuLibraryGetKernel: CUkernel -> name */
 	NAME_KERNEL_FUNC = 4, /* cuKernelGetFunction: CUfunction -> CUkernel (aux) */
+	NAME_RT_KERNEL = 5,   /* __cudaGetKernel: cudaKernel_t -> host stub (aux) */
 };
 
 #define NAME_LEN 256

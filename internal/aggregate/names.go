@@ -28,11 +28,12 @@ type pidNames struct {
 	function map[uint64]string // CUfunction -> name (cuModuleGetFunction)
 	kernel   map[uint64]string // CUkernel -> name (cuLibraryGetKernel)
 	fnKernel map[uint64]uint64 // CUfunction -> CUkernel (cuKernelGetFunction)
+	rtKernel map[uint64]uint64 // cudaKernel_t -> host stub (__cudaGetKernel)
 	elf      map[uint64]string // host stub -> name from the ELF symbols ("" = none)
 }
 
 func (p *pidNames) size() int {
-	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.elf)
+	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.rtKernel) + len(p.elf)
 }
 
 // Names resolves kernel names in full mode. Run consumes the kernel_regs
@@ -76,7 +77,7 @@ func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
 func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	kind := bpfobj.ProfiNameKind(ev.Kind)
 	name := ""
-	if kind != bpfobj.ProfiNameKindNAME_KERNEL_FUNC {
+	if kind != bpfobj.ProfiNameKindNAME_KERNEL_FUNC && kind != bpfobj.ProfiNameKindNAME_RT_KERNEL {
 		raw := unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(&ev.Name[0])), len(ev.Name)))
 		if raw == "" && ev.Aux != 0 {
 			// BPF could not read it (page not resident yet): /proc/PID/mem can.
@@ -107,6 +108,8 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 		p.kernel[ev.Key] = name
 	case bpfobj.ProfiNameKindNAME_KERNEL_FUNC:
 		p.fnKernel[ev.Key] = ev.Aux
+	case bpfobj.ProfiNameKindNAME_RT_KERNEL:
+		p.rtKernel[ev.Key] = ev.Aux
 	}
 }
 
@@ -119,7 +122,7 @@ func (n *Names) countFailure(reason string) {
 func (n *Names) pid(pid int) *pidNames {
 	p := n.byPID[pid]
 	if p == nil {
-		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, elf: map[uint64]string{}}
+		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, rtKernel: map[uint64]uint64{}, elf: map[uint64]string{}}
 		n.byPID[pid] = p
 	}
 	return p
@@ -139,6 +142,10 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 			return p.kernel[k]
 		}
 		return ""
+	}
+	// A cudaKernel_t handle (__cudaLaunchKernel) stands for its host stub.
+	if stub, ok := p.rtKernel[fn]; ok {
+		fn = stub
 	}
 	if name, ok := p.host[fn]; ok {
 		n.mu.Unlock()

@@ -34,3 +34,24 @@ func TestNamesReadsWhatBPFCouldNot(t *testing.T) {
 		t.Errorf("failures = %v, want one empty", f)
 	}
 }
+
+// A cudaKernel_t handle (__cudaLaunchKernel) is named by the host stub that
+// __cudaGetKernel turned into it; a handle no __cudaGetKernel gave has no
+// name (it is not a code address).
+func TestNamesKernelHandles(t *testing.T) {
+	t.Parallel()
+	n := NewNames("/proc", nil)
+	pid := os.Getpid()
+	name := []byte("_Z11gemm_kernelPfS_i\x00")
+	n.add(&bpfobj.ProfiNameEvent{Pid: uint32(pid), Kind: uint32(bpfobj.ProfiNameKindNAME_HOST_FUNC), Key: 0x5000,
+		Aux: uint64(uintptr(unsafe.Pointer(&name[0])))})
+	n.add(&bpfobj.ProfiNameEvent{Pid: uint32(pid), Kind: uint32(bpfobj.ProfiNameKindNAME_RT_KERNEL), Key: 0x7f0000001000, Aux: 0x5000})
+	for _, op := range []ops.Op{ops.OpCudaLaunchKernelHandle, ops.OpCudaLaunchKernelHandlePtsz} {
+		if got := n.Kernel(pid, op, 0x7f0000001000); got != "gemm_kernel" {
+			t.Errorf("%s of the handle: %q, want gemm_kernel", ops.Name(uint32(op)), got)
+		}
+	}
+	if got := n.Kernel(pid, ops.OpCudaLaunchKernel, 0x5000); got != "gemm_kernel" {
+		t.Errorf("the stub itself: %q, want gemm_kernel", got)
+	}
+}

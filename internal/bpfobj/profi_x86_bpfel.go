@@ -151,6 +151,7 @@ const (
 	ProfiNameKindNAME_CU_FUNCTION ProfiNameKind = 2
 	ProfiNameKindNAME_CU_KERNEL   ProfiNameKind = 3
 	ProfiNameKindNAME_KERNEL_FUNC ProfiNameKind = 4
+	ProfiNameKindNAME_RT_KERNEL   ProfiNameKind = 5
 )
 
 type ProfiNcclCall struct {
@@ -281,9 +282,10 @@ const (
 	ProfiOpOP_NVTX_RANGE_POP                 ProfiOp = 67
 	ProfiOpOP_NVTX_DOMAIN_RANGE_POP          ProfiOp = 68
 	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE      ProfiOp = 69
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ ProfiOp = 70
-	ProfiOpOP_DL_DEBUG_STATE                 ProfiOp = 71
-	ProfiOpOP_MAX                            ProfiOp = 72
+	ProfiOpOP_CUDA_GET_KERNEL                ProfiOp = 70
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ ProfiOp = 71
+	ProfiOpOP_DL_DEBUG_STATE                 ProfiOp = 72
+	ProfiOpOP_MAX                            ProfiOp = 73
 )
 
 type ProfiOpArgs uint32
@@ -325,6 +327,7 @@ const (
 	ProfiOpArgsARGS_NVTX_W            ProfiOpArgs = 33
 	ProfiOpArgsARGS_NVTX_EX           ProfiOpArgs = 34
 	ProfiOpArgsARGS_NVTX_DOMAIN_EX    ProfiOpArgs = 35
+	ProfiOpArgsARGS_GET_KERNEL_HANDLE ProfiOpArgs = 36
 )
 
 type ProfiPhase uint32

@@ -109,6 +109,7 @@ const (
 	ArgsNVTXW                 // (const wchar_t *)
 	ArgsNVTXEx                // (const nvtxEventAttributes_t *)
 	ArgsNVTXDomainEx          // (domain, const nvtxEventAttributes_t *)
+	ArgsGetKernelHandle       // (cudaKernel_t *out, const void *hostFun)
 	NumArgs
 )
 
@@ -119,7 +120,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_LAUNCH", "SET_DEVICE", "GET_FUNCTION", "GET_KERNEL", "KERNEL_FUNCTION", "LAUNCH",
 	"LAUNCH_EXC", "CU_LAUNCH", "CU_LAUNCH_EX", "REGISTER_FUNCTION", "NCCL_COLL", "NCCL_GATHER",
 	"NCCL_REDUCE", "NCCL_P2P", "NCCL_INIT_RANK", "NCCL_INIT_ALL", "NCCL_COMM", "NVTX_A",
-	"NVTX_W", "NVTX_EX", "NVTX_DOMAIN_EX",
+	"NVTX_W", "NVTX_EX", "NVTX_DOMAIN_EX", "GET_KERNEL_HANDLE",
 }
 
 // Profile values of --probe-profile.

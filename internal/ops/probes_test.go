@@ -94,7 +94,7 @@ func TestProbesExactSets(t *testing.T) {
 	}{
 		{discover.LibCudart, KernelModeOff, ProfileLean, 21, 42},
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 29, 50},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 30, 59},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 31, 61},
 		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 39, 70},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 2, 4},
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 6, 8},

@@ -90,6 +90,7 @@ var Table = []Row{
 	// CUDA 13's lowering of kernel<<<...>>> (some 12.x builds too): a
 	// cudaKernel_t handle from __cudaGetKernel, the rest as cudaLaunchKernel.
 	{Const: "CudaLaunchKernelHandle", Symbol: "__cudaLaunchKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Since: "CUDA 13.0"},
+	{Const: "CudaGetKernel", Symbol: "__cudaGetKernel", Lib: rt, Kind: NameSource, Args: ArgsGetKernelHandle, Optional: true, Since: "CUDA 13.0"},
 	{Const: "CudaLaunchKernelHandlePtsz", Symbol: "__cudaLaunchKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "__cudaLaunchKernel", Since: "CUDA 13.0"},
 	// The loader hook: a library load, not a profiled call. Optional: a
 	// loader without it (some musl builds) only loses the speed-up.

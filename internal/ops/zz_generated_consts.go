@@ -74,7 +74,8 @@ const (
 	OpNvtxRangePop               Op = 67 // nvtxRangePop
 	OpNvtxDomainRangePop         Op = 68 // nvtxDomainRangePop
 	OpCudaLaunchKernelHandle     Op = 69 // __cudaLaunchKernel
-	OpCudaLaunchKernelHandlePtsz Op = 70 // __cudaLaunchKernel_ptsz
-	OpDlDebugState               Op = 71 // _dl_debug_state
-	NumOps                       Op = 72 // OP_MAX
+	OpCudaGetKernel              Op = 70 // __cudaGetKernel
+	OpCudaLaunchKernelHandlePtsz Op = 71 // __cudaLaunchKernel_ptsz
+	OpDlDebugState               Op = 72 // _dl_debug_state
+	NumOps                       Op = 73 // OP_MAX
 )

@@ -18,6 +18,8 @@ type launch13Truth struct {
 	GridBlocks   uint64            `json:"grid_blocks"`
 	BlockThreads uint64            `json:"block_threads"`
 	SharedBytes  uint64            `json:"shared_bytes"`
+	// LaunchesByKernel: launches by host stub symbol.
+	LaunchesByKernel map[string]uint64 `json:"launches_by_kernel"`
 }
 
 // runLaunch13 starts the CUDA 13-style launcher, lets the agent attach,
@@ -89,4 +91,32 @@ func TestCUDA13Launches(t *testing.T) {
 			requireExact(t, a, want, pid)
 		})
 	}
+}
+
+// In full mode __cudaGetKernel is a name source: each launch of a handle
+// is labelled with its kernel's name (here the host stub's ELF symbol:
+// nothing registers these kernels), timed, and counted once.
+func TestCUDA13LaunchesFullMode(t *testing.T) {
+	const n, m = 300, 200
+	a := startAgent(t, "--kernel-mode", "full")
+	pid, gt := runLaunch13(t, a, n, m)
+	p := "pid=" + strconv.Itoa(pid)
+	want := values{
+		key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0,
+		key("profi_cuda_kernel_grid_blocks_total", p):         float64(gt.GridBlocks),
+		key("profi_cuda_kernel_block_threads_total", p):       float64(gt.BlockThreads),
+		key("profi_cuda_kernel_shared_memory_bytes_total", p): float64(gt.SharedBytes),
+	}
+	for fn, c := range gt.Calls {
+		op := "operation=" + fn
+		want[key("profi_cuda_calls_total", op, p, "stream=default")] = float64(c)
+		want[key("profi_cuda_duration_count_total", op)] = float64(c)
+		want[key("profi_cuda_duration_bucket_total", op, "le=+Inf")] = float64(c)
+		want[key("profi_cuda_duration_seconds", op)] = float64(c)
+	}
+	for raw, c := range gt.LaunchesByKernel {
+		want[key("profi_cuda_kernel_launches_total", "kernel="+kernelLabel(raw), p)] = float64(c)
+		want[key("profi_cuda_kernel_duration_count_total", "kernel="+kernelLabel(raw))] = float64(c)
+	}
+	requireExact(t, a, want, pid)
 }

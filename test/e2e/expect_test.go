@@ -65,6 +65,7 @@ var countedFuncs = map[string]counts{
 	"cuGraphLaunch": {label: "cuGraphLaunch"}, "cuModuleLoadData": {label: "cuModuleLoadData"},
 	"cuModuleGetFunction": {label: "cuModuleGetFunction", names: true}, "cuLibraryGetKernel": {label: "cuLibraryGetKernel", names: true},
 	"cuKernelGetFunction": {label: "cuKernelGetFunction", names: true},
+	"__cudaGetKernel":     {label: "__cudaGetKernel", names: true},
 	// __cudaRegisterFunction is a name source that is never counted;
 	// cudaGetDevice, cuInit, cuLibraryLoadData and cudaStreamCreate are
 	// not probed.

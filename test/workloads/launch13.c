@@ -15,10 +15,15 @@
 
 #include "cuda_stub.h"
 
-/* Host stubs: only their addresses matter. */
-static void kernel_a(void) {}
-static void kernel_b(void) {}
-static void kernel_c(void) {}
+/* Host stubs: only their addresses and names matter (exported, so the
+ * agent's ELF fallback names them; nothing registers them). */
+void launch13_gemm(void);
+void launch13_softmax(void);
+void launch13_rmsnorm(void);
+void launch13_gemm(void) {}
+void launch13_softmax(void) {}
+void launch13_rmsnorm(void) {}
+static const char *const stub_names[3] = {"launch13_gemm", "launch13_softmax", "launch13_rmsnorm"};
 
 static void die(const char *msg)
 {
@@ -31,7 +36,8 @@ int main(int argc, char **argv)
 	if (argc != 3)
 		die("usage: launch13 LAUNCHES PTSZ_LAUNCHES");
 	long n = strtol(argv[1], NULL, 10), m = strtol(argv[2], NULL, 10);
-	void (*stubs[3])(void) = {kernel_a, kernel_b, kernel_c};
+	void (*stubs[3])(void) = {launch13_gemm, launch13_softmax, launch13_rmsnorm};
+	uint64_t per_kernel[3] = {0, 0, 0};
 	cudaKernel_t k[3];
 	uint64_t grid_blocks = 0, block_threads = 0, shared = 0;
 	char line[64];
@@ -51,14 +57,18 @@ int main(int argc, char **argv)
 				       : __cudaLaunchKernel_ptsz(k[i % 3], grid, block, NULL, shm, NULL);
 		if (rc != cudaSuccess)
 			die("launch failed");
+		per_kernel[i % 3]++;
 		grid_blocks += grid.x * grid.y * grid.z;
 		block_threads += block.x * block.y * block.z;
 		shared += shm;
 	}
 	printf("{\"calls\":{\"__cudaGetKernel\":3,\"__cudaLaunchKernel\":%ld,\"__cudaLaunchKernel_ptsz\":%ld},"
-	       "\"grid_blocks\":%llu,\"block_threads\":%llu,\"shared_bytes\":%llu}\n",
+	       "\"grid_blocks\":%llu,\"block_threads\":%llu,\"shared_bytes\":%llu,\"launches_by_kernel\":{",
 	       n, m, (unsigned long long)grid_blocks, (unsigned long long)block_threads,
 	       (unsigned long long)shared);
+	for (int i = 0; i < 3; i++)
+		printf("%s\"%s\":%llu", i ? "," : "", stub_names[i], (unsigned long long)per_kernel[i]);
+	printf("}}\n");
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))
 		;
