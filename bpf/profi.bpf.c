@@ -412,6 +412,20 @@ static __always_inline u32 flags_of(u32 op)
 	return op < OP_MAX ? op_flags[op & (OP_TABLE - 1)] : 0;
 }
 
+/* cudaMemcpyKind of a copy whose arguments name none (the driver's). */
+static __always_inline u32 copy_kind_of(u32 op)
+{
+	return op < OP_MAX ? op_copy_kind[op & (OP_TABLE - 1)] : 0;
+}
+
+/* Bytes per counted element of a set (cuMemsetD16/D32). */
+static __always_inline u64 unit_of(u32 op)
+{
+	u32 u = op < OP_MAX ? op_unit[op & (OP_TABLE - 1)] : 0;
+
+	return u ? u : 1;
+}
+
 /*
  * Decodes the function, stream and geometry of a launch (x86-64 SysV).
  * A dim3 passed by value takes two registers; the driver passes six
@@ -703,10 +717,20 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 			in.stream = arg(ctx, 8);
 		break;
 	case ARGS_SET:
-		in.arg1 = arg(ctx, 3);
+		in.arg1 = arg(ctx, 3) * unit_of(in.op);
 		break;
 	case ARGS_SET_ASYNC:
+		in.arg1 = arg(ctx, 3) * unit_of(in.op);
+		in.stream = arg(ctx, 4);
+		break;
+	case ARGS_CU_COPY:
+		/* (dst, src, bytes): the direction is the function's */
 		in.arg1 = arg(ctx, 3);
+		in.kind = copy_kind_of(in.op);
+		break;
+	case ARGS_CU_COPY_ASYNC:
+		in.arg1 = arg(ctx, 3);
+		in.kind = copy_kind_of(in.op);
 		in.stream = arg(ctx, 4);
 		break;
 	case ARGS_STREAM:
@@ -827,6 +851,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_COPY_2D_ASYNC:
 	case ARGS_SET:
 	case ARGS_SET_ASYNC:
+	case ARGS_CU_COPY:
+	case ARGS_CU_COPY_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
 		break;

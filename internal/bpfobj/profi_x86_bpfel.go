@@ -212,80 +212,123 @@ type ProfiNvtxRanges struct {
 type ProfiOp uint32
 
 const (
-	ProfiOpOP_UNKNOWN                        ProfiOp = 0
-	ProfiOpOP_CUDA_MALLOC                    ProfiOp = 1
-	ProfiOpOP_CUDA_FREE                      ProfiOp = 2
-	ProfiOpOP_CUDA_MEMCPY                    ProfiOp = 3
-	ProfiOpOP_CUDA_MEMCPY_ASYNC              ProfiOp = 4
-	ProfiOpOP_CUDA_LAUNCH_KERNEL             ProfiOp = 5
-	ProfiOpOP_CUDA_MALLOC_ASYNC              ProfiOp = 6
-	ProfiOpOP_CUDA_FREE_ASYNC                ProfiOp = 7
-	ProfiOpOP_CUDA_GRAPH_LAUNCH              ProfiOp = 8
-	ProfiOpOP_CUDA_GRAPH_INSTANTIATE         ProfiOp = 9
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ        ProfiOp = 10
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C        ProfiOp = 11
-	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE        ProfiOp = 12
-	ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ         ProfiOp = 13
-	ProfiOpOP_CUDA_MEMCPY_PEER               ProfiOp = 14
-	ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC         ProfiOp = 15
-	ProfiOpOP_CUDA_MEMCPY_2D                 ProfiOp = 16
-	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC           ProfiOp = 17
-	ProfiOpOP_CUDA_MALLOC_MANAGED            ProfiOp = 18
-	ProfiOpOP_CUDA_MALLOC_HOST               ProfiOp = 19
-	ProfiOpOP_CUDA_FREE_HOST                 ProfiOp = 20
-	ProfiOpOP_CUDA_MEMSET                    ProfiOp = 21
-	ProfiOpOP_CUDA_MEMSET_ASYNC              ProfiOp = 22
-	ProfiOpOP_CUDA_STREAM_SYNC               ProfiOp = 23
-	ProfiOpOP_CUDA_EVENT_SYNC                ProfiOp = 24
-	ProfiOpOP_CUDA_DEVICE_SYNC               ProfiOp = 25
-	ProfiOpOP_CUDA_SET_DEVICE                ProfiOp = 26
-	ProfiOpOP_CU_LAUNCH_KERNEL               ProfiOp = 27
-	ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ          ProfiOp = 28
-	ProfiOpOP_CU_LAUNCH_KERNEL_EX            ProfiOp = 29
-	ProfiOpOP_CU_LAUNCH_COOPERATIVE          ProfiOp = 30
-	ProfiOpOP_CU_GRAPH_LAUNCH                ProfiOp = 31
-	ProfiOpOP_CU_MODULE_LOAD_DATA            ProfiOp = 32
-	ProfiOpOP_CU_MODULE_GET_FUNCTION         ProfiOp = 33
-	ProfiOpOP_CU_LIBRARY_GET_KERNEL          ProfiOp = 34
-	ProfiOpOP_CU_KERNEL_GET_FUNCTION         ProfiOp = 35
-	ProfiOpOP_CUDA_REGISTER_FUNCTION         ProfiOp = 36
-	ProfiOpOP_CUDA_MEMCPY_PTDS               ProfiOp = 37
-	ProfiOpOP_CUDA_MEMCPY_2D_PTDS            ProfiOp = 38
-	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC_PTSZ      ProfiOp = 39
-	ProfiOpOP_CUDA_MEMSET_PTDS               ProfiOp = 40
-	ProfiOpOP_CUDA_MEMSET_ASYNC_PTSZ         ProfiOp = 41
-	ProfiOpOP_CUDA_STREAM_SYNC_PTSZ          ProfiOp = 42
-	ProfiOpOP_CUDA_GRAPH_LAUNCH_PTSZ         ProfiOp = 43
-	ProfiOpOP_CUDA_MALLOC_ASYNC_PTSZ         ProfiOp = 44
-	ProfiOpOP_CUDA_FREE_ASYNC_PTSZ           ProfiOp = 45
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C_PTSZ   ProfiOp = 46
-	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_PTSZ   ProfiOp = 47
-	ProfiOpOP_NCCL_ALL_REDUCE                ProfiOp = 48
-	ProfiOpOP_NCCL_ALL_GATHER                ProfiOp = 49
-	ProfiOpOP_NCCL_REDUCE_SCATTER            ProfiOp = 50
-	ProfiOpOP_NCCL_BROADCAST                 ProfiOp = 51
-	ProfiOpOP_NCCL_REDUCE                    ProfiOp = 52
-	ProfiOpOP_NCCL_SEND                      ProfiOp = 53
-	ProfiOpOP_NCCL_RECV                      ProfiOp = 54
-	ProfiOpOP_NCCL_ALL_TO_ALL                ProfiOp = 55
-	ProfiOpOP_NCCL_GROUP_START               ProfiOp = 56
-	ProfiOpOP_NCCL_GROUP_END                 ProfiOp = 57
-	ProfiOpOP_NCCL_COMM_INIT_RANK            ProfiOp = 58
-	ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG     ProfiOp = 59
-	ProfiOpOP_NCCL_COMM_INIT_ALL             ProfiOp = 60
-	ProfiOpOP_NCCL_COMM_DESTROY              ProfiOp = 61
-	ProfiOpOP_NCCL_COMM_ABORT                ProfiOp = 62
-	ProfiOpOP_NVTX_RANGE_PUSH_A              ProfiOp = 63
-	ProfiOpOP_NVTX_RANGE_PUSH_W              ProfiOp = 64
-	ProfiOpOP_NVTX_RANGE_PUSH_EX             ProfiOp = 65
-	ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX      ProfiOp = 66
-	ProfiOpOP_NVTX_RANGE_POP                 ProfiOp = 67
-	ProfiOpOP_NVTX_DOMAIN_RANGE_POP          ProfiOp = 68
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE      ProfiOp = 69
-	ProfiOpOP_CUDA_GET_KERNEL                ProfiOp = 70
-	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ ProfiOp = 71
-	ProfiOpOP_DL_DEBUG_STATE                 ProfiOp = 72
-	ProfiOpOP_MAX                            ProfiOp = 73
+	ProfiOpOP_UNKNOWN                               ProfiOp = 0
+	ProfiOpOP_CUDA_MALLOC                           ProfiOp = 1
+	ProfiOpOP_CUDA_FREE                             ProfiOp = 2
+	ProfiOpOP_CUDA_MEMCPY                           ProfiOp = 3
+	ProfiOpOP_CUDA_MEMCPY_ASYNC                     ProfiOp = 4
+	ProfiOpOP_CUDA_LAUNCH_KERNEL                    ProfiOp = 5
+	ProfiOpOP_CUDA_MALLOC_ASYNC                     ProfiOp = 6
+	ProfiOpOP_CUDA_FREE_ASYNC                       ProfiOp = 7
+	ProfiOpOP_CUDA_GRAPH_LAUNCH                     ProfiOp = 8
+	ProfiOpOP_CUDA_GRAPH_INSTANTIATE                ProfiOp = 9
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_PTSZ               ProfiOp = 10
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C               ProfiOp = 11
+	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE               ProfiOp = 12
+	ProfiOpOP_CUDA_MEMCPY_ASYNC_PTSZ                ProfiOp = 13
+	ProfiOpOP_CUDA_MEMCPY_PEER                      ProfiOp = 14
+	ProfiOpOP_CUDA_MEMCPY_PEER_ASYNC                ProfiOp = 15
+	ProfiOpOP_CUDA_MEMCPY_2D                        ProfiOp = 16
+	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC                  ProfiOp = 17
+	ProfiOpOP_CUDA_MALLOC_MANAGED                   ProfiOp = 18
+	ProfiOpOP_CUDA_MALLOC_HOST                      ProfiOp = 19
+	ProfiOpOP_CUDA_FREE_HOST                        ProfiOp = 20
+	ProfiOpOP_CUDA_MEMSET                           ProfiOp = 21
+	ProfiOpOP_CUDA_MEMSET_ASYNC                     ProfiOp = 22
+	ProfiOpOP_CUDA_STREAM_SYNC                      ProfiOp = 23
+	ProfiOpOP_CUDA_EVENT_SYNC                       ProfiOp = 24
+	ProfiOpOP_CUDA_DEVICE_SYNC                      ProfiOp = 25
+	ProfiOpOP_CUDA_SET_DEVICE                       ProfiOp = 26
+	ProfiOpOP_CU_LAUNCH_KERNEL                      ProfiOp = 27
+	ProfiOpOP_CU_LAUNCH_KERNEL_PTSZ                 ProfiOp = 28
+	ProfiOpOP_CU_LAUNCH_KERNEL_EX                   ProfiOp = 29
+	ProfiOpOP_CU_LAUNCH_COOPERATIVE                 ProfiOp = 30
+	ProfiOpOP_CU_GRAPH_LAUNCH                       ProfiOp = 31
+	ProfiOpOP_CU_MODULE_LOAD_DATA                   ProfiOp = 32
+	ProfiOpOP_CU_MODULE_GET_FUNCTION                ProfiOp = 33
+	ProfiOpOP_CU_LIBRARY_GET_KERNEL                 ProfiOp = 34
+	ProfiOpOP_CU_KERNEL_GET_FUNCTION                ProfiOp = 35
+	ProfiOpOP_CUDA_REGISTER_FUNCTION                ProfiOp = 36
+	ProfiOpOP_CUDA_MEMCPY_PTDS                      ProfiOp = 37
+	ProfiOpOP_CUDA_MEMCPY_2D_PTDS                   ProfiOp = 38
+	ProfiOpOP_CUDA_MEMCPY_2D_ASYNC_PTSZ             ProfiOp = 39
+	ProfiOpOP_CUDA_MEMSET_PTDS                      ProfiOp = 40
+	ProfiOpOP_CUDA_MEMSET_ASYNC_PTSZ                ProfiOp = 41
+	ProfiOpOP_CUDA_STREAM_SYNC_PTSZ                 ProfiOp = 42
+	ProfiOpOP_CUDA_GRAPH_LAUNCH_PTSZ                ProfiOp = 43
+	ProfiOpOP_CUDA_MALLOC_ASYNC_PTSZ                ProfiOp = 44
+	ProfiOpOP_CUDA_FREE_ASYNC_PTSZ                  ProfiOp = 45
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_EX_C_PTSZ          ProfiOp = 46
+	ProfiOpOP_CUDA_LAUNCH_COOPERATIVE_PTSZ          ProfiOp = 47
+	ProfiOpOP_NCCL_ALL_REDUCE                       ProfiOp = 48
+	ProfiOpOP_NCCL_ALL_GATHER                       ProfiOp = 49
+	ProfiOpOP_NCCL_REDUCE_SCATTER                   ProfiOp = 50
+	ProfiOpOP_NCCL_BROADCAST                        ProfiOp = 51
+	ProfiOpOP_NCCL_REDUCE                           ProfiOp = 52
+	ProfiOpOP_NCCL_SEND                             ProfiOp = 53
+	ProfiOpOP_NCCL_RECV                             ProfiOp = 54
+	ProfiOpOP_NCCL_ALL_TO_ALL                       ProfiOp = 55
+	ProfiOpOP_NCCL_GROUP_START                      ProfiOp = 56
+	ProfiOpOP_NCCL_GROUP_END                        ProfiOp = 57
+	ProfiOpOP_NCCL_COMM_INIT_RANK                   ProfiOp = 58
+	ProfiOpOP_NCCL_COMM_INIT_RANK_CONFIG            ProfiOp = 59
+	ProfiOpOP_NCCL_COMM_INIT_ALL                    ProfiOp = 60
+	ProfiOpOP_NCCL_COMM_DESTROY                     ProfiOp = 61
+	ProfiOpOP_NCCL_COMM_ABORT                       ProfiOp = 62
+	ProfiOpOP_NVTX_RANGE_PUSH_A                     ProfiOp = 63
+	ProfiOpOP_NVTX_RANGE_PUSH_W                     ProfiOp = 64
+	ProfiOpOP_NVTX_RANGE_PUSH_EX                    ProfiOp = 65
+	ProfiOpOP_NVTX_DOMAIN_RANGE_PUSH_EX             ProfiOp = 66
+	ProfiOpOP_NVTX_RANGE_POP                        ProfiOp = 67
+	ProfiOpOP_NVTX_DOMAIN_RANGE_POP                 ProfiOp = 68
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE             ProfiOp = 69
+	ProfiOpOP_CUDA_GET_KERNEL                       ProfiOp = 70
+	ProfiOpOP_CUDA_LAUNCH_KERNEL_HANDLE_PTSZ        ProfiOp = 71
+	ProfiOpOP_CU_MEM_ALLOC                          ProfiOp = 72
+	ProfiOpOP_CU_MEM_FREE                           ProfiOp = 73
+	ProfiOpOP_CU_MEM_ALLOC_ASYNC                    ProfiOp = 74
+	ProfiOpOP_CU_MEM_FREE_ASYNC                     ProfiOp = 75
+	ProfiOpOP_CU_MEM_ALLOC_ASYNC_PTSZ               ProfiOp = 76
+	ProfiOpOP_CU_MEM_FREE_ASYNC_PTSZ                ProfiOp = 77
+	ProfiOpOP_CU_MEM_ALLOC_MANAGED                  ProfiOp = 78
+	ProfiOpOP_CU_MEMCPY                             ProfiOp = 79
+	ProfiOpOP_CU_MEMCPY_ASYNC                       ProfiOp = 80
+	ProfiOpOP_CU_MEMCPY_HOST_TO_DEVICE              ProfiOp = 81
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_HOST              ProfiOp = 82
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_DEVICE            ProfiOp = 83
+	ProfiOpOP_CU_MEMCPY_HOST_TO_DEVICE_ASYNC        ProfiOp = 84
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_HOST_ASYNC        ProfiOp = 85
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_DEVICE_ASYNC      ProfiOp = 86
+	ProfiOpOP_CU_MEMCPY_PEER                        ProfiOp = 87
+	ProfiOpOP_CU_MEMCPY_PEER_ASYNC                  ProfiOp = 88
+	ProfiOpOP_CU_MEMCPY_PTDS                        ProfiOp = 89
+	ProfiOpOP_CU_MEMCPY_ASYNC_PTSZ                  ProfiOp = 90
+	ProfiOpOP_CU_MEMCPY_HOST_TO_DEVICE_PTDS         ProfiOp = 91
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_HOST_PTDS         ProfiOp = 92
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_DEVICE_PTDS       ProfiOp = 93
+	ProfiOpOP_CU_MEMCPY_HOST_TO_DEVICE_ASYNC_PTSZ   ProfiOp = 94
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_HOST_ASYNC_PTSZ   ProfiOp = 95
+	ProfiOpOP_CU_MEMCPY_DEVICE_TO_DEVICE_ASYNC_PTSZ ProfiOp = 96
+	ProfiOpOP_CU_MEMSET_D_8                         ProfiOp = 97
+	ProfiOpOP_CU_MEMSET_D_16                        ProfiOp = 98
+	ProfiOpOP_CU_MEMSET_D_32                        ProfiOp = 99
+	ProfiOpOP_CU_MEMSET_D_8ASYNC                    ProfiOp = 100
+	ProfiOpOP_CU_MEMSET_D_16ASYNC                   ProfiOp = 101
+	ProfiOpOP_CU_MEMSET_D_32ASYNC                   ProfiOp = 102
+	ProfiOpOP_CU_MEMSET_D_8PTDS                     ProfiOp = 103
+	ProfiOpOP_CU_MEMSET_D_16PTDS                    ProfiOp = 104
+	ProfiOpOP_CU_MEMSET_D_32PTDS                    ProfiOp = 105
+	ProfiOpOP_CU_MEMSET_D_8ASYNC_PTSZ               ProfiOp = 106
+	ProfiOpOP_CU_MEMSET_D_16ASYNC_PTSZ              ProfiOp = 107
+	ProfiOpOP_CU_MEMSET_D_32ASYNC_PTSZ              ProfiOp = 108
+	ProfiOpOP_CU_MEM_CREATE                         ProfiOp = 109
+	ProfiOpOP_CU_MEM_RELEASE                        ProfiOp = 110
+	ProfiOpOP_CU_MEM_MAP                            ProfiOp = 111
+	ProfiOpOP_CU_MEM_UNMAP                          ProfiOp = 112
+	ProfiOpOP_CU_MEM_ADDRESS_RESERVE                ProfiOp = 113
+	ProfiOpOP_CU_MEM_ADDRESS_FREE                   ProfiOp = 114
+	ProfiOpOP_DL_DEBUG_STATE                        ProfiOp = 115
+	ProfiOpOP_MAX                                   ProfiOp = 116
 )
 
 type ProfiOpArgs uint32
@@ -328,6 +371,8 @@ const (
 	ProfiOpArgsARGS_NVTX_EX           ProfiOpArgs = 34
 	ProfiOpArgsARGS_NVTX_DOMAIN_EX    ProfiOpArgs = 35
 	ProfiOpArgsARGS_GET_KERNEL_HANDLE ProfiOpArgs = 36
+	ProfiOpArgsARGS_CU_COPY           ProfiOpArgs = 37
+	ProfiOpArgsARGS_CU_COPY_ASYNC     ProfiOpArgs = 38
 )
 
 type ProfiPhase uint32
@@ -400,7 +445,9 @@ const (
 	ProfiVarDetailedLaunches  = "detailed_launches"
 	ProfiVarNvtxEnabled       = "nvtx_enabled"
 	ProfiVarOpArgs            = "op_args"
+	ProfiVarOpCopyKind        = "op_copy_kind"
 	ProfiVarOpFlags           = "op_flags"
+	ProfiVarOpUnit            = "op_unit"
 	ProfiVarSampleRate        = "sample_rate"
 	ProfiVarUnusedDrop        = "unused_drop"
 	ProfiVarUnusedLaunchEvent = "unused_launch_event"
@@ -500,7 +547,9 @@ type ProfiVariableSpecs struct {
 	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
 	NvtxEnabled       *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
 	OpArgs            *ebpf.VariableSpec `ebpf:"op_args"`
+	OpCopyKind        *ebpf.VariableSpec `ebpf:"op_copy_kind"`
 	OpFlags           *ebpf.VariableSpec `ebpf:"op_flags"`
+	OpUnit            *ebpf.VariableSpec `ebpf:"op_unit"`
 	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.VariableSpec `ebpf:"unused_launch_event"`
@@ -588,7 +637,9 @@ type ProfiVariables struct {
 	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
 	NvtxEnabled       *ebpf.Variable `ebpf:"nvtx_enabled"`
 	OpArgs            *ebpf.Variable `ebpf:"op_args"`
+	OpCopyKind        *ebpf.Variable `ebpf:"op_copy_kind"`
 	OpFlags           *ebpf.Variable `ebpf:"op_flags"`
+	OpUnit            *ebpf.Variable `ebpf:"op_unit"`
 	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedLaunchEvent *ebpf.Variable `ebpf:"unused_launch_event"`

@@ -76,6 +76,18 @@ func CHeader() string {
 			fmt.Fprintf(&b, "\t[OP_%s] = %s,\n", cName(r.Const), strings.Join(names, " | "))
 		}
 	}
+	b.WriteString("};\n\n/* cudaMemcpyKind of copies whose arguments name none (Direction). */\nconst u8 op_copy_kind[OP_TABLE] = {\n")
+	for _, r := range Table {
+		if r.Args == ArgsCuCopy || r.Args == ArgsCuCopyAsync {
+			fmt.Fprintf(&b, "\t[OP_%s] = %d,\n", cName(r.Const), r.Direction)
+		}
+	}
+	b.WriteString("};\n\n/* Bytes per counted element of a set, where not 1 (Unit). */\nconst u8 op_unit[OP_TABLE] = {\n")
+	for _, r := range Table {
+		if r.Unit > 1 {
+			fmt.Fprintf(&b, "\t[OP_%s] = %d,\n", cName(r.Const), r.Unit)
+		}
+	}
 	b.WriteString("};\n/* clang-format on */\n")
 	return b.String()
 }

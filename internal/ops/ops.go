@@ -110,6 +110,8 @@ const (
 	ArgsNVTXEx                // (const nvtxEventAttributes_t *)
 	ArgsNVTXDomainEx          // (domain, const nvtxEventAttributes_t *)
 	ArgsGetKernelHandle       // (cudaKernel_t *out, const void *hostFun)
+	ArgsCuCopy                // (dst, src, bytes): the row's Direction
+	ArgsCuCopyAsync           // (dst, src, bytes, stream)
 	NumArgs
 )
 
@@ -120,8 +122,20 @@ var argsNames = [NumArgs]string{
 	"GRAPH_LAUNCH", "SET_DEVICE", "GET_FUNCTION", "GET_KERNEL", "KERNEL_FUNCTION", "LAUNCH",
 	"LAUNCH_EXC", "CU_LAUNCH", "CU_LAUNCH_EX", "REGISTER_FUNCTION", "NCCL_COLL", "NCCL_GATHER",
 	"NCCL_REDUCE", "NCCL_P2P", "NCCL_INIT_RANK", "NCCL_INIT_ALL", "NCCL_COMM", "NVTX_A",
-	"NVTX_W", "NVTX_EX", "NVTX_DOMAIN_EX", "GET_KERNEL_HANDLE",
+	"NVTX_W", "NVTX_EX", "NVTX_DOMAIN_EX", "GET_KERNEL_HANDLE", "CU_COPY", "CU_COPY_ASYNC",
 }
+
+// Direction is a cudaMemcpyKind (the `direction` label's source).
+type Direction uint8
+
+// Directions.
+const (
+	H2H Direction = iota
+	H2D
+	D2H
+	D2D
+	DirDefault // unified addressing: the pointers decide
+)
 
 // Profile values of --probe-profile.
 const (
@@ -163,6 +177,12 @@ type Row struct {
 	// (_ptsz, _ptds) shares; "" for none. Documentation and tests: the
 	// layout (Args) is what BPF decodes.
 	Base string
+	// Direction is the cudaMemcpyKind of a copy whose arguments name none
+	// (the driver's cuMemcpyHtoD and friends; ArgsCuCopy layouts).
+	Direction Direction
+	// Unit is the bytes per counted element of a set (cuMemsetD16: 2,
+	// cuMemsetD32: 4); 0 means 1.
+	Unit uint8
 	// Since is the first library release that exports the function, where
 	// it is newer than the oldest release profi supports.
 	Since string

@@ -57,6 +57,7 @@ const (
 	nvtxHeader      = "test/stubs/nvtx_stub.h"
 	ncclWorkloadSrc = "test/workloads/nccl_workload.c"
 	launch13Src     = "test/workloads/launch13.c"
+	drvmemSrc       = "test/workloads/drvmem.c"
 )
 
 // Fixtures holds paths of built fixtures.
@@ -82,6 +83,9 @@ type Fixtures struct {
 	// Launch13 launches as nvcc 13 code does (__cudaGetKernel, then
 	// __cudaLaunchKernel[_ptsz]); NEEDED libcudart.so.12, RUNPATH <dir>.
 	Launch13 string
+	// DrvMem calls the driver memory API directly (Triton, NCCL, static
+	// runtimes); NEEDED libcuda.so.1, RUNPATH <dir>.
+	DrvMem string
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -99,12 +103,13 @@ func fixturesIn(dir string) *Fixtures {
 		Nvtx:           filepath.Join(dir, "libnvToolsExt.so.1"),
 		Nvtx3Interop:   filepath.Join(dir, "libnvtx3interop.so.1"),
 		Launch13:       filepath.Join(dir, "launch13"),
+		DrvMem:         filepath.Join(dir, "drvmem"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
-		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Launch13}
+		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Launch13, f.DrvMem}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -194,6 +199,8 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnvtx3interop.so.1", "-o", t.Nvtx3Interop, src(nvtxSrc), "-lpthread"}),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Launch13, src(launch13Src),
 			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvMem, src(drvmemSrc),
+			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.NcclWorkload, src(ncclWorkloadSrc),
 			"-L" + tmp, "-l:libnccl.so.2", "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
@@ -255,7 +262,7 @@ func buildStamp(gcc, root, dir string) (string, error) {
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
-		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src} {
+		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvmemSrc} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

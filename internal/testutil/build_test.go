@@ -57,7 +57,18 @@ var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFu
 	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
 
 // driverExports are all functions the driver stub defines and exports.
-var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch"})
+var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch"}, driverMemFuncs)
+
+// driverMemFuncs are the driver memory API functions the stub exports
+// (PROFI_CU_MEM_FUNCS in cuda_drv_stub.h).
+var driverMemFuncs = []string{
+	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocManaged",
+	"cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyPeer",
+	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemsetD8_v2", "cuMemsetD16_v2",
+	"cuMemsetD32_v2", "cuMemsetD32Async", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
+	"cuMemAddressFree", "cuMemMap", "cuMemUnmap",
+}
 
 // runtimeImports are the driver functions the runtime stub calls.
 var runtimeImports = []string{

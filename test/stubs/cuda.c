@@ -239,3 +239,145 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
 	WRAP(do_kernel_function(pFunc, kernel));
 }
+
+/* The memory API: device pointers and VMM handles from counters (never
+ * reused), copies and sets that succeed unless a pointer is NULL, and a
+ * free or release of 0 that fails with CUDA_ERROR_INVALID_VALUE. */
+static uintptr_t next_dptr = 0x20000000, next_mem_handle = 0x7000;
+
+INTERNAL CUresult do_mem_alloc(CUdeviceptr *dptr, size_t size, uintptr_t *counter)
+{
+	if (!dptr || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	*dptr = __atomic_fetch_add(counter, (size + 0xff) & ~(size_t)0xff, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+INTERNAL CUresult do_mem_use(CUdeviceptr a, uintptr_t b, size_t n, CUstream s)
+{
+	sink = (uintptr_t)a ^ b ^ n ^ (uintptr_t)s;
+	return a && b ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+INTERNAL CUresult do_mem_free(CUdeviceptr p, CUstream s)
+{
+	sink = (uintptr_t)s;
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	WRAP(do_mem_alloc(dptr, bytesize, &next_dptr));
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	WRAP(do_mem_free(dptr, NULL));
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	sink = (uintptr_t)hStream;
+	WRAP(do_mem_alloc(dptr, bytesize, &next_dptr));
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	WRAP(do_mem_free(dptr, hStream));
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)
+{
+	sink = flags;
+	WRAP(do_mem_alloc(dptr, bytesize, &next_dptr));
+}
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	WRAP(do_mem_use(dst, src, n, NULL));
+}
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, src, n, s));
+}
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	WRAP(do_mem_use(dst, (uintptr_t)src, n, NULL));
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	WRAP(do_mem_use((uintptr_t)dst, src, n, NULL));
+}
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	WRAP(do_mem_use(dst, src, n, NULL));
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, (uintptr_t)src, n, s));
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use((uintptr_t)dst, src, n, s));
+}
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, src, n, s));
+}
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx,
+			     size_t n)
+{
+	sink = (uintptr_t)dstCtx ^ (uintptr_t)srcCtx;
+	WRAP(do_mem_use(dst, src, n, NULL));
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, (uintptr_t)src, n, s));
+}
+EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, src, n, s));
+}
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n)
+{
+	WRAP(do_mem_use(dst, uc + 1, n, NULL));
+}
+EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dst, unsigned short us, size_t n)
+{
+	WRAP(do_mem_use(dst, us + 1, n, NULL));
+}
+EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned ui, size_t n)
+{
+	WRAP(do_mem_use(dst, (uintptr_t)ui + 1, n, NULL));
+}
+EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned ui, size_t n, CUstream s)
+{
+	WRAP(do_mem_use(dst, (uintptr_t)ui + 1, n, s));
+}
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
+			    unsigned long long flags)
+{
+	sink = (uintptr_t)prop ^ flags;
+	WRAP(do_mem_alloc(handle, size, &next_mem_handle));
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	WRAP(do_mem_free(handle, NULL));
+}
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+				    CUdeviceptr addr, unsigned long long flags)
+{
+	sink = alignment ^ addr ^ flags;
+	WRAP(do_mem_alloc(ptr, size, &next_dptr));
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	sink = size;
+	WRAP(do_mem_free(ptr, NULL));
+}
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+			 CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	sink = offset ^ flags;
+	WRAP(do_mem_use(ptr, handle, size, NULL));
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	sink = size;
+	WRAP(do_mem_free(ptr, NULL));
+}

@@ -16,6 +16,9 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUctx_st *CUcontext;
+typedef unsigned long long CUdeviceptr; /* CUdeviceptr_v2 */
+typedef unsigned long long CUmemGenericAllocationHandle;
 
 typedef struct {
 	unsigned gridDimX, gridDimY, gridDimZ;
@@ -77,5 +80,41 @@ enum {
 #define PROFI_DECLARE_CU_FUNC(name, params) CUresult name params;
 PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 #undef PROFI_DECLARE_CU_FUNC
+
+/* The driver memory API (CUDA 11.8-13 names: the _v2 entry points that
+ * cuda.h's macros and cuGetProcAddress resolve to, their per-thread-stream
+ * variants, and the VMM calls). Prototypes as in cuda.h; the property
+ * structs are opaque here (the stub never reads them). */
+#define PROFI_CU_MEM_FUNCS(X)                                                          \
+	X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))                      \
+	X(cuMemFree_v2, (CUdeviceptr dptr))                                           \
+	X(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))  \
+	X(cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream))                       \
+	X(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytesize, unsigned flags))  \
+	X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount))             \
+	X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t ByteCount))      \
+	X(cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t ByteCount))           \
+	X(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount))      \
+	X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemcpyPeer, (CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t ByteCount)) \
+	X(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void *src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)) \
+	X(cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t N))               \
+	X(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short us, size_t N))             \
+	X(cuMemsetD32_v2, (CUdeviceptr dst, unsigned ui, size_t N))                   \
+	X(cuMemsetD32Async, (CUdeviceptr dst, unsigned ui, size_t N, CUstream hStream)) \
+	X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const void *prop, unsigned long long flags)) \
+	X(cuMemRelease, (CUmemGenericAllocationHandle handle))                        \
+	X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \
+	X(cuMemAddressFree, (CUdeviceptr ptr, size_t size))                           \
+	X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)) \
+	X(cuMemUnmap, (CUdeviceptr ptr, size_t size))
+
+#define PROFI_DECLARE_CU_MEM(name, params) CUresult name params;
+PROFI_CU_MEM_FUNCS(PROFI_DECLARE_CU_MEM)
+#undef PROFI_DECLARE_CU_MEM
 
 #endif

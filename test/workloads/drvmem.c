@@ -1,0 +1,132 @@
+/* Drives the driver memory API of the stub libcuda.so.1 directly, as
+ * Triton, NCCL and statically linked runtimes do: allocations (plain,
+ * async, managed, VMM physical allocations), copies of every direction
+ * (sync, async, per-thread stream), peer copies, sets of 1, 2 and 4-byte
+ * elements, VMM mapping calls, and one failing free. Prints its exact
+ * ground truth, tallied from the arguments passed and the codes returned.
+ *
+ * Usage: drvmem ITERS. stdin protocol: prints "ready <pid>"; "go" -> ITERS
+ * iterations -> one JSON line; EOF -> exit 0. */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_drv_stub.h"
+
+enum { NFN = 26 };
+static const char *const fn_name[NFN] = {
+#define NAME(name, params) #name,
+	PROFI_CU_MEM_FUNCS(NAME)
+#undef NAME
+};
+enum {
+#define ID(name, params) F_##name,
+	PROFI_CU_MEM_FUNCS(ID)
+#undef ID
+};
+_Static_assert(F_cuMemUnmap == NFN - 1, "NFN");
+
+static uint64_t calls[NFN], errors[NFN];
+static uint64_t memcpy_bytes[5]; /* cudaMemcpyKind: h2h h2d d2h d2d default */
+static uint64_t p2p_bytes, memset_bytes, malloc_bytes, freed_bytes;
+
+static void tally(int f, CUresult rc)
+{
+	calls[f]++;
+	if (rc)
+		errors[f]++;
+}
+
+#define CALL(f, ...) tally(F_##f, f(__VA_ARGS__))
+
+static void copied(int kind, uint64_t n) { memcpy_bytes[kind] += n; }
+
+int main(int argc, char **argv)
+{
+	if (argc != 2)
+		return 2;
+	long iters = strtol(argv[1], NULL, 10);
+	static char host[1 << 16];
+	CUstream s = (CUstream)(uintptr_t)0x5100; /* a fake stream handle */
+	char line[64];
+
+	printf("ready %d\n", (int)getpid());
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
+		return 0;
+	for (long i = 0; i < iters; i++) {
+		size_t n = 4096 * (size_t)(i % 4 + 1);
+		CUdeviceptr a = 0, b = 0, m = 0, va = 0;
+		CUmemGenericAllocationHandle h = 0;
+
+		CALL(cuMemAlloc_v2, &a, n);
+		CALL(cuMemAllocAsync, &b, 2 * n, s);
+		CALL(cuMemAllocManaged, &m, 3 * n, 1);
+		CALL(cuMemCreate, &h, 1 << 21, NULL, 0);
+		malloc_bytes += n + 2 * n + 3 * n + (1 << 21);
+
+		CALL(cuMemcpyHtoD_v2, a, host, n);
+		copied(1, n);
+		CALL(cuMemcpyDtoH_v2, host, a, n / 2);
+		copied(2, n / 2);
+		CALL(cuMemcpyDtoD_v2, b, a, n);
+		copied(3, n);
+		CALL(cuMemcpy, b, a, 100);
+		copied(4, 100);
+		CALL(cuMemcpyAsync, b, a, 200, s);
+		copied(4, 200);
+		CALL(cuMemcpyHtoDAsync_v2, a, host, 300, s);
+		copied(1, 300);
+		CALL(cuMemcpyDtoHAsync_v2, host, a, 400, s);
+		copied(2, 400);
+		CALL(cuMemcpyDtoDAsync_v2, b, a, 500, s);
+		copied(3, 500);
+		CALL(cuMemcpyHtoDAsync_v2_ptsz, a, host, 600, s);
+		copied(1, 600);
+		CALL(cuMemcpyAsync_ptsz, b, a, 700, s);
+		copied(4, 700);
+		CALL(cuMemcpyPeer, b, NULL, a, NULL, 800);
+		p2p_bytes += 800;
+
+		CALL(cuMemsetD8_v2, a, 0, 1000);
+		CALL(cuMemsetD16_v2, a, 0, 1000);
+		CALL(cuMemsetD32_v2, a, 0, 1000);
+		CALL(cuMemsetD32Async, b, 0, 500, s);
+		memset_bytes += 1000 + 2 * 1000 + 4 * 1000 + 4 * 500;
+
+		CALL(cuMemAddressReserve, &va, 1 << 21, 0, 0, 0);
+		CALL(cuMemMap, va, 1 << 21, 0, h, 0);
+		CALL(cuMemUnmap, va, 1 << 21);
+		CALL(cuMemAddressFree, va, 1 << 21);
+
+		CALL(cuMemFree_v2, a);
+		CALL(cuMemFreeAsync, b, s);
+		CALL(cuMemRelease, h);
+		freed_bytes += n + 2 * n + (1 << 21); /* the managed allocation stays */
+		CALL(cuMemFree_v2, 0);		      /* fails: CUDA_ERROR_INVALID_VALUE */
+	}
+	printf("{\"calls\":{");
+	for (int f = 0, first = 1; f < NFN; f++)
+		if (calls[f]) {
+			printf("%s\"%s\":%" PRIu64, first ? "" : ",", fn_name[f], calls[f]);
+			first = 0;
+		}
+	printf("},\"errors\":{");
+	for (int f = 0, first = 1; f < NFN; f++)
+		if (errors[f]) {
+			printf("%s\"%s\":%" PRIu64, first ? "" : ",", fn_name[f], errors[f]);
+			first = 0;
+		}
+	printf("},\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
+	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64
+	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 "}\n",
+	       memcpy_bytes[1], memcpy_bytes[2], memcpy_bytes[3], memcpy_bytes[4], p2p_bytes,
+	       memset_bytes, malloc_bytes, malloc_bytes - freed_bytes);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin))
+		;
+	return 0;
+}
