@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check docker-build docker-push
+.PHONY: all build test test-setup test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check docker-build docker-push
 
 all: build
 
@@ -16,7 +16,13 @@ build:
 # real BPF programs (root needed; PROFI_E2E=1 turns their skip into a failure).
 # -p 1: the e2e agents probe every libcudart on the machine, and the latency
 # histograms carry no pid, so no other package's workloads may run meanwhile.
-test:
+# What the tests need on a fresh machine (Debian packages, kube-apiserver
+# and helm built into the tools cache, NVIDIA's runtime, driver and NVTX
+# libraries fetched there), or one line saying what is missing.
+test-setup:
+	bash scripts/test-setup.sh
+
+test: test-setup
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 

@@ -6,7 +6,8 @@
 # The binary is cached outside the repository, keyed by version:
 #   ${PROFI_TOOLS_CACHE:-/var/cache/profi-tools}/kube-apiserver-VERSION/kube-apiserver
 # so only a new machine pays the build (about 10 minutes on 2 cores); when the
-# binary is there the script only prints its path. Safe to run concurrently:
+# binary is there the script only prints its path. With --check it builds
+# nothing and exits 1 when the binary is missing. Safe to run concurrently:
 # a lock serialises builds and the binary appears atomically.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +29,7 @@ if [ -x "$bin" ]; then
 	echo "$bin"
 	exit 0
 fi
+[ "${1:-}" = --check ] && exit 1 # not built: say so, build nothing
 
 mkdir -p "$dir"
 exec 9>"$dir/.lock"

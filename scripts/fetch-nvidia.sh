@@ -13,7 +13,8 @@
 # dpkg-deb -x into a cache outside the repository:
 #   ${PROFI_TOOLS_CACHE:-/var/cache/profi-tools}/nvidia/PACKAGE_VERSION/
 # When every package is unpacked there, the script only prints the paths (no
-# network). Never commit these files: NVIDIA's licence allows running them,
+# network); with --check it fetches nothing and exits 1 when one is missing.
+# Never commit these files: NVIDIA's licence allows running them,
 # not redistributing them. Safe to run concurrently (a lock serialises it).
 #
 # PROFI_DEBIAN_MIRROR overrides the mirror (default: the URI of the machine's
@@ -61,6 +62,7 @@ if complete; then
 	print
 	exit 0
 fi
+[ "${1:-}" = --check ] && exit 1 # not fetched: say so, fetch nothing
 
 for tool in apt-get dpkg-deb flock; do
 	command -v "$tool" >/dev/null || die "needs $tool (Debian's apt, dpkg, util-linux)"
@@ -86,7 +88,10 @@ mirror() {
 	} | awk -v s="$codename" '$1 == "deb" { sub(/\[[^]]*\] */, ""); if ($3 == s && $2 ~ /debian\/?$/) { print $2; exit } }'
 	cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
 		awk -v s="$codename" '
-			function flush() { if (uris != "" && (" " suites " ") ~ (" " s " ") && uris ~ /debian\/?$/) { split(uris, u, " "); print u[1]; exit } uris = ""; suites = "" }
+			function flush() {
+				if (!done && uris != "" && (" " suites " ") ~ (" " s " ") && uris ~ /debian\/?$/) { split(uris, u, " "); print u[1]; done = 1; exit }
+				uris = ""; suites = ""
+			}
 			/^[ \t]*$/ { flush(); next }
 			/^URIs:/ { $1 = ""; uris = $0 }
 			/^Suites:/ { $1 = ""; suites = $0 }

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Provides what `make test` and `make chart-check` need on a fresh Debian
+# machine (the Makefile's test-setup target runs it first), or fails with one
+# line saying what is missing:
+#   - Debian packages: gcc, libc6-dev, make, binutils (stub libraries and
+#     workloads, c++filt), util-linux (unshare, setpriv, flock), python3,
+#     prometheus (promtool and the server), etcd-server (etcd), tmux (the
+#     terminal `profi top` is tested in); apt-get install, apt-get update
+#     first, only for what is missing;
+#   - kube-apiserver and helm, built once into the tools cache by
+#     scripts/build-kube-apiserver.sh (about 10 minutes) and
+#     scripts/build-helm.sh (about 6 minutes);
+#   - NVIDIA's real libcudart, libcuda and NVTX, fetched once into the same
+#     cache by scripts/fetch-nvidia.sh (seconds).
+# When everything is there it only checks (well under a second). Root is
+# needed to install packages, and to write the default cache
+# /var/cache/profi-tools (PROFI_TOOLS_CACHE moves it; PROFI_KUBE_APISERVER
+# and PROFI_HELM name binaries to use instead of building them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() {
+	echo "profi tests need: $*" >&2
+	exit 1
+}
+
+command -v go >/dev/null ||
+	die "Go (go.mod's version) in PATH; under sudo keep your PATH: sudo env \"PATH=\$PATH\" make test"
+
+# Debian package -> what shows it is installed (a command, or path:FILE).
+requirements=(
+	"gcc gcc"
+	"libc6-dev path:/usr/include/stdio.h"
+	"make make"
+	"binutils c++filt"
+	"util-linux unshare setpriv flock"
+	"python3 python3"
+	"prometheus promtool prometheus"
+	"etcd-server etcd"
+	"tmux tmux"
+	"dpkg dpkg-deb"
+	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
+)
+packages=()
+for r in "${requirements[@]}"; do
+	read -r pkg probes <<<"$r"
+	for p in $probes; do
+		case $p in
+		path:*) [ -e "${p#path:}" ] && continue ;;
+		*) command -v "$p" >/dev/null && continue ;;
+		esac
+		packages+=("$pkg")
+		break
+	done
+done
+
+# Built or fetched into the tools cache.
+tools=()
+[ -n "${PROFI_KUBE_APISERVER:-}" ] || bash scripts/build-kube-apiserver.sh --check >/dev/null ||
+	tools+=(kube-apiserver)
+[ -n "${PROFI_HELM:-}" ] || bash scripts/build-helm.sh --check >/dev/null || tools+=(helm)
+bash scripts/fetch-nvidia.sh --check >/dev/null || tools+=(nvidia)
+
+[ ${#packages[@]} -eq 0 ] && [ ${#tools[@]} -eq 0 ] && exit 0
+
+cache=${PROFI_TOOLS_CACHE:-/var/cache/profi-tools}
+missing=()
+[ ${#packages[@]} -gt 0 ] && missing+=("Debian packages ${packages[*]}")
+if [ ${#tools[@]} -gt 0 ]; then
+	names=$(printf '%s, ' "${tools[@]}")
+	names=${names%, }
+	missing+=("${names/nvidia/NVIDIA\'s libcudart, libcuda and NVTX} (built or fetched into $cache)")
+fi
+if [ "$(id -u)" != 0 ]; then
+	if [ ${#packages[@]} -gt 0 ] || ! { mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ]; }; then
+		msg=$(printf '%s; ' "${missing[@]}")
+		die "${msg%; }; run sudo make test (it installs them)"
+	fi
+fi
+
+if [ ${#packages[@]} -gt 0 ]; then
+	command -v apt-get >/dev/null || die "${missing[0]} (no apt-get here: install them)"
+	echo "test-setup: installing ${packages[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+for t in "${tools[@]}"; do
+	case $t in
+	kube-apiserver) bash scripts/build-kube-apiserver.sh >/dev/null ;;
+	helm) bash scripts/build-helm.sh >/dev/null ;;
+	nvidia) bash scripts/fetch-nvidia.sh >/dev/null ;;
+	esac
+done
+echo "test-setup: done" >&2
