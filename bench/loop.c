@@ -39,6 +39,7 @@
 
 #include "cuda_drv_stub.h"
 #include "cuda_stub.h"
+#include "loop.h"
 
 static void kernel(void) {}
 
@@ -72,14 +73,6 @@ static long calls_memcpy_async(long n)
 	return failed;
 }
 
-static long long now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -90,10 +83,6 @@ int main(int argc, char **argv)
 		{"cuLaunchKernel", calls_cu_launch},
 		{"cudaMemcpyAsync", calls_memcpy_async},
 	};
-	long (*run)(long) = NULL;
-	long calls, warmup, failed;
-	long long t0, t1;
-	char line[16];
 
 	if (argc != 4) {
 		fprintf(stderr, "usage: %s cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync CALLS WARMUP\n",
@@ -102,33 +91,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		if (strcmp(argv[1], fns[i].name) == 0)
-			run = fns[i].run;
-	if (!run) {
-		fprintf(stderr, "unknown function %s\n", argv[1]);
-		return 2;
-	}
-	calls = atol(argv[2]);
-	warmup = atol(argv[3]);
-	if (calls <= 0 || warmup < 0) {
-		fprintf(stderr, "CALLS must be > 0 and WARMUP >= 0\n");
-		return 2;
-	}
-
-	printf("ready pid=%d\n", (int)getpid());
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin)) {
-		fprintf(stderr, "stdin closed before the go-ahead\n");
-		return 3;
-	}
-
-	failed = run(warmup);
-	t0 = now_ns();
-	failed += run(calls);
-	t1 = now_ns();
-	if (failed) {
-		fprintf(stderr, "%ld calls of %s failed\n", failed, argv[1]);
-		return 1;
-	}
-	printf("pid=%d calls=%ld warmup=%ld elapsed_ns=%lld\n", (int)getpid(), calls, warmup, t1 - t0);
-	return 0;
+			return bench_loop(argv[1], argv[2], argv[3], NULL, fns[i].run);
+	fprintf(stderr, "unknown function %s\n", argv[1]);
+	return 2;
 }

@@ -31,13 +31,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loop.h"
 #include "nccl_stub.h"
 
 #define COUNT 1024
 
 static float sendbuf[COUNT], recvbuf[COUNT];
 
-static long calls_all_reduce(ncclComm_t comm, long n)
+static ncclComm_t comm;
+
+static long calls_all_reduce(long n)
 {
 	long failed = 0;
 
@@ -47,40 +50,11 @@ static long calls_all_reduce(ncclComm_t comm, long n)
 	return failed;
 }
 
-static long long now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int main(int argc, char **argv)
+/* One communicator, as a one-rank job makes it. */
+static int init_comm(void)
 {
 	ncclUniqueId id;
-	ncclComm_t comm = NULL;
 	ncclResult_t rc;
-	long calls, warmup, failed;
-	long long t0, t1;
-	char line[16];
-
-	if (argc != 4 || strcmp(argv[1], "ncclAllReduce") != 0) {
-		fprintf(stderr, "usage: %s ncclAllReduce CALLS WARMUP\n", argv[0]);
-		return 2;
-	}
-	calls = atol(argv[2]);
-	warmup = atol(argv[3]);
-	if (calls <= 0 || warmup < 0) {
-		fprintf(stderr, "CALLS must be > 0 and WARMUP >= 0\n");
-		return 2;
-	}
-
-	printf("ready pid=%d\n", (int)getpid());
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin)) {
-		fprintf(stderr, "stdin closed before the go-ahead\n");
-		return 3;
-	}
 
 	if ((rc = ncclGetUniqueId(&id)) != ncclSuccess) {
 		fprintf(stderr, "ncclGetUniqueId: %d\n", (int)rc);
@@ -90,14 +64,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ncclCommInitRank: %d\n", (int)rc);
 		return 1;
 	}
-	failed = calls_all_reduce(comm, warmup);
-	t0 = now_ns();
-	failed += calls_all_reduce(comm, calls);
-	t1 = now_ns();
-	if (failed) {
-		fprintf(stderr, "%ld calls of ncclAllReduce failed\n", failed);
-		return 1;
-	}
-	printf("pid=%d calls=%ld warmup=%ld elapsed_ns=%lld\n", (int)getpid(), calls, warmup, t1 - t0);
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4 || strcmp(argv[1], "ncclAllReduce") != 0) {
+		fprintf(stderr, "usage: %s ncclAllReduce CALLS WARMUP\n", argv[0]);
+		return 2;
+	}
+	return bench_loop(argv[1], argv[2], argv[3], init_comm, calls_all_reduce);
 }
