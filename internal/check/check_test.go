@@ -3,15 +3,8 @@ package check
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -194,30 +187,23 @@ func TestOTLPDown(t *testing.T) {
 
 type certFiles struct{ cert, key string }
 
-func writeCert(t *testing.T, dir, name string, notBefore, notAfter time.Time, keyFrom *ecdsa.PrivateKey) (certFiles, *ecdsa.PrivateKey) {
+// writeCert writes a certificate valid from notBefore to notAfter and a
+// key: its own, or keyFrom (another certificate's key: a mismatch).
+func writeCert(t *testing.T, dir, name string, notBefore, notAfter time.Time, keyFrom []byte) (certFiles, []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: notBefore, NotAfter: notAfter,
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp := testutil.NewCA(t, name+" CA").Issue(t, testutil.CertOptions{CommonName: name, NotBefore: notBefore, NotAfter: notAfter})
+	key := kp.KeyPEM
 	if keyFrom != nil {
-		key = keyFrom // the key file holds another key: a mismatch
+		key = keyFrom
 	}
-	kb, _ := x509.MarshalECPrivateKey(key)
 	f := certFiles{filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")}
-	if err := os.WriteFile(f.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(f.cert, kp.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(f.key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+	if err := os.WriteFile(f.key, key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return f, key
+	return f, kp.KeyPEM
 }
 
 // TestTLSFiles: good, expired, expiring, mismatched and unreadable files.

@@ -2,14 +2,8 @@ package client
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,52 +12,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/profi-dev/profi/internal/testutil"
 )
 
 type pki struct {
 	caPEM, serverCert, serverKey, clientCert, clientKey []byte
 	caFile, clientCertFile, clientKeyFile               string
-	ca                                                  *x509.Certificate
-	caKey                                               *ecdsa.PrivateKey
-}
-
-func newCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (certPEM, keyPEM []byte, cert *x509.Certificate, key *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ = x509.ParseCertificate(der)
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), cert, key
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	now := time.Now()
-	p := &pki{}
-	p.caPEM, _, p.ca, p.caKey = newCert(t, &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}, nil, nil)
-	p.serverCert, p.serverKey, _, _ = newCert(t, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "agent"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-	}, p.ca, p.caKey)
-	p.clientCert, p.clientKey, _, _ = newCert(t, &x509.Certificate{
-		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "prometheus"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-	}, p.ca, p.caKey)
+	ca := testutil.NewCA(t, "test CA")
+	srv := ca.Issue(t, testutil.CertOptions{CommonName: "agent", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	cl := ca.Client(t, "prometheus")
+	p := &pki{caPEM: ca.PEM, serverCert: srv.CertPEM, serverKey: srv.KeyPEM, clientCert: cl.CertPEM, clientKey: cl.KeyPEM}
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		path := filepath.Join(dir, name)
