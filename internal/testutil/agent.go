@@ -113,7 +113,9 @@ func (a *Agent) Stop() error {
 		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-a.done:
-		case <-time.After(10 * time.Second):
+		// Closing each classic uprobe link waits for an RCU grace period,
+		// and with --no-uprobe-multi the driver library alone has ~70.
+		case <-time.After(45 * time.Second):
 			_ = a.cmd.Process.Kill()
 			<-a.done
 		}
