@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
 	"syscall"
 	"time"
 
@@ -364,7 +362,7 @@ func startBudget(cfg *config.Config, objs *bpfobj.Objects, attacher *attach.Atta
 		Files:    attacher,
 		Sources: budget.MapSources{
 			PIDHits:  objs.PidHits,
-			Programs: hitPrograms(objs),
+			Programs: objs.Programs(),
 			ProcRoot: cfg.ProcPath,
 		},
 		Logger: log,
@@ -387,21 +385,6 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
-}
-
-// hitPrograms are the object's probe programs, sorted by name: the budget
-// averages their run time per pid_hits hit. Every uprobe (kprobe type)
-// counts hits; the process-exit raw tracepoint counts none and runs for
-// every thread of the machine, so it is left out of the average.
-func hitPrograms(objs *bpfobj.Objects) []*ebpf.Program {
-	byName := objs.Programs()
-	out := make([]*ebpf.Program, 0, len(byName))
-	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		if p := byName[name]; p.Type() == ebpf.Kprobe {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {

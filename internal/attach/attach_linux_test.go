@@ -574,3 +574,52 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 		}
 	}
 }
+
+// NVIDIA's own files (Debian's libcudart 11.8.89, libcuda 535.261.03,
+// libnvToolsExt 11.8) take every probe of every mode, with uprobe_multi
+// links and classic ones: the driver's entry points begin with a
+// RIP-relative compare, the runtime's with pushes, and neither has an
+// endbr64, so every probe sits at its symbol.
+func TestAttachNVIDIAFiles(t *testing.T) {
+	skipShort(t)
+	testutil.RequireBPF(t)
+	n := testutil.NVIDIALibs(t)
+	for _, multi := range []bool{false, true} {
+		objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { objs.Close() })
+		if multi && !objs.UprobeMulti {
+			continue // kernel without uprobe_multi
+		}
+		for _, lib := range []struct {
+			lib  discover.Library
+			path string
+		}{{discover.LibCudart, n.Cudart}, {discover.LibCuda, n.Cuda}, {discover.LibNVTX, n.NVTX}} {
+			a := New(Options{Programs: objs.Programs(), UprobeMulti: multi, KernelMode: ops.KernelModeFull, Profile: ops.ProfileFull, PID: os.Getpid(), NVTX: true})
+			tg := fileTarget(t, lib.lib, lib.path, []int{os.Getpid()}, new(atomic.Int32))
+			a.Sync([]Target{tg})
+			st := a.Status()
+			if len(st.Failed) > 0 || len(st.Attached) != 1 {
+				t.Fatalf("%s (multi %v): failed %+v", lib.path, multi, st.Failed)
+			}
+			got := st.Attached[0]
+			want := 0
+			for _, p := range ops.Probes(lib.lib, ops.KernelModeFull, ops.ProfileFull) {
+				if !slices.Contains(got.Absent, p.Symbol) {
+					want++
+				}
+			}
+			if len(got.Probes) != want || len(got.Missing) > 0 || got.UprobeMulti != multi {
+				t.Errorf("%s (multi %v): %d probes (want %d), missing %v, uprobe_multi %v", lib.path, multi, len(got.Probes), want, got.Missing, got.UprobeMulti)
+			}
+			for _, p := range got.Probes {
+				if p.Offset != 0 {
+					t.Errorf("%s: %s probed at +%d, want at the symbol (no endbr64 in NVIDIA's files)", lib.path, p.Symbol, p.Offset)
+				}
+			}
+			_ = a.Close()
+		}
+	}
+}

@@ -14,8 +14,12 @@ import (
 
 // MapSources reads the estimate's inputs from the kernel.
 type MapSources struct {
-	PIDHits  *ebpf.Map       // pid_hits (per-CPU)
-	Programs []*ebpf.Program // profi's programs; run-time statistics must be on
+	PIDHits *ebpf.Map // pid_hits (per-CPU)
+	// Programs are profi's loaded programs by name (bpfobj.Objects.Programs);
+	// run-time statistics must be on. Only the uprobe (kprobe-type) ones
+	// count: every run of those is a pid_hits hit, while the process-exit
+	// raw tracepoint counts none and runs for every thread of the machine.
+	Programs map[string]*ebpf.Program
 	ProcRoot string
 }
 
@@ -54,6 +58,9 @@ func (m MapSources) ProgramRunTime() (time.Duration, uint64, error) {
 	var run time.Duration
 	var n uint64
 	for _, p := range m.Programs {
+		if p.Type() != ebpf.Kprobe {
+			continue
+		}
 		st, err := p.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("program statistics: %w", err)

@@ -22,11 +22,13 @@ type launch13Truth struct {
 	LaunchesByKernel map[string]uint64 `json:"launches_by_kernel"`
 }
 
-// runLaunch13 starts the CUDA 13-style launcher, lets the agent attach,
-// runs its launches and returns its pid and ground truth.
-func runLaunch13(t *testing.T, a *testutil.Agent, n, m int) (int, launch13Truth) {
+// runClient starts one of the small ground-truth clients
+// (test/workloads/launch13.c, drvmem.c): it prints "ready PID", waits until
+// the agent has attached, is told "go", and prints its ground truth as one
+// JSON line, decoded into truth. It returns the client's pid.
+func runClient(t *testing.T, a *testutil.Agent, truth any, bin string, args ...string) int {
 	t.Helper()
-	cmd := exec.Command(fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	cmd := exec.Command(bin, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,23 +42,30 @@ func runLaunch13(t *testing.T, a *testutil.Agent, n, m int) (int, launch13Truth)
 	}
 	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
 	r := bufio.NewReader(stdout)
-	line, err := r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("launch13: %q, %v", line, err)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("%s: %q, %v", bin, line, err)
 	}
 	pid := cmd.Process.Pid
 	waitAttached(t, a, pid)
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
-	line, err = r.ReadString('\n')
+	line, err := r.ReadString('\n')
 	if err != nil {
-		t.Fatalf("launch13 output: %v", err)
+		t.Fatalf("%s output: %v", bin, err)
 	}
+	if err := json.Unmarshal([]byte(line), truth); err != nil {
+		t.Fatalf("%s output %q: %v", bin, line, err)
+	}
+	return pid
+}
+
+// runLaunch13 runs the CUDA 13-style launcher: n __cudaLaunchKernel and m
+// __cudaLaunchKernel_ptsz launches.
+func runLaunch13(t *testing.T, a *testutil.Agent, n, m int) (int, launch13Truth) {
+	t.Helper()
 	var gt launch13Truth
-	if err := json.Unmarshal([]byte(line), &gt); err != nil {
-		t.Fatalf("launch13 output %q: %v", line, err)
-	}
+	pid := runClient(t, a, &gt, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
 	return pid, gt
 }
 

@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -35,36 +30,8 @@ var drvmemStreamed = map[string]bool{
 func TestDriverMemoryAPI(t *testing.T) {
 	const iters = 200
 	a := startAgent(t, "--probe-profile", "full")
-	cmd := exec.Command(fixtures.DrvMem, strconv.Itoa(iters))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	r := bufio.NewReader(stdout)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("drvmem: %q, %v", line, err)
-	}
-	pid := cmd.Process.Pid
-	waitAttached(t, a, pid)
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
 	var gt drvmemTruth
-	if err := json.Unmarshal([]byte(line), &gt); err != nil {
-		t.Fatalf("drvmem output %q: %v", line, err)
-	}
+	pid := runClient(t, a, &gt, fixtures.DrvMem, strconv.Itoa(iters))
 	if len(gt.Calls) != 26 || gt.Errors["cuMemFree_v2"] != iters {
 		t.Fatalf("drvmem ground truth %+v: want 26 functions, %d failed frees", gt, iters)
 	}

@@ -44,6 +44,20 @@ static void tally(int f, CUresult rc)
 
 static void copied(int kind, uint64_t n) { memcpy_bytes[kind] += n; }
 
+/* Prints the non-zero counts by function name as a JSON object. */
+static void print_counts(const uint64_t *n)
+{
+	const char *sep = "";
+
+	printf("{");
+	for (int f = 0; f < NFN; f++)
+		if (n[f]) {
+			printf("%s\"%s\":%" PRIu64, sep, fn_name[f], n[f]);
+			sep = ",";
+		}
+	printf("}");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2)
@@ -108,19 +122,11 @@ int main(int argc, char **argv)
 		freed_bytes += n + 2 * n + (1 << 21); /* the managed allocation stays */
 		CALL(cuMemFree_v2, 0);		      /* fails: CUDA_ERROR_INVALID_VALUE */
 	}
-	printf("{\"calls\":{");
-	for (int f = 0, first = 1; f < NFN; f++)
-		if (calls[f]) {
-			printf("%s\"%s\":%" PRIu64, first ? "" : ",", fn_name[f], calls[f]);
-			first = 0;
-		}
-	printf("},\"errors\":{");
-	for (int f = 0, first = 1; f < NFN; f++)
-		if (errors[f]) {
-			printf("%s\"%s\":%" PRIu64, first ? "" : ",", fn_name[f], errors[f]);
-			first = 0;
-		}
-	printf("},\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
+	printf("{\"calls\":");
+	print_counts(calls);
+	printf(",\"errors\":");
+	print_counts(errors);
+	printf(",\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
 	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64
 	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 "}\n",
 	       memcpy_bytes[1], memcpy_bytes[2], memcpy_bytes[3], memcpy_bytes[4], p2p_bytes,
