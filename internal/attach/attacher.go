@@ -194,13 +194,23 @@ func (a *Attacher) AddStatic(lib discover.Library, path string) {
 // Sync makes the links match targets: attaches files not attached yet
 // (unless they wait for a retry) and releases files no target maps any
 // more. Static targets are always kept.
+//
+// New files are opened and their symbols read before the lock is taken
+// (prepare): the files are tenant-controlled, and /metrics, /status and
+// /health take the same lock.
 func (a *Attacher) Sync(targets []Target) {
+	now := a.opts.Now()
+	prepared := a.prepare(targets, now)
+	defer func() {
+		for _, p := range prepared { // those a concurrent change made unneeded
+			p.close()
+		}
+	}()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return
 	}
-	now := a.opts.Now()
 	a.lastSync = now
 	seen := make(map[FileKey]bool, len(targets)+len(a.static))
 	for _, t := range append(slices.Clone(a.static), targets...) {
@@ -209,18 +219,15 @@ func (a *Attacher) Sync(targets []Target) {
 			continue
 		}
 		seen[t.Key] = true
-		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
-			continue // nothing to attach for this library (yet): not a failure
-		}
-		if f, ok := a.files[t.Key]; ok {
-			f.target.PIDs, f.target.Text = t.PIDs, t.Text
+		if !a.wantsAttach(t, now) {
 			continue
 		}
-		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
-			fl.target.PIDs = t.PIDs
-			continue
+		p := prepared[t.Key]
+		delete(prepared, t.Key)
+		if p == nil {
+			p = a.open(t) // the state changed since prepare: rare, still bounded
 		}
-		a.attach(t, now)
+		a.attach(t, p, now)
 	}
 	var released []*attached
 	for key, f := range a.files {
@@ -242,6 +249,99 @@ func (a *Attacher) Sync(targets []Target) {
 	a.syncPIDFiles()
 	a.syncRuntimeText()
 	a.syncUpgrades()
+}
+
+// wantsAttach reports whether Sync attaches target t now, and updates
+// the process lists of files already attached or waiting for a retry.
+// Called with a.mu held.
+func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
+	if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		return false // nothing to attach for this library (yet): not a failure
+	}
+	if f, ok := a.files[t.Key]; ok {
+		f.target.PIDs, f.target.Text = t.PIDs, t.Text
+		return false
+	}
+	if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
+		fl.target.PIDs = t.PIDs
+		return false
+	}
+	return true
+}
+
+// prepare opens and reads the symbols of each target file that Sync will
+// attach, without holding a.mu.
+func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	var todo []Target
+	seen := make(map[FileKey]bool, len(targets)+len(a.static))
+	for _, t := range append(slices.Clone(a.static), targets...) {
+		if seen[t.Key] {
+			continue
+		}
+		seen[t.Key] = true
+		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+			continue
+		}
+		if _, ok := a.files[t.Key]; ok {
+			continue
+		}
+		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
+			continue
+		}
+		todo = append(todo, t)
+	}
+	a.mu.Unlock()
+	out := make(map[FileKey]*opened, len(todo))
+	for _, t := range todo {
+		out[t.Key] = a.open(t)
+	}
+	return out
+}
+
+// opened is a target file opened and parsed for attaching: the file
+// (kept open, so the links go on the inode that was parsed) and its
+// probed symbols, or why that failed.
+type opened struct {
+	file   *os.File
+	syms   map[string]funcSym
+	reason string
+	err    error
+}
+
+func (p *opened) close() {
+	if p.file != nil {
+		p.file.Close()
+		p.file = nil
+	}
+}
+
+// open opens t's file and reads the symbols of its probes. It takes no
+// lock. A panic (the parser's own is already an error of definedFuncs)
+// becomes an attach failure of that file, not the agent's end.
+func (a *Attacher) open(t Target) (p *opened) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = &opened{reason: ReasonOther, err: fmt.Errorf("open and parse %s: panic: %v", t.Path, r)}
+		}
+	}()
+	f, err := t.Open()
+	if err != nil {
+		if errors.Is(err, discover.ErrProcessGone) {
+			return &opened{reason: ReasonProcessExited, err: fmt.Errorf("open %s: %w", t.Path, err)}
+		}
+		return &opened{reason: ReasonOpenFailed, err: fmt.Errorf("open %s: %w", t.Path, err)}
+	}
+	syms, err := definedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile))
+	if err != nil {
+		f.Close()
+		return &opened{reason: ReasonNotELF, err: fmt.Errorf("read symbols of %s: %w", t.Path, err)}
+	}
+	return &opened{file: f, syms: syms}
 }
 
 // release closes the links of files no process maps any more, in the
@@ -483,8 +583,8 @@ func (a *Attacher) merge(t Target) {
 	}
 }
 
-func (a *Attacher) attach(t Target, now time.Time) {
-	att, reason, err := a.attachFile(t)
+func (a *Attacher) attach(t Target, p *opened, now time.Time) {
+	att, reason, err := a.attachFile(t, p)
 	if err != nil {
 		fl := a.failed[t.Key]
 		if fl == nil {
@@ -529,23 +629,15 @@ func (a *Attacher) attach(t Target, now time.Time) {
 // attach failure, or a pid_files owner.
 func profiled(lib discover.Library) bool { return lib != discover.LibLoader }
 
-// attachFile attaches every probe whose symbol the file defines. It is
-// all or nothing for the symbols present: on any error the links made so
-// far are closed.
-func (a *Attacher) attachFile(t Target) (*attached, string, error) {
-	f, err := t.Open()
-	if err != nil {
-		if errors.Is(err, discover.ErrProcessGone) {
-			return nil, ReasonProcessExited, fmt.Errorf("open %s: %w", t.Path, err)
-		}
-		return nil, ReasonOpenFailed, fmt.Errorf("open %s: %w", t.Path, err)
+// attachFile attaches every probe whose symbol the file (opened and
+// parsed by open) defines. It is all or nothing for the symbols present:
+// on any error the links made so far are closed.
+func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
+	defer p.close()
+	if p.err != nil {
+		return nil, p.reason, p.err
 	}
-	defer f.Close()
-
-	syms, err := definedFuncs(f)
-	if err != nil {
-		return nil, ReasonNotELF, fmt.Errorf("read symbols of %s: %w", t.Path, err)
-	}
+	f, syms := p.file, p.syms
 	// The kernel resolves this magic link to the file already opened safely
 	// inside the process's root, so symlinks in the container cannot
 	// redirect the probe to another file.
@@ -601,7 +693,9 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []ops.Prob
 		if !ok {
 			continue // listed as missing or absent by the caller
 		}
-		opts := &link.UprobeOptions{PID: pid, Cookie: ops.Cookie(p.Op, fileID), Offset: sym.offset}
+		// Address: cilium/ebpf takes the file offset read by elfsym
+		// instead of parsing the file's symbol tables again.
+		opts := &link.UprobeOptions{PID: pid, Cookie: ops.Cookie(p.Op, fileID), Address: sym.addr, Offset: sym.offset}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.
@@ -630,9 +724,9 @@ func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []ops.Prob
 // nothing: on error the links made so far are closed.
 func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (*linkSet, error) {
 	type group struct {
-		prog             string
-		symbols          []string
-		offsets, cookies []uint64
+		prog                    string
+		symbols                 []string
+		addrs, offsets, cookies []uint64
 	}
 	var returns, entries []*group
 	add := func(groups *[]*group, prog string, p ops.Probe) {
@@ -643,6 +737,7 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map
 		}
 		g := (*groups)[i]
 		g.symbols = append(g.symbols, p.Symbol)
+		g.addrs = append(g.addrs, syms[p.Symbol].addr)
 		g.offsets = append(g.offsets, syms[p.Symbol].offset)
 		g.cookies = append(g.cookies, ops.Cookie(p.Op, fileID))
 	}
@@ -657,7 +752,7 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map
 	}
 	links := &linkSet{multi: true}
 	for _, g := range returns {
-		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
+		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
 		l, err := ex.UretprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
 		if err != nil {
 			links.close()
@@ -666,7 +761,7 @@ func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map
 		links.returns = append(links.returns, l)
 	}
 	for _, g := range entries {
-		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
+		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
 		l, err := ex.UprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
 		if err != nil {
 			links.close()

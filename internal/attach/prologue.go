@@ -1,10 +1,14 @@
 package attach
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
+	"os"
+	"slices"
+
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/elfsym"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Why probe past the first instruction: the kernel emulates some
@@ -36,47 +40,60 @@ func prologueOffset(code []byte) uint64 {
 
 // funcSym is a function a shared object defines, with where to probe it.
 type funcSym struct {
+	addr   uint64 // file offset of the symbol: the uprobe address given to cilium/ebpf
 	offset uint64 // probe offset from the symbol (prologueOffset)
 }
 
-// definedFuncs returns the function symbols a shared object defines in
-// .dynsym (the table the dynamic linker, and so every caller, uses), each
-// with its probe offset read from the file's bytes.
-func definedFuncs(f io.ReaderAt) (map[string]funcSym, error) {
-	var magic [4]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
+// probedSymbols are the symbols any probe of lib may need: the global
+// mode's and, for full-mode upgrades of single processes (reattach with
+// the symbols read at attach), full mode's.
+func probedSymbols(lib discover.Library, mode, profile string) []string {
+	var names []string
+	for _, m := range []string{mode, ops.KernelModeFull} {
+		for _, p := range ops.Probes(lib, m, profile) {
+			if !slices.Contains(names, p.Symbol) {
+				names = append(names, p.Symbol)
+			}
+		}
+	}
+	return names
+}
+
+// definedFuncs returns which of names the shared object f defines as
+// functions in .dynsym (the table the dynamic linker, and so every
+// caller, uses), each with its file offset and its probe offset read from
+// the file's bytes. Files are tenant-controlled: internal/elfsym bounds
+// every read and allocation (issue 17), and only the probed names are
+// looked up. A panic is returned as an error, never raised.
+func definedFuncs(f *os.File, names []string) (out map[string]funcSym, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("parse ELF: parser panicked: %v", p)
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat: %w", err)
+	}
+	ef, err := elfsym.Open(f, st.Size())
+	if errors.Is(err, elfsym.ErrNotELF) {
 		return nil, errors.New("not an ELF file")
 	}
-	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
-	syms, err := ef.DynamicSymbols()
+	found, err := ef.Lookup(names)
 	if err != nil {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
-	out := make(map[string]funcSym, len(syms))
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
-			continue
+	out = make(map[string]funcSym, len(found))
+	for name, s := range found {
+		addr, ok := ef.Offset(s.Value)
+		if !ok {
+			continue // not in the file's code: nothing to probe
 		}
-		out[s.Name] = funcSym{offset: prologueOffset(codeAt(ef, f, s.Value))}
+		code, _ := ef.Code(s.Value, 6) // nil near the segment's end: no skip
+		out[name] = funcSym{addr: addr, offset: prologueOffset(code)}
 	}
 	return out, nil
-}
-
-// codeAt reads the first bytes of the code at virtual address vaddr, via
-// the executable PT_LOAD segment that contains it; nil if none does.
-func codeAt(ef *elf.File, f io.ReaderAt, vaddr uint64) []byte {
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 || vaddr < p.Vaddr || vaddr+6 > p.Vaddr+p.Filesz {
-			continue
-		}
-		buf := make([]byte, 6)
-		if _, err := f.ReadAt(buf, int64(p.Off+(vaddr-p.Vaddr))); err != nil {
-			return nil
-		}
-		return buf
-	}
-	return nil
 }

@@ -46,7 +46,7 @@ func TestDefinedFuncsOffsets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		syms, err := definedFuncs(f)
+		syms, err := definedFuncs(f, probedSymbols("libcudart.so", ops.KernelModeFull, ops.ProfileFull))
 		f.Close()
 		if err != nil {
 			t.Fatal(err)

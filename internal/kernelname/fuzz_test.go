@@ -49,7 +49,7 @@ func FuzzSymbols(f *testing.F) {
 		f.Add(b[:min(len(b), 4096)])
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tab, err := readSymtab(bytes.NewReader(data))
+		tab, err := readSymtab(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			return
 		}

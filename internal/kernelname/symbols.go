@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/elfsym"
 )
 
 // DefaultCacheFiles is the symbol-table cache size NewSymbolizer uses when
@@ -23,10 +24,11 @@ import (
 const DefaultCacheFiles = 16
 
 const (
-	// maxSymtabBytes bounds the symbol table read from one file: a
-	// hostile file could otherwise make the agent hold gigabytes. 64 MiB is
-	// 2.8 million ELF64 symbols, far more than libtorch_cuda.so exports.
-	maxSymtabBytes = 64 << 20
+	// maxFuncs bounds the functions kept from one file. Each cached
+	// table holds at most this many symbols and elfsym.MaxNameBytes of
+	// names; libtorch_cuda.so, the largest file met, defines on the order
+	// of 100k functions.
+	maxFuncs = 1 << 20
 	// maxBackScan bounds how many symbols below an address are tried when
 	// the nearest one does not contain it (nested or overlapping symbols).
 	maxBackScan = 64
@@ -46,8 +48,8 @@ var (
 	// address, or the address is outside its loadable segments.
 	ErrNoSymbol = errors.New("no function symbol at address")
 	// ErrNotELF: the mapped file is not a usable ELF file (bad magic,
-	// truncated or malformed headers or symbol tables). The debug/elf
-	// error, such as an *elf.FormatError, is wrapped too.
+	// truncated or malformed headers or symbol tables, tables over the
+	// caps of internal/elfsym). The elfsym error is wrapped too.
 	ErrNotELF = errors.New("not a usable ELF file")
 )
 
@@ -115,7 +117,7 @@ func NewSymbolizer(procRoot string, cacheFiles int) *Symbolizer {
 // The file is opened inside the process's root (discover.OpenInRoot); a
 // mapping of a deleted file is opened through /proc/PID/map_files, which
 // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE). Errors wrap ErrNoMapping, ErrNoSymbol, ErrNotELF
-// (with the debug/elf error), discover.ErrProcessGone, or the open error.
+// (with the elfsym error), discover.ErrProcessGone, or the open error.
 func (s *Symbolizer) Resolve(pid int, addr uint64) (name string, err error) {
 	if pid <= 0 {
 		return "", fmt.Errorf("resolve 0x%x: invalid pid %d", addr, pid)
@@ -205,7 +207,12 @@ func (s *Symbolizer) table(pid int, m discover.MapsEntry) (*symtab, error) {
 	if err != nil {
 		return nil, err
 	}
-	tab, err := readSymtab(f)
+	var tab *symtab
+	if st, serr := f.Stat(); serr != nil {
+		err = fmt.Errorf("stat: %w", serr)
+	} else {
+		tab, err = readSymtab(f, st.Size())
+	}
 	f.Close()
 	s.parses.Add(1)
 	if err != nil {
@@ -326,31 +333,30 @@ func bindingRank(b elf.SymBind) uint8 {
 	return 3
 }
 
-// readSymtab parses an ELF file into a symtab: its loadable segments and
-// its defined FUNC symbols from .symtab, or from .dynsym when .symtab is
-// missing or has none. It returns an error, never panics, on malformed
-// input (debug/elf can panic on some corrupt files). A hostile header can
-// make debug/elf allocate up to 10 MiB (its saferio chunk) before the read
-// fails; Symbolizer caches the failure, so that happens once per file.
-func readSymtab(r io.ReaderAt) (tab *symtab, err error) {
+// readSymtab parses an ELF file of size bytes into a symtab: its
+// loadable segments and its defined FUNC symbols from .symtab, or from
+// .dynsym when .symtab is missing or has none. The file is read through
+// internal/elfsym, which bounds every read and allocation whatever the
+// headers say (a sparse file's apparent size included); more than
+// maxFuncs functions is an error. It returns an error, never panics, on
+// malformed input.
+func readSymtab(r io.ReaderAt, size int64) (tab *symtab, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			tab, err = nil, fmt.Errorf("malformed ELF file: parser panicked: %v", p)
 		}
 	}()
-	f, err := elf.NewFile(r)
+	f, err := elfsym.Open(r, size)
 	if err != nil {
 		return nil, err
 	}
 	tab = &symtab{}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
-			tab.segs = append(tab.segs, segment{off: p.Off, filesz: p.Filesz, vaddr: p.Vaddr})
-		}
+	for _, s := range f.Segments() {
+		tab.segs = append(tab.segs, segment{off: s.Off, filesz: s.Filesz, vaddr: s.Vaddr})
 	}
 	var errs []error
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		syms, err := readFuncs(f, typ)
+	for _, t := range []elfsym.Table{elfsym.SymTab, elfsym.DynSym} {
+		syms, err := readFuncs(f, t)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -366,38 +372,19 @@ func readSymtab(r io.ReaderAt) (tab *symtab, err error) {
 	return tab, nil
 }
 
-// readFuncs returns the defined, named FUNC symbols of the symbol table
-// section of type typ, sorted and without duplicates. A missing table is
-// not an error.
-func readFuncs(f *elf.File, typ elf.SectionType) ([]symbol, error) {
-	sec := f.SectionByType(typ)
-	if sec == nil {
+// readFuncs returns the defined, named FUNC symbols of table t, sorted
+// and without duplicates. A missing table is not an error.
+func readFuncs(f *elfsym.File, t elfsym.Table) ([]symbol, error) {
+	syms, _, err := f.Funcs(t, maxFuncs, nil)
+	if errors.Is(err, elfsym.ErrNoSymbols) {
 		return nil, nil
 	}
-	if sec.Size > maxSymtabBytes {
-		return nil, fmt.Errorf("%s: %d bytes of symbols is more than %d", sec.Name, sec.Size, maxSymtabBytes)
-	}
-	var (
-		syms []elf.Symbol
-		err  error
-	)
-	if typ == elf.SHT_SYMTAB {
-		syms, err = f.Symbols()
-	} else {
-		syms, err = f.DynamicSymbols()
-	}
 	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("%s: %w", sec.Name, err)
+		return nil, err
 	}
-	out := make([]symbol, 0, len(syms)/2)
+	out := make([]symbol, 0, len(syms))
 	for _, sym := range syms {
-		if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Section == elf.SHN_UNDEF || sym.Name == "" {
-			continue
-		}
-		out = append(out, symbol{value: sym.Value, size: sym.Size, rank: bindingRank(elf.ST_BIND(sym.Info)), name: sym.Name})
+		out = append(out, symbol{value: sym.Value, size: sym.Size, rank: bindingRank(sym.Bind), name: sym.Name})
 	}
 	slices.SortFunc(out, func(a, b symbol) int {
 		return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(a.rank, b.rank), cmp.Compare(a.name, b.name))

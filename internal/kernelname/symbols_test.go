@@ -3,6 +3,7 @@ package kernelname
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/elfsym"
 )
 
 func TestReadSymtab(t *testing.T) {
@@ -40,7 +42,8 @@ func TestReadSymtab(t *testing.T) {
 	for _, o := range []tinyOpts{{}, {dynsym: true}} {
 		t.Run(fmt.Sprintf("dynsym=%v", o.dynsym), func(t *testing.T) {
 			t.Parallel()
-			tab, err := readSymtab(bytes.NewReader(tinyELF(o)))
+			data := tinyELF(o)
+			tab, err := readSymtab(bytes.NewReader(data), int64(len(data)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +78,7 @@ func TestReadSymtabMalformed(t *testing.T) {
 	for name, data := range corruptSeeds(tiny) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			tab, err := readSymtab(bytes.NewReader(data))
+			tab, err := readSymtab(bytes.NewReader(data), int64(len(data)))
 			if err == nil && tab == nil {
 				t.Fatal("nil table without an error")
 			}
@@ -83,15 +86,15 @@ func TestReadSymtabMalformed(t *testing.T) {
 	}
 	t.Run("parser panic", func(t *testing.T) {
 		t.Parallel()
-		if _, err := readSymtab(panicReader{}); err == nil || !strings.Contains(err.Error(), "panicked") {
+		if _, err := readSymtab(panicReader{}, 1<<20); err == nil || !strings.Contains(err.Error(), "panicked") {
 			t.Fatalf("err = %v, want the recovered panic", err)
 		}
 	})
 	t.Run("not ELF", func(t *testing.T) {
 		t.Parallel()
-		var fe *elf.FormatError
-		if _, err := readSymtab(strings.NewReader("#!/bin/sh\nexec true\n")); !errors.As(err, &fe) {
-			t.Fatalf("err = %v, want an *elf.FormatError", err)
+		const script = "#!/bin/sh\nexec true\n"
+		if _, err := readSymtab(strings.NewReader(script), int64(len(script))); !errors.Is(err, elfsym.ErrNotELF) {
+			t.Fatalf("err = %v, want elfsym.ErrNotELF", err)
 		}
 	})
 }
@@ -221,9 +224,8 @@ func TestResolveFakeProc(t *testing.T) {
 
 	t.Run("not ELF", func(t *testing.T) {
 		_, err := s.Resolve(p.pid, 0x7f0000004100)
-		var fe *elf.FormatError
-		if !errors.Is(err, ErrNotELF) || !errors.As(err, &fe) || errors.Is(err, ErrNoSymbol) {
-			t.Fatalf("err = %v, want ErrNotELF with an ELF format error", err)
+		if !errors.Is(err, ErrNotELF) || !errors.Is(err, elfsym.ErrNotELF) || errors.Is(err, ErrNoSymbol) {
+			t.Fatalf("err = %v, want ErrNotELF with elfsym's error", err)
 		}
 	})
 	t.Run("process gone", func(t *testing.T) {
@@ -319,7 +321,11 @@ func TestResolveSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, err := readSymtab(exe)
+	st, err := exe.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := readSymtab(exe, st.Size())
 	exe.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -534,4 +540,52 @@ func startProg(t *testing.T, exe, lib string) (int, []progAddr) {
 		t.Fatalf("%s printed %d addresses: %v\n%s", exe, len(addrs), sc.Err(), stderr.String())
 	}
 	return cmd.Process.Pid, addrs
+}
+
+// TestReadSymtabMatchesDebugELF: on real files, the bounded reader gives
+// the table that debug/elf's symbols gave before it (the same filter,
+// order and deduplication).
+func TestReadSymtabMatchesDebugELF(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{self, "/usr/lib/x86_64-linux-gnu/libc.so.6", "/bin/true"} {
+		ef, err := elf.Open(path)
+		if err != nil {
+			continue // not on this system
+		}
+		var want []symbol
+		for _, get := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
+			syms, _ := get()
+			for _, s := range syms {
+				if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Name != "" && s.Value != 0 {
+					want = append(want, symbol{value: s.Value, size: s.Size, rank: bindingRank(elf.ST_BIND(s.Info)), name: s.Name})
+				}
+			}
+			if len(want) > 0 {
+				break
+			}
+		}
+		ef.Close()
+		slices.SortFunc(want, func(a, b symbol) int {
+			return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(a.rank, b.rank), cmp.Compare(a.name, b.name))
+		})
+		want = slices.CompactFunc(want, func(a, b symbol) bool { return a.value == b.value && a.name == b.name })
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		tab, err := readSymtab(f, st.Size())
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !reflect.DeepEqual(tab.syms, want) {
+			t.Errorf("%s: %d symbols, debug/elf %d", path, len(tab.syms), len(want))
+		}
+		t.Logf("%s: %d functions", path, len(tab.syms))
+	}
 }

@@ -1,0 +1,71 @@
+package testutil
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os"
+)
+
+// WriteHostileELF writes a crafted shared object to path as a sparse
+// file: a valid ELF64 header, one executable PT_LOAD, and a .dynsym of
+// dynsymBytes apparent size (holes: a few KiB on disk whatever the size)
+// (rounded down to whole 24-byte symbols) with a 4 KiB .dynstr after it. It is the file of issue 17's first
+// attack: debug/elf allocated about six times the apparent size parsing it.
+func WriteHostileELF(path string, dynsymBytes int64) error {
+	const (
+		shoff  = 0x1000
+		dynsym = 0x10000
+		strtab = 4096
+	)
+	if dynsymBytes < 0 {
+		return fmt.Errorf("hostile ELF: .dynsym size %d", dynsymBytes)
+	}
+	dynsymBytes -= dynsymBytes % 24
+	le := binary.LittleEndian
+	var eh [64]byte
+	copy(eh[:], []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
+	le.PutUint16(eh[16:], uint16(elf.ET_DYN))
+	le.PutUint16(eh[18:], uint16(elf.EM_X86_64))
+	le.PutUint32(eh[20:], uint32(elf.EV_CURRENT))
+	le.PutUint64(eh[32:], 64)    // e_phoff
+	le.PutUint64(eh[40:], shoff) // e_shoff
+	le.PutUint16(eh[52:], 64)
+	le.PutUint16(eh[54:], 56)
+	le.PutUint16(eh[56:], 1)
+	le.PutUint16(eh[58:], 64)
+	le.PutUint16(eh[60:], 3)
+	var ph [56]byte
+	le.PutUint32(ph[0:], uint32(elf.PT_LOAD))
+	le.PutUint32(ph[4:], uint32(elf.PF_R|elf.PF_X))
+	le.PutUint64(ph[32:], dynsym) // p_filesz
+	le.PutUint64(ph[40:], dynsym) // p_memsz
+	sh := make([]byte, 3*64)
+	le.PutUint32(sh[64+4:], uint32(elf.SHT_DYNSYM))
+	le.PutUint64(sh[64+24:], dynsym)
+	le.PutUint64(sh[64+32:], uint64(dynsymBytes))
+	le.PutUint32(sh[64+40:], 2)
+	le.PutUint64(sh[64+56:], 24)
+	le.PutUint32(sh[128+4:], uint32(elf.SHT_STRTAB))
+	le.PutUint64(sh[128+24:], uint64(dynsym+dynsymBytes))
+	le.PutUint64(sh[128+32:], strtab)
+
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, w := range []struct {
+		b   []byte
+		off int64
+	}{{eh[:], 0}, {ph[:], 64}, {sh, shoff}} {
+		if _, err := f.WriteAt(w.b, w.off); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Truncate(dynsym + dynsymBytes + strtab); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
