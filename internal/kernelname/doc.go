@@ -17,8 +17,9 @@
 //     registered before the agent started: a runtime address is mapped to
 //     its file through /proc/PID/maps, the file offset to an ELF virtual
 //     address through the PT_LOAD program headers, and the address to the
-//     FUNC symbol containing it. Parsed symbol tables are cached per
-//     (dev, inode) of the mapped file.
+//     FUNC symbol containing it. Files are read through internal/elfsym,
+//     whose caps bound what a crafted file costs. Parsed symbol tables
+//     are cached per (dev, inode) of the mapped file.
 //
 // The package must not load or read BPF objects, attach probes, or touch
 // Prometheus: it returns strings and errors, and callers count and export

@@ -93,6 +93,9 @@ func startAgent(ctx context.Context, bin, probe string, args []string) (*Agent, 
 	return nil, fmt.Errorf("agent: %s not 200 after 30s\n%s", probe, a.logs.String())
 }
 
+// PID is the agent's process ID.
+func (a *Agent) PID() int { return a.cmd.Process.Pid }
+
 // Logs returns what the agent printed so far.
 func (a *Agent) Logs() string { return a.logs.String() }
 
