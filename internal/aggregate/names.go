@@ -29,18 +29,22 @@ type pidNames struct {
 	kernel   map[uint64]string // CUkernel -> name (cuLibraryGetKernel)
 	fnKernel map[uint64]uint64 // CUfunction -> CUkernel (cuKernelGetFunction)
 	rtKernel map[uint64]uint64 // cudaKernel_t -> host stub (__cudaGetKernel)
-	elf      map[uint64]string // host stub -> name from the ELF symbols ("" = none)
+	site     map[uint64]uint64 // cudaKernel_t -> call site of its first launch (__cudaLaunchKernel)
+	elf      map[uint64]string // host stub (or handle, by its call site) -> name from the ELF symbols ("" = none)
 }
 
 func (p *pidNames) size() int {
-	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.rtKernel) + len(p.elf)
+	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.rtKernel) + len(p.site) + len(p.elf)
 }
 
 // Names resolves kernel names in full mode. Run consumes the kernel_regs
 // ring buffer (name sources seen by BPF); Kernel answers the drain. Launch
 // addresses that no source named (processes started before the agent)
 // fall back to the ELF symbols of the mapped file containing the host
-// stub: nvcc gives the host stub the kernel's mangled name.
+// stub: nvcc gives the host stub the kernel's mangled name. A cudaKernel_t
+// handle whose __cudaGetKernel ran before the agent attached is named by
+// the symbol around its call site: nvcc launches kernel K from
+// __device_stub_K (docs/PROBES.md, "Kernel names").
 type Names struct {
 	log      *slog.Logger
 	sym      *kernelname.Symbolizer
@@ -77,7 +81,8 @@ func (n *Names) Run(ctx context.Context, objs *bpfobj.Objects) error {
 func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	kind := bpfobj.ProfiNameKind(ev.Kind)
 	name := ""
-	if kind != bpfobj.ProfiNameKindNAME_KERNEL_FUNC && kind != bpfobj.ProfiNameKindNAME_RT_KERNEL {
+	if kind != bpfobj.ProfiNameKindNAME_KERNEL_FUNC && kind != bpfobj.ProfiNameKindNAME_RT_KERNEL &&
+		kind != bpfobj.ProfiNameKindNAME_LAUNCH_SITE {
 		raw := unix.ByteSliceToString(unsafe.Slice((*byte)(unsafe.Pointer(&ev.Name[0])), len(ev.Name)))
 		if raw == "" && ev.Aux != 0 {
 			// BPF could not read it (page not resident yet): /proc/PID/mem can.
@@ -110,6 +115,8 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 		p.fnKernel[ev.Key] = ev.Aux
 	case bpfobj.ProfiNameKindNAME_RT_KERNEL:
 		p.rtKernel[ev.Key] = ev.Aux
+	case bpfobj.ProfiNameKindNAME_LAUNCH_SITE:
+		p.site[ev.Key] = ev.Aux
 	}
 }
 
@@ -122,7 +129,7 @@ func (n *Names) countFailure(reason string) {
 func (n *Names) pid(pid int) *pidNames {
 	p := n.byPID[pid]
 	if p == nil {
-		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, rtKernel: map[uint64]uint64{}, elf: map[uint64]string{}}
+		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, rtKernel: map[uint64]uint64{}, site: map[uint64]uint64{}, elf: map[uint64]string{}}
 		n.byPID[pid] = p
 	}
 	return p
@@ -143,9 +150,13 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 		}
 		return ""
 	}
-	// A cudaKernel_t handle (__cudaLaunchKernel) stands for its host stub.
+	// A cudaKernel_t handle (__cudaLaunchKernel) stands for its host stub;
+	// one obtained before the agent attached, for its call site.
+	site := uint64(0)
 	if stub, ok := p.rtKernel[fn]; ok {
 		fn = stub
+	} else if a, ok := p.site[fn]; ok && ops.Info(op).KernelHandle {
+		site = a
 	}
 	if name, ok := p.host[fn]; ok {
 		n.mu.Unlock()
@@ -164,9 +175,18 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 
 	// Reading and parsing ELF files happens outside the lock, so the ring
 	// consumer never waits for it. Once per (process, function).
-	raw, err := n.sym.Resolve(pid, fn)
-	name := ""
-	if err == nil {
+	var (
+		raw  string
+		err  error
+		name string
+	)
+	if site != 0 {
+		if raw, err = n.sym.Resolve(pid, site); err == nil {
+			if raw, err = kernelname.FromDeviceStub(raw); err == nil {
+				name = kernelname.Normalize(raw)
+			}
+		}
+	} else if raw, err = n.sym.Resolve(pid, fn); err == nil {
 		name = kernelname.Normalize(raw)
 	}
 	n.mu.Lock()
@@ -204,6 +224,8 @@ func resolveReason(err error) string {
 		return "no_symbol"
 	case errors.Is(err, kernelname.ErrNotELF):
 		return "not_elf"
+	case errors.Is(err, kernelname.ErrNotDeviceStub):
+		return "not_device_stub"
 	case errors.Is(err, discover.ErrProcessGone), errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
 		return "open_failed"
 	default:
