@@ -58,6 +58,7 @@ const (
 	ncclWorkloadSrc = "test/workloads/nccl_workload.c"
 	launch13Src     = "test/workloads/launch13.c"
 	drvapiSrc       = "test/workloads/drvapi.c"
+	rtclientSrc     = "test/workloads/rtclient.c"
 	cudart12Map     = "test/stubs/libcudart.so.12.map"
 	cudart13Map     = "test/stubs/libcudart.so.13.map"
 )
@@ -100,6 +101,9 @@ type Fixtures struct {
 	// DrvAPI calls the driver API directly, memory and launches (Triton,
 	// NCCL, static runtimes); NEEDED libcuda.so.1, RUNPATH <dir>.
 	DrvAPI string
+	// RTClient dlopens a runtime by path (NVIDIA's libcudart.so.11.8 in
+	// the tests) and calls every probed runtime function; dlopens nothing else.
+	RTClient string
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -121,13 +125,14 @@ func fixturesIn(dir string) *Fixtures {
 		Launch13Static:   filepath.Join(dir, "launch13-static"),
 		Launch13Stripped: filepath.Join(dir, "launch13-stripped"),
 		DrvAPI:           filepath.Join(dir, "drvapi"),
+		RTClient:         filepath.Join(dir, "rtclient"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
 		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
-		f.Launch13Stripped, f.DrvAPI}
+		f.Launch13Stripped, f.DrvAPI, f.RTClient}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -230,6 +235,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 			"-Wl,-rpath-link," + tmp}),
 		launch13Static(t.Launch13Static),
 		launch13Static(t.Launch13Stripped, "-s"),
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.RTClient, src(rtclientSrc), "-ldl"}),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvAPI, src(drvapiSrc),
 			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
@@ -293,7 +299,7 @@ func buildStamp(gcc, root, dir string) (string, error) {
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
-		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, cudart12Map, cudart13Map} {
+		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, cudart12Map, cudart13Map} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)
