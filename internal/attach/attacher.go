@@ -50,6 +50,9 @@ type Target struct {
 	PIDs []int  // processes that map it
 	// Text is where the file's code is mapped in each process, when known.
 	Text map[int]TextRange
+	// Static: an executable probed as a statically linked runtime
+	// (discover.Mapping.Static); its symbols may be in .symtab only.
+	Static bool
 	// Open opens the file for reading its symbols and attaching, e.g.
 	// inside the process's root. The file is closed after the attach.
 	Open func() (*os.File, error)
@@ -542,7 +545,7 @@ func (a *Attacher) attachFile(t Target) (*attached, string, error) {
 	}
 	defer f.Close()
 
-	syms, err := definedFuncs(f)
+	syms, err := definedFuncs(f, t.Static)
 	if err != nil {
 		return nil, ReasonNotELF, fmt.Errorf("read symbols of %s: %w", t.Path, err)
 	}
@@ -843,10 +846,18 @@ type Counters struct {
 	// LoadChecksSkipped counts library-load events not checked (rate limit);
 	// those processes wait for the periodic rescan.
 	LoadChecksSkipped uint64
+	// Layers are what profi probes of each tracked process (Layers).
+	Layers map[int][]Layer
 }
 
 // Counters returns a copy of the counters.
 func (a *Attacher) Counters() Counters {
+	c := a.counters()
+	c.Layers = Layers(a.Status())
+	return c
+}
+
+func (a *Attacher) counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load()}

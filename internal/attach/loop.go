@@ -80,7 +80,7 @@ func Targets(res *discover.Result, procRoot string) []Target {
 			key := FileKey{Dev: m.Dev, Inode: m.Inode}
 			t := byKey[key]
 			if t == nil {
-				t = &Target{Key: key, Lib: m.Lib, Path: m.Path, Text: map[int]TextRange{}}
+				t = &Target{Key: key, Lib: m.Lib, Path: m.Path, Text: map[int]TextRange{}, Static: m.Static}
 				byKey[key] = t
 				order = append(order, key)
 			}

@@ -41,8 +41,10 @@ type funcSym struct {
 
 // definedFuncs returns the function symbols a shared object defines in
 // .dynsym (the table the dynamic linker, and so every caller, uses), each
-// with its probe offset read from the file's bytes.
-func definedFuncs(f io.ReaderAt) (map[string]funcSym, error) {
+// with its probe offset read from the file's bytes. withSymtab adds those
+// of .symtab (a statically linked runtime's functions are there unless the
+// executable is stripped).
+func definedFuncs(f io.ReaderAt, withSymtab bool) (map[string]funcSym, error) {
 	var magic [4]byte
 	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
 		return nil, errors.New("not an ELF file")
@@ -52,8 +54,15 @@ func definedFuncs(f io.ReaderAt) (map[string]funcSym, error) {
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
 	syms, err := ef.DynamicSymbols()
-	if err != nil {
+	if err != nil && !(withSymtab && errors.Is(err, elf.ErrNoSymbols)) {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	if withSymtab {
+		st, err := ef.Symbols()
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			return nil, fmt.Errorf("read symbols: %w", err)
+		}
+		syms = append(syms, st...)
 	}
 	out := make(map[string]funcSym, len(syms))
 	for _, s := range syms {

@@ -66,6 +66,7 @@ type Collector struct {
 	tracked, ringDrops, ringDropRate, cardDrops  *prometheus.Desc
 	launchDrops, mapDrops, probeMisses           *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series *prometheus.Desc
+	processLayers                                *prometheus.Desc
 	scanProblems, loadSkips                      *prometheus.Desc
 	mapEntries, mapCapacity, launchEvents        *prometheus.Desc
 	nameFailures                                 *prometheus.Desc
@@ -94,7 +95,9 @@ func New(data Data) *Collector {
 		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
 			[]string{"library", "reason"}, nil),
-		attachedLibs:    d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind or absent.",
+			[]string{"pid", "layer", "state"}, nil),
 		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
 		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
 		launchEvents:    d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
@@ -135,7 +138,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems, c.loadSkips,
+		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
@@ -273,6 +276,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.tracked, float64(len(att.TrackedPIDs)))
 	for _, lib := range libraries {
 		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
+	}
+	for pid, layers := range att.Layers {
+		for _, l := range layers {
+			gauge(c.processLayers, 1, strconv.Itoa(pid), l.Layer, l.State)
+		}
 	}
 	counter(c.scanProblems, att.ScanProblems)
 	counter(c.loadSkips, att.LoadChecksSkipped)
