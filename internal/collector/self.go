@@ -52,6 +52,7 @@ var (
 		"no_auth", "tokenreview_deny", "tokenreview_error", "audience_mismatch",
 		"rate_limited",                     // Addition (docs/INTERFACE.md 5.7)
 		"forbidden", "authorization_error", // Addition: --metrics-auth-authorize (SubjectAccessReview)
+		"cert_not_allowed", // Addition: --metrics-tls-allowed-client-sans
 	}
 	// Addition: profi_system_http_refused_total{reason} (issue 17, the
 	// server's Limits; server.RefusalReasons, checked equal by its tests).
