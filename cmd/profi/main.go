@@ -255,6 +255,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:    log,
 		TLS:       metricsTLS,
 		Protect:   protect,
+		// Limits: the defaults (docs/OPERATIONS.md "HTTP limits").
+		LimitMetrics: server.LimitMetrics{Refused: httpSelf.Refused, Connections: httpSelf.Connections},
 	})
 	if err != nil {
 		return err
