@@ -51,7 +51,7 @@ type Options struct {
 	MaxStreamsPerPID int           // --max-streams-per-pid
 	MaxKernelsPerPID int           // --max-kernels-per-pid
 	// Names resolves kernel names (full mode); nil means launches with a
-	// function are labelled unknown_0x....
+	// function are labelled unknown_0x<address>.
 	Names  Namer
 	Logger *slog.Logger
 	// Observe receives each drain's duration (self metric); may be nil.
@@ -128,6 +128,9 @@ type Namer interface {
 	// runtime launches, a CUfunction for driver launches) in process pid,
 	// or "" while it is unknown.
 	Kernel(pid int, op ops.Op, fn uint64) string
+	// Placeholder is the kernel label of fn while Kernel does not know it:
+	// stable across runs where it can be (module and offset).
+	Placeholder(pid int, fn uint64) string
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -750,7 +753,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 
 // kernel labels a launch key: "anonymous" for entry-only launches
 // (anonymous mode, which records no function); otherwise the normalized name as soon as a name source knows it
-// (so unknown_0x... series move to the name once it arrives), and "other"
+// (so placeholder series, unknown_…, move to the name once it arrives), and "other"
 // beyond --max-kernels-per-pid.
 func (a *Aggregator) kernel(ps *procState, k bpfobj.ProfiLaunchKey, timed bool) Kernel {
 	kern := a.kernelName(ps, k, timed)
@@ -766,6 +769,9 @@ func (a *Aggregator) kernelName(ps *procState, k bpfobj.ProfiLaunchKey, timed bo
 	name := ""
 	if a.opts.Names != nil {
 		name = a.opts.Names.Kernel(ps.meta.PID, ops.Op(k.Op), k.Func)
+	}
+	if name == "" && a.opts.Names != nil {
+		name = a.opts.Names.Placeholder(ps.meta.PID, k.Func)
 	}
 	if name == "" {
 		name = kernelname.Unknown(k.Func)
