@@ -131,6 +131,9 @@ type Attacher struct {
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
 	loadChecksSkipped atomic.Uint64
+	// triggersCoalesced counts pass triggers merged into a pass already
+	// due (Run, WatchLoads).
+	triggersCoalesced atomic.Uint64
 	// lastPass is when Run last finished a discovery pass (unix nanos;
 	// New's time before the first), for /health.
 	lastPass atomic.Int64
@@ -843,13 +846,16 @@ type Counters struct {
 	// LoadChecksSkipped counts library-load events not checked (rate limit);
 	// those processes wait for the periodic rescan.
 	LoadChecksSkipped uint64
+	// TriggersCoalesced counts library-load triggers merged into a pass
+	// already due or held back by MinTriggeredPassInterval.
+	TriggersCoalesced uint64
 }
 
 // Counters returns a copy of the counters.
 func (a *Attacher) Counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load()}
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load()}
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}
