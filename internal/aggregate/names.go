@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"unsafe"
 
@@ -22,6 +23,12 @@ import (
 // memory.
 const maxNamesPerPID = 1 << 16
 
+// maxNamesPerNode bounds the whole table (about 100 bytes an entry: some
+// 50 MiB at most), so many processes, each below maxNamesPerPID, cannot
+// exhaust the agent's memory either; names beyond it are counted as
+// node_table_full and their launches keep a placeholder.
+const maxNamesPerNode = 1 << 19
+
 // pidNames is what the name sources told about one process.
 type pidNames struct {
 	host     map[uint64]string // host stub -> name (__cudaRegisterFunction)
@@ -31,10 +38,11 @@ type pidNames struct {
 	rtKernel map[uint64]uint64 // cudaKernel_t -> host stub (__cudaGetKernel)
 	site     map[uint64]uint64 // cudaKernel_t -> call site of its first launch (__cudaLaunchKernel)
 	elf      map[uint64]string // host stub (or handle, by its call site) -> name from the ELF symbols ("" = none)
+	unknown  map[uint64]string // address -> placeholder (Placeholder)
 }
 
 func (p *pidNames) size() int {
-	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.rtKernel) + len(p.site) + len(p.elf)
+	return len(p.host) + len(p.function) + len(p.kernel) + len(p.fnKernel) + len(p.rtKernel) + len(p.site) + len(p.elf) + len(p.unknown)
 }
 
 // Names resolves kernel names in full mode. Run consumes the kernel_regs
@@ -52,6 +60,8 @@ type Names struct {
 
 	mu       sync.Mutex
 	byPID    map[int]*pidNames
+	total    int               // entries of every process
+	nodeCap  int               // maxNamesPerNode; tests lower it
 	failures map[string]uint64 // profi_system_kernel_name_resolve_failures_total (incl. table_full)
 }
 
@@ -65,6 +75,7 @@ func NewNames(procRoot string, log *slog.Logger) *Names {
 		sym:      kernelname.NewSymbolizer(procRoot, 64),
 		procRoot: procRoot,
 		byPID:    map[int]*pidNames{},
+		nodeCap:  maxNamesPerNode,
 		failures: map[string]uint64{},
 	}
 }
@@ -100,10 +111,11 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p := n.pid(int(ev.Pid))
-	if p.size() >= maxNamesPerPID {
-		n.failures["table_full"]++
+	if n.full(p) {
 		return
 	}
+	before := p.size()
+	defer func() { n.total += p.size() - before }()
 	switch kind {
 	case bpfobj.ProfiNameKindNAME_HOST_FUNC:
 		p.host[ev.Key] = name
@@ -120,6 +132,20 @@ func (n *Names) add(ev *bpfobj.ProfiNameEvent) {
 	}
 }
 
+// full reports, and counts, whether p or the node has no room for
+// another entry. n.mu is held.
+func (n *Names) full(p *pidNames) bool {
+	switch {
+	case p.size() >= maxNamesPerPID:
+		n.failures["table_full"]++
+	case n.total >= n.nodeCap:
+		n.failures["node_table_full"]++
+	default:
+		return false
+	}
+	return true
+}
+
 func (n *Names) countFailure(reason string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -129,7 +155,7 @@ func (n *Names) countFailure(reason string) {
 func (n *Names) pid(pid int) *pidNames {
 	p := n.byPID[pid]
 	if p == nil {
-		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, rtKernel: map[uint64]uint64{}, site: map[uint64]uint64{}, elf: map[uint64]string{}}
+		p = &pidNames{host: map[uint64]string{}, function: map[uint64]string{}, kernel: map[uint64]string{}, fnKernel: map[uint64]uint64{}, rtKernel: map[uint64]uint64{}, site: map[uint64]uint64{}, elf: map[uint64]string{}, unknown: map[uint64]string{}}
 		n.byPID[pid] = p
 	}
 	return p
@@ -166,8 +192,7 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 		n.mu.Unlock()
 		return name
 	}
-	if p.size() >= maxNamesPerPID {
-		n.failures["table_full"]++
+	if n.full(p) {
 		n.mu.Unlock()
 		return ""
 	}
@@ -194,7 +219,43 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 	if err != nil {
 		n.failures[resolveReason(err)]++
 	}
-	n.pid(pid).elf[fn] = name
+	if p = n.pid(pid); !n.full(p) {
+		if _, ok := p.elf[fn]; !ok {
+			n.total++
+		}
+		p.elf[fn] = name
+	}
+	return name
+}
+
+// Placeholder implements Namer: the module (file base name) and the offset
+// in it of fn, which stay the same from run to run (kernelname.UnknownIn),
+// or unknown_0x<fn> for an address in no file (a CUfunction handle on the
+// heap). Remembered per process, so the data of an exited process is
+// retained under the name its live series had.
+func (n *Names) Placeholder(pid int, fn uint64) string {
+	n.mu.Lock()
+	if name, ok := n.pid(pid).unknown[fn]; ok {
+		n.mu.Unlock()
+		return name
+	}
+	n.mu.Unlock()
+	name := kernelname.Unknown(fn)
+	m, err := discover.FindMapping(n.procRoot, pid, fn)
+	switch {
+	case err == nil:
+		name = kernelname.UnknownIn(filepath.Base(m.Path), fn-m.Start+m.Offset)
+	case !errors.Is(err, discover.ErrNoFileMapping):
+		return name // gone or unreadable: not remembered
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.pid(pid); !n.full(p) {
+		if _, ok := p.unknown[fn]; !ok {
+			n.total++
+		}
+		p.unknown[fn] = name
+	}
 	return name
 }
 
@@ -202,7 +263,10 @@ func (n *Names) Kernel(pid int, op ops.Op, fn uint64) string {
 func (n *Names) Forget(pid int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.byPID, pid)
+	if p, ok := n.byPID[pid]; ok {
+		n.total -= p.size()
+		delete(n.byPID, pid)
+	}
 }
 
 // Failures returns resolve failures by reason.

@@ -134,6 +134,9 @@ type Attacher struct {
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
 	loadChecksSkipped atomic.Uint64
+	// triggersCoalesced counts pass triggers merged into a pass already
+	// due (Run, WatchLoads).
+	triggersCoalesced atomic.Uint64
 	// lastPass is when Run last finished a discovery pass (unix nanos;
 	// New's time before the first), for /health.
 	lastPass atomic.Int64
@@ -848,6 +851,9 @@ type Counters struct {
 	LoadChecksSkipped uint64
 	// Layers are what profi probes of each tracked process (Layers).
 	Layers map[int][]Layer
+	// TriggersCoalesced counts library-load triggers merged into a pass
+	// already due or held back by MinTriggeredPassInterval.
+	TriggersCoalesced uint64
 }
 
 // Counters returns a copy of the counters.
@@ -860,7 +866,7 @@ func (a *Attacher) Counters() Counters {
 func (a *Attacher) counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load()}
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load()}
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}

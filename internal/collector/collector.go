@@ -49,6 +49,9 @@ type Data struct {
 	Budget func() *budget.Stats
 	// Kubernetes is the pod watch state; nil without --node-name.
 	Kubernetes func() k8s.Status
+	// GPURejected counts environment entries not believed as gpu_uuid
+	// values (gpu.Labeler.Rejected); may be nil.
+	GPURejected func() uint64
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -77,6 +80,7 @@ type Collector struct {
 	ncclCommCalls, ncclCommBytes                 *prometheus.Desc
 	ncclDurations                                latencyFamilies
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
+	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -126,6 +130,9 @@ func New(data Data) *Collector {
 		k8sSynced:       d("profi_system_k8s_pod_watch_synced", "1 once the pod watch (--node-name) has listed this node's pods; pod labels are empty before.", nil, nil),
 		k8sErrors:       d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
 		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
+		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
+		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
+		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
 	}
 }
 
@@ -144,6 +151,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
+		c.rejectedLabels, c.expiredSeries, c.coalesced,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -284,6 +292,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.scanProblems, att.ScanProblems)
 	counter(c.loadSkips, att.LoadChecksSkipped)
+	counter(c.coalesced, att.TriggersCoalesced)
+	var gpuRejected uint64
+	if c.data.GPURejected != nil {
+		gpuRejected = c.data.GPURejected()
+	}
+	counter(c.rejectedLabels, gpuRejected, "gpu_uuid")
+	counter(c.rejectedLabels, s.RejectedComms, "comm")
+	counter(c.expiredSeries, s.ExpiredSeries)
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
