@@ -131,6 +131,19 @@ struct {
 	__type(value, u32);
 } thread_device SEC(".maps");
 
+/*
+ * (pid, cudaKernel_t) handles whose call site was sent (NAME_LAUNCH_SITE):
+ * a handle obtained before the agent attached has no __cudaGetKernel event,
+ * and its call site (the nvcc-generated __device_stub_ function) names it.
+ * LRU: a forgotten handle is only sent again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct alloc_key); /* pid, handle */
+	__type(value, u8);
+} launch_sites SEC(".maps");
+
 /* Kernel names (full mode): a few events per process, never per launch. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -634,6 +647,25 @@ static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 n
 	bpf_ringbuf_submit(e, 0);
 }
 
+/*
+ * First launch of a cudaKernel_t handle in a process: its call site (the
+ * return address, at the top of the stack on entry) goes to userspace
+ * once; BPF_NOEXIST makes every later launch of the handle one failed
+ * update, no event.
+ */
+static __always_inline void send_launch_site(struct pt_regs *ctx, u32 pid, u64 handle)
+{
+	struct alloc_key k = {.pid = pid, .ptr = handle};
+	u8 one = 1;
+	u64 ret_addr = 0;
+
+	if (!handle || bpf_map_update_elem(&launch_sites, &k, &one, BPF_NOEXIST))
+		return;
+	if (bpf_probe_read_user(&ret_addr, sizeof(ret_addr), (void *)PT_REGS_SP(ctx)))
+		return;
+	send_name(pid, NAME_LAUNCH_SITE, handle, ret_addr, 0);
+}
+
 static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
@@ -761,6 +793,8 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	case ARGS_CU_LAUNCH_EX:
 		decode_launch(ctx, in.op, &in.launch);
 		in.stream = in.launch.stream;
+		if (flags_of(in.op) & OPF_KERNEL_HANDLE)
+			send_launch_site(ctx, id >> 32, in.launch.func);
 		break;
 	}
 

@@ -193,6 +193,7 @@ enum name_kind {
 	NAME_CU_KERNEL = 3,   /* cuLibraryGetKernel: CUkernel -> name */
 	NAME_KERNEL_FUNC = 4, /* cuKernelGetFunction: CUfunction -> CUkernel (aux) */
 	NAME_RT_KERNEL = 5,   /* __cudaGetKernel: cudaKernel_t -> host stub (aux) */
+	NAME_LAUNCH_SITE = 6, /* __cudaLaunchKernel: cudaKernel_t -> its first call site (aux) */
 };
 
 #define NAME_LEN 256

@@ -183,6 +183,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		nvmlSnapshot = gpus.Snapshot
 	}
+	gpuLabeler := &gpu.Labeler{ProcRoot: cfg.ProcPath, NVML: nvmlSnapshot}
 	agg := aggregate.New(aggregate.Options{
 		Source:           aggregate.MapSource{Objects: objs},
 		Procs:            aggregate.ProcFS{Root: cfg.ProcPath},
@@ -197,7 +198,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Scale:            scale,
 		NCCLHangTimeout:  cfg.NCCLHangTimeout,
 		Pods:             podLabeler,
-		GPUs:             &gpu.Labeler{ProcRoot: cfg.ProcPath, NVML: nvmlSnapshot},
+		GPUs:             gpuLabeler,
 	})
 
 	reg := prometheus.NewRegistry()
@@ -211,8 +212,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			"aggregated": objs.Aggregated.MaxEntries(),
 			"launch_agg": objs.LaunchAgg.MaxEntries(),
 		},
-		Budget:     budgetStats,
-		Kubernetes: podStatus,
+		Budget:      budgetStats,
+		Kubernetes:  podStatus,
+		GPURejected: gpuLabeler.Rejected,
 	})
 	reg.MustRegister(data)
 	reg.MustRegister(self.Collectors()...)
@@ -255,6 +257,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:    log,
 		TLS:       metricsTLS,
 		Protect:   protect,
+		// Limits: the defaults (docs/OPERATIONS.md "HTTP limits").
+		LimitMetrics: server.LimitMetrics{Refused: httpSelf.Refused, Connections: httpSelf.Connections},
 	})
 	if err != nil {
 		return err

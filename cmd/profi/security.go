@@ -47,6 +47,7 @@ func metricsSecurity(cfg *config.Config, m *collector.HTTP, log *slog.Logger) (*
 		CacheTTL:    cfg.MetricsAuth.CacheTTL,
 		CacheSize:   cfg.MetricsAuth.CacheSize,
 		Authorize:   cfg.MetricsAuth.Authorize,
+		AllowedSANs: cfg.MetricsTLS.AllowedClientSANs,
 		Metrics: auth.Metrics{Success: m.AuthSuccess, Failures: m.AuthFailures,
 			Cache: m.TokenReviewCache, Latency: m.TokenReviewLatency},
 		Logger: log,

@@ -3,7 +3,9 @@ package chartcheck
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -291,23 +293,42 @@ func TestDaemonSetPrivileges(t *testing.T) {
 				t.Errorf("values %s: probe %+v, want httpGet over %s", name, p, wantScheme)
 			}
 		}
-		// RBAC: pods list/watch always; tokenreviews create only with auth.
-		role := one(t, objs, "ClusterRole")
-		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
-		var got []string
-		for _, r := range rules {
-			m := r.(map[string]any)
-			got = append(got, fmt.Sprint(m["apiGroups"], m["resources"], m["verbs"]))
+		// RBAC: pods list/watch always; tokenreviews create only with auth;
+		// subjectaccessreviews with metricsAuth.authorize (on by default),
+		// and then the reader ClusterRole, bound to profi.metricsAuth.readers.
+		roles := map[string][]string{}
+		for _, role := range find(objs, "ClusterRole") {
+			rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+			for _, r := range rules {
+				m := r.(map[string]any)
+				roles[role.GetName()] = append(roles[role.GetName()], fmt.Sprint(m["apiGroups"], m["resources"], m["nonResourceURLs"], m["verbs"]))
+			}
 		}
-		wantRules := []string{"[] [pods] [list watch]"}
+		wantRoles := map[string][]string{releaseName: {"[] [pods] <nil> [list watch]"}}
 		if name != "default" {
-			wantRules = append(wantRules, "[authentication.k8s.io] [tokenreviews] [create]")
+			wantRoles[releaseName] = append(wantRoles[releaseName], "[authentication.k8s.io] [tokenreviews] <nil> [create]",
+				"[authorization.k8s.io] [subjectaccessreviews] <nil> [create]")
+			wantRoles[releaseName+"-metrics-reader"] = []string{"<nil> <nil> [/metrics] [get]"}
 		}
-		if strings.HasPrefix(name, "tls-auth-otlp") { // metricsAuth.authorize
-			wantRules = append(wantRules, "[authorization.k8s.io] [subjectaccessreviews] [create]")
+		if !maps.EqualFunc(roles, wantRoles, slices.Equal) {
+			t.Errorf("values %s: ClusterRole rules %q, want %q", name, roles, wantRoles)
 		}
-		if !slices.Equal(got, wantRules) {
-			t.Errorf("values %s: ClusterRole rules %q, want %q", name, got, wantRules)
+		var readers []string
+		for _, b := range find(objs, "ClusterRoleBinding") {
+			if ref, _, _ := unstructured.NestedString(b.Object, "roleRef", "name"); ref == releaseName+"-metrics-reader" {
+				subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+				for _, sub := range subjects {
+					m := sub.(map[string]any)
+					readers = append(readers, fmt.Sprint(m["kind"], "/", m["namespace"], "/", m["name"]))
+				}
+			}
+		}
+		wantReaders := []string(nil)
+		if strings.HasPrefix(name, "tls-auth-otlp") { // metricsAuth.readers
+			wantReaders = []string{"ServiceAccount/monitoring/prometheus"}
+		}
+		if !slices.Equal(readers, wantReaders) {
+			t.Errorf("values %s: metrics readers %q, want %q", name, readers, wantReaders)
 		}
 	}
 }
@@ -322,6 +343,53 @@ func TestNotesUseNoToolInImage(t *testing.T) {
 	for _, bad := range []string{"wget", "kubectl exec", "kubectl -n {{ .Release.Namespace }} exec"} {
 		if strings.Contains(string(b), bad) {
 			t.Errorf("NOTES.txt uses %q", bad)
+		}
+	}
+}
+
+// TestChartRefusesInsecureAuth: value combinations that would weaken the
+// agent's authentication fail `helm template` with a message saying why
+// (issue 17 item 5), and the serving certificate is issued for server auth
+// only, in every TLS mode: it is no client credential.
+func TestChartRefusesInsecureAuth(t *testing.T) {
+	helm := requireHelm(t)
+	chart := filepath.Join(repoRoot(t), "deploy/profi")
+	cm := []string{"profi.metricsTls.certManager.enabled=true", "profi.metricsTls.certManager.issuerName=ca"}
+	cases := []struct {
+		name string
+		set  []string
+		fail string // "" = renders
+	}{
+		{"bearer over plain HTTP", []string{"profi.metricsAuth.mode=bearer"}, "bearer over plain HTTP"},
+		{"bearer over HTTPS", append([]string{"profi.metricsAuth.mode=bearer", "profi.metricsTls.mode=server"}, cm...), ""},
+		{"client SANs without mtls", append([]string{"profi.metricsTls.mode=server", "profi.metricsTls.allowedClientSANs[0]=p"}, cm...), "allowedClientSANs needs profi.metricsTls.mode mtls"},
+		{"client SANs with mtls", append([]string{"profi.metricsTls.mode=mtls", "profi.metricsTls.allowedClientSANs[0]=p"}, cm...), ""},
+	}
+	for _, tc := range cases {
+		args := []string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out, err := exec.Command(helm, args...).CombinedOutput()
+		switch {
+		case tc.fail == "" && err != nil:
+			t.Errorf("%s: helm template failed: %v\n%s", tc.name, err, out)
+		case tc.fail != "" && (err == nil || !strings.Contains(string(out), tc.fail)):
+			t.Errorf("%s: helm template %v, want a failure saying %q:\n%s", tc.name, err, tc.fail, out)
+		case tc.fail == "":
+			objs, err := decodeManifests(out)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			for _, c := range find(objs, "Certificate") {
+				if c.GetName() != releaseName+"-metrics-tls" {
+					continue
+				}
+				usages, _, _ := unstructured.NestedStringSlice(c.Object, "spec", "usages")
+				if want := []string{"digital signature", "key encipherment", "server auth"}; !slices.Equal(usages, want) {
+					t.Errorf("%s: serving certificate usages %q, want %q", tc.name, usages, want)
+				}
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/kernelname"
 	"github.com/profi-dev/profi/internal/ops"
 )
@@ -50,7 +51,7 @@ type Options struct {
 	MaxStreamsPerPID int           // --max-streams-per-pid
 	MaxKernelsPerPID int           // --max-kernels-per-pid
 	// Names resolves kernel names (full mode); nil means launches with a
-	// function are labelled unknown_0x....
+	// function are labelled unknown_0x<address>.
 	Names  Namer
 	Logger *slog.Logger
 	// Observe receives each drain's duration (self metric); may be nil.
@@ -72,7 +73,21 @@ type Options struct {
 	// Monotonic returns CLOCK_MONOTONIC in ns, the clock of
 	// bpf_ktime_get_ns (for the age of in-flight calls); nil = the real one.
 	Monotonic func() uint64
+	// Now is the wall clock of drains (snapshot times, the expiry of
+	// retained histograms); nil = time.Now. Tests inject one.
+	Now func() time.Time
 }
+
+// RetainedExpiry is how long the retained histogram data of exited
+// processes stays exported after the last process of its label set has
+// exited (docs/OPERATIONS.md): long enough for every scrape and rate()
+// window to see the final values, short enough that pod churn cannot fill
+// --max-time-series with series of pods long gone.
+const RetainedExpiry = 15 * time.Minute
+
+// maxCommLen bounds the comm label (the kernel's TASK_COMM_LEN is 16;
+// a fake or future procfs is not believed beyond this).
+const maxCommLen = 64
 
 type procState struct {
 	meta    Meta
@@ -87,9 +102,11 @@ type procState struct {
 
 // PodLabeler tells which pod a process runs in.
 type PodLabeler interface {
-	// Pod returns the process's labels; done is false while they may
-	// still change (asked again at every drain until done).
-	Pod(pid int) (namespace, pod, container string, done bool)
+	// Pod returns the labels of process pid that started at start (field
+	// 22 of its stat: a new process reusing the PID is another process);
+	// done is false while they may still change (asked again at every
+	// drain until done).
+	Pod(pid int, start uint64) (namespace, pod, container string, done bool)
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -99,8 +116,8 @@ type PodLabeler interface {
 type GPULabeler interface {
 	// GPU returns the gpu and gpu_uuid labels of device dev (the CUDA
 	// ordinal the calling thread had set, or bpfobj.DevNone) of process
-	// pid, and how they were found (for /status).
-	GPU(pid int, dev uint32) (gpu, uuid, source string)
+	// pid that started at start, and how they were found (for /status).
+	GPU(pid int, start uint64, dev uint32) (gpu, uuid, source string)
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -111,6 +128,9 @@ type Namer interface {
 	// runtime launches, a CUfunction for driver launches) in process pid,
 	// or "" while it is unknown.
 	Kernel(pid int, op ops.Op, fn uint64) string
+	// Placeholder is the kernel label of fn while Kernel does not know it:
+	// stable across runs where it can be (module and offset).
+	Placeholder(pid int, fn uint64) string
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -162,6 +182,9 @@ type Aggregator struct {
 	nccl       ncclState
 	stragHists map[stragglerKey]*Hist // this drain's, per communicator
 	pidData    map[int]*pidData       // the last drain's, reused
+	// expired counts retained histogram series dropped after
+	// RetainedExpiry; badComms counts comm values made label-safe.
+	expired, badComms uint64
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -181,6 +204,9 @@ func New(opts Options) *Aggregator {
 	if opts.Monotonic == nil {
 		opts.Monotonic = monotonicNs
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	a := &Aggregator{
 		opts:        opts,
 		log:         opts.Logger.With("component", "aggregate"),
@@ -193,7 +219,7 @@ func New(opts Options) *Aggregator {
 		undeleted:   map[int]bool{},
 		nccl:        newNCCLState(),
 	}
-	a.snap.Store(&Snapshot{Time: time.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}})
+	a.snap.Store(&Snapshot{Time: opts.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}})
 	return a
 }
 
@@ -266,7 +292,7 @@ type pidData struct {
 // Drain reads the maps once and publishes a new Snapshot. Only the Run
 // goroutine (or a test) may call it.
 func (a *Aggregator) Drain() error {
-	began := time.Now()
+	began := a.opts.Now()
 	// The per-PID maps of the last drain are emptied and refilled: at
 	// 5·10⁴ keys, growing new ones was half of a drain's allocations.
 	byPID := map[int]*pidData{}
@@ -374,7 +400,7 @@ func (a *Aggregator) Drain() error {
 	}
 	a.stragglers(live, began)
 	snap.NCCLStale = a.nccl.stale
-	a.histograms(snap)
+	a.histograms(snap, began)
 	snap.Events = a.retiredCalls
 	for _, p := range snap.Processes {
 		snap.Events += p.events
@@ -385,8 +411,10 @@ func (a *Aggregator) Drain() error {
 		}
 	}
 	snap.CardinalityDrops = a.cardDrops
+	snap.ExpiredSeries = a.expired
+	snap.RejectedComms = a.badComms
 	snap.Series = len(a.admitted)
-	snap.DrainDuration = time.Since(began)
+	snap.DrainDuration = a.opts.Now().Sub(began)
 	a.snap.Store(snap)
 	if a.opts.Observe != nil {
 		a.opts.Observe(snap.DrainDuration)
@@ -396,8 +424,26 @@ func (a *Aggregator) Drain() error {
 
 // histograms fills the snapshot's histogram families (no pid label):
 // the retained data of exited processes plus every live process, per
-// label set, within --max-time-series.
-func (a *Aggregator) histograms(snap *Snapshot) {
+// label set, within --max-time-series. Retained data whose label set no
+// live process shares expires RetainedExpiry after its last exit.
+func (a *Aggregator) histograms(snap *Snapshot, now time.Time) {
+	liveHists, liveKernels, liveNCCL := map[HistKey]bool{}, map[KernelHistKey]bool{}, map[HistKey]bool{}
+	for _, p := range snap.Processes {
+		for op := range p.hists {
+			liveHists[HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}] = true
+		}
+		for kern := range p.khists {
+			liveKernels[KernelHistKey{Kernel: kern, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}] = true
+		}
+		if p.NCCL != nil {
+			for op := range p.NCCL.hists {
+				liveNCCL[HistKey{Op: op, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod, GPU: p.Meta.GPU}] = true
+			}
+		}
+	}
+	a.hists.expire(a, now, liveHists)
+	a.kernelHists.expire(a, now, liveKernels)
+	a.ncclHists.expire(a, now, liveNCCL)
 	a.hists.addRetired(a, snap.Hists)
 	a.kernelHists.addRetired(a, snap.KernelHists)
 	a.ncclHists.addRetired(a, snap.NCCLHists)
@@ -432,6 +478,11 @@ func (a *Aggregator) process(pid int) *procState {
 	if !ok {
 		return nil
 	}
+	// The process chooses its comm (prctl PR_SET_NAME): any bytes.
+	if safe, changed := discover.SafeLabel(comm, maxCommLen); changed {
+		comm = safe
+		a.badComms++
+	}
 	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]string{}, kernels: map[string]bool{}}
 	a.procs[pid] = ps
 	a.label(ps)
@@ -444,7 +495,7 @@ func (a *Aggregator) label(ps *procState) {
 		return
 	}
 	m := &ps.meta
-	m.Namespace, m.Pod, m.Container, ps.podDone = a.opts.Pods.Pod(m.PID)
+	m.Namespace, m.Pod, m.Container, ps.podDone = a.opts.Pods.Pod(m.PID, ps.start)
 }
 
 // estimate replaces a process's raw values by estimates: every drain adds
@@ -483,32 +534,36 @@ func estimateInto[K comparable, V any, P interface {
 // histograms and forgets the process.
 func (a *Aggregator) retire(pid int, d *pidData) {
 	var meta Meta
-	if ps, ok := a.procs[pid]; ok {
+	ps, known := a.procs[pid]
+	if known {
 		meta = ps.meta
 		if a.opts.Scale != nil {
 			a.estimate(ps, d) // retained data continues the exported estimate
 		}
 	}
 	gpuOf := func(dev uint32) string {
-		if a.opts.GPUs == nil {
+		if a.opts.GPUs == nil || !known {
+			// Never seen alive: whoever has the PID now is another
+			// process, whose GPU this data must not take.
 			return meta.GPU
 		}
-		g, _, _ := a.opts.GPUs.GPU(pid, dev)
+		g, _, _ := a.opts.GPUs.GPU(pid, ps.start, dev)
 		return g
 	}
+	now := a.opts.Now()
 	for k, v := range d.agg {
 		hk := HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
-		a.hists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
+		a.hists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]), now)
 		a.retiredCalls += v.Count
 	}
-	if ps, ok := a.procs[pid]; ok {
+	if known {
 		for k, v := range d.launch {
 			if v.Timed == 0 {
 				continue
 			}
 			kern := a.kernel(ps, k, true)
 			hk := KernelHistKey{Kernel: kern, Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}
-			a.kernelHists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
+			a.kernelHists.retire(hk, newHist(v.Timed, v.DurationNs, v.Buckets[:]), now)
 		}
 	}
 	for _, v := range d.launch {
@@ -517,7 +572,7 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 	for k, v := range d.nccl {
 		a.retiredCalls += v.Count
 		if v.Timed > 0 {
-			a.ncclHists.retire(HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
+			a.ncclHists.retire(HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, newHist(v.Timed, v.DurationNs, v.Buckets[:]), now)
 		}
 	}
 	a.forget(pid)
@@ -698,7 +753,7 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 
 // kernel labels a launch key: "anonymous" for entry-only launches
 // (anonymous mode, which records no function); otherwise the normalized name as soon as a name source knows it
-// (so unknown_0x... series move to the name once it arrives), and "other"
+// (so placeholder series, unknown_…, move to the name once it arrives), and "other"
 // beyond --max-kernels-per-pid.
 func (a *Aggregator) kernel(ps *procState, k bpfobj.ProfiLaunchKey, timed bool) Kernel {
 	kern := a.kernelName(ps, k, timed)
@@ -714,6 +769,9 @@ func (a *Aggregator) kernelName(ps *procState, k bpfobj.ProfiLaunchKey, timed bo
 	name := ""
 	if a.opts.Names != nil {
 		name = a.opts.Names.Kernel(ps.meta.PID, ops.Op(k.Op), k.Func)
+	}
+	if name == "" && a.opts.Names != nil {
+		name = a.opts.Names.Placeholder(ps.meta.PID, k.Func)
 	}
 	if name == "" {
 		name = kernelname.Unknown(k.Func)

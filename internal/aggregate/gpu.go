@@ -46,7 +46,7 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 	byLabels := map[[2]string]*gpuPart{}
 	partOf := map[uint32]*gpuPart{}
 	for _, dev := range slices.Sorted(maps.Keys(devs)) {
-		gpu, uuid, src := a.opts.GPUs.GPU(ps.meta.PID, dev)
+		gpu, uuid, src := a.opts.GPUs.GPU(ps.meta.PID, ps.start, dev)
 		part := byLabels[[2]string{gpu, uuid}]
 		if part == nil {
 			meta := ps.meta

@@ -17,7 +17,7 @@ type fakeGPUs struct {
 	answers int
 }
 
-func (f *fakeGPUs) GPU(pid int, dev uint32) (string, string, string) {
+func (f *fakeGPUs) GPU(pid int, _ uint64, dev uint32) (string, string, string) {
 	f.answers++
 	src := "cudaSetDevice"
 	if dev == bpfobj.DevNone {

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Hist is a latency histogram of one of the BPF value types: one
@@ -110,14 +111,35 @@ func (k KernelHistKey) tuple(f family) tuple {
 type histFamily[K histKey] struct {
 	fam     family
 	retired map[K]*Hist
+	// exited is when a process last retired data under each key.
+	exited map[K]time.Time
 }
 
 func newHistFamily[K histKey](fam family) histFamily[K] {
-	return histFamily[K]{fam: fam, retired: map[K]*Hist{}}
+	return histFamily[K]{fam: fam, retired: map[K]*Hist{}, exited: map[K]time.Time{}}
 }
 
-// retire keeps an exited process's histogram h under k.
-func (f *histFamily[K]) retire(k K, h *Hist) { mergeInto(f.retired, k, h) }
+// retire keeps an exited process's histogram h under k, exited at now.
+func (f *histFamily[K]) retire(k K, h *Hist, now time.Time) {
+	mergeInto(f.retired, k, h)
+	f.exited[k] = now
+}
+
+// expire drops the retained data of keys no live process has (live) whose
+// last exit is RetainedExpiry old or more, with their --max-time-series
+// tuples, and counts them. A key a live process still has is kept (its
+// series would go backwards), and expires once that process has exited too.
+func (f *histFamily[K]) expire(a *Aggregator, now time.Time, live map[K]bool) {
+	for k, at := range f.exited {
+		if live[k] || now.Sub(at) < RetainedExpiry {
+			continue
+		}
+		delete(f.retired, k)
+		delete(f.exited, k)
+		delete(a.admitted, k.tuple(f.fam))
+		a.expired++
+	}
+}
 
 // add merges h into dst[k] if k's label set is admitted.
 func (f *histFamily[K]) add(a *Aggregator, dst map[K]*Hist, k K, h *Hist) {

@@ -2,6 +2,8 @@ package aggregate
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"unsafe"
 
@@ -53,5 +55,70 @@ func TestNamesKernelHandles(t *testing.T) {
 	}
 	if got := n.Kernel(pid, ops.OpCudaLaunchKernel, 0x5000); got != "gemm_kernel" {
 		t.Errorf("the stub itself: %q, want gemm_kernel", got)
+	}
+}
+
+// fakeMaps writes <root>/<pid>/maps.
+func fakeMaps(t *testing.T, root string, pid int, maps string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An unnamed launch address is named by its module and the offset in the
+// file, the same in two processes whose libraries ASLR put at different
+// addresses; an address in no file keeps unknown_0x<address>.
+func TestNamesPlaceholderIsStableAcrossASLR(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	fakeMaps(t, root, 5, "7f0000000000-7f0000010000 r-xp 00001000 08:01 42 /opt/app/lib/libfoo.so\n"+
+		"55d000000000-55d000100000 rw-p 00000000 00:00 0 [heap]\n")
+	fakeMaps(t, root, 6, "7f1234560000-7f1234570000 r-xp 00001000 08:01 42 /opt/app/lib/libfoo.so\n")
+	n := NewNames(root, nil)
+	if got, want := n.Placeholder(5, 0x7f0000000234), "unknown_libfoo.so+0x1234"; got != want {
+		t.Errorf("pid 5: %q, want %q", got, want)
+	}
+	if got, want := n.Placeholder(6, 0x7f1234560234), "unknown_libfoo.so+0x1234"; got != want {
+		t.Errorf("pid 6 (other load address): %q, want %q", got, want)
+	}
+	if got, want := n.Placeholder(5, 0x55d000000040), "unknown_0x55d000000040"; got != want {
+		t.Errorf("heap address: %q, want %q", got, want)
+	}
+	// Remembered: the same answer once the process's maps are gone.
+	if err := os.RemoveAll(filepath.Join(root, "5")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := n.Placeholder(5, 0x7f0000000234), "unknown_libfoo.so+0x1234"; got != want {
+		t.Errorf("after exit: %q, want %q", got, want)
+	}
+}
+
+// The name table has a node-wide cap beside the per-process one: past it,
+// names are refused and counted as node_table_full; Forget frees room.
+func TestNamesNodeCap(t *testing.T) {
+	t.Parallel()
+	n := NewNames(t.TempDir(), nil)
+	n.nodeCap = 3
+	reg := func(pid uint32, key uint64) {
+		n.add(&bpfobj.ProfiNameEvent{Pid: pid, Kind: uint32(bpfobj.ProfiNameKindNAME_RT_KERNEL), Key: key, Aux: 0x5000})
+	}
+	reg(1, 1)
+	reg(1, 2)
+	reg(1, 2) // the same key again: no new entry
+	reg(2, 1)
+	reg(2, 2) // fourth entry: refused
+	reg(3, 1) // refused
+	if f := n.Failures(); f["node_table_full"] != 2 {
+		t.Errorf("failures %v, want node_table_full 2", f)
+	}
+	n.Forget(1)
+	reg(3, 1)
+	if f := n.Failures(); f["node_table_full"] != 2 || n.total != 2 {
+		t.Errorf("after Forget: failures %v, total %d; want node_table_full 2, total 2", f, n.total)
 	}
 }

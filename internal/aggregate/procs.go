@@ -5,13 +5,19 @@ import "github.com/profi-dev/profi/internal/discover"
 // ProcFS answers Procs from a procfs tree.
 type ProcFS struct{ Root string }
 
-// Lookup reads the process's comm and start time.
+// Lookup reads the process's comm and start time, both through one
+// pinned /proc/PID, so they belong to the same process.
 func (p ProcFS) Lookup(pid int) (string, uint64, bool) {
-	start, err := discover.ReadStartTime(p.Root, pid)
+	pd, err := discover.OpenProc(p.Root, pid, 0)
 	if err != nil {
 		return "", 0, false
 	}
-	comm, err := discover.ReadComm(p.Root, pid)
+	defer pd.Close()
+	start, err := pd.StartTime()
+	if err != nil {
+		return "", 0, false
+	}
+	comm, err := pd.Comm()
 	if err != nil {
 		return "", 0, false
 	}

@@ -116,6 +116,12 @@ type Snapshot struct {
 	RingDropRate float64
 	// CardinalityDrops counts label tuples refused at --max-time-series.
 	CardinalityDrops uint64
+	// ExpiredSeries counts retained histogram series of exited processes
+	// dropped RetainedExpiry after their last exit.
+	ExpiredSeries uint64
+	// RejectedComms counts processes whose comm was not label-safe
+	// (invalid UTF-8, control characters, too long) and was cleaned.
+	RejectedComms uint64
 	// Series is the number of label tuples currently exported.
 	Series int
 	// Events is the number of calls counted so far (live and exited processes).

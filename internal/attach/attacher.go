@@ -50,6 +50,9 @@ type Target struct {
 	PIDs []int  // processes that map it
 	// Text is where the file's code is mapped in each process, when known.
 	Text map[int]TextRange
+	// Static: an executable probed as a statically linked runtime
+	// (discover.Mapping.Static); its symbols may be in .symtab only.
+	Static bool
 	// Open opens the file for reading its symbols and attaching, e.g.
 	// inside the process's root. The file is closed after the attach.
 	Open func() (*os.File, error)
@@ -131,6 +134,9 @@ type Attacher struct {
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
 	loadChecksSkipped atomic.Uint64
+	// triggersCoalesced counts pass triggers merged into a pass already
+	// due (Run, WatchLoads).
+	triggersCoalesced atomic.Uint64
 	// lastPass is when Run last finished a discovery pass (unix nanos;
 	// New's time before the first), for /health.
 	lastPass atomic.Int64
@@ -336,7 +342,7 @@ func (a *Attacher) open(t Target) (p *opened) {
 		}
 		return &opened{reason: ReasonOpenFailed, err: fmt.Errorf("open %s: %w", t.Path, err)}
 	}
-	syms, err := definedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile))
+	syms, err := definedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile), t.Static)
 	if err != nil {
 		f.Close()
 		return &opened{reason: ReasonNotELF, err: fmt.Errorf("read symbols of %s: %w", t.Path, err)}
@@ -938,13 +944,24 @@ type Counters struct {
 	// LoadChecksSkipped counts library-load events not checked (rate limit);
 	// those processes wait for the periodic rescan.
 	LoadChecksSkipped uint64
+	// Layers are what profi probes of each tracked process (Layers).
+	Layers map[int][]Layer
+	// TriggersCoalesced counts library-load triggers merged into a pass
+	// already due or held back by MinTriggeredPassInterval.
+	TriggersCoalesced uint64
 }
 
 // Counters returns a copy of the counters.
 func (a *Attacher) Counters() Counters {
+	c := a.counters()
+	c.Layers = Layers(a.Status())
+	return c
+}
+
+func (a *Attacher) counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load()}
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load()}
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}

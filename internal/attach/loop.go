@@ -15,6 +15,13 @@ type Scanner interface {
 	Scan() (*discover.Result, error)
 }
 
+// MinTriggeredPassInterval is the least time from the start of one
+// discovery pass to the start of a pass a trigger (a library load, see
+// WatchLoads) asks for: triggers meanwhile are coalesced into that one pass
+// and counted, so processes loading libraries in a loop cost at most one
+// extra pass a second, not one per load (docs/OPERATIONS.md).
+const MinTriggeredPassInterval = time.Second
+
 // LoopOptions configure Run.
 type LoopOptions struct {
 	Scanner  Scanner
@@ -22,6 +29,8 @@ type LoopOptions struct {
 	Interval time.Duration       // --refresh-interval
 	Observe  func(time.Duration) // duration of each pass; may be nil
 	Trigger  <-chan struct{}     // extra passes on demand; may be nil
+	// MinTriggerInterval replaces MinTriggeredPassInterval when > 0 (tests).
+	MinTriggerInterval time.Duration
 }
 
 // Run is the discovery loop and the only goroutine that changes links:
@@ -30,6 +39,10 @@ func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
 	defer a.Close()
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
+	minGap := o.MinTriggerInterval
+	if minGap <= 0 {
+		minGap = MinTriggeredPassInterval
+	}
 	for {
 		began := time.Now()
 		a.Pass(o.Scanner, o.ProcRoot)
@@ -42,6 +55,33 @@ func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
 			return nil
 		case <-t.C:
 		case <-o.Trigger:
+			if !a.holdTriggered(ctx, o.Trigger, t.C, minGap-time.Since(began)) {
+				return nil
+			}
+		}
+	}
+}
+
+// holdTriggered delays a triggered pass by wait (nothing when wait <= 0),
+// counting the triggers that arrive meanwhile as coalesced into it; the
+// periodic tick ends the wait early, its pass sees everything too. It
+// returns false when ctx ends.
+func (a *Attacher) holdTriggered(ctx context.Context, trigger <-chan struct{}, tick <-chan time.Time, wait time.Duration) bool {
+	if wait <= 0 {
+		return true
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-tick:
+			return true
+		case <-trigger:
+			a.triggersCoalesced.Add(1)
 		}
 	}
 }
@@ -80,7 +120,7 @@ func Targets(res *discover.Result, procRoot string) []Target {
 			key := FileKey{Dev: m.Dev, Inode: m.Inode}
 			t := byKey[key]
 			if t == nil {
-				t = &Target{Key: key, Lib: m.Lib, Path: m.Path, Text: map[int]TextRange{}}
+				t = &Target{Key: key, Lib: m.Lib, Path: m.Path, Text: map[int]TextRange{}, Static: m.Static}
 				byKey[key] = t
 				order = append(order, key)
 			}

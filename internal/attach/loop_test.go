@@ -39,3 +39,71 @@ func TestLastPass(t *testing.T) {
 		t.Errorf("LastPass after a failed pass = %v, want after the scan at %v", got, scanned)
 	}
 }
+
+// Triggers within MinTriggerInterval of the last pass are coalesced into
+// one held-back pass and counted: five load triggers right after a pass
+// cause no pass before the interval ends.
+func TestTriggeredPassesCoalesce(t *testing.T) {
+	t.Parallel()
+	a := New(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := 0
+	first := make(chan struct{})
+	scan := scanFunc(func() (*discover.Result, error) {
+		if passes++; passes == 1 {
+			close(first)
+		}
+		return &discover.Result{}, nil
+	})
+	trigger := make(chan struct{}) // unbuffered: a send returns once Run took it
+	done := make(chan error)
+	go func() {
+		done <- a.Run(ctx, LoopOptions{Scanner: scan, Interval: time.Hour, Trigger: trigger, MinTriggerInterval: time.Hour})
+	}()
+	<-first
+	for range 5 {
+		trigger <- struct{}{}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if passes != 1 {
+		t.Errorf("passes = %d, want 1 (the triggered pass is held back)", passes)
+	}
+	if got := a.Counters().TriggersCoalesced; got != 4 {
+		t.Errorf("TriggersCoalesced = %d, want 4 (the first trigger waits, four join it)", got)
+	}
+}
+
+// A trigger after the interval has passed starts a pass at once: each of
+// three triggers, one per pass, is its own pass and nothing is coalesced.
+func TestTriggeredPassAfterInterval(t *testing.T) {
+	t.Parallel()
+	a := New(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	scanned := make(chan struct{}, 10)
+	scan := scanFunc(func() (*discover.Result, error) {
+		scanned <- struct{}{}
+		return &discover.Result{}, nil
+	})
+	trigger := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- a.Run(ctx, LoopOptions{Scanner: scan, Interval: time.Hour, Trigger: trigger, MinTriggerInterval: time.Nanosecond})
+	}()
+	<-scanned
+	for range 3 {
+		trigger <- struct{}{}
+		<-scanned
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Counters().TriggersCoalesced; got != 0 {
+		t.Errorf("TriggersCoalesced = %d, want 0", got)
+	}
+}

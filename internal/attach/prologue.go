@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -64,8 +65,10 @@ func probedSymbols(lib discover.Library, mode, profile string) []string {
 // caller, uses), each with its file offset and its probe offset read from
 // the file's bytes. Files are tenant-controlled: internal/elfsym bounds
 // every read and allocation (issue 17), and only the probed names are
-// looked up. A panic is returned as an error, never raised.
-func definedFuncs(f *os.File, names []string) (out map[string]funcSym, err error) {
+// looked up. withSymtab adds those of .symtab (a statically linked
+// runtime's functions are there unless the executable is stripped), where
+// .dynsym lacks them. A panic is returned as an error, never raised.
+func definedFuncs(f *os.File, names []string, withSymtab bool) (out map[string]funcSym, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("parse ELF: parser panicked: %v", p)
@@ -83,8 +86,16 @@ func definedFuncs(f *os.File, names []string) (out map[string]funcSym, err error
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
 	found, err := ef.Lookup(names)
-	if err != nil {
+	if err != nil && !(withSymtab && errors.Is(err, elfsym.ErrNoSymbols)) {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	if found == nil {
+		found = map[string]elfsym.Symbol{}
+	}
+	if withSymtab {
+		if err := staticFuncs(ef, names, found); err != nil {
+			return nil, fmt.Errorf("read symbols: %w", err)
+		}
 	}
 	out = make(map[string]funcSym, len(found))
 	for name, s := range found {
@@ -96,4 +107,32 @@ func definedFuncs(f *os.File, names []string) (out map[string]funcSym, err error
 		out[name] = funcSym{addr: addr, offset: prologueOffset(code)}
 	}
 	return out, nil
+}
+
+// maxStaticMatches bounds the .symtab entries kept while looking for the
+// probed names: local functions of one name in several objects repeat it.
+const maxStaticMatches = 4096
+
+// staticFuncs adds to found the .symtab definitions of the names .dynsym
+// lacks, a global one over a local one of the same name.
+func staticFuncs(ef *elfsym.File, names []string, found map[string]elfsym.Symbol) error {
+	want := map[string]bool{}
+	for _, n := range names {
+		if _, ok := found[n]; !ok {
+			want[n] = true
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	syms, _, err := ef.Funcs(elfsym.SymTab, maxStaticMatches, func(name []byte) bool { return want[string(name)] })
+	if err != nil && !errors.Is(err, elfsym.ErrNoSymbols) && !errors.Is(err, elfsym.ErrLimit) {
+		return err
+	}
+	for _, s := range syms { // with ErrLimit: the first maxStaticMatches, still usable
+		if prev, ok := found[s.Name]; !ok || prev.Bind == elf.STB_LOCAL && s.Bind != elf.STB_LOCAL {
+			found[s.Name] = s
+		}
+	}
+	return nil
 }

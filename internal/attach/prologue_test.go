@@ -46,13 +46,16 @@ func TestDefinedFuncsOffsets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		syms, err := definedFuncs(f, probedSymbols("libcudart.so", ops.KernelModeFull, ops.ProfileFull))
+		syms, err := definedFuncs(f, probedSymbols("libcudart.so", ops.KernelModeFull, ops.ProfileFull), false)
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range ops.Probes("libcudart.so", ops.KernelModeFull, ops.ProfileFull) {
 			s, ok := syms[p.Symbol]
+			if !ok && ops.Info(p.Op).Since == "CUDA 13.0" {
+				continue // the CUDA 12 stub lacks CUDA 13's entry points
+			}
 			if !ok {
 				t.Errorf("%s: %s not defined", path, p.Symbol)
 				continue

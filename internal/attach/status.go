@@ -2,10 +2,11 @@ package attach
 
 import (
 	"slices"
-
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/status"
 )
@@ -45,6 +46,7 @@ func (a *Attacher) Status() Status {
 		ls := LibraryStatus{
 			Library:      string(f.target.Lib),
 			Path:         f.target.Path,
+			Static:       f.target.Static,
 			File:         key.String(),
 			PIDs:         sortedPIDs(f.target.PIDs),
 			Missing:      slices.Clone(f.missing),
@@ -66,6 +68,7 @@ func (a *Attacher) Status() Status {
 		s.Failed = append(s.Failed, FailureStatus{
 			Library:   string(fl.target.Lib),
 			Path:      fl.target.Path,
+			Static:    fl.target.Static,
 			File:      key.String(),
 			PIDs:      sortedPIDs(fl.target.PIDs),
 			Reason:    fl.reason,
@@ -99,5 +102,79 @@ func upgradedPIDs(f *attached) []int {
 		out = append(out, pid)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// Layer is what profi probes of one layer of a process (/status, explain,
+// profi_system_process_layers).
+type Layer = status.Layer
+
+// layerLibs are the layers of a CUDA process, in report order.
+var layerLibs = []struct {
+	name string
+	lib  discover.Library
+}{{"runtime", discover.LibCudart}, {"driver", discover.LibCuda}, {"nccl", discover.LibNCCL}, {"nvtx", discover.LibNVTX}}
+
+// Layers says, for each process of s, which layers are probed and which
+// are blind: one entry per layer, in layerLibs order. A static runtime
+// without symbols (the executable reported by discovery defines none of
+// the runtime's functions) is blind: its calls are not seen, and the driver
+// layer counts its launches and memory as driver calls.
+func Layers(s Status) map[int][]Layer {
+	type seen struct {
+		att  *LibraryStatus
+		fail *FailureStatus
+	}
+	by := map[int]map[discover.Library]seen{}
+	at := func(pid int, lib string) seen {
+		if by[pid] == nil {
+			by[pid] = map[discover.Library]seen{}
+		}
+		return by[pid][discover.Library(lib)]
+	}
+	for i := range s.Attached {
+		l := &s.Attached[i]
+		for _, pid := range l.PIDs {
+			v := at(pid, l.Library)
+			if v.att == nil || v.att.Static { // a shared library wins over the executable
+				v.att = l
+			}
+			by[pid][discover.Library(l.Library)] = v
+		}
+	}
+	for i := range s.Failed {
+		f := &s.Failed[i]
+		for _, pid := range f.PIDs {
+			v := at(pid, f.Library)
+			v.fail = f
+			by[pid][discover.Library(f.Library)] = v
+		}
+	}
+	out := make(map[int][]Layer, len(by))
+	for pid, libs := range by {
+		layers := make([]Layer, 0, len(layerLibs))
+		for _, ll := range layerLibs {
+			v := libs[ll.lib]
+			switch {
+			case v.att != nil && len(v.att.Missing) > 0:
+				layers = append(layers, Layer{Layer: ll.name, State: "partial", Path: v.att.Path,
+					Detail: "missing " + strings.Join(v.att.Missing, ", ")})
+			case v.att != nil && v.att.Static:
+				layers = append(layers, Layer{Layer: ll.name, State: "static", Path: v.att.Path,
+					Detail: "runtime linked into the executable, probed there"})
+			case v.att != nil:
+				layers = append(layers, Layer{Layer: ll.name, State: "probed", Path: v.att.Path})
+			case v.fail != nil && v.fail.Static && v.fail.Reason == ReasonSymbolNotFound:
+				layers = append(layers, Layer{Layer: ll.name, State: "blind", Path: v.fail.Path,
+					Detail: "static runtime without symbols (stripped): runtime calls are not seen; the driver layer counts launches and memory"})
+			case v.fail != nil:
+				layers = append(layers, Layer{Layer: ll.name, State: "blind", Path: v.fail.Path,
+					Detail: "attach failed: " + v.fail.Reason})
+			default:
+				layers = append(layers, Layer{Layer: ll.name, State: "absent"})
+			}
+		}
+		out[pid] = layers
+	}
 	return out
 }

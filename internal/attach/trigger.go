@@ -51,6 +51,7 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 			select {
 			case due <- struct{}{}:
 			default: // a pass is already due; it will see this process too
+				a.triggersCoalesced.Add(1)
 			}
 		}
 	})

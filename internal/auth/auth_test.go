@@ -82,7 +82,8 @@ func (s *scripted) Create(_ context.Context, tr *authenticationv1.TokenReview, _
 
 // The cache and error paths that the real API server cannot be made to
 // take on demand: an authenticator that ignores the audience, an API
-// error, TTL expiry, a TTL of 0 and LRU eviction.
+// error, renewal ahead of expiry (the last quarter of the TTL), a TTL of 0
+// and LRU eviction.
 func TestCacheAndErrors(t *testing.T) {
 	user := authenticationv1.UserInfo{Username: "u"}
 	rv := &scripted{status: map[string]authenticationv1.TokenReviewStatus{
@@ -93,7 +94,8 @@ func TestCacheAndErrors(t *testing.T) {
 	m, get := metrics()
 	clk := &clock{now: time.Unix(1000, 0)}
 	a, err := New(Options{Mode: config.AuthModeBearer, Reviews: rv, Audience: "profi", CacheTTL: time.Minute,
-		CacheSize: 1, NegativeTTL: 10 * time.Second, Rate: 1000, Burst: 1000, Metrics: m, Now: clk.Now})
+		CacheSize: 1, NegativeTTL: 10 * time.Second, Rate: 1000, Burst: 1000, ClientRate: 1000, ClientBurst: 1000,
+		Metrics: m, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +106,15 @@ func TestCacheAndErrors(t *testing.T) {
 		calls       int64 // total TokenReview calls after the step
 	}{
 		{"valid", "ok", 0, 200, 1},
-		{"valid, cached", "ok", 59 * time.Second, 200, 1},
-		{"valid, TTL passed", "ok", time.Second, 200, 2},
-		{"other valid evicts it (size 1)", "ok2", 0, 200, 3},
-		{"first valid again: evicted", "ok", 0, 200, 4},
-		{"audience not in the review", "noaud", 0, 401, 5},
-		{"audience mismatch, negative cache", "noaud", 9 * time.Second, 401, 5},
-		{"negative cache expired", "noaud", time.Second, 401, 6},
+		{"valid, cached", "ok", 44 * time.Second, 200, 1},
+		{"valid, renewed in the last quarter of its TTL", "ok", time.Second, 200, 2},
+		{"valid, renewed: cached again", "ok", 44 * time.Second, 200, 2},
+		{"valid, TTL passed: renewed", "ok", 16 * time.Second, 200, 3},
+		{"other valid evicts it (size 1)", "ok2", 0, 200, 4},
+		{"first valid again: evicted", "ok", 0, 200, 5},
+		{"audience not in the review", "noaud", 0, 401, 6},
+		{"audience mismatch, negative cache", "noaud", 9 * time.Second, 401, 6},
+		{"negative cache expired", "noaud", time.Second, 401, 7},
 	}
 	for _, st := range steps {
 		clk.Add(st.advance)
@@ -122,8 +126,8 @@ func TestCacheAndErrors(t *testing.T) {
 	if got := get(m.Failures, string(AudienceMismatch)); got != 3 {
 		t.Errorf("audience_mismatch = %v, want 3", got)
 	}
-	if hit, miss := get(m.Cache, "hit"), get(m.Cache, "miss"); hit != 2 || miss != 6 {
-		t.Errorf("cache hit %v miss %v, want 2 and 6", hit, miss)
+	if hit, miss := get(m.Cache, "hit"), get(m.Cache, "miss"); hit != 3 || miss != 7 {
+		t.Errorf("cache hit %v miss %v, want 3 and 7", hit, miss)
 	}
 
 	// An API error is a 503, never cached: each request asks again.
@@ -305,8 +309,11 @@ func testBurstOfBadTokens(t *testing.T, s *proftest.APIServer, client kubernetes
 	m, get := metrics()
 	clk := &clock{now: time.Unix(1000, 0)}
 	const burst, n = 5, 200
+	// The agent-wide budget is what this test exercises: the per-client
+	// one (all requests come from httptest's one address) is set above it.
 	a, err := New(Options{Mode: config.AuthModeBearer, Reviews: client.AuthenticationV1().TokenReviews(),
-		CacheTTL: time.Minute, NegativeTTL: 10 * time.Second, Rate: 1, Burst: burst, Metrics: m, Now: clk.Now})
+		CacheTTL: time.Minute, NegativeTTL: 10 * time.Second, Rate: 1, Burst: burst, ClientRate: 1000, ClientBurst: 1000,
+		Metrics: m, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

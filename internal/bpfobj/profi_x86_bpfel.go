@@ -152,6 +152,7 @@ const (
 	ProfiNameKindNAME_CU_KERNEL   ProfiNameKind = 3
 	ProfiNameKindNAME_KERNEL_FUNC ProfiNameKind = 4
 	ProfiNameKindNAME_RT_KERNEL   ProfiNameKind = 5
+	ProfiNameKindNAME_LAUNCH_SITE ProfiNameKind = 6
 )
 
 type ProfiNcclCall struct {
@@ -328,7 +329,10 @@ const (
 	ProfiOpOP_CU_MEM_ADDRESS_RESERVE                ProfiOp = 113
 	ProfiOpOP_CU_MEM_ADDRESS_FREE                   ProfiOp = 114
 	ProfiOpOP_DL_DEBUG_STATE                        ProfiOp = 115
-	ProfiOpOP_MAX                                   ProfiOp = 116
+	ProfiOpOP_CU_LAUNCH_KERNEL_EX_PTSZ              ProfiOp = 116
+	ProfiOpOP_CU_LAUNCH_COOPERATIVE_PTSZ            ProfiOp = 117
+	ProfiOpOP_CU_GRAPH_LAUNCH_PTSZ                  ProfiOp = 118
+	ProfiOpOP_MAX                                   ProfiOp = 119
 )
 
 type ProfiOpArgs uint32
@@ -417,6 +421,7 @@ const (
 	ProfiMapInflight          = "inflight"
 	ProfiMapKernelRegs        = "kernel_regs"
 	ProfiMapLaunchAgg         = "launch_agg"
+	ProfiMapLaunchSites       = "launch_sites"
 	ProfiMapLibLoads          = "lib_loads"
 	ProfiMapMallocSizes       = "malloc_sizes"
 	ProfiMapNcclAgg           = "nccl_agg"
@@ -523,6 +528,7 @@ type ProfiMapSpecs struct {
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
 	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
+	LaunchSites  *ebpf.MapSpec `ebpf:"launch_sites"`
 	LibLoads     *ebpf.MapSpec `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
 	NcclAgg      *ebpf.MapSpec `ebpf:"nccl_agg"`
@@ -587,6 +593,7 @@ type ProfiMaps struct {
 	Inflight     *ebpf.Map `ebpf:"inflight"`
 	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
 	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
+	LaunchSites  *ebpf.Map `ebpf:"launch_sites"`
 	LibLoads     *ebpf.Map `ebpf:"lib_loads"`
 	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
 	NcclAgg      *ebpf.Map `ebpf:"nccl_agg"`
@@ -612,6 +619,7 @@ func (m *ProfiMaps) Close() error {
 		m.Inflight,
 		m.KernelRegs,
 		m.LaunchAgg,
+		m.LaunchSites,
 		m.LibLoads,
 		m.MallocSizes,
 		m.NcclAgg,

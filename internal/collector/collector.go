@@ -49,6 +49,9 @@ type Data struct {
 	Budget func() *budget.Stats
 	// Kubernetes is the pod watch state; nil without --node-name.
 	Kubernetes func() k8s.Status
+	// GPURejected counts environment entries not believed as gpu_uuid
+	// values (gpu.Labeler.Rejected); may be nil.
+	GPURejected func() uint64
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -66,6 +69,7 @@ type Collector struct {
 	tracked, ringDrops, ringDropRate, cardDrops  *prometheus.Desc
 	launchDrops, mapDrops, probeMisses           *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series *prometheus.Desc
+	processLayers                                *prometheus.Desc
 	scanProblems, loadSkips                      *prometheus.Desc
 	mapEntries, mapCapacity, launchEvents        *prometheus.Desc
 	nameFailures                                 *prometheus.Desc
@@ -76,6 +80,7 @@ type Collector struct {
 	ncclCommCalls, ncclCommBytes                 *prometheus.Desc
 	ncclDurations                                latencyFamilies
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
+	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -94,7 +99,9 @@ func New(data Data) *Collector {
 		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
 			[]string{"library", "reason"}, nil),
-		attachedLibs:    d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind or absent.",
+			[]string{"pid", "layer", "state"}, nil),
 		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
 		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
 		launchEvents:    d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
@@ -123,6 +130,9 @@ func New(data Data) *Collector {
 		k8sSynced:       d("profi_system_k8s_pod_watch_synced", "1 once the pod watch (--node-name) has listed this node's pods; pod labels are empty before.", nil, nil),
 		k8sErrors:       d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
 		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
+		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
+		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
+		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
 	}
 }
 
@@ -135,12 +145,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.uptime, c.series, c.scanProblems, c.loadSkips,
+		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
+		c.rejectedLabels, c.expiredSeries, c.coalesced,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -274,8 +285,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, lib := range libraries {
 		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
 	}
+	for pid, layers := range att.Layers {
+		for _, l := range layers {
+			gauge(c.processLayers, 1, strconv.Itoa(pid), l.Layer, l.State)
+		}
+	}
 	counter(c.scanProblems, att.ScanProblems)
 	counter(c.loadSkips, att.LoadChecksSkipped)
+	counter(c.coalesced, att.TriggersCoalesced)
+	var gpuRejected uint64
+	if c.data.GPURejected != nil {
+		gpuRejected = c.data.GPURejected()
+	}
+	counter(c.rejectedLabels, gpuRejected, "gpu_uuid")
+	counter(c.rejectedLabels, s.RejectedComms, "comm")
+	counter(c.expiredSeries, s.ExpiredSeries)
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
 	}

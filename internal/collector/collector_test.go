@@ -168,6 +168,8 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 		Drops:            drops,
 		RingDropRate:     0.5,
 		CardinalityDrops: 3,
+		ExpiredSeries:    2,
+		RejectedComms:    1,
 		Series:           42,
 		Events:           1234,
 	}
@@ -179,9 +181,10 @@ func testCounters() attach.Counters {
 			{"libcudart.so", attach.ReasonNotELF}:         2,
 			{"libcudart.so", attach.ReasonSymbolNotFound}: 4,
 		},
-		Attached:     map[discover.Library]int{discover.LibCudart: 2},
-		TrackedPIDs:  []int{7, 4242},
-		ScanProblems: 5,
+		Attached:          map[discover.Library]int{discover.LibCudart: 2},
+		TrackedPIDs:       []int{7, 4242},
+		ScanProblems:      5,
+		TriggersCoalesced: 6,
 	}
 }
 
@@ -189,9 +192,10 @@ func newCollector(t *testing.T) *Collector {
 	t.Helper()
 	snap := testSnapshot(t)
 	return New(Data{
-		Snapshot: func() *aggregate.Snapshot { return snap },
-		Attach:   testCounters,
-		Started:  time.Now().Add(-time.Hour),
+		Snapshot:    func() *aggregate.Snapshot { return snap },
+		Attach:      testCounters,
+		Started:     time.Now().Add(-time.Hour),
+		GPURejected: func() uint64 { return 4 },
 	})
 }
 

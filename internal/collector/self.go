@@ -52,9 +52,13 @@ var (
 		"no_auth", "tokenreview_deny", "tokenreview_error", "audience_mismatch",
 		"rate_limited",                     // Addition (docs/INTERFACE.md 5.7)
 		"forbidden", "authorization_error", // Addition: --metrics-auth-authorize (SubjectAccessReview)
+		"cert_not_allowed", // Addition: --metrics-tls-allowed-client-sans
 	}
-	CacheResults     = []string{"hit", "miss"}
-	HandshakeResults = []string{"ok", "bad_cert", "error"}
+	// Addition: profi_system_http_refused_total{reason} (issue 17, the
+	// server's Limits; server.RefusalReasons, checked equal by its tests).
+	HTTPRefusalReasons = []string{"conn_limit", "conn_evicted", "handshake_evicted", "request_limit"}
+	CacheResults       = []string{"hit", "miss"}
+	HandshakeResults   = []string{"ok", "bad_cert", "error"}
 )
 
 // HTTP holds the self-metrics of the /metrics listener's TLS and
@@ -69,6 +73,10 @@ type HTTP struct {
 	// TLSReloadFailures counts certificate, key or client CA files that
 	// changed on disk but could not be loaded (the old material stays).
 	TLSReloadFailures prometheus.Counter
+	// Refused counts connections and requests refused or cut off by the
+	// listener's limits; Connections is the number open (Additions).
+	Refused     *prometheus.CounterVec // reason
+	Connections prometheus.Gauge
 }
 
 // NewHTTP creates the HTTP security self-metrics with every label value at zero.
@@ -99,6 +107,17 @@ func NewHTTP() *HTTP {
 			Name: "profi_system_http_tls_reload_failures_total",
 			Help: "Changed TLS certificate, key or client CA files that could not be loaded; the previous material stays in use.",
 		}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "profi_system_http_refused_total",
+			Help: "Connections, TLS handshakes and requests refused or closed by the HTTP limits, by reason.",
+		}, []string{"reason"}),
+		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "profi_system_http_connections",
+			Help: "Connections open on the metrics listener (TLS handshakes in progress included).",
+		}),
+	}
+	for _, v := range HTTPRefusalReasons {
+		h.Refused.WithLabelValues(v)
 	}
 	for _, v := range AuthMethods {
 		h.AuthSuccess.WithLabelValues(v)
@@ -118,5 +137,5 @@ func NewHTTP() *HTTP {
 // Collectors returns the metrics for registration.
 func (h *HTTP) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{h.AuthSuccess, h.AuthFailures, h.TokenReviewCache, h.TokenReviewLatency,
-		h.TLSHandshakes, h.TLSReloadFailures}
+		h.TLSHandshakes, h.TLSReloadFailures, h.Refused, h.Connections}
 }

@@ -53,6 +53,7 @@ func (s *StatusSource) Document() status.Doc {
 		tracked = []int{}
 	}
 	podOf := map[int]string{}
+	layers := attach.Layers(st)
 	procs := make([]status.ProcessStatus, 0, len(snap.Processes))
 	ops := map[string]uint64{}
 	for _, p := range snap.Processes {
@@ -60,6 +61,7 @@ func (s *StatusSource) Document() status.Doc {
 			podOf[p.Meta.PID] = p.Meta.Namespace + "/" + p.Meta.Pod
 		}
 		ps := processStatus(p, s.Config.NodeName != "")
+		ps.Layers = layers[p.Meta.PID]
 		for op, n := range ps.Calls {
 			ops[op] += n
 		}

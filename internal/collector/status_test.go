@@ -157,8 +157,11 @@ func TestStatusProcesses(t *testing.T) {
 	if want := map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4, "cudaFree": 2, "ncclAllReduce": 5}; !reflect.DeepEqual(doc.Operations, want) {
 		t.Errorf("operations = %v, want %v", doc.Operations, want)
 	}
+	// Both processes map the attached libcudart only.
+	layers := []status.Layer{{Layer: "runtime", State: "probed"}, {Layer: "driver", State: "absent"},
+		{Layer: "nccl", State: "absent"}, {Layer: "nvtx", State: "absent"}}
 	want := []status.ProcessStatus{{
-		PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", Container: "server", PodSource: "cgroup+pod-watch",
+		PID: 10, Comm: "infer", Layers: layers, Namespace: "ml", Pod: "llm-0", Container: "server", PodSource: "cgroup+pod-watch",
 		Calls:       map[string]uint64{"cudaLaunchKernel": 100, "cudaMemcpy": 4},
 		Launches:    100,
 		Errors:      map[string]uint64{"cudaMemcpy": 3},
@@ -166,7 +169,7 @@ func TestStatusProcesses(t *testing.T) {
 		NCCLCalls: map[string]uint64{"ncclAllReduce": 5}, NCCLBytes: map[string]uint64{"ncclAllReduce": 5 << 20},
 		NCCLOldestInflightSeconds: map[string]float64{"ncclAllReduce": 1.5},
 	}, {
-		PID: 11, Comm: "host", PodSource: "none: no kubelet pod cgroup, or the pod is not in this node's watch",
+		PID: 11, Comm: "host", Layers: layers, PodSource: "none: no kubelet pod cgroup, or the pod is not in this node's watch",
 		Calls: map[string]uint64{"cudaFree": 2}, Errors: map[string]uint64{}, MemcpyBytes: map[string]uint64{},
 	}}
 	if !reflect.DeepEqual(doc.Processes, want) {

@@ -169,6 +169,10 @@ type TLSConfig struct {
 	CertFile     string
 	KeyFile      string
 	ClientCAFile string
+	// AllowedClientSANs, when not empty, restricts the client
+	// certificates that authenticate to those with one of these SANs
+	// (Addition: --metrics-tls-allowed-client-sans).
+	AllowedClientSANs []string
 }
 
 // AuthConfig configures authentication of /metrics and /status.
@@ -247,6 +251,7 @@ type cli struct {
 	MetricsTLSCert       string `name:"metrics-tls-cert" group:"metrics" env:"PROFI_METRICS_TLS_CERT" placeholder:"PATH" help:"Server certificate chain (PEM)."`
 	MetricsTLSKey        string `name:"metrics-tls-key" group:"metrics" env:"PROFI_METRICS_TLS_KEY" placeholder:"PATH" help:"Server private key (PEM)."`
 	MetricsTLSClientCA   string `name:"metrics-tls-client-ca" group:"metrics" env:"PROFI_METRICS_TLS_CLIENT_CA" placeholder:"PATH" help:"CA bundle for client certificates (mtls)."`
+	MetricsTLSClientSANs string `name:"metrics-tls-allowed-client-sans" group:"metrics" env:"PROFI_METRICS_TLS_ALLOWED_CLIENT_SANS" placeholder:"SAN,..." help:"Comma-separated SANs (DNS name, URI, e-mail or IP) of which a client certificate must carry one (mtls); empty: any certificate of the client CA."`
 	MetricsAuthMode      string `name:"metrics-auth-mode" group:"metrics" env:"PROFI_METRICS_AUTH_MODE" default:"off" placeholder:"MODE" help:"off, bearer or mtls-or-bearer."`
 	MetricsAuthAudience  string `name:"metrics-auth-audience" group:"metrics" env:"PROFI_METRICS_AUTH_AUDIENCE" placeholder:"AUD" help:"Audience the TokenReview must include."`
 	MetricsAuthCacheTTL  int    `name:"metrics-auth-cache-ttl" group:"metrics" env:"PROFI_METRICS_AUTH_CACHE_TTL" default:"60" placeholder:"SECS" help:"Seconds a successful TokenReview is cached."`
@@ -795,6 +800,11 @@ func (p *parser) metricsSecurity(raw *cli) (TLSConfig, AuthConfig) {
 		KeyFile:      strings.TrimSpace(raw.MetricsTLSKey),
 		ClientCAFile: strings.TrimSpace(raw.MetricsTLSClientCA),
 	}
+	for san := range strings.SplitSeq(raw.MetricsTLSClientSANs, ",") {
+		if san = strings.TrimSpace(san); san != "" {
+			t.AllowedClientSANs = append(t.AllowedClientSANs, san)
+		}
+	}
 	a := AuthConfig{
 		Mode:      strings.TrimSpace(raw.MetricsAuthMode),
 		Audience:  strings.TrimSpace(raw.MetricsAuthAudience),
@@ -832,6 +842,9 @@ func (p *parser) metricsSecurity(raw *cli) (TLSConfig, AuthConfig) {
 		p.warnf("--metrics-tls-mode=off: the TLS certificate, key and client CA settings are ignored")
 	} else if t.Mode == TLSModeServer && t.ClientCAFile != "" {
 		p.warnf("--metrics-tls-mode=server: --metrics-tls-client-ca is ignored (only mtls checks client certificates)")
+	}
+	if t.Mode != TLSModeMTLS && len(t.AllowedClientSANs) > 0 {
+		p.warnf("--metrics-tls-mode=%s: --metrics-tls-allowed-client-sans is ignored (only mtls checks client certificates)", t.Mode)
 	}
 	if a.Mode == AuthModeOff && a.Audience != "" {
 		p.warnf("--metrics-auth-mode=off: --metrics-auth-audience is ignored")

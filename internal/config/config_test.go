@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -690,6 +691,7 @@ func TestIgnoredMaterialWarns(t *testing.T) {
 		{"client ca with server", []string{"--metrics-tls-mode=server", "--metrics-tls-cert=/c", "--metrics-tls-key=/k", "--metrics-tls-client-ca=/ca"}, "--metrics-tls-client-ca is ignored"},
 		{"audience with auth off", []string{"--metrics-auth-audience=a"}, "--metrics-auth-audience is ignored"},
 		{"authorize with auth off", []string{"--metrics-auth-authorize"}, "--metrics-auth-authorize is ignored"},
+		{"client SANs with server", []string{"--metrics-tls-mode=server", "--metrics-tls-cert=/c", "--metrics-tls-key=/k", "--metrics-tls-allowed-client-sans=a"}, "--metrics-tls-allowed-client-sans is ignored"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -814,5 +816,25 @@ func TestHelpAndVersion(t *testing.T) {
 				t.Errorf("version output = %q", buf.String())
 			}
 		})
+	}
+}
+
+// --metrics-tls-allowed-client-sans (Addition): a comma-separated list from
+// the flag or PROFI_METRICS_TLS_ALLOWED_CLIENT_SANS, blanks dropped.
+func TestAllowedClientSANs(t *testing.T) {
+	t.Parallel()
+	mtls := []string{"--metrics-tls-mode=mtls", "--metrics-tls-cert=/c", "--metrics-tls-key=/k", "--metrics-tls-client-ca=/ca"}
+	want := []string{"prometheus.monitoring.svc", "spiffe://cluster.local/ns/monitoring/sa/prometheus", "10.1.2.3"}
+	list := " prometheus.monitoring.svc, spiffe://cluster.local/ns/monitoring/sa/prometheus,,10.1.2.3 "
+	cfg, _ := mustParse(t, append(mtls, "--metrics-tls-allowed-client-sans="+list), nil)
+	if !slices.Equal(cfg.MetricsTLS.AllowedClientSANs, want) {
+		t.Errorf("flag: %q, want %q", cfg.MetricsTLS.AllowedClientSANs, want)
+	}
+	cfg, _ = mustParse(t, mtls, map[string]string{"PROFI_METRICS_TLS_ALLOWED_CLIENT_SANS": list})
+	if !slices.Equal(cfg.MetricsTLS.AllowedClientSANs, want) {
+		t.Errorf("env: %q, want %q", cfg.MetricsTLS.AllowedClientSANs, want)
+	}
+	if cfg, _ = mustParse(t, mtls, nil); cfg.MetricsTLS.AllowedClientSANs != nil {
+		t.Errorf("default: %q, want none", cfg.MetricsTLS.AllowedClientSANs)
 	}
 }

@@ -46,3 +46,29 @@ func OpenInRoot(procRoot string, pid int, path string) (*os.File, error) {
 // FileID needs Linux; elsewhere it returns an error wrapping
 // errors.ErrUnsupported.
 func FileID(f *os.File) (dev, ino uint64, err error) { return 0, 0, errUnsupported }
+
+// Proc needs Linux; elsewhere OpenProc returns an error wrapping
+// errors.ErrUnsupported.
+type Proc struct{ pid int }
+
+// OpenProc needs Linux; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func OpenProc(procRoot string, pid int, start uint64) (*Proc, error) { return nil, errUnsupported }
+
+// PID is the process's PID.
+func (p *Proc) PID() int { return p.pid }
+
+// Close does nothing.
+func (p *Proc) Close() error { return nil }
+
+// ReadFile needs Linux.
+func (p *Proc) ReadFile(name string, max int) ([]byte, error) { return nil, errUnsupported }
+
+// StartTime needs Linux.
+func (p *Proc) StartTime() (uint64, error) { return 0, errUnsupported }
+
+// Comm needs Linux.
+func (p *Proc) Comm() (string, error) { return "", errUnsupported }
+
+// FDTargets needs Linux.
+func (p *Proc) FDTargets() ([]string, error) { return nil, errUnsupported }

@@ -31,6 +31,11 @@ type scanState struct {
 	libs    []Mapping
 	deleted []fileKey
 	nvtx    bool // Scanner.NVTX
+	// exe is the process's executable (the first file mapped, in maps
+	// order) and its code, for static-runtime detection; exeDone once its
+	// executable mapping was seen or another file came first.
+	exe     Mapping
+	exeDone bool
 }
 
 type fileKey struct{ dev, ino uint64 }
@@ -237,6 +242,7 @@ func (st *scanState) scanProcess(root string, pid int, res *Result) {
 // the process disappeared before or while its maps were read.
 func (st *scanState) readMaps(dirfd, pid int, res *Result) (libs []Mapping, vanished bool) {
 	st.libs, st.deleted = st.libs[:0], st.deleted[:0]
+	st.exe, st.exeDone = Mapping{}, false
 	fd, err := openat(dirfd, "maps")
 	if err != nil {
 		if gone(err) {
@@ -264,6 +270,7 @@ func (st *scanState) readMaps(dirfd, pid int, res *Result) (libs []Mapping, vani
 		switch {
 		case err == nil:
 		case err == io.EOF:
+			st.addStaticRuntime(pid)
 			return st.libs, false
 		case gone(err):
 			return nil, true
@@ -277,6 +284,9 @@ func (st *scanState) readMaps(dirfd, pid int, res *Result) (libs []Mapping, vani
 // addLine handles one maps line. Lines whose basename cannot be a
 // lib*.so* file are dropped before parsing.
 func (st *scanState) addLine(pid, lineNo int, line []byte, res *Result) {
+	if !st.exeDone {
+		st.noteExe(pid, line)
+	}
 	if !maybeLibrary(line) {
 		return
 	}
@@ -316,6 +326,42 @@ func (st *scanState) addLine(pid, lineNo int, line []byte, res *Result) {
 		m.TextStart, m.TextEnd = r.start, r.end
 	}
 	st.libs = append(st.libs, m)
+}
+
+// noteExe follows the first lines of maps until the executable's code
+// mapping: the executable is the first file mapped (PIE or not).
+func (st *scanState) noteExe(pid int, line []byte) {
+	r, err := parseMaps(line)
+	if err != nil || !hasFile(r, line) || r.deleted {
+		return
+	}
+	if st.exe.Inode == 0 {
+		if _, isLib := classify(line[r.pathStart:r.pathEnd]); isLib {
+			st.exeDone = true // a library mapped first: no executable to look at
+			return
+		}
+		st.exe = Mapping{PID: pid, Lib: LibCudart, Path: string(line[r.pathStart:r.pathEnd]), Dev: r.dev, Inode: r.inode, Static: true}
+	}
+	if r.dev != st.exe.Dev || r.inode != st.exe.Inode {
+		st.exeDone = true // another file before the executable's code: give up
+		return
+	}
+	if line[r.perms+2] == 'x' {
+		st.exe.TextStart, st.exe.TextEnd = r.start, r.end
+		st.exeDone = true
+	}
+}
+
+// addStaticRuntime reports the executable as a possible static runtime
+// (Mapping.Static) when the process maps the driver but no libcudart.so:
+// only then can a runtime be linked in, and the check stays off every
+// other process.
+func (st *scanState) addStaticRuntime(pid int) {
+	if st.exe.TextEnd == 0 || !slices.ContainsFunc(st.libs, func(m Mapping) bool { return m.Lib == LibCuda }) ||
+		slices.ContainsFunc(st.libs, func(m Mapping) bool { return m.Lib == LibCudart }) {
+		return
+	}
+	st.libs = append(st.libs, st.exe)
 }
 
 // maybeLibrary is the cheap pre-filter: the text after the last '/' must

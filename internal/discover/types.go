@@ -12,6 +12,12 @@ type Mapping struct {
 	// TextStart and TextEnd are the first executable mapping of the file
 	// (0, 0 if none yet): where its code runs in this process.
 	TextStart, TextEnd uint64
+	// Static marks the process's executable reported as a possible
+	// statically linked CUDA runtime (Lib is LibCudart): the process maps
+	// the driver but no libcudart.so, as nvcc's default -cudart static,
+	// NCCL and TensorRT-LLM builds do. Its runtime functions, if any, are in
+	// .dynsym or, unstripped, .symtab.
+	Static bool
 }
 
 // Process is what a scan learned about one process.

@@ -240,6 +240,7 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 				pod = s.Namespace + "/" + s.Pod + " container " + orDash(s.Container)
 			}
 			fmt.Fprintf(w, "  pod: %s (source: %s)\n", pod, s.PodSource)
+			writeLayers(w, s.Layers)
 		}
 		if len(p.Libraries) == 0 {
 			fmt.Fprintln(w, "  libraries: none")
@@ -320,6 +321,24 @@ func writeMap(w io.Writer, name string, m map[string]uint64) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	fmt.Fprintf(w, "    %s: %s\n", name, strings.Join(parts, ", "))
+}
+
+// writeLayers says which layers of the process profi probes, so the
+// numbers above can be read for what they cover.
+func writeLayers(w io.Writer, layers []status.Layer) {
+	if len(layers) == 0 {
+		return
+	}
+	parts := make([]string, 0, len(layers))
+	for _, l := range layers {
+		parts = append(parts, l.Layer+" "+l.State)
+	}
+	fmt.Fprintf(w, "  coverage: %s\n", strings.Join(parts, ", "))
+	for _, l := range layers {
+		if l.Detail != "" {
+			fmt.Fprintf(w, "    %s (%s): %s\n", l.Layer, orDash(l.Path), l.Detail)
+		}
+	}
 }
 
 func orDash(s string) string {

@@ -48,7 +48,12 @@ func doc() *status.Doc {
 		TrackedPIDs: []int{10, 30},
 		Processes: []status.ProcessStatus{
 			{PID: 10, Comm: "infer", Namespace: "ml", Pod: "llm-0", PodSource: "cgroup+pod-watch", Calls: map[string]uint64{"cudaMalloc": 3}, Launches: 7},
-			{PID: 30, Comm: "train", Namespace: "ml", Pod: "train-0", PodSource: "cgroup+pod-watch"},
+			{PID: 30, Comm: "train", Namespace: "ml", Pod: "train-0", PodSource: "cgroup+pod-watch", Layers: []status.Layer{
+				{Layer: "runtime", State: "partial", Path: "/opt/app/lib/libcudart.so.12", Detail: "missing cudaGraphLaunch"},
+				{Layer: "driver", State: "absent"},
+				{Layer: "nccl", State: "blind", Path: "/opt/app/lib/libnccl.so.2", Detail: "attach failed: open_failed"},
+				{Layer: "nvtx", State: "absent"},
+			}},
 		},
 		Kubernetes: &status.Kubernetes{},
 	}
@@ -123,6 +128,9 @@ func TestExplain(t *testing.T) {
 			"missing symbols: cudaGraphLaunch",
 			"libnccl.so /opt/app/lib/libnccl.so.2 [8:1/600]: NOT attached: open_failed (3 attempts",
 			"last error: permission denied",
+			"coverage: runtime partial, driver absent, nccl blind, nvtx absent",
+			"runtime (/opt/app/lib/libcudart.so.12): missing cudaGraphLaunch",
+			"nccl (/opt/app/lib/libnccl.so.2): attach failed: open_failed",
 		} {
 			if !strings.Contains(b.String(), want) {
 				t.Errorf("text lacks %q:\n%s", want, b.String())

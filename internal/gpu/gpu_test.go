@@ -1,10 +1,12 @@
 package gpu
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
@@ -149,10 +151,23 @@ func fakeProc(t *testing.T, root string, pid int, environ string, fds ...string)
 	if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(environ), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	writeStat(t, dir, pid, startOf(pid))
 	for i, target := range fds {
 		if err := os.Symlink(target, filepath.Join(dir, "fd", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// startOf is the start time fakeProc gives a process.
+func startOf(pid int) uint64 { return uint64(pid) * 100 }
+
+// writeStat writes a stat line with the start time (field 22) start.
+func writeStat(t *testing.T, dir string, pid int, start uint64) {
+	t.Helper()
+	line := fmt.Sprintf("%d (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, start)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -175,7 +190,7 @@ type want struct{ gpu, uuid, source string }
 
 func check(t *testing.T, l *Labeler, pid int, d uint32, w want) {
 	t.Helper()
-	g, u, src := l.GPU(pid, d)
+	g, u, src := l.GPU(pid, startOf(pid), d)
 	if (want{g, u, src}) != w {
 		t.Errorf("GPU(%d, %#x) = %q %q %q, want %q %q %q", pid, d, g, u, src, w.gpu, w.uuid, w.source)
 	}
@@ -217,8 +232,95 @@ func TestLabelerWithNVML(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, l, 24, 0, want{"1", uuidB, SourceSetDevice})
-	l.Forget(24) // a new process with that PID
+	l.Forget(24)
 	check(t, l, 24, 0, want{"3", uuidD, SourceSetDevice})
+}
+
+// A new process reusing a PID (same PID, another start time) never gets
+// the old one's answers, even without Forget; asked for the old start
+// time, the labeler refuses the new process's files.
+func TestLabelerPIDReuse(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 30, "CUDA_VISIBLE_DEVICES=1\x00")
+	l := &Labeler{ProcRoot: root, NVML: up(node())}
+	if g, u, _ := l.GPU(30, startOf(30), 0); g != "1" || u != uuidB {
+		t.Fatalf("first process: %q %q, want 1 %s", g, u, uuidB)
+	}
+	dir := filepath.Join(root, "30")
+	if err := os.WriteFile(filepath.Join(dir, "environ"), []byte("CUDA_VISIBLE_DEVICES=3\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeStat(t, dir, 30, 7777)
+	if g, u, _ := l.GPU(30, 7777, 0); g != "3" || u != uuidD {
+		t.Errorf("new process on the reused PID: %q %q, want 3 %s", g, u, uuidD)
+	}
+	// The old process's answer was replaced, and its start time no longer
+	// reads the PID's files.
+	if g, u, _ := l.GPU(30, startOf(30), 1); g != "" || u != "" {
+		t.Errorf("old start time on the reused PID: %q %q, want no labels", g, u)
+	}
+}
+
+// Without NVML, UUIDs from a process's environment are labels only in
+// NVIDIA's format; a 1 MiB value (the attack of issue 17) gives no label
+// and counts one rejected value.
+func TestLabelerRejectsHostileUUIDs(t *testing.T) {
+	root := t.TempDir()
+	huge := "GPU-" + strings.Repeat("a", 1<<20)
+	fakeProc(t, root, 40, "CUDA_VISIBLE_DEVICES="+huge+"\x00")
+	fakeProc(t, root, 41, "CUDA_VISIBLE_DEVICES=GPU-zzzz,"+uuidC+"\x00")
+	fakeProc(t, root, 42, "CUDA_VISIBLE_DEVICES=GPU-cccc,"+uuidA+"\x00")
+	fakeProc(t, root, 43, "NVIDIA_VISIBLE_DEVICES="+strings.Repeat("0,", 1<<20)+"\x00")
+	l := &Labeler{ProcRoot: root}
+	check(t, l, 40, 0, want{"", "", SourceSetDevice})
+	check(t, l, 40, bpfobj.DevNone, want{"", "", SourceDefault})
+	// Not hex: cannot name a device; as in CUDA the list ends there.
+	check(t, l, 41, 0, want{"", "", SourceSetDevice})
+	check(t, l, 41, 1, want{"", "", SourceSetDevice})
+	// A well-formed prefix is a device of unknown UUID, the next one labelled.
+	check(t, l, 42, 0, want{"", "", SourceSetDevice})
+	check(t, l, 42, 1, want{"", uuidA, SourceSetDevice})
+	check(t, l, 43, 0, want{"", "", SourceSetDevice})
+	if got := l.Rejected(); got != 3 {
+		t.Errorf("Rejected() = %d, want 3 (pid 40's value, pid 41's GPU-zzzz, pid 43's value)", got)
+	}
+}
+
+func TestUUIDForm(t *testing.T) {
+	const u = "8932f937-d72c-4106-c12f-20bd9faed9f6"
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"GPU-" + u, uuidFull},
+		{"GPU-" + strings.ToUpper(u), uuidFull},
+		{"MIG-" + u, uuidFull},
+		{"MIG-GPU-" + u + "/1/0", uuidFull},
+		{"MIG-GPU-" + u + "/14/7", uuidFull},
+		{"GPU-", uuidPrefix},
+		{"GPU-8932f9", uuidPrefix},
+		{"GPU-8932f937-d7", uuidPrefix},
+		{"MIG-", uuidPrefix},
+		{"MIG-GP", uuidPrefix},
+		{"MIG-GPU-" + u, uuidPrefix},
+		{"MIG-GPU-" + u + "/", uuidPrefix},
+		{"MIG-GPU-" + u + "/1", uuidPrefix},
+		{"MIG-GPU-" + u + "/1/", uuidPrefix},
+		{"GPU-" + u + "0", uuidInvalid},
+		{"GPU-" + u + "/1/0", uuidInvalid},
+		{"GPU-8932f937d72c", uuidInvalid},
+		{"GPU-xyz", uuidInvalid},
+		{"GPU-8932\u00e9", uuidInvalid},
+		{"MIG-GPU-" + u + "/1/0/2", uuidInvalid},
+		{"MIG-GPU-" + u + "/1234/0", uuidInvalid},
+		{"MIG-GPU-" + u + "/a/0", uuidInvalid},
+		{"MIG-GPX", uuidInvalid},
+		{"0", uuidInvalid},
+	} {
+		if got := uuidForm(tc.in); got != tc.want {
+			t.Errorf("uuidForm(%q) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
 }
 
 func TestLabelerWithoutNVML(t *testing.T) {

@@ -3,15 +3,14 @@ package gpu
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/nvml"
 )
 
@@ -43,10 +42,15 @@ type Labeler struct {
 
 	mu    sync.Mutex
 	procs map[int]*proc
+	// rejected counts environment entries that could not be labels
+	// (rejectedEntries), once per process.
+	rejected atomic.Uint64
 }
 
-// proc is what is known about one process.
+// proc is what is known about one process: the one that started at start,
+// so a new process that reuses the PID starts afresh.
 type proc struct {
+	start    uint64
 	env      *environ
 	resolved map[uint32]Attribution // final answers, by device
 }
@@ -61,25 +65,32 @@ type Attribution struct {
 }
 
 // GPU returns the labels of device dev (a CUDA ordinal, or bpfobj.DevNone)
-// of process pid, and the source of the answer.
-func (l *Labeler) GPU(pid int, dev uint32) (gpu, uuid, source string) {
-	a := l.Attribute(pid, dev)
+// of process pid that started at start (field 22 of its stat), and the
+// source of the answer.
+func (l *Labeler) GPU(pid int, start uint64, dev uint32) (gpu, uuid, source string) {
+	a := l.Attribute(pid, start, dev)
 	gpu, uuid = a.Device.Labels()
 	return gpu, uuid, a.Source
 }
 
-// Attribute resolves device dev of pid. An answer is kept until Forget
+// Rejected counts the entries of processes' CUDA_VISIBLE_DEVICES and
+// NVIDIA_VISIBLE_DEVICES that were not believed (malformed UUIDs, over-long
+// values), once per process.
+func (l *Labeler) Rejected() uint64 { return l.rejected.Load() }
+
+// Attribute resolves device dev of pid, the process that started at start.
+// An answer is kept until Forget (or until another process has the PID)
 // once NVML has answered (or is disabled), so a series never moves later;
 // before, it is recomputed on every call.
-func (l *Labeler) Attribute(pid int, dev uint32) Attribution {
+func (l *Labeler) Attribute(pid int, start uint64, dev uint32) Attribution {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.procs == nil {
 		l.procs = map[int]*proc{}
 	}
 	p := l.procs[pid]
-	if p == nil {
-		p = &proc{resolved: map[uint32]Attribution{}}
+	if p == nil || p.start != start {
+		p = &proc{start: start, resolved: map[uint32]Attribution{}}
 		l.procs[pid] = p
 	}
 	if a, ok := p.resolved[dev]; ok {
@@ -90,16 +101,25 @@ func (l *Labeler) Attribute(pid int, dev uint32) Attribution {
 		snap = l.NVML()
 	}
 	gpus := inventory(snap)
+	// Every file of the answer is read through one pinned /proc/PID of
+	// the process that started at start: a recycled PID fails the reads
+	// instead of lending another process's environment or devices.
+	pd, err := discover.OpenProc(l.root(), pid, start)
+	if err != nil {
+		// Gone, reused, or unreadable: answer without, ask again next time.
+		return Attribution{Device: Device{Index: -1}, Source: sourceOf(dev)}
+	}
+	defer pd.Close()
 	if p.env == nil {
-		env, err := readEnviron(l.root(), pid)
+		env, err := readEnviron(pd)
 		if err != nil {
-			// Gone, or unreadable: answer without, ask again next time.
 			return Attribution{Device: Device{Index: -1}, Source: sourceOf(dev)}
 		}
 		p.env = env
+		l.rejected.Add(rejectedEntries(env.cuda, env.nvidia))
 	}
 	vis := visible(p.env.cuda, p.env.nvidia, gpus)
-	a := l.resolve(pid, dev, vis, gpus)
+	a := l.resolve(pd, dev, vis, gpus)
 	if l.NVML == nil || gpus != nil {
 		p.resolved[dev] = a
 	}
@@ -114,7 +134,7 @@ func sourceOf(dev uint32) string {
 }
 
 // resolve answers for one device; see the Source constants for the order.
-func (l *Labeler) resolve(pid int, dev uint32, vis list, gpus []nvml.GPU) Attribution {
+func (l *Labeler) resolve(pd *discover.Proc, dev uint32, vis list, gpus []nvml.GPU) Attribution {
 	if dev != bpfobj.DevNone {
 		d, ok := vis.ordinal(int(dev))
 		if !ok {
@@ -122,10 +142,10 @@ func (l *Labeler) resolve(pid int, dev uint32, vis list, gpus []nvml.GPU) Attrib
 		}
 		return Attribution{Device: d, Source: SourceSetDevice}
 	}
-	if d, ok := nvmlProcessDevice(pid, gpus); ok {
+	if d, ok := nvmlProcessDevice(pd.PID(), gpus); ok {
 		return Attribution{Device: d, Source: SourceNVMLProcess}
 	}
-	if minors := DeviceFiles(l.root(), pid); len(minors) == 1 {
+	if minors := deviceFiles(pd); len(minors) == 1 {
 		return Attribution{Device: minorDevice(minors[0], gpus), Source: SourceDeviceFile}
 	}
 	d, ok := vis.ordinal(0)
@@ -194,18 +214,22 @@ func minorDevice(minor int, gpus []nvml.GPU) Device {
 // holds open, sorted and distinct (nvidiactl, nvidia-uvm and the like are
 // not GPUs). The container toolkit keeps the host's device names.
 func DeviceFiles(procRoot string, pid int) []int {
-	dir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-	ents, err := os.ReadDir(dir)
+	pd, err := discover.OpenProc(procRoot, pid, 0)
+	if err != nil {
+		return nil
+	}
+	defer pd.Close()
+	return deviceFiles(pd)
+}
+
+func deviceFiles(pd *discover.Proc) []int {
+	targets, err := pd.FDTargets()
 	if err != nil {
 		return nil
 	}
 	seen := map[int]bool{}
 	var out []int
-	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
+	for _, target := range targets {
 		n, ok := strings.CutPrefix(target, "/dev/nvidia")
 		if !ok || !isDigits(n) {
 			continue
@@ -223,15 +247,10 @@ func DeviceFiles(procRoot string, pid int) []int {
 // /proc/PID/environ: the environment the process started with (a variable
 // the process sets itself later, e.g. in Python before importing torch, is
 // not seen).
-func readEnviron(procRoot string, pid int) (*environ, error) {
-	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "environ"))
+func readEnviron(pd *discover.Proc) (*environ, error) {
+	b, err := pd.ReadFile("environ", maxEnviron)
 	if err != nil {
-		return nil, fmt.Errorf("read environment of pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxEnviron))
-	if err != nil {
-		return nil, fmt.Errorf("read environment of pid %d: %w", pid, err)
+		return nil, fmt.Errorf("read environment: %w", err)
 	}
 	return parseEnviron(b), nil
 }
@@ -243,6 +262,9 @@ func parseEnviron(b []byte) *environ {
 		k, v, ok := bytes.Cut(kv, []byte{'='})
 		if !ok {
 			continue
+		}
+		if len(v) > maxVisibleLen {
+			v = v[:maxVisibleLen+1] // still too long to believe, but not kept whole
 		}
 		s := string(v)
 		switch string(k) {

@@ -72,6 +72,11 @@ func Visible(cudaVisible, nvidiaVisible *string, gpus []nvml.GPU) []Device {
 }
 
 func visible(cudaVisible, nvidiaVisible *string, gpus []nvml.GPU) list {
+	if tooLong(cudaVisible) || tooLong(nvidiaVisible) {
+		// No real list is this long (see maxVisibleLen): nothing in it
+		// is believed, every device is unknown.
+		return list{devs: []Device{}}
+	}
 	base := list{identity: gpus == nil}
 	for _, g := range gpus {
 		base.devs = append(base.devs, Device{Index: g.Index, UUID: g.UUID})
@@ -83,16 +88,31 @@ func visible(cudaVisible, nvidiaVisible *string, gpus []nvml.GPU) list {
 		return base
 	}
 	out := list{devs: []Device{}}
-	seen := map[Device]bool{}
-	for _, e := range strings.Split(*cudaVisible, ",") {
-		d, ok := entry(strings.TrimSpace(e), base, gpus)
-		if !ok || seen[d] {
+	seen := map[seenKey]bool{}
+	for e := range strings.SplitSeq(*cudaVisible, ",") {
+		e = strings.TrimSpace(e)
+		d, ok := entry(e, base, gpus)
+		if !ok || seen[keyOf(d, e)] {
 			break
 		}
-		seen[d] = true
+		seen[keyOf(d, e)] = true
 		out.devs = append(out.devs, d)
 	}
 	return out
+}
+
+// seenKey tells list entries apart: by device, or, for a device known only
+// by a UUID prefix (no NVML, no label), by the entry itself.
+type seenKey struct {
+	d   Device
+	raw string
+}
+
+func keyOf(d Device, e string) seenKey {
+	if d.Index < 0 && d.UUID == "" {
+		return seenKey{d: d, raw: e}
+	}
+	return seenKey{d: d}
 }
 
 // containerDevices applies NVIDIA_VISIBLE_DEVICES: a set of GPUs, sorted in
@@ -105,11 +125,12 @@ func containerDevices(v string, base list, gpus []nvml.GPU) list {
 		return list{devs: []Device{}}
 	}
 	out := list{devs: []Device{}}
-	seen := map[Device]bool{}
-	for _, e := range strings.Split(v, ",") {
-		d, ok := entry(strings.TrimSpace(e), base, gpus)
-		if ok && !seen[d] {
-			seen[d] = true
+	seen := map[seenKey]bool{}
+	for e := range strings.SplitSeq(v, ",") {
+		e = strings.TrimSpace(e)
+		d, ok := entry(e, base, gpus)
+		if ok && !seen[keyOf(d, e)] {
+			seen[keyOf(d, e)] = true
 			out.devs = append(out.devs, d)
 		}
 	}
@@ -142,7 +163,7 @@ func entry(e string, base list, gpus []nvml.GPU) (Device, bool) {
 		return base.ordinal(i)
 	case strings.HasPrefix(e, "GPU-"):
 		if gpus == nil {
-			return Device{Index: -1, UUID: e}, true
+			return unchecked(e)
 		}
 		var found []Device
 		for _, d := range base.devs {
@@ -156,7 +177,7 @@ func entry(e string, base list, gpus []nvml.GPU) (Device, bool) {
 		return found[0], true
 	case strings.HasPrefix(e, "MIG-"):
 		if gpus == nil {
-			return Device{Index: -1, UUID: e}, true
+			return unchecked(e)
 		}
 		for _, g := range gpus {
 			if !base.has(g.Index) {
@@ -169,6 +190,20 @@ func entry(e string, base list, gpus []nvml.GPU) (Device, bool) {
 			}
 		}
 		return Device{}, false
+	}
+	return Device{}, false
+}
+
+// unchecked is a UUID entry without NVML to check it against. Only a
+// UUID in NVIDIA's format becomes a label; a shorter prefix of one is a
+// device whose UUID is unknown (CUDA accepts unique prefixes); anything
+// else cannot name a real device, so, as in CUDA, it is invalid.
+func unchecked(e string) (Device, bool) {
+	switch uuidForm(e) {
+	case uuidFull:
+		return Device{Index: -1, UUID: e}, true
+	case uuidPrefix:
+		return Device{Index: -1}, true
 	}
 	return Device{}, false
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,8 +25,63 @@ func procTree(t *testing.T, cgroups map[string]string) string {
 		if err := os.WriteFile(filepath.Join(root, pid, "cgroup"), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		writeStat(t, root, pid, testStart)
 	}
 	return root
+}
+
+// testStart is the start time procTree gives every process.
+const testStart = 100
+
+func writeStat(t *testing.T, root, pid string, start uint64) {
+	t.Helper()
+	line := fmt.Sprintf("%s (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, start)
+	if err := os.WriteFile(filepath.Join(root, pid, "stat"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakePods is a PodSource of fixed pods, by pod UID.
+type fakePods map[string]Pod
+
+func (f fakePods) Lookup(c Container) (Pod, bool) { p, ok := f[c.PodUID]; return p, ok }
+
+// A new process reusing a PID (same PID, another start time) is never
+// labelled with the old process's pod, nor upgraded by its annotation,
+// even though the old process was never forgotten; FullMode, asked for
+// processes that may never make a probed call, leaves the cache empty.
+func TestEnricherPIDReuse(t *testing.T) {
+	const other = "11111111-2222-3333-4444-555555555555"
+	pods := fakePods{
+		uid:   {Namespace: "tenant-a", Name: "a-0", FullMode: true, Containers: map[string]string{cid: "main"}},
+		other: {Namespace: "tenant-b", Name: "b-0", Containers: map[string]string{cid: "main"}},
+	}
+	root := procTree(t, map[string]string{"10": "0::/kubepods/burstable/pod" + uid + "/" + cid + "\n"})
+	e := &Enricher{Pods: pods, ProcRoot: root}
+	if !e.FullMode(10) {
+		t.Fatal("tenant-a process not in full mode")
+	}
+	if n := e.Cached(); n != 0 {
+		t.Errorf("FullMode filled the cache: %d entries, want 0", n)
+	}
+	if ns, p, _, done := e.Pod(10, testStart); !done || ns != "tenant-a" || p != "a-0" {
+		t.Fatalf("Pod = %q %q done %v", ns, p, done)
+	}
+	// PID 10 exits and is reused by a process of tenant-b.
+	if err := os.WriteFile(filepath.Join(root, "10", "cgroup"), []byte("0::/kubepods/burstable/pod"+other+"/"+cid+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeStat(t, root, "10", 555)
+	if ns, p, _, done := e.Pod(10, 555); !done || ns != "tenant-b" || p != "b-0" {
+		t.Errorf("reused PID: Pod = %q %q done %v; want tenant-b b-0", ns, p, done)
+	}
+	if e.FullMode(10) {
+		t.Error("reused PID inherited tenant-a's full mode")
+	}
+	// The old start time names no process any more: no labels.
+	if ns, p, _, done := e.Pod(10, testStart); !done || ns+p != "" {
+		t.Errorf("old start time: Pod = %q %q done %v; want empty and done", ns, p, done)
+	}
 }
 
 func pod(name string, statuses ...corev1.ContainerStatus) *corev1.Pod {
@@ -57,17 +113,17 @@ func TestEnricherLabelsWhenThePodArrives(t *testing.T) {
 		"12": "0::/user.slice/session-1.scope\n",
 	})
 	e := &Enricher{Pods: w, ProcRoot: root}
-	if ns, p, c, done := e.Pod(12); done != true || ns+p+c != "" {
+	if ns, p, c, done := e.Pod(12, testStart); done != true || ns+p+c != "" {
 		t.Errorf("host process: %q %q %q done %v; want empty and done", ns, p, c, done)
 	}
-	if _, _, _, done := e.Pod(10); done {
+	if _, _, _, done := e.Pod(10, testStart); done {
 		t.Fatal("pod not in the cache yet, but done")
 	}
 	if _, err := client.CoreV1().Pods("ml").Create(ctx, pod("infer-0"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, ok := w.Lookup(Container{PodUID: uid}); return ok })
-	if ns, p, c, done := e.Pod(10); done || ns != "ml" || p != "infer-0" || c != "" {
+	if ns, p, c, done := e.Pod(10, testStart); done || ns != "ml" || p != "infer-0" || c != "" {
 		t.Errorf("pod known, container not yet: %q %q %q done %v", ns, p, c, done)
 	}
 	upd := pod("infer-0", corev1.ContainerStatus{Name: "server", ContainerID: "containerd://" + cid})
@@ -75,11 +131,11 @@ func TestEnricherLabelsWhenThePodArrives(t *testing.T) {
 	if _, err := client.CoreV1().Pods("ml").UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, _, _, done := e.Pod(10); return done })
-	if ns, p, c, _ := e.Pod(10); ns != "ml" || p != "infer-0" || c != "server" {
+	waitFor(t, func() bool { _, _, _, done := e.Pod(10, testStart); return done })
+	if ns, p, c, _ := e.Pod(10, testStart); ns != "ml" || p != "infer-0" || c != "server" {
 		t.Errorf("container: %q %q %q; want ml infer-0 server", ns, p, c)
 	}
-	if _, _, c, done := e.Pod(11); !done || c != "debugger" {
+	if _, _, c, done := e.Pod(11, testStart); !done || c != "debugger" {
 		t.Errorf("ephemeral container: %q done %v; want debugger", c, done)
 	}
 	if st := w.Status(); !st.Synced || st.Pods != 1 || st.NodeName != "gpu-1" {

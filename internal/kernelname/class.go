@@ -3,6 +3,8 @@ package kernelname
 import (
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Label values that are not kernel names (docs/INTERFACE.md §5.2).
@@ -14,6 +16,12 @@ const (
 	Other = "other"
 	// unknownPrefix starts the `kernel` value of an unresolved address.
 	unknownPrefix = "unknown_0x"
+	// unknownModulePrefix starts the `kernel` value of an unresolved
+	// address inside a mapped file (UnknownIn).
+	unknownModulePrefix = "unknown_"
+	// maxModuleLen bounds the module part of UnknownIn, so the label
+	// stays within MaxNameLen: 8 + 32 + 3 + 16 hex digits.
+	maxModuleLen = 32
 )
 
 // rule maps substrings of a lowercased name to a label value.
@@ -70,7 +78,7 @@ func match(rules []rule, lowered string) string {
 // lowercased name, or "other". The placeholders "", "anonymous", "other"
 // and "unknown_0x…" are not names and are always "other".
 func Class(name string) string {
-	if name == "" || name == Anonymous || name == Other || strings.HasPrefix(name, unknownPrefix) {
+	if name == "" || name == Anonymous || name == Other || IsUnknown(name) {
 		return Other
 	}
 	return match(classRules, strings.ToLower(name))
@@ -89,7 +97,54 @@ func Phase(rangeName string) string {
 }
 
 // Unknown returns the `kernel` value of an address whose name is not known
-// (yet): "unknown_0x" and the address in lowercase hex without padding.
+// (yet) and that lies in no mapped file: "unknown_0x" and the address in
+// lowercase hex without padding.
 func Unknown(addr uint64) string {
 	return unknownPrefix + strconv.FormatUint(addr, 16)
+}
+
+// UnknownIn returns the `kernel` value of an unnamed address inside a
+// mapped file: "unknown_", the file's base name (module, made label-safe
+// and cut to 32 bytes), "+0x" and the offset in the file in lowercase hex.
+// Unlike the address, which ASLR moves on every run, it is the same for
+// the same function of the same file in every process, so pod churn does
+// not mint new series.
+func UnknownIn(module string, offset uint64) string {
+	var b strings.Builder
+	b.WriteString(unknownModulePrefix)
+	n := 0
+	for _, r := range module {
+		if r == utf8.RuneError || unicode.IsControl(r) || r == '+' {
+			r = '?'
+		}
+		if n+utf8.RuneLen(r) > maxModuleLen {
+			break
+		}
+		n += utf8.RuneLen(r)
+		b.WriteRune(r)
+	}
+	b.WriteString("+0x")
+	b.WriteString(strconv.FormatUint(offset, 16))
+	return b.String()
+}
+
+// IsUnknown reports whether name is a placeholder of Unknown or UnknownIn.
+func IsUnknown(name string) bool {
+	if strings.HasPrefix(name, unknownPrefix) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, unknownModulePrefix)
+	if !ok {
+		return false
+	}
+	i := strings.LastIndex(rest, "+0x")
+	if i < 0 || i+3 == len(rest) {
+		return false
+	}
+	for _, c := range rest[i+3:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,9 @@
 package kernelname
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestClass(t *testing.T) {
 	t.Parallel()
@@ -134,5 +137,39 @@ func TestUnknown(t *testing.T) {
 		if got := Class(Unknown(addr)); got != Other {
 			t.Errorf("Class(%q) = %q, want other", want, got)
 		}
+	}
+}
+
+// UnknownIn names an address by module and file offset: label-safe,
+// bounded, never classified by the module's name.
+func TestUnknownIn(t *testing.T) {
+	for _, tc := range []struct {
+		module string
+		off    uint64
+		want   string
+	}{
+		{"libfoo.so", 0x1234, "unknown_libfoo.so+0x1234"},
+		{"libnccl.so.2", 0, "unknown_libnccl.so.2+0x0"},
+		{"a+b\xff\n", 0x10, "unknown_a?b??+0x10"},
+		{strings.Repeat("x", 100), 0xffffffffffffffff, "unknown_" + strings.Repeat("x", 32) + "+0xffffffffffffffff"},
+	} {
+		got := UnknownIn(tc.module, tc.off)
+		if got != tc.want {
+			t.Errorf("UnknownIn(%q, %#x) = %q, want %q", tc.module, tc.off, got, tc.want)
+		}
+		if len(got) > MaxNameLen {
+			t.Errorf("UnknownIn(%q) is %d bytes, over %d", tc.module, len(got), MaxNameLen)
+		}
+		if !IsUnknown(got) || Class(got) != Other {
+			t.Errorf("%q: IsUnknown %v, Class %q; want true, other", got, IsUnknown(got), Class(got))
+		}
+	}
+	for _, name := range []string{"unknown_kernel", "unknown_libfoo.so+0x", "unknown_x+0xZZ", "gemm_kernel"} {
+		if IsUnknown(name) {
+			t.Errorf("IsUnknown(%q) = true", name)
+		}
+	}
+	if Class("unknown_gemm_kernel") != "gemm" {
+		t.Error("a real kernel named unknown_… lost its class")
 	}
 }

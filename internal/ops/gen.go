@@ -23,6 +23,7 @@ const (
 	flagRuntimeLaunch = 1 << iota // a runtime launch: counted once when it reaches the driver
 	flagDriverLaunch              // a driver launch: skipped when the runtime made it
 	flagEntryOnly                 // no return probe: the entry program counts it
+	flagKernelHandle              // the launch's function is a cudaKernel_t handle (Row.KernelHandle)
 )
 
 func (r Row) flags() int {
@@ -35,6 +36,9 @@ func (r Row) flags() int {
 	}
 	if r.Kind == NCCLCount {
 		f |= flagEntryOnly
+	}
+	if r.KernelHandle {
+		f |= flagKernelHandle
 	}
 	return f
 }
@@ -56,8 +60,8 @@ func CHeader() string {
 		fmt.Fprintf(&b, "\tARGS_%s = %d,\n", n, i)
 	}
 	b.WriteString("};\n\n")
-	fmt.Fprintf(&b, "enum op_flag {\n\tOPF_RUNTIME_LAUNCH = %d,\n\tOPF_DRIVER_LAUNCH = %d,\n\tOPF_ENTRY_ONLY = %d,\n};\n\n",
-		flagRuntimeLaunch, flagDriverLaunch, flagEntryOnly)
+	fmt.Fprintf(&b, "enum op_flag {\n\tOPF_RUNTIME_LAUNCH = %d,\n\tOPF_DRIVER_LAUNCH = %d,\n\tOPF_ENTRY_ONLY = %d,\n\tOPF_KERNEL_HANDLE = %d,\n};\n\n",
+		flagRuntimeLaunch, flagDriverLaunch, flagEntryOnly, flagKernelHandle)
 	b.WriteString("/* Globals, not static: Go reads them from the object to check it is current. */\nconst u8 op_args[OP_TABLE] = {\n")
 	for _, r := range Table {
 		if r.Args != ArgsNone {
@@ -68,7 +72,7 @@ func CHeader() string {
 	for _, r := range Table {
 		if f := r.flags(); f != 0 {
 			var names []string
-			for bit, n := range []string{"OPF_RUNTIME_LAUNCH", "OPF_DRIVER_LAUNCH", "OPF_ENTRY_ONLY"} {
+			for bit, n := range []string{"OPF_RUNTIME_LAUNCH", "OPF_DRIVER_LAUNCH", "OPF_ENTRY_ONLY", "OPF_KERNEL_HANDLE"} {
 				if f&(1<<bit) != 0 {
 					names = append(names, n)
 				}

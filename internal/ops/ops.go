@@ -186,6 +186,11 @@ type Row struct {
 	// Since is the first library release that exports the function, where
 	// it is newer than the oldest release profi supports.
 	Since string
+	// KernelHandle launches name their kernel by an opaque cudaKernel_t
+	// (__cudaLaunchKernel): in full mode BPF reports the call site of each
+	// new handle, the nvcc-generated __device_stub_ function whose symbol
+	// names the kernel when __cudaGetKernel ran before the agent attached.
+	KernelHandle bool
 }
 
 // Name is the row's `operation` label.

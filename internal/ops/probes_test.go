@@ -96,9 +96,9 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 29, 50},
 		{discover.LibCudart, KernelModeFull, ProfileLean, 31, 61},
 		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 39, 70},
-		{discover.LibCuda, KernelModeOff, ProfileLean, 33, 66},
-		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 37, 70},
-		{discover.LibCuda, KernelModeFull, ProfileFull, 52, 104},
+		{discover.LibCuda, KernelModeOff, ProfileLean, 34, 68},       // + cuGraphLaunch_ptsz (timed)
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 40, 74}, // + two _ptsz launches (entry only)
+		{discover.LibCuda, KernelModeFull, ProfileFull, 55, 110},
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},

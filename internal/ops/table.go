@@ -89,9 +89,9 @@ var Table = []Row{
 	{Const: "NvtxDomainRangePop", Symbol: "nvtxDomainRangePop", Lib: nvtx, Family: FamilyNVTX, Kind: NVTXPop, Optional: true},
 	// CUDA 13's lowering of kernel<<<...>>> (some 12.x builds too): a
 	// cudaKernel_t handle from __cudaGetKernel, the rest as cudaLaunchKernel.
-	{Const: "CudaLaunchKernelHandle", Symbol: "__cudaLaunchKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Since: "CUDA 13.0"},
+	{Const: "CudaLaunchKernelHandle", Symbol: "__cudaLaunchKernel", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Since: "CUDA 13.0", KernelHandle: true},
 	{Const: "CudaGetKernel", Symbol: "__cudaGetKernel", Lib: rt, Kind: NameSource, Args: ArgsGetKernelHandle, Optional: true, Since: "CUDA 13.0"},
-	{Const: "CudaLaunchKernelHandlePtsz", Symbol: "__cudaLaunchKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "__cudaLaunchKernel", Since: "CUDA 13.0"},
+	{Const: "CudaLaunchKernelHandlePtsz", Symbol: "__cudaLaunchKernel_ptsz", Lib: rt, Family: FamilyLaunch, Kind: Launch, Args: ArgsLaunch, Optional: true, Pausable: true, Base: "__cudaLaunchKernel", Since: "CUDA 13.0", KernelHandle: true},
 	// Driver memory API (the _v2 entry points cuda.h and cuGetProcAddress
 	// resolve to): Triton, NCCL and static runtimes allocate and copy
 	// here. A runtime call that reaches them is counted once, as the
@@ -145,4 +145,10 @@ var Table = []Row{
 	// The loader hook: a library load, not a profiled call. Optional: a
 	// loader without it (some musl builds) only loses the speed-up.
 	{Const: "DlDebugState", Symbol: "_dl_debug_state", Lib: ld, Kind: LoadHook, Optional: true},
+	// Per-thread-default-stream driver launches, what cuGetProcAddress hands
+	// out under CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (Triton,
+	// static runtimes built with --default-stream per-thread).
+	{Const: "CuLaunchKernelExPtsz", Symbol: "cuLaunchKernelEx_ptsz", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunchEx, Optional: true, Pausable: true, Base: "cuLaunchKernelEx", Since: "CUDA 11.8"},
+	{Const: "CuLaunchCooperativePtsz", Symbol: "cuLaunchCooperativeKernel_ptsz", Lib: drv, Family: FamilyLaunch, Kind: Launch, Args: ArgsCuLaunch, Optional: true, Pausable: true, Base: "cuLaunchCooperativeKernel"},
+	{Const: "CuGraphLaunchPtsz", Symbol: "cuGraphLaunch_ptsz", Lib: drv, Args: ArgsGraphLaunch, Optional: true, Pausable: true, Base: "cuGraphLaunch"},
 }

@@ -120,5 +120,8 @@ const (
 	OpCuMemAddressReserve             Op = 113 // cuMemAddressReserve
 	OpCuMemAddressFree                Op = 114 // cuMemAddressFree
 	OpDlDebugState                    Op = 115 // _dl_debug_state
-	NumOps                            Op = 116 // OP_MAX
+	OpCuLaunchKernelExPtsz            Op = 116 // cuLaunchKernelEx_ptsz
+	OpCuLaunchCooperativePtsz         Op = 117 // cuLaunchCooperativeKernel_ptsz
+	OpCuGraphLaunchPtsz               Op = 118 // cuGraphLaunch_ptsz
+	NumOps                            Op = 119 // OP_MAX
 )

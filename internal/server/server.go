@@ -37,6 +37,10 @@ type Options struct {
 	// /health and /ready are never wrapped: kubelet probes carry no
 	// credentials.
 	Protect func(http.Handler) http.Handler
+	// Limits bound connections, handshakes, time and concurrent renders;
+	// zero fields take the defaults.
+	Limits       Limits
+	LimitMetrics LimitMetrics
 }
 
 // Heartbeat is the main loop's beat for /health: the older of the last
@@ -53,6 +57,9 @@ func Heartbeat(drained, passed func() time.Time, interval time.Duration) func() 
 	}
 }
 
+// MaxHeaderBytes bounds a request's header.
+const MaxHeaderBytes = 16 << 10
+
 // ReloadInterval is how often the TLS files are checked for a rotation
 // when no handshake does it first (a bad file is then logged promptly).
 const ReloadInterval = 10 * time.Second
@@ -63,6 +70,7 @@ type Server struct {
 	log     *slog.Logger
 	ln      net.Listener
 	certs   *certs // nil without TLS
+	conns   *slots // open connections
 	serving atomic.Bool
 }
 
@@ -72,6 +80,7 @@ func Listen(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	s := &Server{opts: opts, log: opts.Logger.With("component", "server")}
 	if opts.TLS != nil {
 		var err error
@@ -83,13 +92,17 @@ func Listen(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", opts.Listen, err)
 	}
-	s.ln = ln
+	// The connection bound sits under TLS, so connections in their
+	// handshake hold a slot too.
+	lm := opts.LimitMetrics
+	s.conns = newSlots(opts.Limits.MaxConns)
+	s.ln = &limitListener{Listener: ln, slots: s.conns, refuse: lm.refuse, open: lm.open}
 	if s.certs != nil {
 		count := func(string) {}
 		if h := opts.TLS.Handshakes; h != nil {
 			count = func(result string) { h.WithLabelValues(result).Inc() }
 		}
-		s.ln = newTLSListener(ln, s.certs.config(), count, s.log)
+		s.ln = newTLSListener(s.ln, s.certs.config(), count, lm.refuse, opts.Limits.MaxHandshakes, s.log)
 	}
 	return s, nil
 }
@@ -103,10 +116,14 @@ func (s *Server) Serving() bool { return s.serving.Load() }
 // Handler returns the routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	protect := s.opts.Protect
-	if protect == nil {
-		protect = func(h http.Handler) http.Handler { return h }
+	auth := s.opts.Protect
+	if auth == nil {
+		auth = func(h http.Handler) http.Handler { return h }
 	}
+	// /metrics and /status share one bound, behind authentication: only
+	// authenticated requests can occupy a render slot.
+	limit := bounded(s.opts.Limits.MaxRequests, s.opts.LimitMetrics.refuse)
+	protect := func(h http.Handler) http.Handler { return auth(limit(h)) }
 	metrics := s.opts.Metrics
 	if metrics == nil {
 		metrics = gathererMetrics{s.opts.Gatherer}
@@ -139,7 +156,19 @@ func (s *Server) Handler() http.Handler {
 
 // Run serves until ctx ends, then shuts down gracefully.
 func (s *Server) Run(ctx context.Context) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := s.opts.Limits
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       lim.ReadTimeout,
+		WriteTimeout:      lim.WriteTimeout,
+		IdleTimeout:       lim.IdleTimeout,
+		ConnState:         connState,
+		// Request headers are a few hundred bytes (a bearer token is
+		// about a kilobyte); net/http's default allows 1 MiB per request.
+		MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(s.ln) }()
 	s.serving.Store(true)

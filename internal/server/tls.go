@@ -206,11 +206,16 @@ func handshakeResult(err error) string {
 // tlsListener completes each TLS handshake before handing the connection to
 // net/http, so that every outcome is counted with its real error (net/http
 // only logs failed handshakes). Handshakes run on their own goroutines:
-// a slow client holds up nobody else.
+// a slow client holds up nobody else. At most Limits.MaxHandshakes run at
+// once; a new one beyond that closes the oldest (slots), so clients that
+// stall handshakes cost a bounded number of goroutines and cannot keep a
+// scraper from completing its own.
 type tlsListener struct {
 	net.Listener
 	cfg     *tls.Config
 	count   func(result string)
+	refuse  func(reason string)
+	hs      *slots
 	log     *slog.Logger
 	conns   chan net.Conn
 	errs    chan error
@@ -218,8 +223,8 @@ type tlsListener struct {
 	closing sync.Once
 }
 
-func newTLSListener(ln net.Listener, cfg *tls.Config, count func(string), log *slog.Logger) *tlsListener {
-	l := &tlsListener{Listener: ln, cfg: cfg, count: count, log: log,
+func newTLSListener(ln net.Listener, cfg *tls.Config, count, refuse func(string), maxHandshakes int, log *slog.Logger) *tlsListener {
+	l := &tlsListener{Listener: ln, cfg: cfg, count: count, refuse: refuse, hs: newSlots(maxHandshakes), log: log,
 		conns: make(chan net.Conn), errs: make(chan error), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l
@@ -240,15 +245,20 @@ func (l *tlsListener) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
 			continue
 		}
-		go l.handshake(raw)
+		sl, evicted := l.hs.acquire(func() { _ = raw.Close() }) // never nil: handshakes are never busy
+		if evicted {
+			l.refuse(RefusedHandshakeEvicted)
+		}
+		go l.handshake(raw, sl)
 	}
 }
 
-func (l *tlsListener) handshake(raw net.Conn) {
+func (l *tlsListener) handshake(raw net.Conn, sl *slot) {
 	conn := tls.Server(raw, l.cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
 	err := conn.HandshakeContext(ctx)
 	cancel()
+	sl.release()
 	result := handshakeResult(err)
 	l.count(result)
 	if err != nil {

@@ -394,4 +394,7 @@ func TestAuthReasonsInitialised(t *testing.T) {
 	if !slices.Equal([]string{auth.MethodMTLS, auth.MethodBearer}, collector.AuthMethods) {
 		t.Errorf("collector.AuthMethods = %v", collector.AuthMethods)
 	}
+	if !slices.Equal(RefusalReasons, collector.HTTPRefusalReasons) {
+		t.Errorf("RefusalReasons = %v, collector.HTTPRefusalReasons = %v", RefusalReasons, collector.HTTPRefusalReasons)
+	}
 }

@@ -77,8 +77,10 @@ type ProbeStatus struct {
 
 // LibraryStatus is an attached library file.
 type LibraryStatus struct {
-	Library string        `json:"library"`
-	Path    string        `json:"path"`
+	Library string `json:"library"`
+	Path    string `json:"path"`
+	// Static: an executable probed as a statically linked CUDA runtime.
+	Static  bool          `json:"static_runtime,omitempty"`
 	File    string        `json:"file"` // dev major:minor/inode
 	PIDs    []int         `json:"pids"`
 	Probes  []ProbeStatus `json:"probes"`
@@ -99,6 +101,7 @@ type LibraryStatus struct {
 type FailureStatus struct {
 	Library   string    `json:"library"`
 	Path      string    `json:"path"`
+	Static    bool      `json:"static_runtime,omitempty"`
 	File      string    `json:"file"`
 	PIDs      []int     `json:"pids"`
 	Reason    string    `json:"reason"`
@@ -113,6 +116,20 @@ type LoaderHook struct {
 	Path      string `json:"path"`
 	File      string `json:"file"`
 	Processes int    `json:"processes"`
+}
+
+// Layer says what profi sees of one layer of a process's CUDA stack, so an
+// operator knows what its numbers cover (docs/OPERATIONS.md, "Coverage").
+type Layer struct {
+	// Layer: runtime, driver, nccl or nvtx.
+	Layer string `json:"layer"`
+	// State: probed; static (a runtime linked into the executable, probed
+	// there); partial (probed, some required functions missing); blind
+	// (present but not probed: a static runtime without symbols, or an
+	// attach failure); absent (not mapped).
+	State  string `json:"state"`
+	Path   string `json:"path,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // ProcessStatus is one process with data, as the aggregator labels it.
@@ -132,6 +149,9 @@ type ProcessStatus struct {
 	// ordinal the process's threads set ("" = GPU attribution off). A
 	// process that used several GPUs has one entry per GPU.
 	GPUSource string `json:"gpu_source"`
+	// Layers: what profi probes of this process's runtime, driver, NCCL
+	// and NVTX (from the attach state; filled by the /status assembler).
+	Layers []Layer `json:"layers,omitempty"`
 	// Calls are counted calls by operation (streams summed, launches
 	// included).
 	Calls map[string]uint64 `json:"calls"`

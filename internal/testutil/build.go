@@ -57,7 +57,10 @@ const (
 	nvtxHeader      = "test/stubs/nvtx_stub.h"
 	ncclWorkloadSrc = "test/workloads/nccl_workload.c"
 	launch13Src     = "test/workloads/launch13.c"
-	drvmemSrc       = "test/workloads/drvmem.c"
+	drvapiSrc       = "test/workloads/drvapi.c"
+	rtclientSrc     = "test/workloads/rtclient.c"
+	cudart12Map     = "test/stubs/libcudart.so.12.map"
+	cudart13Map     = "test/stubs/libcudart.so.13.map"
 )
 
 // Fixtures holds paths of built fixtures.
@@ -80,36 +83,56 @@ type Fixtures struct {
 	// The same NVTX stub under both names; the workloads dlopen it only with --nvtx.
 	Nvtx         string // <dir>/libnvToolsExt.so.1
 	Nvtx3Interop string // <dir>/libnvtx3interop.so.1
+	// Cudart13 models CUDA 13.0's runtime: the CUDA 13 launch entry points
+	// (__cudaGetKernel, __cudaLaunchKernel[_ptsz]), every export versioned
+	// libcudart.so.13. Cudart (libcudart.so.12) lacks them, as CUDA 12 does.
+	Cudart13 string // <dir>/cuda13/libcudart.so.13
 	// Launch13 launches as nvcc 13 code does (__cudaGetKernel, then
-	// __cudaLaunchKernel[_ptsz]); NEEDED libcudart.so.12, RUNPATH <dir>.
+	// __cudaLaunchKernel[_ptsz] from __device_stub_ functions); NEEDED
+	// libcudart.so.13, RUNPATH <dir>/cuda13:<dir>.
 	Launch13 string
-	// DrvMem calls the driver memory API directly (Triton, NCCL, static
-	// runtimes); NEEDED libcuda.so.1, RUNPATH <dir>.
-	DrvMem string
+	// Launch13Static is Launch13 with the CUDA 13 runtime linked into the
+	// executable (nvcc's default -cudart static): no libcudart.so mapped,
+	// the runtime's functions in .symtab only; NEEDED libcuda.so.1.
+	Launch13Static string
+	// Launch13Stripped is Launch13Static stripped (-s): the static runtime
+	// is invisible, only the driver below it can be probed.
+	Launch13Stripped string
+	// DrvAPI calls the driver API directly, memory and launches (Triton,
+	// NCCL, static runtimes); NEEDED libcuda.so.1, RUNPATH <dir>.
+	DrvAPI string
+	// RTClient dlopens a runtime by path (NVIDIA's libcudart.so.11.8 in
+	// the tests) and calls every probed runtime function; dlopens nothing else.
+	RTClient string
 }
 
 func fixturesIn(dir string) *Fixtures {
 	return &Fixtures{
-		Dir:            dir,
-		Cuda:           filepath.Join(dir, "libcuda.so.1"),
-		Cudart:         filepath.Join(dir, "libcudart.so.12"),
-		CudartMissing:  filepath.Join(dir, "missing", "libcudart.so.12"),
-		CudartCET:      filepath.Join(dir, "cet", "libcudart.so.12"),
-		CudartNotELF:   filepath.Join(dir, "notelf", "libcudart.so.12"),
-		Workload:       filepath.Join(dir, "workload"),
-		WorkloadDlopen: filepath.Join(dir, "workload-dlopen"),
-		Nccl:           filepath.Join(dir, "libnccl.so.2"),
-		NcclWorkload:   filepath.Join(dir, "nccl-workload"),
-		Nvtx:           filepath.Join(dir, "libnvToolsExt.so.1"),
-		Nvtx3Interop:   filepath.Join(dir, "libnvtx3interop.so.1"),
-		Launch13:       filepath.Join(dir, "launch13"),
-		DrvMem:         filepath.Join(dir, "drvmem"),
+		Dir:              dir,
+		Cuda:             filepath.Join(dir, "libcuda.so.1"),
+		Cudart:           filepath.Join(dir, "libcudart.so.12"),
+		CudartMissing:    filepath.Join(dir, "missing", "libcudart.so.12"),
+		CudartCET:        filepath.Join(dir, "cet", "libcudart.so.12"),
+		CudartNotELF:     filepath.Join(dir, "notelf", "libcudart.so.12"),
+		Workload:         filepath.Join(dir, "workload"),
+		WorkloadDlopen:   filepath.Join(dir, "workload-dlopen"),
+		Nccl:             filepath.Join(dir, "libnccl.so.2"),
+		NcclWorkload:     filepath.Join(dir, "nccl-workload"),
+		Nvtx:             filepath.Join(dir, "libnvToolsExt.so.1"),
+		Nvtx3Interop:     filepath.Join(dir, "libnvtx3interop.so.1"),
+		Cudart13:         filepath.Join(dir, "cuda13", "libcudart.so.13"),
+		Launch13:         filepath.Join(dir, "launch13"),
+		Launch13Static:   filepath.Join(dir, "launch13-static"),
+		Launch13Stripped: filepath.Join(dir, "launch13-stripped"),
+		DrvAPI:           filepath.Join(dir, "drvapi"),
+		RTClient:         filepath.Join(dir, "rtclient"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
-		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Launch13, f.DrvMem}
+		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
+		f.Launch13Stripped, f.DrvAPI, f.RTClient}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -165,7 +188,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 	defer os.RemoveAll(tmp)
 	t := fixturesIn(tmp)
-	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF)} {
+	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF), filepath.Dir(t.Cudart13)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -180,8 +203,15 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	// The runtime stubs link against the driver stub being built, but
 	// record the final dir, where they find libcuda.so.1 at run time.
 	cudart := func(out string, extra ...string) []string {
-		return cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcudart.so.12"}, extra,
+		return cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcudart.so.12", "-Wl,--version-script," + src(cudart12Map)}, extra,
 			[]string{"-o", out, src(stubSrc), "-lpthread", "-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir})
+	}
+	// The static runtime: the stub's code compiled into the executable with
+	// the stub's code-generation flags (not -shared), the driver linked.
+	launch13Static := func(out string, extra ...string) []string {
+		return cat(stubFlags[:len(stubFlags)-2], warnFlags, []string{"-pthread", "-DPROFI_CUDART_MAJOR=13", incl},
+			extra, []string{"-o", out, src(launch13Src), src(stubSrc), "-L" + tmp, "-l:libcuda.so.1",
+				"-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp})
 	}
 	builds = append(builds,
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcuda.so.1", "-o", t.Cuda, src(cudaSrc), "-lpthread"}),
@@ -197,9 +227,16 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnccl.so.2", "-o", t.Nccl, src(ncclSrc), "-lpthread"}),
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnvToolsExt.so.1", "-o", t.Nvtx, src(nvtxSrc), "-lpthread"}),
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libnvtx3interop.so.1", "-o", t.Nvtx3Interop, src(nvtxSrc), "-lpthread"}),
+		cat(stubFlags, warnFlags, []string{"-DPROFI_CUDART_MAJOR=13", "-Wl,-soname,libcudart.so.13",
+			"-Wl,--version-script," + src(cudart13Map), "-o", t.Cudart13, src(stubSrc), "-lpthread",
+			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir}),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Launch13, src(launch13Src),
-			"-L" + tmp, "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
-		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvMem, src(drvmemSrc),
+			"-L" + filepath.Dir(t.Cudart13), "-l:libcudart.so.13", "-Wl,-rpath," + filepath.Dir(fx.Cudart13) + ":" + dir,
+			"-Wl,-rpath-link," + tmp}),
+		launch13Static(t.Launch13Static),
+		launch13Static(t.Launch13Stripped, "-s"),
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.RTClient, src(rtclientSrc), "-ldl"}),
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvAPI, src(drvapiSrc),
 			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.NcclWorkload, src(ncclWorkloadSrc),
@@ -212,7 +249,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		}
 	}
 
-	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF)} {
+	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF), filepath.Dir(fx.Cudart13)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -262,7 +299,7 @@ func buildStamp(gcc, root, dir string) (string, error) {
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
-		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvmemSrc} {
+		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, cudart12Map, cudart13Map} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

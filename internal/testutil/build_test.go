@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,15 +50,19 @@ func fixtures(t *testing.T) *Fixtures {
 var graphFuncs = []string{"cudaGraphLaunch", "cudaGraphInstantiate", "cudaGraphLaunch_ptsz"}
 
 // registerFuncs are the runtime's kernel registration entry points.
-var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary",
-	"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}
+var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction", "__cudaUnregisterFatBinary"}
+
+// cuda13Funcs are the launch entry points CUDA 13.0's runtime adds (nvcc 13
+// lowers kernel<<<...>>> to them); only the libcudart.so.13 stub has them.
+var cuda13Funcs = []string{"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}
 
 // exportedFuncs are all functions the runtime stub defines and exports.
 var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs,
 	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
 
 // driverExports are all functions the driver stub defines and exports.
-var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch"}, driverMemFuncs)
+var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch",
+	"cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch_ptsz"}, driverMemFuncs)
 
 // driverMemFuncs are the driver memory API functions the stub exports
 // (PROFI_CU_MEM_FUNCS in cuda_drv_stub.h).
@@ -167,7 +172,8 @@ func TestStubELF(t *testing.T) {
 		}
 	}
 
-	for lib, names := range map[string][]string{fx.Cudart: exportedFuncs, fx.Cuda: driverExports} {
+	for lib, names := range map[string][]string{fx.Cudart: exportedFuncs, fx.Cudart13: slices.Concat(exportedFuncs, cuda13Funcs),
+		fx.Cuda: driverExports} {
 		syms := dynFuncs(t, lib)
 		addrs := map[uint64]string{}
 		for _, name := range names {
@@ -181,6 +187,40 @@ func TestStubELF(t *testing.T) {
 				t.Errorf("%s: %s and %s share address %#x", lib, name, other, s.Value)
 			}
 			addrs[s.Value] = name
+		}
+	}
+
+	for _, name := range cuda13Funcs {
+		if _, ok := dynFuncs(t, fx.Cudart)[name]; ok {
+			t.Errorf("%s (CUDA 12) exports CUDA 13's %s", fx.Cudart, name)
+		}
+	}
+	if got := dynStrings(t, fx.Cudart13, elf.DT_SONAME); len(got) != 1 || got[0] != "libcudart.so.13" {
+		t.Errorf("%s: SONAME %q, want libcudart.so.13", fx.Cudart13, got)
+	}
+	// Like NVIDIA's runtimes, every export is versioned with the SONAME.
+	for lib, version := range map[string]string{fx.Cudart: "libcudart.so.12", fx.Cudart13: "libcudart.so.13"} {
+		f, err := elf.Open(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, err := f.DynamicSymbols()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, sym := range syms {
+			if sym.Section == elf.SHN_UNDEF || !isCUDAName(sym.Name) || !strings.HasPrefix(sym.Name, "cuda") && !strings.HasPrefix(sym.Name, "__cuda") {
+				continue
+			}
+			n++
+			if sym.Version != version {
+				t.Errorf("%s: %s has version %q, want %s", lib, sym.Name, sym.Version, version)
+			}
+		}
+		if n < len(exportedFuncs) {
+			t.Errorf("%s: %d runtime exports, want at least %d", lib, n, len(exportedFuncs))
 		}
 	}
 
@@ -203,7 +243,8 @@ func TestStubELF(t *testing.T) {
 func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
 	for lib, names := range map[string][]string{
-		fx.Cudart: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs),
+		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs),
+		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, cuda13Funcs),
 		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs,
 			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
 		fx.Cuda: driverExports,
@@ -1583,5 +1624,38 @@ func TestWorkloadNVTX(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The static-runtime builds look like nvcc's default (-cudart static)
+// output: no libcudart NEEDED, the driver NEEDED, the runtime's functions
+// in .symtab only (unstripped) or nowhere (stripped).
+func TestLaunch13StaticELF(t *testing.T) {
+	fx := fixtures(t)
+	for bin, wantSymtab := range map[string]bool{fx.Launch13Static: true, fx.Launch13Stripped: false} {
+		needed := dynStrings(t, bin, elf.DT_NEEDED)
+		if !contains(needed, "libcuda.so.1") || slices.ContainsFunc(needed, func(n string) bool { return strings.HasPrefix(n, "libcudart") }) {
+			t.Errorf("%s: NEEDED %q, want libcuda.so.1 and no libcudart", bin, needed)
+		}
+		if got := dynFuncs(t, bin); len(got) != 0 {
+			t.Errorf("%s: .dynsym defines CUDA functions %v, want none", bin, slices.Sorted(maps.Keys(got)))
+		}
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, _ := f.Symbols()
+		f.Close()
+		found := map[string]bool{}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+				found[s.Name] = true
+			}
+		}
+		for _, name := range slices.Concat([]string{"cudaLaunchKernel", "cudaMalloc"}, cuda13Funcs) {
+			if found[name] != wantSymtab {
+				t.Errorf("%s: .symtab defines %s = %v, want %v", bin, name, found[name], wantSymtab)
+			}
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"maps"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,13 +24,22 @@ type launch13Truth struct {
 	LaunchesByKernel map[string]uint64 `json:"launches_by_kernel"`
 }
 
-// runClient starts one of the small ground-truth clients
-// (test/workloads/launch13.c, drvmem.c): it prints "ready PID", waits until
-// the agent has attached, is told "go", and prints its ground truth as one
-// JSON line, decoded into truth. It returns the client's pid.
-func runClient(t *testing.T, a *testutil.Agent, truth any, bin string, args ...string) int {
+// client is one of the small ground-truth clients (test/workloads/launch13.c,
+// drvapi.c): it prints "ready PID", waits for "go", and prints its ground
+// truth as one JSON line.
+type client struct {
+	bin   string
+	pid   int
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startClient starts bin with env added to the test's environment and
+// waits for its "ready" line.
+func startClient(t *testing.T, env []string, bin string, args ...string) *client {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -45,71 +56,90 @@ func runClient(t *testing.T, a *testutil.Agent, truth any, bin string, args ...s
 	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
 		t.Fatalf("%s: %q, %v", bin, line, err)
 	}
-	pid := cmd.Process.Pid
-	waitAttached(t, a, pid)
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("%s output: %v", bin, err)
-	}
-	if err := json.Unmarshal([]byte(line), truth); err != nil {
-		t.Fatalf("%s output %q: %v", bin, line, err)
-	}
-	return pid
+	return &client{bin: bin, pid: cmd.Process.Pid, stdin: stdin, out: r}
 }
 
-// runLaunch13 runs the CUDA 13-style launcher: n __cudaLaunchKernel and m
-// __cudaLaunchKernel_ptsz launches.
-func runLaunch13(t *testing.T, a *testutil.Agent, n, m int) (int, launch13Truth) {
+// run waits until the agent has attached to the client, tells it "go" and
+// decodes its ground truth into truth.
+func (c *client) run(t *testing.T, a *testutil.Agent, truth any) int {
+	t.Helper()
+	waitAttached(t, a, c.pid)
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s output: %v", c.bin, err)
+	}
+	if err := json.Unmarshal([]byte(line), truth); err != nil {
+		t.Fatalf("%s output %q: %v", c.bin, line, err)
+	}
+	return c.pid
+}
+
+// runClient starts a client under a running agent and runs it.
+func runClient(t *testing.T, a *testutil.Agent, truth any, bin string, args ...string) int {
+	t.Helper()
+	return startClient(t, nil, bin, args...).run(t, a, truth)
+}
+
+// runLaunch13 runs the CUDA 13-style launcher (bin: fixtures.Launch13 or a
+// static build) under a running agent: n __cudaLaunchKernel and m
+// __cudaLaunchKernel_ptsz launches; env is added to its environment.
+func runLaunch13(t *testing.T, a *testutil.Agent, bin string, env []string, n, m int) (int, launch13Truth) {
 	t.Helper()
 	var gt launch13Truth
-	pid := runClient(t, a, &gt, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	pid := startClient(t, env, bin, strconv.Itoa(n), strconv.Itoa(m)).run(t, a, &gt)
+	if gt.Calls["__cudaLaunchKernel"] != uint64(n) || gt.Calls["__cudaLaunchKernel_ptsz"] != uint64(m) {
+		t.Fatalf("launch13 ground truth %+v, want %d and %d launches", gt, n, m)
+	}
 	return pid, gt
 }
 
-// Code built by nvcc 13 launches through __cudaGetKernel and
-// __cudaLaunchKernel[_ptsz], never cudaLaunchKernel: each launch is counted
-// once (the driver launch the runtime makes below it is merged), with its
-// geometry, in anonymous mode; kernel mode off counts none.
-func TestCUDA13Launches(t *testing.T) {
-	const n, m = 300, 200
-	for _, mode := range []string{"anonymous", "off"} {
-		t.Run(mode, func(t *testing.T) {
-			a := startAgent(t, "--kernel-mode", mode)
-			pid, gt := runLaunch13(t, a, n, m)
-			if gt.Calls["__cudaLaunchKernel"] != n || gt.Calls["__cudaLaunchKernel_ptsz"] != m {
-				t.Fatalf("launch13 ground truth %+v, want %d and %d launches", gt, n, m)
-			}
-			p := "pid=" + strconv.Itoa(pid)
-			// Every process has its memory series, here 0.
-			want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
-			if mode == "anonymous" {
-				for k, v := range (values{
-					key("profi_cuda_calls_total", "operation=__cudaLaunchKernel", p, "stream=default"):      float64(n),
-					key("profi_cuda_calls_total", "operation=__cudaLaunchKernel_ptsz", p, "stream=default"): float64(m),
-					key("profi_cuda_kernel_launches_total", "kernel=anonymous", p):                          float64(n + m),
-					key("profi_cuda_kernel_grid_blocks_total", p):                                           float64(gt.GridBlocks),
-					key("profi_cuda_kernel_block_threads_total", p):                                         float64(gt.BlockThreads),
-					key("profi_cuda_kernel_shared_memory_bytes_total", p):                                   float64(gt.SharedBytes),
-				}) {
-					want[k] = v
-				}
-			}
-			requireExact(t, a, want, pid)
-		})
+// stubLaunch are the two behaviours of the stub runtime's launches: through
+// the driver's exported launch functions (as NVIDIA's runtime does, via
+// cuGetProcAddress), or returning in the runtime (test/stubs/cudart.c).
+var stubLaunch = map[string][]string{"via-driver": nil, "runtime-only": {"PROFI_STUB_LAUNCH=runtime"}}
+
+// anonymousLaunches is what anonymous mode exports for launch13's launches.
+func anonymousLaunches(p string, n, m int, gt launch13Truth) values {
+	return values{
+		key("profi_cuda_calls_total", "operation=__cudaLaunchKernel", p, "stream=default"):      float64(n),
+		key("profi_cuda_calls_total", "operation=__cudaLaunchKernel_ptsz", p, "stream=default"): float64(m),
+		key("profi_cuda_kernel_launches_total", "kernel=anonymous", p):                          float64(n + m),
+		key("profi_cuda_kernel_grid_blocks_total", p):                                           float64(gt.GridBlocks),
+		key("profi_cuda_kernel_block_threads_total", p):                                         float64(gt.BlockThreads),
+		key("profi_cuda_kernel_shared_memory_bytes_total", p):                                   float64(gt.SharedBytes),
 	}
 }
 
-// In full mode __cudaGetKernel is a name source: each launch of a handle
-// is labelled with its kernel's name (here the host stub's ELF symbol:
-// nothing registers these kernels), timed, and counted once.
-func TestCUDA13LaunchesFullMode(t *testing.T) {
+// Code built by nvcc 13 launches through __cudaGetKernel and
+// __cudaLaunchKernel[_ptsz] of libcudart.so.13, never cudaLaunchKernel:
+// each launch is counted once, with its geometry, in anonymous mode,
+// whether the runtime launches through the driver's exported functions (the
+// driver launch is merged) or not; kernel mode off counts none.
+func TestCUDA13Launches(t *testing.T) {
 	const n, m = 300, 200
-	a := startAgent(t, "--kernel-mode", "full")
-	pid, gt := runLaunch13(t, a, n, m)
-	p := "pid=" + strconv.Itoa(pid)
+	for behaviour, env := range stubLaunch {
+		for _, mode := range []string{"anonymous", "off"} {
+			t.Run(behaviour+"/"+mode, func(t *testing.T) {
+				a := startAgent(t, "--kernel-mode", mode)
+				pid, gt := runLaunch13(t, a, fixtures.Launch13, env, n, m)
+				p := "pid=" + strconv.Itoa(pid)
+				// Every process has its memory series, here 0.
+				want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+				if mode == "anonymous" {
+					maps.Copy(want, anonymousLaunches(p, n, m, gt))
+				}
+				requireExact(t, a, want, pid)
+			})
+		}
+	}
+}
+
+// fullModeLaunches is what full mode exports for launch13's launches: each
+// labelled with its kernel's name, timed, counted once.
+func fullModeLaunches(p string, gt launch13Truth) values {
 	want := values{
 		key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0,
 		key("profi_cuda_kernel_grid_blocks_total", p):         float64(gt.GridBlocks),
@@ -127,5 +157,33 @@ func TestCUDA13LaunchesFullMode(t *testing.T) {
 		want[key("profi_cuda_kernel_launches_total", "kernel="+kernelLabel(raw), p)] = float64(c)
 		want[key("profi_cuda_kernel_duration_count_total", "kernel="+kernelLabel(raw))] = float64(c)
 	}
-	requireExact(t, a, want, pid)
+	return want
+}
+
+// In full mode each __cudaLaunchKernel launch is labelled with its
+// kernel's name: through __cudaGetKernel (handle -> host stub, whose ELF
+// symbol names it: nothing registers these kernels) for a process started
+// under the agent; through the launch's call site (the nvcc-generated
+// __device_stub_ function) for one that fetched its handles before the
+// agent started.
+func TestCUDA13LaunchesFullMode(t *testing.T) {
+	const n, m = 300, 200
+	t.Run("started-after", func(t *testing.T) {
+		a := startAgent(t, "--kernel-mode", "full")
+		pid, gt := runLaunch13(t, a, fixtures.Launch13, nil, n, m)
+		if gt.Calls["__cudaGetKernel"] != 3 {
+			t.Fatalf("launch13 ground truth %+v: want 3 __cudaGetKernel calls", gt)
+		}
+		requireExact(t, a, fullModeLaunches("pid="+strconv.Itoa(pid), gt), pid)
+	})
+	t.Run("started-before", func(t *testing.T) {
+		c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m), "early")
+		a := startAgent(t, "--kernel-mode", "full")
+		var gt launch13Truth
+		pid := c.run(t, a, &gt)
+		if _, ok := gt.Calls["__cudaGetKernel"]; ok || gt.Calls["__cudaLaunchKernel"] != n {
+			t.Fatalf("launch13 ground truth %+v: want no __cudaGetKernel after start, %d launches", gt, n)
+		}
+		requireExact(t, a, fullModeLaunches("pid="+strconv.Itoa(pid), gt), pid)
+	})
 }

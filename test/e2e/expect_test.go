@@ -61,6 +61,9 @@ var countedFuncs = map[string]counts{
 	"__cudaLaunchKernel":               {label: "__cudaLaunchKernel", launch: true}, "__cudaLaunchKernel_ptsz": {label: "__cudaLaunchKernel_ptsz", launch: true},
 	"cuLaunchKernel": {label: "cuLaunchKernel", launch: true}, "cuLaunchKernel_ptsz": {label: "cuLaunchKernel_ptsz", launch: true},
 	"cuLaunchKernelEx": {label: "cuLaunchKernelEx", launch: true}, "cuLaunchCooperativeKernel": {label: "cuLaunchCooperativeKernel", launch: true},
+	"cuLaunchKernelEx_ptsz":          {label: "cuLaunchKernelEx_ptsz", launch: true},
+	"cuLaunchCooperativeKernel_ptsz": {label: "cuLaunchCooperativeKernel_ptsz", launch: true},
+	"cuGraphLaunch_ptsz":             {label: "cuGraphLaunch_ptsz"},
 
 	"cuGraphLaunch": {label: "cuGraphLaunch"}, "cuModuleLoadData": {label: "cuModuleLoadData"},
 	"cuModuleGetFunction": {label: "cuModuleGetFunction", names: true}, "cuLibraryGetKernel": {label: "cuLibraryGetKernel", names: true},

@@ -134,15 +134,18 @@ type status struct {
 			Symbol string `json:"symbol"`
 		} `json:"probes"`
 	} `json:"attached_libraries"`
-	AttachFailures []struct {
-		Library string `json:"library"`
-		Path    string `json:"path"`
-		Reason  string `json:"reason"`
-		Error   string `json:"error"`
-	} `json:"attach_failures"`
-	TrackedPIDs     []int  `json:"tracked_pids"`
-	EventsProcessed uint64 `json:"events_processed"`
-	KernelMode      string `json:"kernel_mode"`
+	AttachFailures  []statusFailure `json:"attach_failures"`
+	TrackedPIDs     []int           `json:"tracked_pids"`
+	EventsProcessed uint64          `json:"events_processed"`
+	KernelMode      string          `json:"kernel_mode"`
+}
+
+type statusFailure struct {
+	Library string `json:"library"`
+	Path    string `json:"path"`
+	PIDs    []int  `json:"pids"`
+	Reason  string `json:"reason"`
+	Error   string `json:"error"`
 }
 
 // countLib counts the attached library files of one library.

@@ -315,9 +315,9 @@ def compare(gt, constructed, reps, obs, kernel_mode, probe_profile):
                          obs["launches"], note="sum over kernel labels"))
 
     if kernel_mode == "full" and obs["kernels"]:
-        unknown = sum(n for k, n in obs["kernels"].items() if k.startswith("unknown_0x"))
+        unknown = sum(n for k, n in obs["kernels"].items() if k.startswith("unknown_"))
         rows.append(_row("kernel names", 'profi_cuda_kernel_launches_total{kernel}', None, len(obs["kernels"]),
-                         "info", "distinct kernel labels; %d launches still unknown_0x..." % unknown))
+                         "info", "distinct kernel labels; %d launches still unknown_..." % unknown))
 
     # Bytes copied, by direction.
     want = {d: reps * n for d, n in gt.get("memcpy_bytes", {}).items()}

@@ -210,6 +210,27 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 	WRAP(do_graph_launch(hGraphExec, hStream));
 }
 
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+				      void **kernelParams, void **extra)
+{
+	WRAP(do_launch_ex(config, f, kernelParams, extra));
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gridDimX,
+					       unsigned gridDimY, unsigned gridDimZ,
+					       unsigned blockDimX, unsigned blockDimY,
+					       unsigned blockDimZ, unsigned sharedMemBytes,
+					       CUstream hStream, void **kernelParams)
+{
+	WRAP(do_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+		       sharedMemBytes, hStream, kernelParams, NULL));
+}
+
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+	WRAP(do_graph_launch(hGraphExec, hStream));
+}
+
 EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
 	WRAP(do_load((void **)module, image, &next_mod, MOD_BASE));

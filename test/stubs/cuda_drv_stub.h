@@ -117,4 +117,38 @@ PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 PROFI_CU_MEM_FUNCS(PROFI_DECLARE_CU_MEM)
 #undef PROFI_DECLARE_CU_MEM
 
+/* The driver's launch API as code that calls the driver directly uses it
+ * (Triton, statically linked runtimes), with the per-thread-default-stream
+ * variants cuGetProcAddress hands out under
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (CUDA 11.8-13 names). */
+#define PROFI_CU_LAUNCH_FUNCS(X)                                                      \
+	X(cuLaunchKernel, (CUfunction f, unsigned gridDimX, unsigned gridDimY,        \
+			   unsigned gridDimZ, unsigned blockDimX, unsigned blockDimY, \
+			   unsigned blockDimZ, unsigned sharedMemBytes, CUstream hStream, \
+			   void **kernelParams, void **extra))                        \
+	X(cuLaunchKernel_ptsz, (CUfunction f, unsigned gridDimX, unsigned gridDimY,   \
+				unsigned gridDimZ, unsigned blockDimX, unsigned blockDimY, \
+				unsigned blockDimZ, unsigned sharedMemBytes,          \
+				CUstream hStream, void **kernelParams, void **extra)) \
+	X(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f,              \
+			     void **kernelParams, void **extra))                      \
+	X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f,         \
+				  void **kernelParams, void **extra))                 \
+	X(cuLaunchCooperativeKernel, (CUfunction f, unsigned gridDimX, unsigned gridDimY, \
+				      unsigned gridDimZ, unsigned blockDimX,          \
+				      unsigned blockDimY, unsigned blockDimZ,         \
+				      unsigned sharedMemBytes, CUstream hStream,      \
+				      void **kernelParams))                           \
+	X(cuLaunchCooperativeKernel_ptsz, (CUfunction f, unsigned gridDimX,           \
+					   unsigned gridDimY, unsigned gridDimZ,      \
+					   unsigned blockDimX, unsigned blockDimY,    \
+					   unsigned blockDimZ, unsigned sharedMemBytes, \
+					   CUstream hStream, void **kernelParams))    \
+	X(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream))                  \
+	X(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream))
+
+#define PROFI_DECLARE_CU_LAUNCH(name, params) CUresult name params;
+PROFI_CU_LAUNCH_FUNCS(PROFI_DECLARE_CU_LAUNCH)
+#undef PROFI_DECLARE_CU_LAUNCH
+
 #endif

@@ -1,10 +1,20 @@
-/* Stub libcudart.so.12: the real CUDA Runtime symbol names and C ABI with
- * deterministic, GPU-free semantics, so the workload can predict every return
- * value and tests can compare the agent's counts with exact ground truth.
+/* Stub libcudart.so.12 and libcudart.so.13: the real CUDA Runtime symbol
+ * names and C ABI with deterministic, GPU-free semantics, so the workload can
+ * predict every return value and tests can compare the agent's counts with
+ * exact ground truth.
  *
  * Built only with the fixed flags in internal/testutil/build.go: they decide
  * each function's first instruction and hence what a uprobe costs there.
  * -DPROFI_STUB_OMIT_GRAPH drops the graph functions ("missing symbols").
+ * -DPROFI_CUDART_MAJOR=13 models CUDA 13.0's runtime (adds the
+ * __cudaGetKernel/__cudaLaunchKernel entry points); the default, 12, models
+ * CUDA 12.x, which lacks them. Each build gets the version script of its
+ * release (test/stubs/libcudart.so.N.map): like NVIDIA's, every export is
+ * versioned with the SONAME (cudaMalloc@@libcudart.so.12).
+ *
+ * Compiled into an executable (no -shared), it is a
+ * statically linked runtime, as nvcc's default (-cudart static), NCCL and
+ * TensorRT-LLM builds are: no libcudart.so in /proc/PID/maps.
  *
  * Like the real runtime, it implements launches by calling the driver (the
  * stub libcuda.so.1, through its exported symbols, so driver uprobes fire
@@ -19,6 +29,10 @@
  * loads modules through the driver too, lazily; those internal calls are
  * counted as driver calls when they happen after attach, which depends on
  * timing, so the stub keeps them out of the tests' ground truth.)
+ *
+ * PROFI_STUB_LAUNCH=runtime in the environment makes every launch return in
+ * the runtime without calling the driver (a runtime that launches some other
+ * way than through the driver's exported functions).
  *
  * CUDA 13's launch entry points (what nvcc 13 lowers kernel<<<...>>> to):
  * __cudaGetKernel(&handle, hostStub) hands out an opaque cudaKernel_t (not
@@ -39,6 +53,10 @@
 #include "cuda_stub.h"
 
 #define EXPORT __attribute__((noinline, visibility("default")))
+
+#ifndef PROFI_CUDART_MAJOR
+#define PROFI_CUDART_MAJOR 12
+#endif
 
 /* Volatile sinks give every function observable work, so none is empty or
  * folded away, and expose the last launch's arguments to a debugger. */
@@ -237,6 +255,17 @@ enum launch_api { L_PLAIN, L_PTSZ, L_COOP };
 
 /* The runtime rejects a NULL function itself; everything else is the
  * driver's answer (codes it can return here mean the same in both APIs). */
+/* launch_in_runtime: PROFI_STUB_LAUNCH=runtime, read once. */
+static int launch_in_runtime(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("PROFI_STUB_LAUNCH");
+		v = e && e[0] == 'r';
+	}
+	return v;
+}
+
 INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 			       dim3 block, void **args, size_t sharedMem,
 			       cudaStream_t stream)
@@ -253,6 +282,8 @@ INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 	last_stream = (uintptr_t)stream;
 	if (!func)
 		return cudaErrorInvalidDeviceFunction;
+	if (launch_in_runtime())
+		return cudaSuccess;
 	CUfunction f = lookup_function(func);
 	CUstream s = (CUstream)stream;
 	unsigned shm = (unsigned)sharedMem;
@@ -278,6 +309,8 @@ INTERNAL cudaError_t do_launch_ex(const cudaLaunchConfig_t *config, const void *
 	last_args = (uintptr_t)args;
 	if (!func)
 		return cudaErrorInvalidDeviceFunction;
+	if (launch_in_runtime())
+		return cudaSuccess;
 	CUlaunchConfig c = {
 		.gridDimX = config->gridDim.x, .gridDimY = config->gridDim.y,
 		.gridDimZ = config->gridDim.z, .blockDimX = config->blockDim.x,
@@ -429,6 +462,7 @@ EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 bl
 	WRAP(do_launch(L_PTSZ, func, gridDim, blockDim, args, sharedMem, stream));
 }
 
+#if PROFI_CUDART_MAJOR >= 13
 /* cudaKernel_t handles: the host stub's address xor this, never the stub itself. */
 #define KERNEL_HANDLE_XOR 0x4b00000000000000ULL
 
@@ -461,6 +495,7 @@ EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, di
 {
 	WRAP(do_launch(L_PTSZ, kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
 }
+#endif
 
 EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim,
 					       dim3 blockDim, void **args,

@@ -1,12 +1,19 @@
-/* Launches the way nvcc 13-built code does: __cudaGetKernel once per
- * kernel, then __cudaLaunchKernel (and __cudaLaunchKernel_ptsz for
- * --default-stream per-thread code) per launch, against the stub
- * libcudart.so.12 (which exports the CUDA 13 entry points). Prints its exact
- * ground truth.
+/* Launches the way nvcc 13-built code does, against the stub
+ * libcudart.so.13 (or a runtime linked into the executable: the static
+ * builds). For each __global__ function K nvcc emits a host function K (the
+ * kernel's mangled name: the "host stub" whose address identifies the
+ * kernel) that calls __device_stub_K, which fetches K's cudaKernel_t once
+ * with __cudaGetKernel (a function-local static) and launches it with
+ * __cudaLaunchKernel, or __cudaLaunchKernel_ptsz for --default-stream
+ * per-thread code. Prints its exact ground truth.
  *
- * Usage: launch13 LAUNCHES PTSZ_LAUNCHES. stdin protocol: prints
- * "ready <pid>"; "go" -> the launches -> one JSON line of what it called;
- * EOF -> exit 0. */
+ * Usage: launch13 LAUNCHES PTSZ_LAUNCHES [early]. With "early" every kernel
+ * is launched once before "ready" (its handle fetched before any agent
+ * attached, as in a process started before the agent); those launches are
+ * not in the ground truth.
+ *
+ * stdin protocol: prints "ready <pid>"; "go" -> the launches -> one JSON
+ * line of what it called; EOF -> exit 0. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,59 +22,85 @@
 
 #include "cuda_stub.h"
 
-/* Host stubs: only their addresses and names matter (exported, so the
- * agent's ELF fallback names them; nothing registers them). */
-void launch13_gemm(void);
-void launch13_softmax(void);
-void launch13_rmsnorm(void);
-void launch13_gemm(void) {}
-void launch13_softmax(void) {}
-void launch13_rmsnorm(void) {}
-static const char *const stub_names[3] = {"launch13_gemm", "launch13_softmax", "launch13_rmsnorm"};
-
 static void die(const char *msg)
 {
 	fprintf(stderr, "launch13: %s\n", msg);
 	exit(1);
 }
 
+/* The launch being made: its index (geometry) and API; ground truth. */
+static long cur;
+static int cur_ptsz;
+static uint64_t get_kernel_calls, grid_blocks, block_threads, shared;
+
+/* KERNEL(mangled): the host function and its __device_stub_ launcher, as
+ * nvcc generates them (noinline: the launch's call site must be the
+ * device stub, as in nvcc's output). */
+#define KERNEL(mangled)                                                              \
+	void mangled(float *p);                                                      \
+	__attribute__((noinline)) void __device_stub_##mangled(float *p)             \
+	{                                                                            \
+		static cudaKernel_t h;                                               \
+		void *args[] = {&p};                                                 \
+		dim3 grid = {(unsigned)(cur % 4 + 1), 2, 1}, block = {128, 1, 1};    \
+		size_t shm = (size_t)(cur % 2) * 1024;                               \
+		if (!h) {                                                            \
+			get_kernel_calls++;                                          \
+			if (__cudaGetKernel(&h, (const void *)mangled) != cudaSuccess || \
+			    (uintptr_t)h == (uintptr_t)mangled)                      \
+				die("__cudaGetKernel failed or returned the stub");  \
+		}                                                                    \
+		if ((cur_ptsz ? __cudaLaunchKernel_ptsz : __cudaLaunchKernel)(       \
+			h, grid, block, args, shm, NULL) != cudaSuccess)             \
+			die("launch failed");                                        \
+		grid_blocks += grid.x * grid.y * grid.z;                             \
+		block_threads += block.x * block.y * block.z;                        \
+		shared += shm;                                                       \
+	}                                                                            \
+	__attribute__((noinline)) void mangled(float *p) { __device_stub_##mangled(p); }
+
+/* launch13_gemm(float*), launch13_softmax(float*), launch13_rmsnorm(float*) */
+KERNEL(_Z13launch13_gemmPf)
+KERNEL(_Z16launch13_softmaxPf)
+KERNEL(_Z16launch13_rmsnormPf)
+
+static void (*const kernels[3])(float *) = {_Z13launch13_gemmPf, _Z16launch13_softmaxPf,
+					    _Z16launch13_rmsnormPf};
+static const char *const kernel_names[3] = {"_Z13launch13_gemmPf", "_Z16launch13_softmaxPf",
+					    "_Z16launch13_rmsnormPf"};
+
 int main(int argc, char **argv)
 {
-	if (argc != 3)
-		die("usage: launch13 LAUNCHES PTSZ_LAUNCHES");
+	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "early")))
+		die("usage: launch13 LAUNCHES PTSZ_LAUNCHES [early]");
 	long n = strtol(argv[1], NULL, 10), m = strtol(argv[2], NULL, 10);
-	void (*stubs[3])(void) = {launch13_gemm, launch13_softmax, launch13_rmsnorm};
 	uint64_t per_kernel[3] = {0, 0, 0};
-	cudaKernel_t k[3];
-	uint64_t grid_blocks = 0, block_threads = 0, shared = 0;
+	float buf[4];
 	char line[64];
 
+	if (argc == 4) {
+		for (int i = 0; i < 3; i++)
+			kernels[i](buf);
+		get_kernel_calls = grid_blocks = block_threads = shared = 0;
+	}
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
 		return 0;
-	for (int i = 0; i < 3; i++)
-		if (__cudaGetKernel(&k[i], (const void *)stubs[i]) != cudaSuccess ||
-		    (uintptr_t)k[i] == (uintptr_t)stubs[i])
-			die("__cudaGetKernel failed or returned the stub");
 	for (long i = 0; i < n + m; i++) {
-		dim3 grid = {(unsigned)(i % 4 + 1), 2, 1}, block = {128, 1, 1};
-		size_t shm = (size_t)(i % 2) * 1024;
-		cudaError_t rc = i < n ? __cudaLaunchKernel(k[i % 3], grid, block, NULL, shm, NULL)
-				       : __cudaLaunchKernel_ptsz(k[i % 3], grid, block, NULL, shm, NULL);
-		if (rc != cudaSuccess)
-			die("launch failed");
+		cur = i;
+		cur_ptsz = i >= n;
+		kernels[i % 3](buf);
 		per_kernel[i % 3]++;
-		grid_blocks += grid.x * grid.y * grid.z;
-		block_threads += block.x * block.y * block.z;
-		shared += shm;
 	}
-	printf("{\"calls\":{\"__cudaGetKernel\":3,\"__cudaLaunchKernel\":%ld,\"__cudaLaunchKernel_ptsz\":%ld},"
-	       "\"grid_blocks\":%llu,\"block_threads\":%llu,\"shared_bytes\":%llu,\"launches_by_kernel\":{",
-	       n, m, (unsigned long long)grid_blocks, (unsigned long long)block_threads,
+	printf("{\"calls\":{\"__cudaLaunchKernel\":%ld,\"__cudaLaunchKernel_ptsz\":%ld", n, m);
+	if (get_kernel_calls)
+		printf(",\"__cudaGetKernel\":%llu", (unsigned long long)get_kernel_calls);
+	printf("},\"grid_blocks\":%llu,\"block_threads\":%llu,\"shared_bytes\":%llu,\"launches_by_kernel\":{",
+	       (unsigned long long)grid_blocks, (unsigned long long)block_threads,
 	       (unsigned long long)shared);
 	for (int i = 0; i < 3; i++)
-		printf("%s\"%s\":%llu", i ? "," : "", stub_names[i], (unsigned long long)per_kernel[i]);
+		printf("%s\"%s\":%llu", i ? "," : "", kernel_names[i], (unsigned long long)per_kernel[i]);
 	printf("}}\n");
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))

@@ -100,6 +100,12 @@ Validation of value combinations the agent would reject at startup
 {{- if and (eq $auth "bearer") (eq $tls "mtls") -}}
 {{- fail "profi.metricsTls.mode mtls with profi.metricsAuth.mode bearer is rejected by the agent: use mtls-or-bearer" -}}
 {{- end -}}
+{{- if and (ne $auth "off") (eq $tls "off") -}}
+{{- fail "profi.metricsAuth.mode bearer over plain HTTP would send every scraper's token in the clear: set profi.metricsTls.mode server (or mtls with mtls-or-bearer)" -}}
+{{- end -}}
+{{- if and .Values.profi.metricsTls.allowedClientSANs (ne $tls "mtls") -}}
+{{- fail "profi.metricsTls.allowedClientSANs needs profi.metricsTls.mode mtls" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The agent's arguments, one per flag of values.yaml. */}}
@@ -166,6 +172,9 @@ Validation of value combinations the agent would reject at startup
 - --metrics-tls-key=/etc/profi/tls/tls.key
 {{- if eq (toString $p.metricsTls.mode) "mtls" }}
 - --metrics-tls-client-ca=/etc/profi/tls/ca.crt
+{{- with $p.metricsTls.allowedClientSANs }}
+- {{ printf "--metrics-tls-allowed-client-sans=%s" (join "," .) | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 - {{ printf "--metrics-auth-mode=%v" $p.metricsAuth.mode | quote }}

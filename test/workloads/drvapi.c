@@ -1,12 +1,15 @@
-/* Drives the driver memory API of the stub libcuda.so.1 directly, as
- * Triton, NCCL and statically linked runtimes do: allocations (plain,
- * async, managed, VMM physical allocations), copies of every direction
- * (sync, async, per-thread stream), peer copies, sets of 1, 2 and 4-byte
- * elements, VMM mapping calls, and one failing free. Prints its exact
- * ground truth, tallied from the arguments passed and the codes returned.
+/* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
+ * and statically linked runtimes do. Memory: allocations (plain, async,
+ * managed, VMM physical allocations), copies of every direction (sync,
+ * async, per-thread stream), peer copies, sets of 1, 2 and 4-byte elements,
+ * VMM mapping calls, and one failing free. Launches: every launch entry
+ * point and its per-thread-stream (_ptsz) variant, and graph launches.
+ * Prints its exact ground truth, tallied from the arguments passed and the
+ * codes returned.
  *
- * Usage: drvmem ITERS. stdin protocol: prints "ready <pid>"; "go" -> ITERS
- * iterations -> one JSON line; EOF -> exit 0. */
+ * Usage: drvapi ITERS LAUNCHES. stdin protocol: prints "ready <pid>"; "go"
+ * -> ITERS memory iterations, LAUNCHES launch iterations -> one JSON line;
+ * EOF -> exit 0. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,22 +19,23 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 26 };
+enum { NFN = 34 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
-	PROFI_CU_MEM_FUNCS(NAME)
+	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
 #undef NAME
 };
 enum {
 #define ID(name, params) F_##name,
-	PROFI_CU_MEM_FUNCS(ID)
+	PROFI_CU_MEM_FUNCS(ID) PROFI_CU_LAUNCH_FUNCS(ID)
 #undef ID
 };
-_Static_assert(F_cuMemUnmap == NFN - 1, "NFN");
+_Static_assert(F_cuGraphLaunch_ptsz == NFN - 1, "NFN");
 
 static uint64_t calls[NFN], errors[NFN];
 static uint64_t memcpy_bytes[5]; /* cudaMemcpyKind: h2h h2d d2h d2d default */
 static uint64_t p2p_bytes, memset_bytes, malloc_bytes, freed_bytes;
+static uint64_t kernel_launches, grid_blocks, block_threads, shared_bytes;
 
 static void tally(int f, CUresult rc)
 {
@@ -58,11 +62,41 @@ static void print_counts(const uint64_t *n)
 	printf("}");
 }
 
+/* launched: one kernel launch of this geometry. */
+static void launched(unsigned gx, unsigned bx, unsigned shm)
+{
+	kernel_launches++;
+	grid_blocks += gx;
+	block_threads += bx;
+	shared_bytes += shm;
+}
+
+/* launch_all: each launch entry point once, on stream s. */
+static void launch_all(long i, CUstream s)
+{
+	CUfunction f = (CUfunction)(uintptr_t)0x7a0100; /* a fake function handle */
+	CUgraphExec g = (CUgraphExec)(uintptr_t)0x6a0100;
+	unsigned gx = (unsigned)(i % 8 + 1), bx = 128, shm = (unsigned)(i % 2) * 512;
+	CUlaunchConfig c = {.gridDimX = gx, .gridDimY = 1, .gridDimZ = 1, .blockDimX = bx,
+			    .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = shm, .hStream = s};
+
+	CALL(cuLaunchKernel, f, gx, 1, 1, bx, 1, 1, shm, s, NULL, NULL);
+	CALL(cuLaunchKernel_ptsz, f, gx, 1, 1, bx, 1, 1, shm, s, NULL, NULL);
+	CALL(cuLaunchKernelEx, &c, f, NULL, NULL);
+	CALL(cuLaunchKernelEx_ptsz, &c, f, NULL, NULL);
+	CALL(cuLaunchCooperativeKernel, f, gx, 1, 1, bx, 1, 1, shm, s, NULL);
+	CALL(cuLaunchCooperativeKernel_ptsz, f, gx, 1, 1, bx, 1, 1, shm, s, NULL);
+	for (int k = 0; k < 6; k++)
+		launched(gx, bx, shm);
+	CALL(cuGraphLaunch, g, s);
+	CALL(cuGraphLaunch_ptsz, g, s);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 2)
+	if (argc != 3)
 		return 2;
-	long iters = strtol(argv[1], NULL, 10);
+	long iters = strtol(argv[1], NULL, 10), launches = strtol(argv[2], NULL, 10);
 	static char host[1 << 16];
 	CUstream s = (CUstream)(uintptr_t)0x5100; /* a fake stream handle */
 	char line[64];
@@ -122,15 +156,19 @@ int main(int argc, char **argv)
 		freed_bytes += n + 2 * n + (1 << 21); /* the managed allocation stays */
 		CALL(cuMemFree_v2, 0);		      /* fails: CUDA_ERROR_INVALID_VALUE */
 	}
+	for (long i = 0; i < launches; i++)
+		launch_all(i, s);
 	printf("{\"calls\":");
 	print_counts(calls);
 	printf(",\"errors\":");
 	print_counts(errors);
 	printf(",\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
 	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64
-	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 "}\n",
+	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 ",\"kernel_launches\":%" PRIu64
+	       ",\"grid_blocks\":%" PRIu64 ",\"block_threads\":%" PRIu64 ",\"shared_bytes\":%" PRIu64 "}\n",
 	       memcpy_bytes[1], memcpy_bytes[2], memcpy_bytes[3], memcpy_bytes[4], p2p_bytes,
-	       memset_bytes, malloc_bytes, malloc_bytes - freed_bytes);
+	       memset_bytes, malloc_bytes, malloc_bytes - freed_bytes, kernel_launches, grid_blocks,
+	       block_threads, shared_bytes);
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))
 		;
