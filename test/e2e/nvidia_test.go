@@ -45,7 +45,8 @@ func waitLibrary(t *testing.T, a *testutil.Agent, pid int, lib discover.Library,
 // function is called a known number of times and fails cleanly, with
 // cudaErrorNoDevice (100) when the runtime finds NVIDIA's driver library
 // (dlopened lazily at the first call, from a directory outside the default
-// search path), cudaErrorInsufficientDriver (35) when it does not. Each
+// search path, and unloaded when initialisation fails),
+// cudaErrorInsufficientDriver (35) when it does not. Each
 // call is counted once, with its return code, in full mode with the full
 // profile (every function timed); the launches run inside an NVTX range of
 // NVIDIA's libnvToolsExt and carry its phase.
@@ -53,11 +54,10 @@ func TestNVIDIARuntime(t *testing.T) {
 	nv := testutil.NVIDIALibs(t)
 	const iters = 40
 	for name, tc := range map[string]struct {
-		env    []string
-		rc     string
-		driver bool
+		env []string
+		rc  string
 	}{
-		"with-driver":    {env: []string{"LD_LIBRARY_PATH=" + filepath.Dir(nv.Cuda)}, rc: "100", driver: true},
+		"with-driver":    {env: []string{"LD_LIBRARY_PATH=" + filepath.Dir(nv.Cuda)}, rc: "100"},
 		"without-driver": {rc: "35"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -66,12 +66,10 @@ func TestNVIDIARuntime(t *testing.T) {
 			waitLibrary(t, a, c.pid, discover.LibNVTX, filepath.Dir(nv.NVTX))
 			var gt rtclientTruth
 			pid := c.run(t, a, &gt)
-			if tc.driver {
-				// The runtime dlopened the driver at its first call; the
-				// agent attached it (no probed driver function is reached
-				// when initialisation fails).
-				waitLibrary(t, a, pid, discover.LibCuda, filepath.Dir(nv.Cuda))
-			}
+			// With the driver the runtime dlopens it at its first call (100
+			// says it found it); after cuInit fails it unloads it again, so
+			// whether the agent attached it in that window depends on
+			// timing, and no probed driver function is reached anyway.
 			if len(gt.Calls) != 37 || gt.Ranges != 1 {
 				t.Fatalf("rtclient ground truth %+v: want the 37 runtime functions CUDA 11.8 exports, 1 range", gt)
 			}
