@@ -144,6 +144,91 @@ struct {
 	__type(value, u8);
 } launch_sites SEC(".maps");
 
+/*
+ * CUDA graphs (types.h, docs/METRICS.md "CUDA graphs"). Streams capturing,
+ * by (pid, stream): the id of the graph being captured. A stream that joined
+ * a capture through an event keeps its entry after the capture ends; the
+ * capture's entry in captures going away is what ends it for every stream
+ * (capture_of deletes such stale entries as it meets them).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, stream */
+	__type(value, u64);		/* graph id */
+} capture_streams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct handle_key); /* pid, graph id */
+	__type(value, struct capture);
+} captures SEC(".maps");
+
+/* Events recorded on a capturing stream: waiting on one joins its capture. LRU: events are not
+ * tracked to their destruction. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, event */
+	__type(value, u64);		/* graph id */
+} capture_events SEC(".maps");
+
+/* Graph handles (cudaGraph_t) and executable graphs (cudaGraphExec_t) -> graph id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct handle_key);
+	__type(value, u64);
+} graph_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct handle_key);
+	__type(value, u64);
+} graph_execs SEC(".maps");
+
+/* What each graph runs: kernels, copies, sets and child graphs, by graph id. Kept until the process
+ * exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct graph_node_key);
+	__type(value, struct graph_node_val);
+} graph_nodes SEC(".maps");
+
+/* Replays, cumulative: userspace multiplies them by their graph's nodes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct replay_key);
+	__type(value, u64);
+} graph_replays SEC(".maps");
+
+/* Per-process graph ids and executable graphs, against their caps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct graph_quota);
+} graph_quotas SEC(".maps");
+
+/* graph_return's "nothing lost". */
+#define NO_DROP DROP_MAX
+
+/* Graph ids: unique on the node, never reused (0 is "unknown"). */
+u64 graph_seq = 0;
+/* Captures in progress on the node: 0 spares every launch the capture lookup. */
+u32 live_captures = 0;
+
+/* Per-process caps (issue 16): graph ids ever assigned, executable graphs alive. */
+const volatile u32 max_graphs_per_pid = 8192;
+const volatile u32 max_execs_per_pid = 8192;
+
+/* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
+const volatile u32 kernel_mode = 1;
+
 /* Kernel names (full mode): a few events per process, never per launch. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -287,6 +372,18 @@ const enum name_kind unused_name_kind __attribute__((unused));
 const enum phase unused_phase __attribute__((unused));
 const struct name_event unused_name_event __attribute__((unused));
 const struct launch_event unused_launch_event __attribute__((unused));
+const enum graph_node_type unused_graph_node_type __attribute__((unused));
+
+/*
+ * Zero values inserted by lookup_or_init: read-only globals rather than
+ * structs zeroed on the 512-byte stack at every call.
+ */
+static const struct agg_val zero_agg;
+static const struct launch_val zero_launch;
+static const struct nccl_val zero_nccl;
+static const struct graph_node_val zero_node;
+static const struct graph_quota zero_quota;
+static const u64 zero_u64;
 
 static __always_inline void count_drop(u32 idx)
 {
@@ -571,6 +668,100 @@ static __always_inline u32 launch_phase(u64 id)
 	return PHASE_OTHER;
 }
 
+/*
+ * CUDA graphs. The id of the graph stream is capturing into in process pid;
+ * 0 when it is not capturing. An entry whose capture has ended (a stream
+ * that joined through an event) is deleted on the way.
+ */
+static __always_inline u64 capture_of(u32 pid, u64 stream)
+{
+	struct handle_key k = {.pid = pid, .handle = stream};
+	struct handle_key ck = {.pid = pid};
+	u64 *gid;
+
+	if (!live_captures)
+		return 0;
+	gid = bpf_map_lookup_elem(&capture_streams, &k);
+	if (!gid)
+		return 0;
+	ck.handle = *gid;
+	if (bpf_map_lookup_elem(&captures, &ck))
+		return ck.handle;
+	bpf_map_delete_elem(&capture_streams, &k);
+	return 0;
+}
+
+static __always_inline struct graph_quota *quota_of(u32 pid)
+{
+	return lookup_or_init(&graph_quotas, &pid, &zero_quota, DROP_GRAPH_MAPS);
+}
+
+/* A new graph id for process pid, within its cap; 0 when refused (counted). */
+static __always_inline u64 new_graph_id(u32 pid)
+{
+	struct graph_quota *q = quota_of(pid);
+
+	if (!q)
+		return 0;
+	if (q->graphs >= max_graphs_per_pid) {
+		count_drop(DROP_GRAPH_QUOTA);
+		return 0;
+	}
+	__sync_fetch_and_add(&q->graphs, 1);
+	return __sync_fetch_and_add(&graph_seq, 1) + 1;
+}
+
+/*
+ * The id of graph handle in process pid. With assign, a graph profi has not
+ * seen yet (built node by node, or created before attach) gets a new one.
+ */
+static __always_inline u64 graph_id_of(u32 pid, u64 handle, bool assign)
+{
+	struct handle_key k = {.pid = pid, .handle = handle};
+	u64 *id = bpf_map_lookup_elem(&graph_ids, &k);
+	u64 nid;
+
+	if (id)
+		return *id;
+	if (!assign || !handle)
+		return 0;
+	nid = new_graph_id(pid);
+	if (!nid)
+		return 0;
+	if (bpf_map_update_elem(&graph_ids, &k, &nid, BPF_NOEXIST)) {
+		/* Another thread named it first, or the map is full. */
+		id = bpf_map_lookup_elem(&graph_ids, &k);
+		if (id)
+			return *id;
+		count_drop(DROP_GRAPH_MAPS);
+		return 0;
+	}
+	return nid;
+}
+
+/* Adds one node to graph id graph (0: none). */
+static __always_inline void add_node(u32 pid, u32 op, u64 graph, u64 func, u32 kind, u32 type,
+				     struct launch_args *a, u64 bytes)
+{
+	struct graph_node_key k = {
+	    .pid = pid, .op = op, .graph = graph, .func = func, .kind = kind, .type = type};
+	struct graph_node_val *v;
+
+	if (!graph)
+		return;
+	v = lookup_or_init(&graph_nodes, &k, &zero_node, DROP_GRAPH_MAPS);
+	if (!v)
+		return;
+	__sync_fetch_and_add(&v->count, 1);
+	if (a) {
+		__sync_fetch_and_add(&v->grid_blocks, a->grid_blocks);
+		__sync_fetch_and_add(&v->block_threads, a->block_threads);
+		__sync_fetch_and_add(&v->shared_bytes, a->shared_bytes);
+	}
+	if (bytes)
+		__sync_fetch_and_add(&v->bytes, bytes);
+}
+
 static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_args *a, u64 dur,
 				       u32 weight)
 {
@@ -580,10 +771,15 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 				 .func = func,
 				 .phase = launch_phase(id),
 				 .dev = thread_dev(id)};
-	struct launch_val zero = {};
 	struct launch_val *val;
+	u64 graph = capture_of(key.pid, a->stream);
 
-	val = lookup_or_init(&launch_agg, &key, &zero, DROP_LAUNCH_AGG);
+	/* Captured: recorded into the graph, run by its replays, not now. */
+	if (graph) {
+		key.captured = 1;
+		add_node(key.pid, op, graph, func, 0, GRAPH_NODE_KERNEL, a, 0);
+	}
+	val = lookup_or_init(&launch_agg, &key, &zero_launch, DROP_LAUNCH_AGG);
 	if (!val)
 		return;
 	__sync_fetch_and_add(&val->count, 1);
@@ -772,7 +968,93 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 		in.arg0 = arg(ctx, 1);
 		break;
 	case ARGS_GRAPH_LAUNCH:
+		in.arg0 = arg(ctx, 1); /* exec */
 		in.stream = arg(ctx, 2);
+		break;
+	case ARGS_CAPTURE_BEGIN:
+		in.stream = arg(ctx, 1);
+		break;
+	case ARGS_CAPTURE_TO_GRAPH:
+	case ARGS_CAPTURE_END:
+		/* (stream, graph) and (stream, graph *out) */
+		in.stream = arg(ctx, 1);
+		in.arg0 = arg(ctx, 2);
+		break;
+	case ARGS_EVENT_RECORD:
+		in.arg0 = arg(ctx, 1); /* event */
+		in.stream = arg(ctx, 2);
+		break;
+	case ARGS_STREAM_WAIT_EVENT:
+		in.stream = arg(ctx, 1);
+		in.arg0 = arg(ctx, 2); /* event */
+		break;
+	case ARGS_GRAPH_INSTANTIATE:
+	case ARGS_GRAPH_EXEC_UPDATE:
+		/* (exec *out, graph) and (exec, graph) */
+		in.arg0 = arg(ctx, 1);
+		in.arg1 = arg(ctx, 2);
+		break;
+	case ARGS_GRAPH_EXEC_DESTROY:
+	case ARGS_GRAPH_DESTROY:
+		in.arg0 = arg(ctx, 1);
+		break;
+	case ARGS_GRAPH_KERNEL_NODE: {
+		/*
+		 * cudaKernelNodeParams and CUDA_KERNEL_NODE_PARAMS alike: the
+		 * function, six unsigned dims from offset 8, shared memory at 32.
+		 */
+		struct {
+			u64 func;
+			u32 grid[3];
+			u32 block[3];
+			u32 shmem;
+		} p = {};
+
+		bpf_probe_read_user(&p, sizeof(p), (void *)arg(ctx, 5));
+		in.arg1 = arg(ctx, 2);
+		in.launch.func = p.func;
+		in.launch.grid_blocks = vol3(p.grid[0], p.grid[1], p.grid[2]);
+		in.launch.block_threads = vol3(p.block[0], p.block[1], p.block[2]);
+		in.launch.shared_bytes = p.shmem;
+		break;
+	}
+	case ARGS_GRAPH_MEMCPY_NODE: {
+		/* cudaMemcpy3DParms: extent (width, height, depth) at 128, kind at 152. */
+		struct {
+			u64 extent[3];
+			u32 kind;
+		} p = {};
+
+		bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 128));
+		in.arg1 = arg(ctx, 2);
+		in.arg0 = p.extent[0] * p.extent[1] * p.extent[2];
+		in.kind = p.kind;
+		break;
+	}
+	case ARGS_GRAPH_MEMCPY_NODE_1D:
+		/* (node *out, graph, deps, n, dst, src, count, kind) */
+		in.arg1 = arg(ctx, 2);
+		in.arg0 = arg(ctx, 7);
+		in.kind = arg(ctx, 8);
+		break;
+	case ARGS_GRAPH_MEMSET_NODE: {
+		/* cudaMemsetParams, CUDA_MEMSET_NODE_PARAMS: elementSize at 20, width, height
+		 * at 24. */
+		struct {
+			u32 element;
+			u32 pad;
+			u64 width;
+			u64 height;
+		} p = {};
+
+		bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 20));
+		in.arg1 = arg(ctx, 2);
+		in.arg0 = p.element * p.width * p.height;
+		break;
+	}
+	case ARGS_GRAPH_CHILD_NODE:
+		in.arg1 = arg(ctx, 2);
+		in.arg0 = arg(ctx, 5); /* the child graph */
 		break;
 	case ARGS_GET_FUNCTION:
 	case ARGS_GET_KERNEL:
@@ -805,6 +1087,172 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * CUDA graphs: the state a capture, event, graph-building, instantiate,
+ * update, destroy or launch call leaves, once it returned ret. Only
+ * successful calls change it, but for EndCapture: a capture that fails
+ * ends too. Returns the drop to count, or NO_DROP (a subprogram, not
+ * inlined: timed_return's stack would exceed 512 bytes).
+ */
+static __noinline int graph_return(u64 id, u32 file, struct inflight_call *in, s32 ret, u32 dev)
+{
+	u32 pid = id >> 32;
+	struct handle_key k = {.pid = pid, .handle = in->arg0};
+	struct handle_key sk = {.pid = pid, .handle = in->stream};
+	struct handle_key ck = {.pid = pid};
+	struct graph_quota *q;
+	struct capture c = {.origin = in->stream};
+	u64 gid = 0, out = 0;
+	u64 *p;
+
+	switch (args_of(in->op)) {
+	case ARGS_CAPTURE_BEGIN:
+	case ARGS_CAPTURE_TO_GRAPH:
+		if (ret)
+			return NO_DROP;
+		gid = args_of(in->op) == ARGS_CAPTURE_TO_GRAPH ? graph_id_of(pid, in->arg0, true)
+							       : new_graph_id(pid);
+		if (!gid)
+			return NO_DROP;
+		ck.handle = gid;
+		if (bpf_map_update_elem(&captures, &ck, &c, BPF_NOEXIST))
+			return DROP_CAPTURE;
+		if (bpf_map_update_elem(&capture_streams, &sk, &gid, BPF_ANY)) {
+			bpf_map_delete_elem(&captures, &ck);
+			return DROP_CAPTURE;
+		}
+		__sync_fetch_and_add(&live_captures, 1);
+		return NO_DROP;
+	case ARGS_CAPTURE_END: {
+		struct capture *cur;
+
+		p = bpf_map_lookup_elem(&capture_streams, &sk);
+		if (!p)
+			return NO_DROP;
+		ck.handle = *p;
+		cur = bpf_map_lookup_elem(&captures, &ck);
+		/* Only the origin's EndCapture ends a capture; the others fail. */
+		if (cur && cur->origin != in->stream)
+			return NO_DROP;
+		if (cur && !bpf_map_delete_elem(&captures, &ck))
+			__sync_fetch_and_add(&live_captures, -1);
+		bpf_map_delete_elem(&capture_streams, &sk);
+		if (ret || !cur || bpf_probe_read_user(&out, sizeof(out), (void *)in->arg0) || !out)
+			return NO_DROP;
+		k.handle = out;
+		return bpf_map_update_elem(&graph_ids, &k, &ck.handle, BPF_ANY) ? DROP_GRAPH_MAPS
+										: NO_DROP;
+	}
+	case ARGS_EVENT_RECORD:
+		if (ret || !live_captures)
+			return NO_DROP;
+		gid = capture_of(pid, in->stream);
+		if (!gid)
+			bpf_map_delete_elem(&capture_events, &k);
+		else if (bpf_map_update_elem(&capture_events, &k, &gid, BPF_ANY))
+			return DROP_CAPTURE;
+		return NO_DROP;
+	case ARGS_STREAM_WAIT_EVENT:
+		if (ret || !live_captures)
+			return NO_DROP;
+		p = bpf_map_lookup_elem(&capture_events, &k);
+		if (!p)
+			return NO_DROP;
+		ck.handle = *p;
+		if (bpf_map_lookup_elem(&captures, &ck) &&
+		    bpf_map_update_elem(&capture_streams, &sk, &ck.handle, BPF_ANY))
+			return DROP_CAPTURE;
+		return NO_DROP;
+	case ARGS_GRAPH_INSTANTIATE:
+		if (ret || bpf_probe_read_user(&out, sizeof(out), (void *)in->arg0) || !out)
+			return NO_DROP;
+		k.handle = out;
+		/* fall through: bind exec k to in->arg1's graph */
+	case ARGS_GRAPH_EXEC_UPDATE:
+		if (ret)
+			return NO_DROP;
+		gid = graph_id_of(pid, in->arg1, false);
+		if (!gid) {
+			/* A graph profi did not see built: its replays are unknown. */
+			if (!bpf_map_delete_elem(&graph_execs, &k)) {
+				q = bpf_map_lookup_elem(&graph_quotas, &pid);
+				if (q && q->execs)
+					__sync_fetch_and_add(&q->execs, -1);
+			}
+			return NO_DROP;
+		}
+		if (!bpf_map_update_elem(&graph_execs, &k, &gid, BPF_EXIST))
+			return NO_DROP; /* rebound */
+		q = quota_of(pid);
+		if (!q)
+			return NO_DROP;
+		if (q->execs >= max_execs_per_pid)
+			return DROP_GRAPH_QUOTA;
+		if (bpf_map_update_elem(&graph_execs, &k, &gid, BPF_NOEXIST))
+			return DROP_GRAPH_MAPS;
+		__sync_fetch_and_add(&q->execs, 1);
+		return NO_DROP;
+	case ARGS_GRAPH_EXEC_DESTROY:
+		if (ret || bpf_map_delete_elem(&graph_execs, &k))
+			return NO_DROP;
+		q = bpf_map_lookup_elem(&graph_quotas, &pid);
+		if (q && q->execs)
+			__sync_fetch_and_add(&q->execs, -1);
+		return NO_DROP;
+	case ARGS_GRAPH_DESTROY:
+		/* Its id and nodes stay: executable graphs made from it still replay them. */
+		if (!ret)
+			bpf_map_delete_elem(&graph_ids, &k);
+		return NO_DROP;
+	case ARGS_GRAPH_LAUNCH: {
+		struct replay_key rk = {.pid = pid, .dev = dev, .stream = in->stream};
+		u64 *n;
+
+		if (ret)
+			return NO_DROP;
+		p = bpf_map_lookup_elem(&graph_execs, &k);
+		rk.graph = p ? *p : 0;
+		rk.phase = launch_phase(id);
+		n = lookup_or_init(&graph_replays, &rk, &zero_u64, DROP_GRAPH_REPLAYS);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		return NO_DROP;
+	}
+	case ARGS_GRAPH_KERNEL_NODE: {
+		struct pid_file upgraded = {.pid = pid, .file = file};
+		u64 func = in->launch.func;
+
+		if (ret || kernel_mode == 0)
+			return NO_DROP;
+		/* Anonymous mode names no kernel, unless the process is upgraded. */
+		if (kernel_mode == 1 && !bpf_map_lookup_elem(&full_files, &upgraded))
+			func = 0;
+		add_node(pid, in->op, graph_id_of(pid, in->arg1, true), func, 0, GRAPH_NODE_KERNEL,
+			 &in->launch, 0);
+		return NO_DROP;
+	}
+	case ARGS_GRAPH_MEMCPY_NODE:
+	case ARGS_GRAPH_MEMCPY_NODE_1D:
+		if (!ret)
+			add_node(pid, in->op, graph_id_of(pid, in->arg1, true), 0, in->kind,
+				 GRAPH_NODE_MEMCPY, NULL, in->arg0);
+		return NO_DROP;
+	case ARGS_GRAPH_MEMSET_NODE:
+		if (!ret)
+			add_node(pid, in->op, graph_id_of(pid, in->arg1, true), 0, 0,
+				 GRAPH_NODE_MEMSET, NULL, in->arg0);
+		return NO_DROP;
+	case ARGS_GRAPH_CHILD_NODE:
+		if (ret)
+			return NO_DROP;
+		gid = graph_id_of(pid, in->arg1, true);
+		add_node(pid, in->op, gid, graph_id_of(pid, in->arg0, true), 0, GRAPH_NODE_CHILD,
+			 NULL, 0);
+		return NO_DROP;
+	}
+	return NO_DROP;
+}
+
 static __always_inline int timed_return_impl(struct pt_regs *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
@@ -812,10 +1260,10 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	struct inflight_call *cur;
 	struct inflight_call in;
 	struct agg_key key = {};
-	struct agg_val zero = {};
 	struct agg_val *val;
 	u64 bytes = 0;
 	u64 out = 0;
+	u32 drop;
 	s32 ret;
 
 	count_hit(id >> 32);
@@ -889,6 +1337,17 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_CU_COPY_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
+		/* Recorded into a capturing stream's graph: its replays move the bytes. */
+		if (bytes && in.stream) {
+			u64 graph = capture_of(key.pid, in.stream);
+			u32 set = args_of(in.op) == ARGS_SET || args_of(in.op) == ARGS_SET_ASYNC;
+
+			if (graph) {
+				add_node(key.pid, in.op, graph, 0, set ? 0 : in.kind,
+					 set ? GRAPH_NODE_MEMSET : GRAPH_NODE_MEMCPY, NULL, bytes);
+				bytes = 0;
+			}
+		}
 		break;
 	case ARGS_SET_DEVICE:
 		/* The call itself counts on the device it set (or failed to set: the old one). */
@@ -924,9 +1383,28 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		add_launch(id, in.op, in.launch.func, &in.launch, dur, weight);
 		send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
 		break;
+	case ARGS_GRAPH_LAUNCH:
+	case ARGS_CAPTURE_BEGIN:
+	case ARGS_CAPTURE_TO_GRAPH:
+	case ARGS_CAPTURE_END:
+	case ARGS_EVENT_RECORD:
+	case ARGS_STREAM_WAIT_EVENT:
+	case ARGS_GRAPH_INSTANTIATE:
+	case ARGS_GRAPH_EXEC_UPDATE:
+	case ARGS_GRAPH_EXEC_DESTROY:
+	case ARGS_GRAPH_DESTROY:
+	case ARGS_GRAPH_KERNEL_NODE:
+	case ARGS_GRAPH_MEMCPY_NODE:
+	case ARGS_GRAPH_MEMCPY_NODE_1D:
+	case ARGS_GRAPH_MEMSET_NODE:
+	case ARGS_GRAPH_CHILD_NODE:
+		drop = graph_return(id, COOKIE_FILE(bpf_get_attach_cookie(ctx)), &in, ret, key.dev);
+		if (drop != NO_DROP)
+			count_drop(drop);
+		break;
 	}
 
-	val = lookup_or_init(&aggregated, &key, &zero, DROP_AGGREGATED);
+	val = lookup_or_init(&aggregated, &key, &zero_agg, DROP_AGGREGATED);
 	if (!val)
 		return 0;
 	u32 b = bucket(dur, lat_bounds_ns, LAT_BUCKETS - 1);
@@ -1053,10 +1531,9 @@ static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 byte
 {
 	struct nccl_key key = {
 	    .pid = id >> 32, .op = op, .comm = comm, .err = err, .dev = thread_dev(id)};
-	struct nccl_val zero = {};
 	struct nccl_val *val;
 
-	val = lookup_or_init(&nccl_agg, &key, &zero, DROP_NCCL_AGG);
+	val = lookup_or_init(&nccl_agg, &key, &zero_nccl, DROP_NCCL_AGG);
 	if (!val)
 		return;
 	__sync_fetch_and_add(&val->count, 1);

@@ -28,8 +28,12 @@ enum drop {
 	DROP_NCCL_AGG = 11,   /* nccl_agg map full */
 	DROP_NCCL_INFLIGHT =
 	    12, /* nccl_inflight insert failed: that call is neither timed nor watched */
-	DROP_NVTX_STACK = 13, /* nvtx_stack insert failed: that thread's ranges give no phase */
-	DROP_MAX = 14,
+	DROP_NVTX_STACK = 13,	 /* nvtx_stack insert failed: that thread's ranges give no phase */
+	DROP_GRAPH_MAPS = 14,	 /* a graph map full: a graph, node or binding is not replayed */
+	DROP_GRAPH_QUOTA = 15,	 /* a process's graphs or executable graphs beyond their cap */
+	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
+	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
+	DROP_MAX = 18,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -146,9 +150,11 @@ struct launch_key {
 	u32 pid;
 	u32 op;
 	u64 stream;
-	u64 func;  /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
-	u32 phase; /* enum phase at the launch */
-	u32 dev;   /* device ordinal of the launching thread, DEV_NONE when not set */
+	u64 func;     /* host stub (runtime) or CUfunction (driver); 0 in anonymous mode */
+	u32 phase;    /* enum phase at the launch */
+	u32 dev;      /* device ordinal of the launching thread, DEV_NONE when not set */
+	u32 captured; /* 1: the stream was capturing a graph, nothing ran */
+	u32 pad;
 };
 
 struct launch_val {
@@ -268,4 +274,65 @@ struct alloc_val {
 	u64 size;
 	u32 dev; /* device ordinal of the allocating call, DEV_NONE when not set */
 	u32 pad;
+};
+
+/*
+ * CUDA graphs (docs/METRICS.md, "CUDA graphs"). Every graph profi sees
+ * built (captured, or node by node) gets a graph id, unique on the node and
+ * never reused: its nodes are kept by id in graph_nodes, handles map to ids
+ * (graph_ids, graph_execs), and a replay adds 1 to (executable graph's id,
+ * stream, device, phase) in graph_replays. Userspace multiplies replays by
+ * the nodes of their graph at drain time; the hot path stays one update.
+ */
+enum graph_node_type {
+	GRAPH_NODE_KERNEL = 0, /* func: host stub, CUfunction or cudaKernel_t (0 anonymous) */
+	GRAPH_NODE_MEMCPY = 1, /* kind: cudaMemcpyKind; bytes */
+	GRAPH_NODE_MEMSET = 2, /* bytes */
+	GRAPH_NODE_CHILD = 3,  /* func: the child graph's id; count: embeddings */
+};
+
+struct graph_node_key {
+	u32 pid;
+	u32 op;	   /* the call that recorded the node (a captured launch, copy or set, or
+		      cudaGraphAdd*Node) */
+	u64 graph; /* graph id */
+	u64 func;
+	u32 kind;
+	u32 type; /* enum graph_node_type */
+};
+
+struct graph_node_val {
+	u64 count; /* nodes of this key in the graph */
+	u64 grid_blocks;
+	u64 block_threads;
+	u64 shared_bytes;
+	u64 bytes;
+};
+
+/* Key of graph_replays: replays of one graph on one stream, device and phase. */
+struct replay_key {
+	u32 pid;
+	u32 dev;
+	u64 graph; /* graph id; 0: an executable graph profi did not see built */
+	u64 stream;
+	u32 phase;
+	u32 pad;
+};
+
+/* Key of the per-process handle maps: (pid, handle). */
+struct handle_key {
+	u32 pid;
+	u32 pad;
+	u64 handle;
+};
+
+/* A capture in progress (captures, keyed by (pid, graph id)). */
+struct capture {
+	u64 origin; /* the stream that began it: only its EndCapture ends it */
+};
+
+/* Graph ids and executable graphs a process holds, against their caps. */
+struct graph_quota {
+	u32 graphs;
+	u32 execs;
 };

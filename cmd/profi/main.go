@@ -113,6 +113,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Detailed:      cfg.DetailedLaunches,
 		CountHits:     cfg.OverheadBudget > 0,
 		NVTX:          cfg.EnableNVTX,
+		KernelMode:    cfg.KernelMode,
 		NoUprobeMulti: cfg.NoUprobeMulti,
 	})
 	if err != nil {
@@ -192,6 +193,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxTimeSeries:    cfg.MaxTimeSeries,
 		MaxStreamsPerPID: cfg.MaxStreamsPerPID,
 		MaxKernelsPerPID: cfg.MaxKernelsPerPID,
+		NoKernels:        cfg.KernelMode == ops.KernelModeOff,
 		Names:            names,
 		Logger:           log,
 		Observe:          func(d time.Duration) { self.DrainDuration.Observe(d.Seconds()) },

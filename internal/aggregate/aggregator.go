@@ -28,6 +28,12 @@ type Source interface {
 	Drops() ([bpfobj.NumDrops]uint64, error)
 	// DeletePIDs removes every key of these processes from every map.
 	DeletePIDs(pids map[uint32]bool) error
+	// GraphNodes reads what each CUDA graph profi saw built runs.
+	GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error
+	// GraphReplays reads the replays of each graph, summed over CPUs.
+	GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error
+	// GraphQuotas reads each process's graph ids and executable graphs.
+	GraphQuotas(fn func(pid uint32, q bpfobj.ProfiGraphQuota)) error
 	// DeleteDead removes per-process entries that have no aggregation key
 	// (live allocations, claims) of processes for which alive is false,
 	// and returns how many it removed.
@@ -50,6 +56,9 @@ type Options struct {
 	MaxTimeSeries    int           // --max-time-series
 	MaxStreamsPerPID int           // --max-streams-per-pid
 	MaxKernelsPerPID int           // --max-kernels-per-pid
+	// NoKernels is --kernel-mode off: graph replays count no kernels
+	// (their copies and sets still move bytes).
+	NoKernels bool
 	// Names resolves kernel names (full mode); nil means launches with a
 	// function are labelled unknown_0x<address>.
 	Names  Namer
@@ -150,6 +159,8 @@ const (
 	famNCCL     // per (pid, operation): calls, bytes, hangs, oldest, straggler
 	famNCCLComm // per (pid, operation, communicator)
 	famNCCLHist
+	famCaptured    // launches recorded into a CUDA graph
+	famGraphLaunch // kernels run by CUDA graph replays
 )
 
 // tuple identifies one exported label tuple for the --max-time-series cap.
@@ -287,6 +298,19 @@ type pidData struct {
 	agg    map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
 	launch map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
 	nccl   map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
+	// graph is the process's CUDA graph maps (nil: none); graphLaunch
+	// and graphBytes what its replays ran (expandGraphs).
+	graph       *graphState
+	graphLaunch map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
+	graphBytes  map[graphBytesKey]uint64
+}
+
+func newPIDData() *pidData {
+	return &pidData{
+		agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
+		nccl: map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{}, graphLaunch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
+		graphBytes: map[graphBytesKey]uint64{},
+	}
 }
 
 // Drain reads the maps once and publishes a new Snapshot. Only the Run
@@ -303,8 +327,9 @@ func (a *Aggregator) Drain() error {
 				clear(d.agg)
 				clear(d.launch)
 				clear(d.nccl)
+				d.graph = nil
 			} else {
-				d = &pidData{agg: map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{}, launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}, nccl: map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{}}
+				d = newPIDData()
 			}
 			byPID[int(pid)] = d
 		}
@@ -319,6 +344,9 @@ func (a *Aggregator) Drain() error {
 	}
 	if err := a.opts.Source.NCCL(func(k bpfobj.ProfiNcclKey, v *bpfobj.ProfiNcclVal) { get(k.Pid).nccl[k] = *v }); err != nil {
 		return fmt.Errorf("read nccl_agg map: %w", err)
+	}
+	if err := a.readGraphs(get); err != nil {
+		return fmt.Errorf("read graph maps: %w", err)
 	}
 	if err := a.readComms(); err != nil {
 		return fmt.Errorf("read nccl_comms map: %w", err)
@@ -356,6 +384,7 @@ func (a *Aggregator) Drain() error {
 		if a.opts.Scale != nil {
 			a.estimate(ps, d)
 		}
+		graphs := a.expandGraphs(d)
 		var parts []*Process
 		for _, part := range a.splitByGPU(ps, d) {
 			p := a.build(ps, part.meta, part.data, snap)
@@ -363,6 +392,7 @@ func (a *Aggregator) Drain() error {
 			parts = append(parts, p)
 		}
 		mergePerPID(parts)
+		parts[0].Graphs = graphs
 		snap.Processes = append(snap.Processes, parts...)
 	}
 	// Processes known from an earlier drain that have no keys any more.
@@ -655,7 +685,7 @@ func compareAggKeys(x, y bpfobj.ProfiAggKey) int {
 }
 
 func compareLaunchKeys(x, y bpfobj.ProfiLaunchKey) int {
-	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func), cmp.Compare(x.Phase, y.Phase), cmp.Compare(x.Dev, y.Dev))
+	return cmp.Or(cmp.Compare(x.Op, y.Op), cmp.Compare(x.Stream, y.Stream), cmp.Compare(x.Func, y.Func), cmp.Compare(x.Phase, y.Phase), cmp.Compare(x.Dev, y.Dev), cmp.Compare(x.Captured, y.Captured))
 }
 
 // Direction returns the direction label of a memcpy kind.
@@ -675,6 +705,8 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 		Memcpy:   map[DirStream]uint64{},
 		Memset:   map[OpStream]uint64{},
 		Launches: map[Kernel]Launch{},
+		Captured: map[Kernel]Launch{},
+		Graph:    map[Kernel]Launch{},
 		hists:    map[string]*Hist{},
 		khists:   map[Kernel]*Hist{},
 	}
@@ -734,21 +766,39 @@ func (a *Aggregator) build(ps *procState, meta Meta, d *pidData, snap *Snapshot)
 			p.Calls[cs] += v.Count
 		}
 		kern := a.kernel(ps, k, v.Timed > 0)
-		if !a.admit(tuple{fam: famLaunch, pid: pid, gpu: g, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
+		// A launch on a capturing stream ran nothing: counted apart, and
+		// neither in the launch geometry nor in the launch histograms.
+		fam, dst := famLaunch, p.Launches
+		if k.Captured != 0 {
+			fam, dst = famCaptured, p.Captured
+		}
+		if !a.admit(tuple{fam: fam, pid: pid, gpu: g, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
 			continue
 		}
-		l := p.Launches[kern]
-		l.Count += v.Count
-		l.GridBlocks += v.GridBlocks
-		l.BlockThreads += v.BlockThreads
-		l.SharedBytes += v.SharedBytes
-		p.Launches[kern] = l
-		if v.Timed > 0 {
+		addLaunch(dst, kern, v)
+		if v.Timed > 0 && k.Captured == 0 {
 			mergeInto(p.khists, kern, newHist(v.Timed, v.DurationNs, v.Buckets[:]))
 		}
 	}
+	for _, k := range sortedKeys(d.graphLaunch, compareLaunchKeys) {
+		v := d.graphLaunch[k]
+		kern := a.kernel(ps, k, false)
+		if a.admit(tuple{fam: famGraphLaunch, pid: pid, gpu: g, a: kern.Name, b: kern.Class + "/" + kern.Phase}) {
+			addLaunch(p.Graph, kern, v)
+		}
+	}
+	a.addGraphBytes(ps, p, d, g)
 	a.buildNCCL(p, d.nccl)
 	return p
+}
+
+func addLaunch(m map[Kernel]Launch, kern Kernel, v bpfobj.ProfiLaunchVal) {
+	l := m[kern]
+	l.Count += v.Count
+	l.GridBlocks += v.GridBlocks
+	l.BlockThreads += v.BlockThreads
+	l.SharedBytes += v.SharedBytes
+	m[kern] = l
 }
 
 // kernel labels a launch key: "anonymous" for entry-only launches

@@ -22,6 +22,9 @@ type fakeSource struct {
 	nccl      map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
 	inflight  map[uint64]bpfobj.ProfiNcclCall
 	comms     map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
+	nodes     map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
+	replays   map[bpfobj.ProfiReplayKey]uint64
+	quotas    map[uint32]bpfobj.ProfiGraphQuota
 	drops     [bpfobj.NumDrops]uint64
 	deleted   []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr error             // returned by DeletePIDs (keys are then kept)
@@ -38,6 +41,9 @@ func newFakeSource() *fakeSource {
 		nccl:     map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{},
 		inflight: map[uint64]bpfobj.ProfiNcclCall{},
 		comms:    map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
+		nodes:    map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal{},
+		replays:  map[bpfobj.ProfiReplayKey]uint64{},
+		quotas:   map[uint32]bpfobj.ProfiGraphQuota{},
 	}
 }
 
@@ -80,6 +86,27 @@ func (s *fakeSource) Launches(fn func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunch
 }
 
 func (s *fakeSource) Drops() ([bpfobj.NumDrops]uint64, error) { return s.drops, nil }
+
+func (s *fakeSource) GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error {
+	for k, v := range s.nodes {
+		fn(k, &v)
+	}
+	return nil
+}
+
+func (s *fakeSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error {
+	for k, v := range s.replays {
+		fn(k, v)
+	}
+	return nil
+}
+
+func (s *fakeSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
+	for k, v := range s.quotas {
+		fn(k, v)
+	}
+	return nil
+}
 
 func (s *fakeSource) DeletePIDs(pids map[uint32]bool) error {
 	s.deleted = append(s.deleted, maps.Clone(pids))

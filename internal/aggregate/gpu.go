@@ -43,6 +43,12 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 	for k := range d.nccl {
 		devs[k.Dev] = true
 	}
+	for k := range d.graphLaunch {
+		devs[k.Dev] = true
+	}
+	for k := range d.graphBytes {
+		devs[k.dev] = true
+	}
 	byLabels := map[[2]string]*gpuPart{}
 	partOf := map[uint32]*gpuPart{}
 	for _, dev := range slices.Sorted(maps.Keys(devs)) {
@@ -51,11 +57,7 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 		if part == nil {
 			meta := ps.meta
 			meta.GPU, meta.GPUUUID = gpu, uuid
-			part = &gpuPart{meta: meta, data: &pidData{
-				agg:    map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{},
-				launch: map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
-				nccl:   map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{},
-			}}
+			part = &gpuPart{meta: meta, data: newPIDData()}
 			byLabels[[2]string{gpu, uuid}] = part
 		}
 		ord := int(dev)
@@ -81,6 +83,12 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 	}
 	for k, v := range d.nccl {
 		partOf[k.Dev].data.nccl[k] = v
+	}
+	for k, v := range d.graphLaunch {
+		partOf[k.Dev].data.graphLaunch[k] = v
+	}
+	for k, v := range d.graphBytes {
+		partOf[k.dev].data.graphBytes[k] = v
 	}
 	out := make([]gpuPart, 0, len(byLabels))
 	for _, p := range byLabels {

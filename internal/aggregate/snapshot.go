@@ -57,6 +57,13 @@ type Process struct {
 	// MallocHostBytes is pinned host memory allocated (cudaMallocHost).
 	MallocHostBytes uint64
 	Launches        map[Kernel]Launch
+	// Captured are launch calls made on a stream capturing a CUDA graph
+	// (they ran nothing); Graph the kernels CUDA graph replays ran.
+	// Kernels that ran = Launches + Graph.
+	Captured, Graph map[Kernel]Launch
+	// Graphs are the process's CUDA graphs (on its first entry only); nil
+	// when it used none while attached.
+	Graphs *GraphStats
 	// NCCL is the process's NCCL data; nil when it made no NCCL call.
 	NCCL *NCCL
 	// GPUs are the devices whose calls this entry counts (Meta.GPU and

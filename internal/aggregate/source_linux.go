@@ -58,6 +58,42 @@ func (s MapSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclC
 	return it.Err()
 }
 
+// GraphNodes reads what each CUDA graph runs (graph_nodes).
+func (s MapSource) GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error {
+	var (
+		k bpfobj.ProfiGraphNodeKey
+		v bpfobj.ProfiGraphNodeVal
+	)
+	it := s.Objects.GraphNodes.Iterate()
+	for it.Next(&k, &v) {
+		fn(k, &v)
+	}
+	return it.Err()
+}
+
+// count is a per-CPU u64 counter value that sumPerCPU can add up.
+type count uint64
+
+func (c *count) Add(o *count) { *c += *o }
+
+// GraphReplays sums each graph_replays key's per-CPU counts.
+func (s MapSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error {
+	return sumPerCPU(s.Objects.GraphReplays, func(k bpfobj.ProfiReplayKey, n *count) { fn(k, uint64(*n)) })
+}
+
+// GraphQuotas reads each process's graph ids and executable graphs.
+func (s MapSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
+	var (
+		pid uint32
+		q   bpfobj.ProfiGraphQuota
+	)
+	it := s.Objects.GraphQuotas.Iterate()
+	for it.Next(&pid, &q) {
+		fn(pid, q)
+	}
+	return it.Err()
+}
+
 // batchKeys is how many keys one BPF_MAP_LOOKUP_BATCH reads: one
 // syscall per 1,024 keys instead of two per key (NextKey + Lookup), which
 // at 5·10⁴ series was most of a drain.
@@ -166,7 +202,7 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	_, err5 := deleteWhere(s.Objects.NcclAgg, func(k *bpfobj.ProfiNcclKey) bool { return pids[k.Pid] })
 	_, err6 := deleteWhere(s.Objects.NcclComms, func(k *bpfobj.ProfiNcclCommKey) bool { return pids[k.Pid] })
 	_, err7 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return pids[uint32(*tid>>32)] })
-	errs := []error{err1, err2, err3, err5, err6, err7}
+	errs := []error{err1, err2, err3, err5, err6, err7, s.deleteGraphs(func(pid uint32) bool { return pids[pid] })}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
 	_, err4 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return pids[k.Pid] })
 	errs = append(errs, err4)
@@ -189,7 +225,24 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 	// In-flight NCCL calls of processes that exited without the exit hook
 	// (raw tracepoint unavailable) would otherwise look hung forever.
 	n3, err3 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return isDead(uint32(*tid >> 32)) })
-	return n1 + n2 + n3, errors.Join(err1, err2, err3)
+	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteGraphs(isDead))
+}
+
+// deleteGraphs removes the CUDA graph state of processes for which gone is
+// true: captures, graphs, executable graphs, nodes, replays and quotas.
+// (A capture left open by a process that died counts on in live_captures,
+// which then only spares fewer launches a lookup.)
+func (s MapSource) deleteGraphs(gone func(pid uint32) bool) error {
+	handle := func(k *bpfobj.ProfiHandleKey) bool { return gone(k.Pid) }
+	var errs []error
+	for _, m := range []*ebpf.Map{s.Objects.CaptureStreams, s.Objects.Captures, s.Objects.CaptureEvents, s.Objects.GraphIds, s.Objects.GraphExecs} {
+		_, err := deleteWhere(m, handle)
+		errs = append(errs, err)
+	}
+	_, err1 := deleteWhere(s.Objects.GraphNodes, func(k *bpfobj.ProfiGraphNodeKey) bool { return gone(k.Pid) })
+	_, err2 := deleteWhere(s.Objects.GraphReplays, func(k *bpfobj.ProfiReplayKey) bool { return gone(k.Pid) })
+	_, err3 := deleteWhere(s.Objects.GraphQuotas, func(pid *uint32) bool { return gone(*pid) })
+	return errors.Join(append(errs, err1, err2, err3)...)
 }
 
 // deleteWhere collects matching keys first and deletes them afterwards,

@@ -109,6 +109,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_KERNEL_REGS": uint64(DropKernelRegs), "DROP_RT_TO_DRV": uint64(DropRuntimeToDrv),
 			"DROP_LIB_LOADS": uint64(DropLibLoads), "DROP_NCCL_AGG": uint64(DropNCCLAgg),
 			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight), "DROP_NVTX_STACK": uint64(DropNVTXStack),
+			"DROP_GRAPH_MAPS": uint64(DropGraphMaps), "DROP_GRAPH_QUOTA": uint64(DropGraphQuota),
+			"DROP_GRAPH_REPLAYS": uint64(DropGraphReplays), "DROP_CAPTURE": uint64(DropCapture),
 			"DROP_MAX": uint64(NumDrops),
 		}},
 	}

@@ -39,6 +39,10 @@ const (
 	DropNCCLAgg      Drop = ProfiDropDROP_NCCL_AGG
 	DropNCCLInflight Drop = ProfiDropDROP_NCCL_INFLIGHT
 	DropNVTXStack    Drop = ProfiDropDROP_NVTX_STACK
+	DropGraphMaps    Drop = ProfiDropDROP_GRAPH_MAPS
+	DropGraphQuota   Drop = ProfiDropDROP_GRAPH_QUOTA
+	DropGraphReplays Drop = ProfiDropDROP_GRAPH_REPLAYS
+	DropCapture      Drop = ProfiDropDROP_CAPTURE
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -103,3 +107,14 @@ func PhaseName(p uint32) string {
 // cudaSetDevice (DEV_NONE in bpf/types.h): CUDA's default device then, which
 // userspace resolves (internal/gpu).
 const DevNone uint32 = 0xffffffff
+
+// GraphNodeType is the kind of a graph_nodes entry (enum graph_node_type).
+type GraphNodeType = ProfiGraphNodeType
+
+// Graph node types, named for Go.
+const (
+	GraphNodeKernel GraphNodeType = ProfiGraphNodeTypeGRAPH_NODE_KERNEL
+	GraphNodeMemcpy GraphNodeType = ProfiGraphNodeTypeGRAPH_NODE_MEMCPY
+	GraphNodeMemset GraphNodeType = ProfiGraphNodeTypeGRAPH_NODE_MEMSET
+	GraphNodeChild  GraphNodeType = ProfiGraphNodeTypeGRAPH_NODE_CHILD
+)

@@ -27,12 +27,19 @@ type Sizes struct {
 	// NVTX (--enable-nvtx-tracing): launches read their thread's NVTX
 	// range stack for the phase. Off, the code is not loaded.
 	NVTX bool
+	// KernelMode is --kernel-mode ("off", "anonymous", "full"; "" is
+	// anonymous): whether and how the kernels of graphs built node by node
+	// are recorded (their launches are never probed).
+	KernelMode string
 	// NoUprobeMulti loads the uprobe programs as classic ones even where
 	// the kernel has uprobe_multi links (--no-uprobe-multi: tests the
 	// fallback of older kernels). Without uprobe_multi (before 6.6) they
 	// are loaded as classic ones anyway.
 	NoUprobeMulti bool
 }
+
+// kernelModes are kernel_mode's values in bpf/profi.bpf.c.
+var kernelModes = map[string]uint32{"off": 0, "": 1, "anonymous": 1, "full": 2}
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
 func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }
@@ -132,6 +139,11 @@ func Load(sizes Sizes) (*Objects, error) {
 		if err := spec.Variables[ProfiVarNvtxEnabled].Set(true); err != nil {
 			return nil, fmt.Errorf("set nvtx_enabled: %w", err)
 		}
+	}
+	if mode, ok := kernelModes[sizes.KernelMode]; !ok {
+		return nil, fmt.Errorf("kernel mode %q: want off, anonymous or full", sizes.KernelMode)
+	} else if err := spec.Variables[ProfiVarKernelMode].Set(mode); err != nil {
+		return nil, fmt.Errorf("set kernel_mode: %w", err)
 	}
 	objs := Objects{UprobeMulti: multi, NoUprobeMulti: noMulti}
 	if err := spec.LoadAndAssign(&objs.ProfiObjects, nil); err != nil {

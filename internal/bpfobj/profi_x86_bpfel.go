@@ -47,6 +47,11 @@ type ProfiAllocVal struct {
 	Pad  uint32
 }
 
+type ProfiCapture struct {
+	_      structs.HostLayout
+	Origin uint64
+}
+
 type ProfiClaimKey struct {
 	_   structs.HostLayout
 	Pid uint32
@@ -71,8 +76,53 @@ const (
 	ProfiDropDROP_NCCL_AGG      ProfiDrop = 11
 	ProfiDropDROP_NCCL_INFLIGHT ProfiDrop = 12
 	ProfiDropDROP_NVTX_STACK    ProfiDrop = 13
-	ProfiDropDROP_MAX           ProfiDrop = 14
+	ProfiDropDROP_GRAPH_MAPS    ProfiDrop = 14
+	ProfiDropDROP_GRAPH_QUOTA   ProfiDrop = 15
+	ProfiDropDROP_GRAPH_REPLAYS ProfiDrop = 16
+	ProfiDropDROP_CAPTURE       ProfiDrop = 17
+	ProfiDropDROP_MAX           ProfiDrop = 18
 )
+
+type ProfiGraphNodeKey struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Op    uint32
+	Graph uint64
+	Func  uint64
+	Kind  uint32
+	Type  uint32
+}
+
+type ProfiGraphNodeType uint32
+
+const (
+	ProfiGraphNodeTypeGRAPH_NODE_KERNEL ProfiGraphNodeType = 0
+	ProfiGraphNodeTypeGRAPH_NODE_MEMCPY ProfiGraphNodeType = 1
+	ProfiGraphNodeTypeGRAPH_NODE_MEMSET ProfiGraphNodeType = 2
+	ProfiGraphNodeTypeGRAPH_NODE_CHILD  ProfiGraphNodeType = 3
+)
+
+type ProfiGraphNodeVal struct {
+	_            structs.HostLayout
+	Count        uint64
+	GridBlocks   uint64
+	BlockThreads uint64
+	SharedBytes  uint64
+	Bytes        uint64
+}
+
+type ProfiGraphQuota struct {
+	_      structs.HostLayout
+	Graphs uint32
+	Execs  uint32
+}
+
+type ProfiHandleKey struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Pad    uint32
+	Handle uint64
+}
 
 type ProfiInflightCall struct {
 	_       structs.HostLayout
@@ -115,13 +165,15 @@ type ProfiLaunchEvent struct {
 }
 
 type ProfiLaunchKey struct {
-	_      structs.HostLayout
-	Pid    uint32
-	Op     uint32
-	Stream uint64
-	Func   uint64
-	Phase  uint32
-	Dev    uint32
+	_        structs.HostLayout
+	Pid      uint32
+	Op       uint32
+	Stream   uint64
+	Func     uint64
+	Phase    uint32
+	Dev      uint32
+	Captured uint32
+	Pad      uint32
 }
 
 type ProfiLaunchVal struct {
@@ -332,51 +384,112 @@ const (
 	ProfiOpOP_CU_LAUNCH_KERNEL_EX_PTSZ              ProfiOp = 116
 	ProfiOpOP_CU_LAUNCH_COOPERATIVE_PTSZ            ProfiOp = 117
 	ProfiOpOP_CU_GRAPH_LAUNCH_PTSZ                  ProfiOp = 118
-	ProfiOpOP_MAX                                   ProfiOp = 119
+	ProfiOpOP_CUDA_STREAM_BEGIN_CAPTURE             ProfiOp = 119
+	ProfiOpOP_CUDA_STREAM_BEGIN_CAPTURE_PTSZ        ProfiOp = 120
+	ProfiOpOP_CUDA_STREAM_BEGIN_CAPTURE_TO_GRAPH    ProfiOp = 121
+	ProfiOpOP_CUDA_STREAM_END_CAPTURE               ProfiOp = 122
+	ProfiOpOP_CUDA_STREAM_END_CAPTURE_PTSZ          ProfiOp = 123
+	ProfiOpOP_CUDA_EVENT_RECORD                     ProfiOp = 124
+	ProfiOpOP_CUDA_EVENT_RECORD_PTSZ                ProfiOp = 125
+	ProfiOpOP_CUDA_EVENT_RECORD_WITH_FLAGS          ProfiOp = 126
+	ProfiOpOP_CUDA_EVENT_RECORD_WITH_FLAGS_PTSZ     ProfiOp = 127
+	ProfiOpOP_CUDA_STREAM_WAIT_EVENT                ProfiOp = 128
+	ProfiOpOP_CUDA_STREAM_WAIT_EVENT_PTSZ           ProfiOp = 129
+	ProfiOpOP_CUDA_GRAPH_INSTANTIATE_WITH_FLAGS     ProfiOp = 130
+	ProfiOpOP_CUDA_GRAPH_INSTANTIATE_WITH_PARAMS    ProfiOp = 131
+	ProfiOpOP_CUDA_GRAPH_EXEC_UPDATE                ProfiOp = 132
+	ProfiOpOP_CUDA_GRAPH_EXEC_DESTROY               ProfiOp = 133
+	ProfiOpOP_CUDA_GRAPH_DESTROY                    ProfiOp = 134
+	ProfiOpOP_CUDA_GRAPH_ADD_KERNEL_NODE            ProfiOp = 135
+	ProfiOpOP_CUDA_GRAPH_ADD_MEMCPY_NODE            ProfiOp = 136
+	ProfiOpOP_CUDA_GRAPH_ADD_MEMCPY_NODE_1D         ProfiOp = 137
+	ProfiOpOP_CUDA_GRAPH_ADD_MEMSET_NODE            ProfiOp = 138
+	ProfiOpOP_CUDA_GRAPH_ADD_CHILD_GRAPH_NODE       ProfiOp = 139
+	ProfiOpOP_CU_STREAM_BEGIN_CAPTURE               ProfiOp = 140
+	ProfiOpOP_CU_STREAM_BEGIN_CAPTURE_PTSZ          ProfiOp = 141
+	ProfiOpOP_CU_STREAM_BEGIN_CAPTURE_V_2           ProfiOp = 142
+	ProfiOpOP_CU_STREAM_BEGIN_CAPTURE_V_2PTSZ       ProfiOp = 143
+	ProfiOpOP_CU_STREAM_BEGIN_CAPTURE_TO_GRAPH      ProfiOp = 144
+	ProfiOpOP_CU_STREAM_END_CAPTURE                 ProfiOp = 145
+	ProfiOpOP_CU_STREAM_END_CAPTURE_PTSZ            ProfiOp = 146
+	ProfiOpOP_CU_EVENT_RECORD                       ProfiOp = 147
+	ProfiOpOP_CU_EVENT_RECORD_PTSZ                  ProfiOp = 148
+	ProfiOpOP_CU_EVENT_RECORD_WITH_FLAGS            ProfiOp = 149
+	ProfiOpOP_CU_EVENT_RECORD_WITH_FLAGS_PTSZ       ProfiOp = 150
+	ProfiOpOP_CU_STREAM_WAIT_EVENT                  ProfiOp = 151
+	ProfiOpOP_CU_STREAM_WAIT_EVENT_PTSZ             ProfiOp = 152
+	ProfiOpOP_CU_GRAPH_INSTANTIATE                  ProfiOp = 153
+	ProfiOpOP_CU_GRAPH_INSTANTIATE_V_2              ProfiOp = 154
+	ProfiOpOP_CU_GRAPH_INSTANTIATE_WITH_FLAGS       ProfiOp = 155
+	ProfiOpOP_CU_GRAPH_INSTANTIATE_WITH_PARAMS      ProfiOp = 156
+	ProfiOpOP_CU_GRAPH_INSTANTIATE_WITH_PARAMS_PTSZ ProfiOp = 157
+	ProfiOpOP_CU_GRAPH_EXEC_UPDATE                  ProfiOp = 158
+	ProfiOpOP_CU_GRAPH_EXEC_UPDATE_V_2              ProfiOp = 159
+	ProfiOpOP_CU_GRAPH_EXEC_DESTROY                 ProfiOp = 160
+	ProfiOpOP_CU_GRAPH_DESTROY                      ProfiOp = 161
+	ProfiOpOP_CU_GRAPH_ADD_KERNEL_NODE              ProfiOp = 162
+	ProfiOpOP_CU_GRAPH_ADD_KERNEL_NODE_V_2          ProfiOp = 163
+	ProfiOpOP_CU_GRAPH_ADD_MEMSET_NODE              ProfiOp = 164
+	ProfiOpOP_CU_GRAPH_ADD_CHILD_GRAPH_NODE         ProfiOp = 165
+	ProfiOpOP_MAX                                   ProfiOp = 166
 )
 
 type ProfiOpArgs uint32
 
 const (
-	ProfiOpArgsARGS_NONE              ProfiOpArgs = 0
-	ProfiOpArgsARGS_ALLOC             ProfiOpArgs = 1
-	ProfiOpArgsARGS_ALLOC_ASYNC       ProfiOpArgs = 2
-	ProfiOpArgsARGS_ALLOC_HOST        ProfiOpArgs = 3
-	ProfiOpArgsARGS_FREE              ProfiOpArgs = 4
-	ProfiOpArgsARGS_FREE_ASYNC        ProfiOpArgs = 5
-	ProfiOpArgsARGS_COPY              ProfiOpArgs = 6
-	ProfiOpArgsARGS_COPY_ASYNC        ProfiOpArgs = 7
-	ProfiOpArgsARGS_COPY_PEER         ProfiOpArgs = 8
-	ProfiOpArgsARGS_COPY_PEER_ASYNC   ProfiOpArgs = 9
-	ProfiOpArgsARGS_COPY_2D           ProfiOpArgs = 10
-	ProfiOpArgsARGS_COPY_2D_ASYNC     ProfiOpArgs = 11
-	ProfiOpArgsARGS_SET               ProfiOpArgs = 12
-	ProfiOpArgsARGS_SET_ASYNC         ProfiOpArgs = 13
-	ProfiOpArgsARGS_STREAM            ProfiOpArgs = 14
-	ProfiOpArgsARGS_GRAPH_LAUNCH      ProfiOpArgs = 15
-	ProfiOpArgsARGS_SET_DEVICE        ProfiOpArgs = 16
-	ProfiOpArgsARGS_GET_FUNCTION      ProfiOpArgs = 17
-	ProfiOpArgsARGS_GET_KERNEL        ProfiOpArgs = 18
-	ProfiOpArgsARGS_KERNEL_FUNCTION   ProfiOpArgs = 19
-	ProfiOpArgsARGS_LAUNCH            ProfiOpArgs = 20
-	ProfiOpArgsARGS_LAUNCH_EXC        ProfiOpArgs = 21
-	ProfiOpArgsARGS_CU_LAUNCH         ProfiOpArgs = 22
-	ProfiOpArgsARGS_CU_LAUNCH_EX      ProfiOpArgs = 23
-	ProfiOpArgsARGS_REGISTER_FUNCTION ProfiOpArgs = 24
-	ProfiOpArgsARGS_NCCL_COLL         ProfiOpArgs = 25
-	ProfiOpArgsARGS_NCCL_GATHER       ProfiOpArgs = 26
-	ProfiOpArgsARGS_NCCL_REDUCE       ProfiOpArgs = 27
-	ProfiOpArgsARGS_NCCL_P2P          ProfiOpArgs = 28
-	ProfiOpArgsARGS_NCCL_INIT_RANK    ProfiOpArgs = 29
-	ProfiOpArgsARGS_NCCL_INIT_ALL     ProfiOpArgs = 30
-	ProfiOpArgsARGS_NCCL_COMM         ProfiOpArgs = 31
-	ProfiOpArgsARGS_NVTX_A            ProfiOpArgs = 32
-	ProfiOpArgsARGS_NVTX_W            ProfiOpArgs = 33
-	ProfiOpArgsARGS_NVTX_EX           ProfiOpArgs = 34
-	ProfiOpArgsARGS_NVTX_DOMAIN_EX    ProfiOpArgs = 35
-	ProfiOpArgsARGS_GET_KERNEL_HANDLE ProfiOpArgs = 36
-	ProfiOpArgsARGS_CU_COPY           ProfiOpArgs = 37
-	ProfiOpArgsARGS_CU_COPY_ASYNC     ProfiOpArgs = 38
+	ProfiOpArgsARGS_NONE                 ProfiOpArgs = 0
+	ProfiOpArgsARGS_ALLOC                ProfiOpArgs = 1
+	ProfiOpArgsARGS_ALLOC_ASYNC          ProfiOpArgs = 2
+	ProfiOpArgsARGS_ALLOC_HOST           ProfiOpArgs = 3
+	ProfiOpArgsARGS_FREE                 ProfiOpArgs = 4
+	ProfiOpArgsARGS_FREE_ASYNC           ProfiOpArgs = 5
+	ProfiOpArgsARGS_COPY                 ProfiOpArgs = 6
+	ProfiOpArgsARGS_COPY_ASYNC           ProfiOpArgs = 7
+	ProfiOpArgsARGS_COPY_PEER            ProfiOpArgs = 8
+	ProfiOpArgsARGS_COPY_PEER_ASYNC      ProfiOpArgs = 9
+	ProfiOpArgsARGS_COPY_2D              ProfiOpArgs = 10
+	ProfiOpArgsARGS_COPY_2D_ASYNC        ProfiOpArgs = 11
+	ProfiOpArgsARGS_SET                  ProfiOpArgs = 12
+	ProfiOpArgsARGS_SET_ASYNC            ProfiOpArgs = 13
+	ProfiOpArgsARGS_STREAM               ProfiOpArgs = 14
+	ProfiOpArgsARGS_GRAPH_LAUNCH         ProfiOpArgs = 15
+	ProfiOpArgsARGS_SET_DEVICE           ProfiOpArgs = 16
+	ProfiOpArgsARGS_GET_FUNCTION         ProfiOpArgs = 17
+	ProfiOpArgsARGS_GET_KERNEL           ProfiOpArgs = 18
+	ProfiOpArgsARGS_KERNEL_FUNCTION      ProfiOpArgs = 19
+	ProfiOpArgsARGS_LAUNCH               ProfiOpArgs = 20
+	ProfiOpArgsARGS_LAUNCH_EXC           ProfiOpArgs = 21
+	ProfiOpArgsARGS_CU_LAUNCH            ProfiOpArgs = 22
+	ProfiOpArgsARGS_CU_LAUNCH_EX         ProfiOpArgs = 23
+	ProfiOpArgsARGS_REGISTER_FUNCTION    ProfiOpArgs = 24
+	ProfiOpArgsARGS_NCCL_COLL            ProfiOpArgs = 25
+	ProfiOpArgsARGS_NCCL_GATHER          ProfiOpArgs = 26
+	ProfiOpArgsARGS_NCCL_REDUCE          ProfiOpArgs = 27
+	ProfiOpArgsARGS_NCCL_P2P             ProfiOpArgs = 28
+	ProfiOpArgsARGS_NCCL_INIT_RANK       ProfiOpArgs = 29
+	ProfiOpArgsARGS_NCCL_INIT_ALL        ProfiOpArgs = 30
+	ProfiOpArgsARGS_NCCL_COMM            ProfiOpArgs = 31
+	ProfiOpArgsARGS_NVTX_A               ProfiOpArgs = 32
+	ProfiOpArgsARGS_NVTX_W               ProfiOpArgs = 33
+	ProfiOpArgsARGS_NVTX_EX              ProfiOpArgs = 34
+	ProfiOpArgsARGS_NVTX_DOMAIN_EX       ProfiOpArgs = 35
+	ProfiOpArgsARGS_GET_KERNEL_HANDLE    ProfiOpArgs = 36
+	ProfiOpArgsARGS_CU_COPY              ProfiOpArgs = 37
+	ProfiOpArgsARGS_CU_COPY_ASYNC        ProfiOpArgs = 38
+	ProfiOpArgsARGS_CAPTURE_BEGIN        ProfiOpArgs = 39
+	ProfiOpArgsARGS_CAPTURE_TO_GRAPH     ProfiOpArgs = 40
+	ProfiOpArgsARGS_CAPTURE_END          ProfiOpArgs = 41
+	ProfiOpArgsARGS_EVENT_RECORD         ProfiOpArgs = 42
+	ProfiOpArgsARGS_STREAM_WAIT_EVENT    ProfiOpArgs = 43
+	ProfiOpArgsARGS_GRAPH_INSTANTIATE    ProfiOpArgs = 44
+	ProfiOpArgsARGS_GRAPH_EXEC_UPDATE    ProfiOpArgs = 45
+	ProfiOpArgsARGS_GRAPH_EXEC_DESTROY   ProfiOpArgs = 46
+	ProfiOpArgsARGS_GRAPH_DESTROY        ProfiOpArgs = 47
+	ProfiOpArgsARGS_GRAPH_KERNEL_NODE    ProfiOpArgs = 48
+	ProfiOpArgsARGS_GRAPH_MEMCPY_NODE    ProfiOpArgs = 49
+	ProfiOpArgsARGS_GRAPH_MEMCPY_NODE_1D ProfiOpArgs = 50
+	ProfiOpArgsARGS_GRAPH_MEMSET_NODE    ProfiOpArgs = 51
+	ProfiOpArgsARGS_GRAPH_CHILD_NODE     ProfiOpArgs = 52
 )
 
 type ProfiPhase uint32
@@ -398,6 +511,16 @@ type ProfiPidFile struct {
 	File uint32
 }
 
+type ProfiReplayKey struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Dev    uint32
+	Graph  uint64
+	Stream uint64
+	Phase  uint32
+	Pad    uint32
+}
+
 type ProfiRtLaunch struct {
 	_  structs.HostLayout
 	Sp uint64
@@ -414,53 +537,67 @@ type ProfiTextRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfiMapAggregated        = "aggregated"
-	ProfiMapDrops             = "drops"
-	ProfiMapEvents            = "events"
-	ProfiMapFullFiles         = "full_files"
-	ProfiMapInflight          = "inflight"
-	ProfiMapKernelRegs        = "kernel_regs"
-	ProfiMapLaunchAgg         = "launch_agg"
-	ProfiMapLaunchSites       = "launch_sites"
-	ProfiMapLibLoads          = "lib_loads"
-	ProfiMapMallocSizes       = "malloc_sizes"
-	ProfiMapNcclAgg           = "nccl_agg"
-	ProfiMapNcclComms         = "nccl_comms"
-	ProfiMapNcclInflight      = "nccl_inflight"
-	ProfiMapNcclScratch       = "nccl_scratch"
-	ProfiMapNvtxScratch       = "nvtx_scratch"
-	ProfiMapNvtxStack         = "nvtx_stack"
-	ProfiMapPidClaim          = "pid_claim"
-	ProfiMapPidFiles          = "pid_files"
-	ProfiMapPidHits           = "pid_hits"
-	ProfiMapRtLaunches        = "rt_launches"
-	ProfiMapRtText            = "rt_text"
-	ProfiMapThreadDevice      = "thread_device"
-	ProfiProgDlEvent          = "dl_event"
-	ProfiProgLaunchEntry      = "launch_entry"
-	ProfiProgNameEntry        = "name_entry"
-	ProfiProgNcclEntry        = "nccl_entry"
-	ProfiProgNcclExit         = "nccl_exit"
-	ProfiProgNcclReturn       = "nccl_return"
-	ProfiProgNvtxPop          = "nvtx_pop"
-	ProfiProgNvtxPush         = "nvtx_push"
-	ProfiProgTimedEntry       = "timed_entry"
-	ProfiProgTimedReturn      = "timed_return"
-	ProfiVarCountHits         = "count_hits"
-	ProfiVarDetailedLaunches  = "detailed_launches"
-	ProfiVarNvtxEnabled       = "nvtx_enabled"
-	ProfiVarOpArgs            = "op_args"
-	ProfiVarOpCopyKind        = "op_copy_kind"
-	ProfiVarOpFlags           = "op_flags"
-	ProfiVarOpUnit            = "op_unit"
-	ProfiVarSampleRate        = "sample_rate"
-	ProfiVarUnusedDrop        = "unused_drop"
-	ProfiVarUnusedLaunchEvent = "unused_launch_event"
-	ProfiVarUnusedNameEvent   = "unused_name_event"
-	ProfiVarUnusedNameKind    = "unused_name_kind"
-	ProfiVarUnusedOp          = "unused_op"
-	ProfiVarUnusedOpArgs      = "unused_op_args"
-	ProfiVarUnusedPhase       = "unused_phase"
+	ProfiMapAggregated          = "aggregated"
+	ProfiMapCaptureEvents       = "capture_events"
+	ProfiMapCaptureStreams      = "capture_streams"
+	ProfiMapCaptures            = "captures"
+	ProfiMapDrops               = "drops"
+	ProfiMapEvents              = "events"
+	ProfiMapFullFiles           = "full_files"
+	ProfiMapGraphExecs          = "graph_execs"
+	ProfiMapGraphIds            = "graph_ids"
+	ProfiMapGraphNodes          = "graph_nodes"
+	ProfiMapGraphQuotas         = "graph_quotas"
+	ProfiMapGraphReplays        = "graph_replays"
+	ProfiMapInflight            = "inflight"
+	ProfiMapKernelRegs          = "kernel_regs"
+	ProfiMapLaunchAgg           = "launch_agg"
+	ProfiMapLaunchSites         = "launch_sites"
+	ProfiMapLibLoads            = "lib_loads"
+	ProfiMapMallocSizes         = "malloc_sizes"
+	ProfiMapNcclAgg             = "nccl_agg"
+	ProfiMapNcclComms           = "nccl_comms"
+	ProfiMapNcclInflight        = "nccl_inflight"
+	ProfiMapNcclScratch         = "nccl_scratch"
+	ProfiMapNvtxScratch         = "nvtx_scratch"
+	ProfiMapNvtxStack           = "nvtx_stack"
+	ProfiMapPidClaim            = "pid_claim"
+	ProfiMapPidFiles            = "pid_files"
+	ProfiMapPidHits             = "pid_hits"
+	ProfiMapRtLaunches          = "rt_launches"
+	ProfiMapRtText              = "rt_text"
+	ProfiMapThreadDevice        = "thread_device"
+	ProfiProgDlEvent            = "dl_event"
+	ProfiProgLaunchEntry        = "launch_entry"
+	ProfiProgNameEntry          = "name_entry"
+	ProfiProgNcclEntry          = "nccl_entry"
+	ProfiProgNcclExit           = "nccl_exit"
+	ProfiProgNcclReturn         = "nccl_return"
+	ProfiProgNvtxPop            = "nvtx_pop"
+	ProfiProgNvtxPush           = "nvtx_push"
+	ProfiProgTimedEntry         = "timed_entry"
+	ProfiProgTimedReturn        = "timed_return"
+	ProfiVarCountHits           = "count_hits"
+	ProfiVarDetailedLaunches    = "detailed_launches"
+	ProfiVarGraphSeq            = "graph_seq"
+	ProfiVarKernelMode          = "kernel_mode"
+	ProfiVarLiveCaptures        = "live_captures"
+	ProfiVarMaxExecsPerPid      = "max_execs_per_pid"
+	ProfiVarMaxGraphsPerPid     = "max_graphs_per_pid"
+	ProfiVarNvtxEnabled         = "nvtx_enabled"
+	ProfiVarOpArgs              = "op_args"
+	ProfiVarOpCopyKind          = "op_copy_kind"
+	ProfiVarOpFlags             = "op_flags"
+	ProfiVarOpUnit              = "op_unit"
+	ProfiVarSampleRate          = "sample_rate"
+	ProfiVarUnusedDrop          = "unused_drop"
+	ProfiVarUnusedGraphNodeType = "unused_graph_node_type"
+	ProfiVarUnusedLaunchEvent   = "unused_launch_event"
+	ProfiVarUnusedNameEvent     = "unused_name_event"
+	ProfiVarUnusedNameKind      = "unused_name_kind"
+	ProfiVarUnusedOp            = "unused_op"
+	ProfiVarUnusedOpArgs        = "unused_op_args"
+	ProfiVarUnusedPhase         = "unused_phase"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -521,49 +658,63 @@ type ProfiProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiMapSpecs struct {
-	Aggregated   *ebpf.MapSpec `ebpf:"aggregated"`
-	Drops        *ebpf.MapSpec `ebpf:"drops"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	FullFiles    *ebpf.MapSpec `ebpf:"full_files"`
-	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
-	KernelRegs   *ebpf.MapSpec `ebpf:"kernel_regs"`
-	LaunchAgg    *ebpf.MapSpec `ebpf:"launch_agg"`
-	LaunchSites  *ebpf.MapSpec `ebpf:"launch_sites"`
-	LibLoads     *ebpf.MapSpec `ebpf:"lib_loads"`
-	MallocSizes  *ebpf.MapSpec `ebpf:"malloc_sizes"`
-	NcclAgg      *ebpf.MapSpec `ebpf:"nccl_agg"`
-	NcclComms    *ebpf.MapSpec `ebpf:"nccl_comms"`
-	NcclInflight *ebpf.MapSpec `ebpf:"nccl_inflight"`
-	NcclScratch  *ebpf.MapSpec `ebpf:"nccl_scratch"`
-	NvtxScratch  *ebpf.MapSpec `ebpf:"nvtx_scratch"`
-	NvtxStack    *ebpf.MapSpec `ebpf:"nvtx_stack"`
-	PidClaim     *ebpf.MapSpec `ebpf:"pid_claim"`
-	PidFiles     *ebpf.MapSpec `ebpf:"pid_files"`
-	PidHits      *ebpf.MapSpec `ebpf:"pid_hits"`
-	RtLaunches   *ebpf.MapSpec `ebpf:"rt_launches"`
-	RtText       *ebpf.MapSpec `ebpf:"rt_text"`
-	ThreadDevice *ebpf.MapSpec `ebpf:"thread_device"`
+	Aggregated     *ebpf.MapSpec `ebpf:"aggregated"`
+	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
+	CaptureStreams *ebpf.MapSpec `ebpf:"capture_streams"`
+	Captures       *ebpf.MapSpec `ebpf:"captures"`
+	Drops          *ebpf.MapSpec `ebpf:"drops"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	FullFiles      *ebpf.MapSpec `ebpf:"full_files"`
+	GraphExecs     *ebpf.MapSpec `ebpf:"graph_execs"`
+	GraphIds       *ebpf.MapSpec `ebpf:"graph_ids"`
+	GraphNodes     *ebpf.MapSpec `ebpf:"graph_nodes"`
+	GraphQuotas    *ebpf.MapSpec `ebpf:"graph_quotas"`
+	GraphReplays   *ebpf.MapSpec `ebpf:"graph_replays"`
+	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
+	KernelRegs     *ebpf.MapSpec `ebpf:"kernel_regs"`
+	LaunchAgg      *ebpf.MapSpec `ebpf:"launch_agg"`
+	LaunchSites    *ebpf.MapSpec `ebpf:"launch_sites"`
+	LibLoads       *ebpf.MapSpec `ebpf:"lib_loads"`
+	MallocSizes    *ebpf.MapSpec `ebpf:"malloc_sizes"`
+	NcclAgg        *ebpf.MapSpec `ebpf:"nccl_agg"`
+	NcclComms      *ebpf.MapSpec `ebpf:"nccl_comms"`
+	NcclInflight   *ebpf.MapSpec `ebpf:"nccl_inflight"`
+	NcclScratch    *ebpf.MapSpec `ebpf:"nccl_scratch"`
+	NvtxScratch    *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStack      *ebpf.MapSpec `ebpf:"nvtx_stack"`
+	PidClaim       *ebpf.MapSpec `ebpf:"pid_claim"`
+	PidFiles       *ebpf.MapSpec `ebpf:"pid_files"`
+	PidHits        *ebpf.MapSpec `ebpf:"pid_hits"`
+	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
+	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
+	ThreadDevice   *ebpf.MapSpec `ebpf:"thread_device"`
 }
 
 // ProfiVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
-	CountHits         *ebpf.VariableSpec `ebpf:"count_hits"`
-	DetailedLaunches  *ebpf.VariableSpec `ebpf:"detailed_launches"`
-	NvtxEnabled       *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
-	OpArgs            *ebpf.VariableSpec `ebpf:"op_args"`
-	OpCopyKind        *ebpf.VariableSpec `ebpf:"op_copy_kind"`
-	OpFlags           *ebpf.VariableSpec `ebpf:"op_flags"`
-	OpUnit            *ebpf.VariableSpec `ebpf:"op_unit"`
-	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
-	UnusedDrop        *ebpf.VariableSpec `ebpf:"unused_drop"`
-	UnusedLaunchEvent *ebpf.VariableSpec `ebpf:"unused_launch_event"`
-	UnusedNameEvent   *ebpf.VariableSpec `ebpf:"unused_name_event"`
-	UnusedNameKind    *ebpf.VariableSpec `ebpf:"unused_name_kind"`
-	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
-	UnusedOpArgs      *ebpf.VariableSpec `ebpf:"unused_op_args"`
-	UnusedPhase       *ebpf.VariableSpec `ebpf:"unused_phase"`
+	CountHits           *ebpf.VariableSpec `ebpf:"count_hits"`
+	DetailedLaunches    *ebpf.VariableSpec `ebpf:"detailed_launches"`
+	GraphSeq            *ebpf.VariableSpec `ebpf:"graph_seq"`
+	KernelMode          *ebpf.VariableSpec `ebpf:"kernel_mode"`
+	LiveCaptures        *ebpf.VariableSpec `ebpf:"live_captures"`
+	MaxExecsPerPid      *ebpf.VariableSpec `ebpf:"max_execs_per_pid"`
+	MaxGraphsPerPid     *ebpf.VariableSpec `ebpf:"max_graphs_per_pid"`
+	NvtxEnabled         *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
+	OpArgs              *ebpf.VariableSpec `ebpf:"op_args"`
+	OpCopyKind          *ebpf.VariableSpec `ebpf:"op_copy_kind"`
+	OpFlags             *ebpf.VariableSpec `ebpf:"op_flags"`
+	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
+	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
+	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedGraphNodeType *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
+	UnusedLaunchEvent   *ebpf.VariableSpec `ebpf:"unused_launch_event"`
+	UnusedNameEvent     *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	UnusedNameKind      *ebpf.VariableSpec `ebpf:"unused_name_kind"`
+	UnusedOp            *ebpf.VariableSpec `ebpf:"unused_op"`
+	UnusedOpArgs        *ebpf.VariableSpec `ebpf:"unused_op_args"`
+	UnusedPhase         *ebpf.VariableSpec `ebpf:"unused_phase"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -586,36 +737,52 @@ func (o *ProfiObjects) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiMaps struct {
-	Aggregated   *ebpf.Map `ebpf:"aggregated"`
-	Drops        *ebpf.Map `ebpf:"drops"`
-	Events       *ebpf.Map `ebpf:"events"`
-	FullFiles    *ebpf.Map `ebpf:"full_files"`
-	Inflight     *ebpf.Map `ebpf:"inflight"`
-	KernelRegs   *ebpf.Map `ebpf:"kernel_regs"`
-	LaunchAgg    *ebpf.Map `ebpf:"launch_agg"`
-	LaunchSites  *ebpf.Map `ebpf:"launch_sites"`
-	LibLoads     *ebpf.Map `ebpf:"lib_loads"`
-	MallocSizes  *ebpf.Map `ebpf:"malloc_sizes"`
-	NcclAgg      *ebpf.Map `ebpf:"nccl_agg"`
-	NcclComms    *ebpf.Map `ebpf:"nccl_comms"`
-	NcclInflight *ebpf.Map `ebpf:"nccl_inflight"`
-	NcclScratch  *ebpf.Map `ebpf:"nccl_scratch"`
-	NvtxScratch  *ebpf.Map `ebpf:"nvtx_scratch"`
-	NvtxStack    *ebpf.Map `ebpf:"nvtx_stack"`
-	PidClaim     *ebpf.Map `ebpf:"pid_claim"`
-	PidFiles     *ebpf.Map `ebpf:"pid_files"`
-	PidHits      *ebpf.Map `ebpf:"pid_hits"`
-	RtLaunches   *ebpf.Map `ebpf:"rt_launches"`
-	RtText       *ebpf.Map `ebpf:"rt_text"`
-	ThreadDevice *ebpf.Map `ebpf:"thread_device"`
+	Aggregated     *ebpf.Map `ebpf:"aggregated"`
+	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
+	CaptureStreams *ebpf.Map `ebpf:"capture_streams"`
+	Captures       *ebpf.Map `ebpf:"captures"`
+	Drops          *ebpf.Map `ebpf:"drops"`
+	Events         *ebpf.Map `ebpf:"events"`
+	FullFiles      *ebpf.Map `ebpf:"full_files"`
+	GraphExecs     *ebpf.Map `ebpf:"graph_execs"`
+	GraphIds       *ebpf.Map `ebpf:"graph_ids"`
+	GraphNodes     *ebpf.Map `ebpf:"graph_nodes"`
+	GraphQuotas    *ebpf.Map `ebpf:"graph_quotas"`
+	GraphReplays   *ebpf.Map `ebpf:"graph_replays"`
+	Inflight       *ebpf.Map `ebpf:"inflight"`
+	KernelRegs     *ebpf.Map `ebpf:"kernel_regs"`
+	LaunchAgg      *ebpf.Map `ebpf:"launch_agg"`
+	LaunchSites    *ebpf.Map `ebpf:"launch_sites"`
+	LibLoads       *ebpf.Map `ebpf:"lib_loads"`
+	MallocSizes    *ebpf.Map `ebpf:"malloc_sizes"`
+	NcclAgg        *ebpf.Map `ebpf:"nccl_agg"`
+	NcclComms      *ebpf.Map `ebpf:"nccl_comms"`
+	NcclInflight   *ebpf.Map `ebpf:"nccl_inflight"`
+	NcclScratch    *ebpf.Map `ebpf:"nccl_scratch"`
+	NvtxScratch    *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStack      *ebpf.Map `ebpf:"nvtx_stack"`
+	PidClaim       *ebpf.Map `ebpf:"pid_claim"`
+	PidFiles       *ebpf.Map `ebpf:"pid_files"`
+	PidHits        *ebpf.Map `ebpf:"pid_hits"`
+	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
+	RtText         *ebpf.Map `ebpf:"rt_text"`
+	ThreadDevice   *ebpf.Map `ebpf:"thread_device"`
 }
 
 func (m *ProfiMaps) Close() error {
 	return _ProfiClose(
 		m.Aggregated,
+		m.CaptureEvents,
+		m.CaptureStreams,
+		m.Captures,
 		m.Drops,
 		m.Events,
 		m.FullFiles,
+		m.GraphExecs,
+		m.GraphIds,
+		m.GraphNodes,
+		m.GraphQuotas,
+		m.GraphReplays,
 		m.Inflight,
 		m.KernelRegs,
 		m.LaunchAgg,
@@ -641,21 +808,27 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
-	CountHits         *ebpf.Variable `ebpf:"count_hits"`
-	DetailedLaunches  *ebpf.Variable `ebpf:"detailed_launches"`
-	NvtxEnabled       *ebpf.Variable `ebpf:"nvtx_enabled"`
-	OpArgs            *ebpf.Variable `ebpf:"op_args"`
-	OpCopyKind        *ebpf.Variable `ebpf:"op_copy_kind"`
-	OpFlags           *ebpf.Variable `ebpf:"op_flags"`
-	OpUnit            *ebpf.Variable `ebpf:"op_unit"`
-	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
-	UnusedDrop        *ebpf.Variable `ebpf:"unused_drop"`
-	UnusedLaunchEvent *ebpf.Variable `ebpf:"unused_launch_event"`
-	UnusedNameEvent   *ebpf.Variable `ebpf:"unused_name_event"`
-	UnusedNameKind    *ebpf.Variable `ebpf:"unused_name_kind"`
-	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
-	UnusedOpArgs      *ebpf.Variable `ebpf:"unused_op_args"`
-	UnusedPhase       *ebpf.Variable `ebpf:"unused_phase"`
+	CountHits           *ebpf.Variable `ebpf:"count_hits"`
+	DetailedLaunches    *ebpf.Variable `ebpf:"detailed_launches"`
+	GraphSeq            *ebpf.Variable `ebpf:"graph_seq"`
+	KernelMode          *ebpf.Variable `ebpf:"kernel_mode"`
+	LiveCaptures        *ebpf.Variable `ebpf:"live_captures"`
+	MaxExecsPerPid      *ebpf.Variable `ebpf:"max_execs_per_pid"`
+	MaxGraphsPerPid     *ebpf.Variable `ebpf:"max_graphs_per_pid"`
+	NvtxEnabled         *ebpf.Variable `ebpf:"nvtx_enabled"`
+	OpArgs              *ebpf.Variable `ebpf:"op_args"`
+	OpCopyKind          *ebpf.Variable `ebpf:"op_copy_kind"`
+	OpFlags             *ebpf.Variable `ebpf:"op_flags"`
+	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
+	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
+	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedGraphNodeType *ebpf.Variable `ebpf:"unused_graph_node_type"`
+	UnusedLaunchEvent   *ebpf.Variable `ebpf:"unused_launch_event"`
+	UnusedNameEvent     *ebpf.Variable `ebpf:"unused_name_event"`
+	UnusedNameKind      *ebpf.Variable `ebpf:"unused_name_kind"`
+	UnusedOp            *ebpf.Variable `ebpf:"unused_op"`
+	UnusedOpArgs        *ebpf.Variable `ebpf:"unused_op_args"`
+	UnusedPhase         *ebpf.Variable `ebpf:"unused_phase"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.

@@ -238,6 +238,10 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropNCCLAgg:      "nccl_agg",
 	bpfobj.DropNCCLInflight: "nccl_inflight",
 	bpfobj.DropNVTXStack:    "nvtx_stack",
+	bpfobj.DropGraphMaps:    "graph_nodes",
+	bpfobj.DropGraphQuota:   "graph_quota",
+	bpfobj.DropGraphReplays: "graph_replays",
+	bpfobj.DropCapture:      "capture_streams",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

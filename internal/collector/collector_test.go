@@ -84,6 +84,11 @@ func (fakeSource) NCCLComms(func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)
 func (fakeSource) Drops() ([bpfobj.NumDrops]uint64, error)                              { return [bpfobj.NumDrops]uint64{}, nil }
 func (fakeSource) DeletePIDs(map[uint32]bool) error                                     { return nil }
 func (fakeSource) DeleteDead(func(uint32) bool) (int, error)                            { return 0, nil }
+func (fakeSource) GraphNodes(func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error {
+	return nil
+}
+func (fakeSource) GraphReplays(func(bpfobj.ProfiReplayKey, uint64)) error { return nil }
+func (fakeSource) GraphQuotas(func(uint32, bpfobj.ProfiGraphQuota)) error { return nil }
 
 type fakeProcs struct{}
 
@@ -139,6 +144,8 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 	}
 	p1.MallocBytes, p1.FreedBytes = 3<<20, 1<<20
 	p1.Launches = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 23, GridBlocks: 1200, BlockThreads: 3072, SharedBytes: 512}}
+	p1.Captured = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 29}}
+	p1.Graph = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other", Phase: "decode"}: {Count: 31000}}
 
 	// Hand-built: no memory series, no pod, a comm that needs escaping.
 	p2 := &aggregate.Process{

@@ -327,13 +327,17 @@ func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
 func procFamilies() []*procFamily {
 	type yieldFunc = func(k seriesKey, v float64)
 	counter, gauge := dto.MetricType_COUNTER, dto.MetricType_GAUGE
-	launch := func(name, help string, field func(aggregate.Launch) uint64) *procFamily {
+	kernels := func(name, help string, m func(*aggregate.Process) map[aggregate.Kernel]aggregate.Launch, field func(aggregate.Launch) uint64) *procFamily {
 		return newProcFamily(name, help, counter, kernelLabels, []string{"kernel", "kernel_class", "phase"}, func(p *aggregate.Process, yield yieldFunc) {
-			for k, l := range p.Launches {
+			for k, l := range m(p) {
 				yield(seriesKey{k.Name, k.Class, k.Phase}, float64(field(l)))
 			}
 		})
 	}
+	launch := func(name, help string, field func(aggregate.Launch) uint64) *procFamily {
+		return kernels(name, help, func(p *aggregate.Process) map[aggregate.Kernel]aggregate.Launch { return p.Launches }, field)
+	}
+	launchCount := func(l aggregate.Launch) uint64 { return l.Count }
 	memory := func(name, help string, typ dto.MetricType, has func(*aggregate.Process) bool, value func(*aggregate.Process) uint64) *procFamily {
 		return newProcFamily(name, help, typ, memLabels, nil, func(p *aggregate.Process, yield yieldFunc) {
 			if has(p) {
@@ -367,8 +371,12 @@ func procFamilies() []*procFamily {
 					yield(seriesKey{a: k.Op, b: k.Code}, float64(v))
 				}
 			}),
-		launch("profi_cuda_kernel_launches_total", "Kernel launches (counted at entry, failed launches included). kernel=\"anonymous\" in anonymous mode.",
-			func(l aggregate.Launch) uint64 { return l.Count }),
+		launch("profi_cuda_kernel_launches_total", "Kernel launches (counted at entry, failed launches included), not those recorded into a CUDA graph. kernel=\"anonymous\" in anonymous mode.",
+			launchCount),
+		kernels("profi_cuda_graph_captured_launches_total", "Launch calls made on a stream capturing a CUDA graph: recorded into the graph, they ran nothing then.",
+			func(p *aggregate.Process) map[aggregate.Kernel]aggregate.Launch { return p.Captured }, launchCount),
+		kernels("profi_cuda_graph_kernel_launches_total", "Kernels run by CUDA graph replays: each successful cudaGraphLaunch/cuGraphLaunch adds each kernel node of its graph once. Kernels that ran = this + profi_cuda_kernel_launches_total.",
+			func(p *aggregate.Process) map[aggregate.Kernel]aggregate.Launch { return p.Graph }, launchCount),
 		launch("profi_cuda_kernel_grid_blocks_total", "Sum of gridDim.x*y*z over kernel launches; divide by launches for the mean grid size.",
 			func(l aggregate.Launch) uint64 { return l.GridBlocks }),
 		launch("profi_cuda_kernel_block_threads_total", "Sum of blockDim.x*y*z over kernel launches; divide by launches for the mean block size.",

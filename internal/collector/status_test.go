@@ -68,6 +68,10 @@ func TestStatus(t *testing.T) {
 			"nccl_agg":          uint64(bpfobj.DropNCCLAgg) + 1,
 			"nccl_inflight":     uint64(bpfobj.DropNCCLInflight) + 1,
 			"nvtx_stack":        uint64(bpfobj.DropNVTXStack) + 1,
+			"graph_nodes":       uint64(bpfobj.DropGraphMaps) + 1,
+			"graph_quota":       uint64(bpfobj.DropGraphQuota) + 1,
+			"graph_replays":     uint64(bpfobj.DropGraphReplays) + 1,
+			"capture_streams":   uint64(bpfobj.DropCapture) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

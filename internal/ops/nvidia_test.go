@@ -19,8 +19,9 @@ func TestTableAgainstNVIDIA(t *testing.T) {
 	t.Parallel()
 	n := testutil.NVIDIALibs(t)
 	absent := map[discover.Library][]string{
-		rt:   {"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}, // CUDA 13
-		drv:  nil,
+		// CUDA 13, 13, 13, 12.0, 12.3
+		rt:   {"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaGraphInstantiateWithParams", "cudaStreamBeginCaptureToGraph"},
+		drv:  {"cuStreamBeginCaptureToGraph"}, // CUDA 12.3 (r545)
 		nvtx: nil,
 	}
 	for lib, path := range map[discover.Library]string{rt: n.Cudart, drv: n.Cuda, nvtx: n.NVTX} {

@@ -73,45 +73,59 @@ type Args uint8
 
 // Argument layouts (x86-64 SysV, at the function's entry).
 const (
-	ArgsNone             Args = iota
-	ArgsAlloc                 // (void **ptr, size): tracked device allocation
-	ArgsAllocAsync            // (void **ptr, size, stream)
-	ArgsAllocHost             // (void **ptr, size): pinned host memory, counted, not tracked
-	ArgsFree                  // (ptr)
-	ArgsFreeAsync             // (ptr, stream)
-	ArgsCopy                  // (dst, src, count, kind)
-	ArgsCopyAsync             // (dst, src, count, kind, stream)
-	ArgsCopyPeer              // (dst, dstDevice, src, srcDevice, count)
-	ArgsCopyPeerAsync         // (..., count, stream)
-	ArgsCopy2D                // (dst, dpitch, src, spitch, width, height, kind)
-	ArgsCopy2DAsync           // (..., kind, stream)
-	ArgsSet                   // (ptr, value, count)
-	ArgsSetAsync              // (ptr, value, count, stream)
-	ArgsStream                // (stream)
-	ArgsGraphLaunch           // (exec, stream)
-	ArgsSetDevice             // (int device)
-	ArgsGetFunction           // (CUfunction *out, CUmodule, const char *name)
-	ArgsGetKernel             // (CUkernel *out, CUlibrary, const char *name)
-	ArgsKernelFunction        // (CUfunction *out, CUkernel)
-	ArgsLaunch                // (func, dim3 grid, dim3 block, args, shmem, stream)
-	ArgsLaunchExC             // (const cudaLaunchConfig_t *, func, args)
-	ArgsCuLaunch              // (f, gx, gy, gz, bx, by, bz, shmem, stream, ...)
-	ArgsCuLaunchEx            // (const CUlaunchConfig *, f, ...)
-	ArgsRegisterFunction      // (fatCubinHandle, hostFun, deviceFun, ...)
-	ArgsNCCLColl              // (send, recv, count, dtype, op, comm, stream)
-	ArgsNCCLGather            // (send, recv, count, dtype, comm, stream)
-	ArgsNCCLReduce            // (send, recv, count, dtype, op, root, comm, stream)
-	ArgsNCCLP2P               // (buf, count, dtype, peer, comm, stream)
-	ArgsNCCLInitRank          // (ncclComm_t *, nranks, ncclUniqueId by value, rank, ...)
-	ArgsNCCLInitAll           // (ncclComm_t *, ndev, devlist)
-	ArgsNCCLComm              // (comm)
-	ArgsNVTXA                 // (const char *)
-	ArgsNVTXW                 // (const wchar_t *)
-	ArgsNVTXEx                // (const nvtxEventAttributes_t *)
-	ArgsNVTXDomainEx          // (domain, const nvtxEventAttributes_t *)
-	ArgsGetKernelHandle       // (cudaKernel_t *out, const void *hostFun)
-	ArgsCuCopy                // (dst, src, bytes): the row's Direction
-	ArgsCuCopyAsync           // (dst, src, bytes, stream)
+	ArgsNone              Args = iota
+	ArgsAlloc                  // (void **ptr, size): tracked device allocation
+	ArgsAllocAsync             // (void **ptr, size, stream)
+	ArgsAllocHost              // (void **ptr, size): pinned host memory, counted, not tracked
+	ArgsFree                   // (ptr)
+	ArgsFreeAsync              // (ptr, stream)
+	ArgsCopy                   // (dst, src, count, kind)
+	ArgsCopyAsync              // (dst, src, count, kind, stream)
+	ArgsCopyPeer               // (dst, dstDevice, src, srcDevice, count)
+	ArgsCopyPeerAsync          // (..., count, stream)
+	ArgsCopy2D                 // (dst, dpitch, src, spitch, width, height, kind)
+	ArgsCopy2DAsync            // (..., kind, stream)
+	ArgsSet                    // (ptr, value, count)
+	ArgsSetAsync               // (ptr, value, count, stream)
+	ArgsStream                 // (stream)
+	ArgsGraphLaunch            // (exec, stream): one replay of exec's graph
+	ArgsSetDevice              // (int device)
+	ArgsGetFunction            // (CUfunction *out, CUmodule, const char *name)
+	ArgsGetKernel              // (CUkernel *out, CUlibrary, const char *name)
+	ArgsKernelFunction         // (CUfunction *out, CUkernel)
+	ArgsLaunch                 // (func, dim3 grid, dim3 block, args, shmem, stream)
+	ArgsLaunchExC              // (const cudaLaunchConfig_t *, func, args)
+	ArgsCuLaunch               // (f, gx, gy, gz, bx, by, bz, shmem, stream, ...)
+	ArgsCuLaunchEx             // (const CUlaunchConfig *, f, ...)
+	ArgsRegisterFunction       // (fatCubinHandle, hostFun, deviceFun, ...)
+	ArgsNCCLColl               // (send, recv, count, dtype, op, comm, stream)
+	ArgsNCCLGather             // (send, recv, count, dtype, comm, stream)
+	ArgsNCCLReduce             // (send, recv, count, dtype, op, root, comm, stream)
+	ArgsNCCLP2P                // (buf, count, dtype, peer, comm, stream)
+	ArgsNCCLInitRank           // (ncclComm_t *, nranks, ncclUniqueId by value, rank, ...)
+	ArgsNCCLInitAll            // (ncclComm_t *, ndev, devlist)
+	ArgsNCCLComm               // (comm)
+	ArgsNVTXA                  // (const char *)
+	ArgsNVTXW                  // (const wchar_t *)
+	ArgsNVTXEx                 // (const nvtxEventAttributes_t *)
+	ArgsNVTXDomainEx           // (domain, const nvtxEventAttributes_t *)
+	ArgsGetKernelHandle        // (cudaKernel_t *out, const void *hostFun)
+	ArgsCuCopy                 // (dst, src, bytes): the row's Direction
+	ArgsCuCopyAsync            // (dst, src, bytes, stream)
+	ArgsCaptureBegin           // (stream, ...): the stream starts capturing a new graph
+	ArgsCaptureToGraph         // (stream, graph, ...): capturing into an existing graph
+	ArgsCaptureEnd             // (stream, graph *out)
+	ArgsEventRecord            // (event, stream)
+	ArgsStreamWaitEvent        // (stream, event, ...)
+	ArgsGraphInstantiate       // (exec *out, graph, ...)
+	ArgsGraphExecUpdate        // (exec, graph, ...)
+	ArgsGraphExecDestroy       // (exec)
+	ArgsGraphDestroy           // (graph)
+	ArgsGraphKernelNode        // (node *out, graph, deps, n, kernel node params *)
+	ArgsGraphMemcpyNode        // (node *out, graph, deps, n, const cudaMemcpy3DParms *)
+	ArgsGraphMemcpyNode1D      // (node *out, graph, deps, n, dst, src, count, kind)
+	ArgsGraphMemsetNode        // (node *out, graph, deps, n, memset params *)
+	ArgsGraphChildNode         // (node *out, graph, deps, n, child graph)
 	NumArgs
 )
 
@@ -123,6 +137,10 @@ var argsNames = [NumArgs]string{
 	"LAUNCH_EXC", "CU_LAUNCH", "CU_LAUNCH_EX", "REGISTER_FUNCTION", "NCCL_COLL", "NCCL_GATHER",
 	"NCCL_REDUCE", "NCCL_P2P", "NCCL_INIT_RANK", "NCCL_INIT_ALL", "NCCL_COMM", "NVTX_A",
 	"NVTX_W", "NVTX_EX", "NVTX_DOMAIN_EX", "GET_KERNEL_HANDLE", "CU_COPY", "CU_COPY_ASYNC",
+	"CAPTURE_BEGIN", "CAPTURE_TO_GRAPH", "CAPTURE_END", "EVENT_RECORD", "STREAM_WAIT_EVENT",
+	"GRAPH_INSTANTIATE", "GRAPH_EXEC_UPDATE", "GRAPH_EXEC_DESTROY", "GRAPH_DESTROY",
+	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
+	"GRAPH_CHILD_NODE",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

@@ -92,13 +92,13 @@ func TestProbesExactSets(t *testing.T) {
 		mode, profile string
 		n, traps      int
 	}{
-		{discover.LibCudart, KernelModeOff, ProfileLean, 21, 42},
-		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 29, 50},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 31, 61},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 39, 70},
-		{discover.LibCuda, KernelModeOff, ProfileLean, 34, 68},       // + cuGraphLaunch_ptsz (timed)
-		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 40, 74}, // + two _ptsz launches (entry only)
-		{discover.LibCuda, KernelModeFull, ProfileFull, 55, 110},
+		{discover.LibCudart, KernelModeOff, ProfileLean, 42, 84}, // + 21 graph and capture rows (timed),
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 50, 92},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 52, 103},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 60, 112},
+		{discover.LibCuda, KernelModeOff, ProfileLean, 60, 120},       // + cuGraphLaunch_ptsz and 26 graph and capture rows (timed)
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 66, 126}, // + two _ptsz launches (entry only)
+		{discover.LibCuda, KernelModeFull, ProfileFull, 81, 162},
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},
@@ -116,7 +116,7 @@ func TestProbesReturnsACopy(t *testing.T) {
 	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
 	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 29 {
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 50 {
 		t.Errorf("Probes changed by its callers: %+v", got)
 	}
 }
