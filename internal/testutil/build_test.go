@@ -56,13 +56,42 @@ var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction"
 // lowers kernel<<<...>>> to them); only the libcudart.so.13 stub has them.
 var cuda13Funcs = []string{"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}
 
+// captureFuncs are the runtime's stream capture, event and graph
+// construction functions (CUDA 12.4+ and 13.0), in every runtime build.
+var captureFuncs = []string{
+	"cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
+	"cudaStreamBeginCaptureToGraph_ptsz", "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
+	"cudaStreamIsCapturing", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy",
+	"cudaEventRecord", "cudaEventRecord_ptsz", "cudaEventRecordWithFlags", "cudaEventRecordWithFlags_ptsz",
+	"cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz", "cudaGraphCreate", "cudaGraphInstantiateWithFlags",
+	"cudaGraphInstantiateWithParams", "cudaGraphInstantiateWithParams_ptsz", "cudaGraphExecUpdate",
+	"cudaGraphExecDestroy", "cudaGraphDestroy", "cudaGraphAddKernelNode", "cudaGraphAddMemcpyNode",
+	"cudaGraphAddMemcpyNode1D", "cudaGraphAddMemsetNode", "cudaGraphAddChildGraphNode",
+}
+
+// driverGraphFuncs are the driver stub's stream capture, event and graph
+// functions (PROFI_CU_GRAPH_FUNCS in cuda_drv_stub.h).
+var driverGraphFuncs = []string{
+	"cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
+	"cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz",
+	"cuStreamEndCapture", "cuStreamEndCapture_ptsz", "cuStreamIsCapturing", "cuStreamIsCapturing_ptsz",
+	"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventCreate", "cuEventDestroy_v2",
+	"cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz",
+	"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuGraphCreate", "cuGraphDestroy", "cuGraphInstantiate",
+	"cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+	"cuGraphInstantiateWithParams_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2", "cuGraphExecDestroy",
+	"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode",
+	"cuGraphAddChildGraphNode", "cuGraphGetNodes", "cuGraphNodeGetType", "cuGetExportTable",
+}
+
 // exportedFuncs are all functions the runtime stub defines and exports.
-var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs,
+var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs,
 	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
 
 // driverExports are all functions the driver stub defines and exports.
 var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch",
-	"cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch_ptsz"}, driverMemFuncs)
+	"cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch_ptsz"}, driverMemFuncs,
+	driverGraphFuncs)
 
 // driverMemFuncs are the driver memory API functions the stub exports
 // (PROFI_CU_MEM_FUNCS in cuda_drv_stub.h).
@@ -243,9 +272,9 @@ func TestStubELF(t *testing.T) {
 func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
 	for lib, names := range map[string][]string{
-		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs),
-		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, cuda13Funcs),
-		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs,
+		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs),
+		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs, cuda13Funcs),
+		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs, captureFuncs,
 			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
 		fx.Cuda: driverExports,
 	} {
