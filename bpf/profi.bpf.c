@@ -1038,16 +1038,18 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 		in.kind = arg(ctx, 8);
 		break;
 	case ARGS_GRAPH_MEMSET_NODE: {
-		/* cudaMemsetParams, CUDA_MEMSET_NODE_PARAMS: elementSize at 20, width, height
-		 * at 24. */
+		/*
+		 * cudaMemsetParams, CUDA_MEMSET_NODE_PARAMS: dst, pitch, then
+		 * value and elementSize (u32) at 16, width and height at 24.
+		 */
 		struct {
+			u32 value;
 			u32 element;
-			u32 pad;
 			u64 width;
 			u64 height;
 		} p = {};
 
-		bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 20));
+		bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 16));
 		in.arg1 = arg(ctx, 2);
 		in.arg0 = p.element * p.width * p.height;
 		break;
