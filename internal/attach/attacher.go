@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -8,12 +9,14 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -30,6 +33,10 @@ const (
 	ReasonNotELF            = "not_elf"
 	ReasonUnsupportedKernel = "unsupported_kernel"
 	ReasonOther             = "other"
+	// ReasonProbeRefused counts each probed function the kernel refuses a
+	// uprobe on (and that could not be moved), once per library file: the
+	// file is attached without it (refused_probes in /status).
+	ReasonProbeRefused = "probe_refused"
 )
 
 // FileKey identifies a library file: the uprobe lives on the inode.
@@ -102,8 +109,9 @@ type attached struct {
 	hot        *linkSet // Pausable probes; nil while paused
 	paused     bool
 	probes     []ops.Probe
-	missing    []string // required symbols the file lacks (counted as failures)
-	absent     []string // optional symbols the file lacks (normal)
+	missing    []string       // required symbols the file lacks (counted as failures)
+	absent     []string       // optional symbols the file lacks (normal)
+	refused    []RefusedProbe // probed functions the kernel refuses (counted as failures)
 	attachedAt time.Time
 }
 
@@ -113,6 +121,7 @@ type failure struct {
 	err      error
 	attempts int
 	next     time.Time
+	refused  []RefusedProbe // reason ReasonProbeRefused: every function refused
 }
 
 type failureKey struct{ lib, reason string }
@@ -146,7 +155,14 @@ type Attacher struct {
 	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
 	rtText       map[uint32]TextRange         // mirror of the rt_text map
 	fullMode     func(pid int) bool           // processes upgraded to full mode; nil: none
-	closing      sync.WaitGroup               // background closes of released files
+	// refused are the probe addresses (file offsets) the kernel refused
+	// when tried (findRefused, or a classic attach), per file seen at the
+	// last pass: never offered again while the file stays mapped.
+	refused map[FileKey]map[uint64]refusal
+	// trial is the empty uprobe_multi program findRefused tries addresses
+	// with; loaded on first use.
+	trial   *ebpf.Program
+	closing sync.WaitGroup // background closes of released files
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -171,6 +187,7 @@ func New(opts Options) *Attacher {
 		counts:   map[failureKey]uint64{},
 		pidFiles: map[bpfobj.ProfiPidFile]bool{},
 		rtText:   map[uint32]TextRange{},
+		refused:  map[FileKey]map[uint64]refusal{},
 	}
 	a.lastPass.Store(time.Now().UnixNano())
 	return a
@@ -250,6 +267,11 @@ func (a *Attacher) Sync(targets []Target) {
 	for key := range a.failed {
 		if !seen[key] {
 			delete(a.failed, key)
+		}
+	}
+	for key := range a.refused {
+		if !seen[key] {
+			delete(a.refused, key)
 		}
 	}
 	a.syncPIDFiles()
@@ -597,9 +619,10 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 			fl = &failure{}
 			a.failed[t.Key] = fl
 		}
-		fl.target, fl.reason, fl.err = t, reason, err
+		fl.target, fl.reason, fl.err, fl.refused = t, reason, err, nil
 		fl.attempts++
 		fl.next = now.Add(min(a.opts.RetryBase<<min(fl.attempts-1, 20), a.opts.RetryMax))
+		var all *allRefusedError
 		switch {
 		case !profiled(t.Lib):
 			// Only the attach-speed hook is lost, not a profiled library:
@@ -610,6 +633,11 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 			fl.next = permanent
 			a.counts[failureKey{string(t.Lib), reason}] += uint64(requiredProbes(t.Lib, a.opts.KernelMode, a.opts.Profile))
 			a.log.Warn("library defines none of the probed symbols; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
+		case errors.As(err, &all):
+			// The verdicts are the file's bytes' or cached: no retry.
+			fl.next, fl.refused = permanent, all.refused
+			a.counts[failureKey{string(t.Lib), reason}] += uint64(len(all.refused))
+			a.log.Warn("the kernel refuses a uprobe on every probed function of the library; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "refused", refusedNames(all.refused))
 		default:
 			a.counts[failureKey{string(t.Lib), reason}]++
 			a.log.Warn("attach failed", "lib", t.Lib, "path", t.Path, "pids", t.PIDs, "reason", reason, "attempt", fl.attempts, "retry_in", fl.next.Sub(now), "err", err)
@@ -626,6 +654,10 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 	if len(att.missing) > 0 {
 		a.counts[failureKey{string(t.Lib), ReasonSymbolNotFound}] += uint64(len(att.missing))
 		a.log.Warn("library attached without some symbols", "lib", t.Lib, "path", t.Path, "missing", att.missing)
+	}
+	if len(att.refused) > 0 {
+		a.counts[failureKey{string(t.Lib), ReasonProbeRefused}] += uint64(len(att.refused))
+		a.log.Warn("library attached without the functions the kernel refuses a uprobe on; their calls are not counted", "lib", t.Lib, "path", t.Path, "refused", refusedNames(att.refused))
 	}
 	a.log.Info("library attached", "lib", t.Lib, "path", t.Path, "file", t.Key, "pids", t.PIDs, "probes", len(att.probes))
 }
@@ -668,7 +700,14 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 	att.links, att.hot = links, hotLinks
 	for _, p := range all {
-		switch _, ok := syms[p.Symbol]; {
+		sym, ok := syms[p.Symbol]
+		var r *refusal
+		if ok {
+			r = a.refusal(t.Key, sym)
+		}
+		switch {
+		case r != nil:
+			att.refused = append(att.refused, refusedProbe(p, sym, r))
 		case ok:
 			att.probes = append(att.probes, p)
 		case p.Optional:
@@ -678,45 +717,200 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		}
 	}
 	if len(att.probes) == 0 {
+		links.close()
+		hotLinks.close()
+		if len(att.refused) > 0 {
+			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
+		}
 		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
 	}
 	return att, "", nil
 }
 
-// attachProbes attaches every probe whose symbol the file defines, all or
-// nothing: on any error the links made so far are closed.
+// allRefusedError: the kernel refuses a uprobe on every probed function
+// the file defines.
+type allRefusedError struct {
+	path    string
+	refused []RefusedProbe
+}
+
+func (e *allRefusedError) Error() string {
+	return fmt.Sprintf("the kernel refuses a uprobe on every probed function of %s: %s", e.path, strings.Join(refusedNames(e.refused), ", "))
+}
+
+// refusedNames are "symbol+offset (reason)" of refused probes, for logs.
+func refusedNames(r []RefusedProbe) []string {
+	out := make([]string, len(r))
+	for i, p := range r {
+		out[i] = fmt.Sprintf("%s+%d (%s)", p.Symbol, p.Offset, p.Reason)
+	}
+	return out
+}
+
+// refusedProbe is the /status entry of probe p refused at sym.
+func refusedProbe(p ops.Probe, sym funcSym, r *refusal) RefusedProbe {
+	return RefusedProbe{
+		Symbol:     p.Symbol,
+		Operation:  ops.Name(uint32(p.Op)),
+		Reason:     r.reason,
+		Offset:     sym.offset,
+		FileOffset: sym.probeAddr(),
+		Code:       hex.EncodeToString(r.code),
+		Error:      r.err,
+	}
+}
+
+// refusal says why the kernel refuses a probe at sym of file key: from
+// the file's bytes (place), or found by trying (findRefused, classic
+// attaches); nil when it is not known to.
+func (a *Attacher) refusal(key FileKey, sym funcSym) *refusal {
+	if sym.refused != nil {
+		return sym.refused
+	}
+	if r, ok := a.refused[key][sym.probeAddr()]; ok {
+		return &r
+	}
+	return nil
+}
+
+// refuse remembers that the kernel refused a probe at file offset addr
+// of file key.
+func (a *Attacher) refuse(key FileKey, addr uint64, err error) {
+	if a.refused[key] == nil {
+		a.refused[key] = map[uint64]refusal{}
+	}
+	a.refused[key][addr] = refusal{reason: RefusedByKernel, err: err.Error()}
+	a.log.Warn("the kernel refuses a uprobe at this address; the function is left out", "file", key, "address", fmt.Sprintf("%#x", addr), "err", err)
+}
+
+// isRefusal reports whether err is the kernel refusing a uprobe on the
+// instruction at its address: ENOTSUPP (524; cilium/ebpf prints it as
+// "operation not supported") or EOPNOTSUPP.
+func isRefusal(err error) bool {
+	return errors.Is(err, unix.Errno(524)) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// findRefused tries each probe address of probes alone, with an empty
+// program and the same PID filter, after a uprobe_multi link of them
+// failed in a way a refused address explains (one refused address fails
+// the whole link). The addresses the kernel refuses are remembered for
+// the file (refuse). It returns how many it found; 0 when it could not
+// tell (the caller then reports the link's own error).
+func (a *Attacher) findRefused(ex *link.Executable, key FileKey, probes []ops.Probe, syms map[string]funcSym, pid int) int {
+	prog, err := a.trialProgram()
+	if err != nil {
+		a.log.Warn("cannot look for refused probe addresses", "file", key, "err", err)
+		return 0
+	}
+	var trials []link.Link
+	defer func() { closeAll(trials) }()
+	found := 0
+	tried := map[uint64]bool{}
+	for _, p := range probes {
+		sym, ok := syms[p.Symbol]
+		if !ok || tried[sym.probeAddr()] {
+			continue
+		}
+		tried[sym.probeAddr()] = true
+		l, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{
+			Addresses: []uint64{sym.addr}, Offsets: []uint64{sym.offset}, PID: uint32(pid),
+		})
+		switch {
+		case err == nil:
+			trials = append(trials, l)
+		case isRefusal(err):
+			a.refuse(key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
+			found++
+		default:
+			a.log.Debug("probe address trial failed for another reason", "file", key, "symbol", p.Symbol, "err", err)
+			return found
+		}
+	}
+	return found
+}
+
+// trialProgram returns the empty uprobe_multi program of findRefused.
+func (a *Attacher) trialProgram() (*ebpf.Program, error) {
+	if a.trial != nil {
+		return a.trial, nil
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "profi_trial",
+		Type:         ebpf.Kprobe,
+		AttachType:   ebpf.AttachTraceUprobeMulti,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "Dual BSD/GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load the trial program: %w", err)
+	}
+	a.trial = prog
+	return prog, nil
+}
+
+// attachProbes attaches every probe whose symbol the file defines, except
+// those the kernel refuses a uprobe on: known ones are not offered; one
+// found now (a classic attach refused, or a uprobe_multi link failing
+// because of one refused address, found by findRefused) is remembered and
+// left out, and the rest attached. All or nothing otherwise: on any
+// other error the links made so far are closed.
 func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
+	offered := func() []ops.Probe {
+		var out []ops.Probe
+		for _, p := range probes {
+			// A symbol the file lacks is listed as missing or absent by the caller.
+			if sym, ok := syms[p.Symbol]; ok && a.refusal(t.Key, sym) == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
 	if a.opts.UprobeMulti {
-		links, err := a.attachMulti(ex, probes, syms, fileID, pid)
+		links, err := a.attachMulti(ex, offered(), syms, fileID, pid)
+		if err != nil && (isRefusal(err) || errors.Is(err, unix.EINVAL)) && a.findRefused(ex, t.Key, offered(), syms, pid) > 0 {
+			links, err = a.attachMulti(ex, offered(), syms, fileID, pid)
+		}
 		if err != nil {
 			return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
 		}
 		return links, "", nil
 	}
 	links = &linkSet{}
-	for _, p := range probes {
-		sym, ok := syms[p.Symbol]
-		if !ok {
-			continue // listed as missing or absent by the caller
-		}
+	for _, p := range offered() {
+		sym := syms[p.Symbol]
 		// Address: cilium/ebpf takes the file offset read by elfsym
 		// instead of parsing the file's symbol tables again.
 		opts := &link.UprobeOptions{PID: pid, Cookie: ops.Cookie(p.Op, fileID), Address: sym.addr, Offset: sym.offset}
 		// Return probe first: an entry without its return would leave
 		// in-flight state behind; a return without entry is tolerated
 		// and counted in BPF.
+		var ret link.Link
 		if p.Return != "" {
 			l, err := ex.Uretprobe(p.Symbol, a.opts.Programs[p.Return], opts)
+			if err != nil && isRefusal(err) {
+				a.refuse(t.Key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
+				continue
+			}
 			if err != nil {
 				links.close()
 				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
 			}
-			links.returns = append(links.returns, l)
+			ret = l
 		}
 		l, err := ex.Uprobe(p.Symbol, a.opts.Programs[p.Entry], opts)
 		if err != nil {
+			if ret != nil {
+				_ = ret.Close()
+			}
+			if isRefusal(err) {
+				a.refuse(t.Key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
+				continue
+			}
 			links.close()
 			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
+		}
+		if ret != nil {
+			links.returns = append(links.returns, ret)
 		}
 		links.entries = append(links.entries, l)
 	}
@@ -927,6 +1121,10 @@ func (a *Attacher) Close() error {
 	}
 	wg.Wait()
 	a.closing.Wait()
+	if a.trial != nil {
+		a.trial.Close()
+		a.trial = nil
+	}
 	a.closed = true
 	return nil
 }

@@ -42,7 +42,81 @@ func prologueOffset(code []byte) uint64 {
 // funcSym is a function a shared object defines, with where to probe it.
 type funcSym struct {
 	addr   uint64 // file offset of the symbol: the uprobe address given to cilium/ebpf
-	offset uint64 // probe offset from the symbol (prologueOffset)
+	offset uint64 // probe offset from the symbol (place)
+	// placement says why offset is not 0 (Placement*); "" at the symbol.
+	placement string
+	// refused: the kernel refuses a uprobe at addr+offset (from the
+	// file's bytes): the function is never offered to it.
+	refused *refusal
+}
+
+// probeAddr is the file offset the uprobe goes on.
+func (s funcSym) probeAddr() uint64 { return s.addr + s.offset }
+
+// refusal is why a function gets no probe.
+type refusal struct {
+	reason string // Refused*
+	code   []byte // the first bytes at the refused address, when read
+	err    string // the kernel's answer, when found by trying
+}
+
+// codeShown is how many bytes of a refused instruction /status shows.
+const codeShown = 8
+
+// maxScan bounds the bytes of a function read to look for branches back
+// to its start (branchesTo) before a probe moves past its first
+// instruction; a longer or sizeless function keeps its refused probe.
+const maxScan = 16 << 10
+
+// place decides where to probe the function s (at file offset addr, code
+// its first bytes): past an endbr64 followed by a push (prologueOffset);
+// past a first instruction the kernel refuses when that instruction
+// changes no register the probes read and no stack slot (movableLen), the
+// next one is accepted, and no branch of the function leads back to them;
+// else at the symbol, marked refused when the kernel would refuse it.
+func place(ef *elfsym.File, s elfsym.Symbol, addr uint64, code []byte) funcSym {
+	fs := funcSym{addr: addr}
+	if off := prologueOffset(code); off != 0 {
+		fs.offset, fs.placement = off, PlacementPastEndbr64
+		return fs
+	}
+	why := refusedPrefix(code)
+	if why == "" {
+		return fs
+	}
+	if n, ok := movableLen(code); ok && len(code) >= n+maxInsn && refusedPrefix(code[n:]) == "" &&
+		uint64(n) < s.Size && s.Size <= maxScan && !loopsBack(ef, s, n) {
+		fs.offset, fs.placement = uint64(n), PlacementPastRefused
+		return fs
+	}
+	fs.refused = &refusal{reason: why, code: slices.Clone(code[:min(len(code), codeShown)])}
+	return fs
+}
+
+// loopsBack reads the function s (at most maxScan bytes, asked for by
+// place) and reports whether a branch in it may lead to an offset in
+// [0, to], or its bytes cannot be read: unsure.
+func loopsBack(ef *elfsym.File, s elfsym.Symbol, to int) bool {
+	body := make([]byte, 0, s.Size)
+	for off := uint64(0); off < s.Size; off += elfsym.MaxCode {
+		chunk, err := ef.Code(s.Value+off, int(min(s.Size-off, elfsym.MaxCode)))
+		if err != nil {
+			return true
+		}
+		body = append(body, chunk...)
+	}
+	return branchesTo(body, to)
+}
+
+// firstCode reads the first bytes of the function at vaddr: enough for
+// two instructions, fewer near the end of its segment (nil: none).
+func firstCode(ef *elfsym.File, vaddr uint64) []byte {
+	for _, n := range []int{2 * 16, 16, 6} {
+		if code, err := ef.Code(vaddr, n); err == nil {
+			return code
+		}
+	}
+	return nil
 }
 
 // probedSymbols are the symbols any probe of lib may need: the global
@@ -103,8 +177,7 @@ func definedFuncs(f *os.File, names []string, withSymtab bool) (out map[string]f
 		if !ok {
 			continue // not in the file's code: nothing to probe
 		}
-		code, _ := ef.Code(s.Value, 6) // nil near the segment's end: no skip
-		out[name] = funcSym{addr: addr, offset: prologueOffset(code)}
+		out[name] = place(ef, s, addr, firstCode(ef, s.Value))
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,9 @@ import (
 
 // ProbeStatus is one attached probe (defined with the /status document).
 type ProbeStatus = status.ProbeStatus
+
+// RefusedProbe is a probed function the kernel refuses a uprobe on.
+type RefusedProbe = status.RefusedProbe
 
 // LibraryStatus is an attached library file.
 type LibraryStatus = status.LibraryStatus
@@ -51,13 +55,16 @@ func (a *Attacher) Status() Status {
 			PIDs:         sortedPIDs(f.target.PIDs),
 			Missing:      slices.Clone(f.missing),
 			Absent:       slices.Clone(f.absent),
+			Refused:      slices.Clone(f.refused),
 			FullModePIDs: upgradedPIDs(f),
 			Paused:       f.paused,
 			UprobeMulti:  f.links.multi || f.hot != nil && f.hot.multi,
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {
-			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: ops.Name(uint32(p.Op)), Return: p.Timed(), Traps: p.Traps(), Offset: f.syms[p.Symbol].offset})
+			sym := f.syms[p.Symbol]
+			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: ops.Name(uint32(p.Op)), Return: p.Timed(), Traps: p.Traps(),
+				Offset: sym.offset, Placement: sym.placement})
 		}
 		s.Attached = append(s.Attached, ls)
 	}
@@ -75,6 +82,7 @@ func (a *Attacher) Status() Status {
 			Error:     fl.err.Error(),
 			Attempts:  fl.attempts,
 			NextRetry: fl.next,
+			Refused:   slices.Clone(fl.refused),
 		})
 	}
 	sort.Slice(s.Attached, func(i, j int) bool {
@@ -156,9 +164,8 @@ func Layers(s Status) map[int][]Layer {
 		for _, ll := range layerLibs {
 			v := libs[ll.lib]
 			switch {
-			case v.att != nil && len(v.att.Missing) > 0:
-				layers = append(layers, Layer{Layer: ll.name, State: "partial", Path: v.att.Path,
-					Detail: "missing " + strings.Join(v.att.Missing, ", ")})
+			case v.att != nil && (len(v.att.Missing) > 0 || len(v.att.Refused) > 0):
+				layers = append(layers, Layer{Layer: ll.name, State: "partial", Path: v.att.Path, Detail: partialDetail(v.att)})
 			case v.att != nil && v.att.Static:
 				layers = append(layers, Layer{Layer: ll.name, State: "static", Path: v.att.Path,
 					Detail: "runtime linked into the executable, probed there"})
@@ -177,4 +184,21 @@ func Layers(s Status) map[int][]Layer {
 		out[pid] = layers
 	}
 	return out
+}
+
+// partialDetail says which functions of a partially probed library are
+// not counted, and why.
+func partialDetail(l *LibraryStatus) string {
+	var parts []string
+	if len(l.Missing) > 0 {
+		parts = append(parts, "missing "+strings.Join(l.Missing, ", "))
+	}
+	if len(l.Refused) > 0 {
+		names := make([]string, len(l.Refused))
+		for i, r := range l.Refused {
+			names[i] = fmt.Sprintf("%s+%d (%s)", r.Symbol, r.Offset, r.Reason)
+		}
+		parts = append(parts, "uprobe refused by the kernel, not counted: "+strings.Join(names, ", "))
+	}
+	return strings.Join(parts, "; ")
 }

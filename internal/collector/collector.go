@@ -97,7 +97,7 @@ func New(data Data) *Collector {
 		launchDrops:  d("profi_system_launch_agg_drops_total", "Failed inserts into the launch aggregation map (map full).", nil, nil),
 		mapDrops:     d("profi_system_bpf_map_drops_total", "Failed inserts of live data into a BPF map (map full or update failure).", []string{"map"}, nil),
 		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
-		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol once per library file.",
+		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol, probe_refused each function the kernel refuses a uprobe on, once per library file.",
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
 		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind or absent.",

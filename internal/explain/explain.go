@@ -30,7 +30,7 @@ import (
 // Verdicts, one per process.
 const (
 	VerdictAttached    = "attached"     // every mapped CUDA/NCCL library has probes
-	VerdictPartial     = "partial"      // some mapped library failed to attach
+	VerdictPartial     = "partial"      // some mapped library failed to attach, or some probed functions are refused by the kernel
 	VerdictNotAttached = "not_attached" // maps a library, none attached
 	VerdictNotCUDA     = "not_cuda"     // maps no CUDA/NCCL library
 	VerdictFiltered    = "filtered"     // excluded by the agent's --pid
@@ -46,8 +46,11 @@ type Library struct {
 	Attached bool   `json:"attached"`
 	// Probes are "symbol+offset" per probed function, "(+return)" when it
 	// also has a return probe (timed).
-	Probes      []string  `json:"probes,omitempty"`
-	Missing     []string  `json:"missing_symbols,omitempty"`
+	Probes  []string `json:"probes,omitempty"`
+	Missing []string `json:"missing_symbols,omitempty"`
+	// Refused are "symbol+offset (reason, file offset 0x…)" of probed
+	// functions the kernel refuses a uprobe on: their calls are not counted.
+	Refused     []string  `json:"refused_probes,omitempty"`
 	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
 	Paused      bool      `json:"paused,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
@@ -164,9 +167,13 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 			if pr.Return {
 				s += " (+return)"
 			}
+			if pr.Placement == status.PlacementPastRefused {
+				s += " (past a first instruction the kernel refuses)"
+			}
 			lib.Probes = append(lib.Probes, s)
 		}
 		sort.Strings(lib.Probes)
+		lib.Refused = refusedLines(l.Refused)
 		add(lib)
 		p.Pods = append(p.Pods, l.Pods...)
 	}
@@ -174,7 +181,8 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 		if !slices.Contains(f.PIDs, pid) {
 			continue
 		}
-		add(Library{Library: f.Library, Path: f.Path, File: f.File, Reason: f.Reason, Error: f.Error, Attempts: f.Attempts, NextRetry: f.NextRetry, AgentSeen: true})
+		add(Library{Library: f.Library, Path: f.Path, File: f.File, Reason: f.Reason, Error: f.Error, Attempts: f.Attempts, NextRetry: f.NextRetry,
+			Refused: refusedLines(f.Refused), AgentSeen: true})
 	}
 	libs, comm, here := local.mapped(pid)
 	if p.Comm == "" {
@@ -195,12 +203,22 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 	return p
 }
 
+// refusedLines describes refused probes, one line each.
+func refusedLines(rs []status.RefusedProbe) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s+%d (%s, file offset %#x)", r.Symbol, r.Offset, r.Reason, r.FileOffset))
+	}
+	return out
+}
+
 func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
-	var attached, failed, unseen int
+	var attached, failed, unseen, refused int
 	for _, l := range p.Libraries {
 		switch {
 		case l.Attached:
 			attached++
+			refused += len(l.Refused)
 		case l.AgentSeen:
 			failed++
 		default:
@@ -208,6 +226,8 @@ func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
 		}
 	}
 	switch {
+	case attached > 0 && failed == 0 && unseen == 0 && refused > 0:
+		return VerdictPartial, "its libraries are attached, but the kernel refuses a uprobe on some probed functions (see refused): calls of those are not counted, every other call is"
 	case attached > 0 && failed == 0 && unseen == 0:
 		return VerdictAttached, "every CUDA/NCCL library it maps has probes; its calls are counted"
 	case attached > 0:
@@ -263,9 +283,15 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 				if len(l.Missing) > 0 {
 					fmt.Fprintf(w, "      missing symbols: %s\n", strings.Join(l.Missing, ", "))
 				}
+				if len(l.Refused) > 0 {
+					fmt.Fprintf(w, "      refused by the kernel, not counted: %s\n", strings.Join(l.Refused, ", "))
+				}
 			case l.AgentSeen:
 				fmt.Fprintf(w, "    %s %s [%s]: NOT attached: %s (%d attempts, next retry %s)\n", l.Library, l.Path, l.File, l.Reason, l.Attempts, l.NextRetry.Format(time.RFC3339))
 				fmt.Fprintf(w, "      last error: %s\n", l.Error)
+				if len(l.Refused) > 0 {
+					fmt.Fprintf(w, "      refused by the kernel: %s\n", strings.Join(l.Refused, ", "))
+				}
 			default:
 				fmt.Fprintf(w, "    %s %s: mapped, not seen by the agent\n", l.Library, l.Path)
 			}

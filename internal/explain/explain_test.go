@@ -138,6 +138,41 @@ func TestExplain(t *testing.T) {
 		}
 	})
 
+	// Issue 17 item 2: a library attached without a function the kernel
+	// refuses a uprobe on, and one probed past such an instruction.
+	t.Run("refused probe", func(t *testing.T) {
+		t.Parallel()
+		r := doc()
+		r.AttachedLibraries[0].Missing = nil
+		r.AttachedLibraries[0].Probes = append(r.AttachedLibraries[0].Probes,
+			status.ProbeStatus{Symbol: "cudaMemcpy", Offset: 7, Placement: status.PlacementPastRefused})
+		r.AttachedLibraries[0].Refused = []status.RefusedProbe{{
+			Symbol: "cudaGraphLaunch", Operation: "cudaGraphLaunch", Reason: status.RefusedLockPrefix, Offset: 0, FileOffset: 0x2ff0, Code: "f00fc10da8300000",
+		}}
+		procs, err := Explain(r, "10", Local{Root: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := procs[0]
+		if p.Verdict != VerdictPartial || !strings.Contains(p.Why, "the kernel refuses a uprobe on some probed functions") {
+			t.Errorf("verdict %s (%s), want partial: refused probes", p.Verdict, p.Why)
+		}
+		if got := strings.Join(p.Libraries[0].Refused, ","); got != "cudaGraphLaunch+0 (lock_prefix, file offset 0x2ff0)" {
+			t.Errorf("refused %q", got)
+		}
+		var b bytes.Buffer
+		Write(&b, procs, r)
+		for _, want := range []string{
+			"PID 10 (infer): PARTIAL",
+			"cudaMemcpy+7 (past a first instruction the kernel refuses)",
+			"refused by the kernel, not counted: cudaGraphLaunch+0 (lock_prefix, file offset 0x2ff0)",
+		} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("text lacks %q:\n%s", want, b.String())
+			}
+		}
+	})
+
 	t.Run("unknown pod", func(t *testing.T) {
 		t.Parallel()
 		noK8s := doc()

@@ -71,8 +71,57 @@ type ProbeStatus struct {
 	Return    bool   `json:"return_probe"`
 	Traps     int    `json:"traps_per_call"`
 	// Offset is where the probe sits past the symbol: 4 when it skips an
-	// endbr64 to land on an emulated push (one trap instead of two).
+	// endbr64 to land on an emulated push (one trap instead of two), the
+	// length of the first instruction when the kernel refuses a uprobe
+	// there and it was safe to move.
 	Offset uint64 `json:"offset"`
+	// Placement says why Offset is not 0: "past_endbr64", or
+	// "past_refused_instruction" (a first instruction the kernel refuses,
+	// which changes neither the stack pointer nor an argument register).
+	Placement string `json:"placement,omitempty"`
+}
+
+// Placements of a probe other than its symbol (ProbeStatus.Placement).
+const (
+	// PlacementPastEndbr64: past an endbr64, on a push the kernel emulates.
+	PlacementPastEndbr64 = "past_endbr64"
+	// PlacementPastRefused: past a first instruction the kernel refuses a
+	// uprobe on, which changes neither the stack pointer nor an argument
+	// register (nor memory an argument or the return address is in).
+	PlacementPastRefused = "past_refused_instruction"
+)
+
+// Reasons of RefusedProbe.
+const (
+	// RefusedLockPrefix: the address holds a lock-prefixed instruction.
+	RefusedLockPrefix = "lock_prefix"
+	// RefusedSegmentPrefix: an instruction with an ES, CS, DS or SS prefix.
+	RefusedSegmentPrefix = "segment_prefix"
+	// RefusedByKernel: the kernel refused an attach there, for a reason
+	// the bytes do not show (found by trying the address alone).
+	RefusedByKernel = "kernel_refused"
+)
+
+// RefusedProbe is a probed function the library defines that has no
+// probe: the kernel refuses a uprobe at its address (an instruction with
+// a lock or ES/CS/DS/SS segment prefix, or another one it cannot
+// single-step), and moving the probe was not safe. Its calls are not
+// counted; the library's other functions are.
+type RefusedProbe struct {
+	Symbol    string `json:"symbol"`
+	Operation string `json:"operation"`
+	// Reason: "lock_prefix" or "segment_prefix" (read from the file's
+	// bytes, never offered to the kernel), "kernel_refused" (refused when
+	// tried).
+	Reason string `json:"reason"`
+	// Offset is the refused address past the symbol; FileOffset the same
+	// address in the file.
+	Offset     uint64 `json:"offset"`
+	FileOffset uint64 `json:"file_offset"`
+	// Code is the first bytes at the refused address, hex, when read.
+	Code string `json:"code,omitempty"`
+	// Error is the kernel's answer, for "kernel_refused".
+	Error string `json:"error,omitempty"`
 }
 
 // LibraryStatus is an attached library file.
@@ -86,6 +135,9 @@ type LibraryStatus struct {
 	Probes  []ProbeStatus `json:"probes"`
 	Missing []string      `json:"missing_symbols,omitempty"`
 	Absent  []string      `json:"absent_optional_symbols,omitempty"`
+	// Refused are the probed functions the kernel refuses a uprobe on:
+	// not counted (profi_system_attach_failures_total{reason="probe_refused"}).
+	Refused []RefusedProbe `json:"refused_probes,omitempty"`
 	// FullModePIDs are processes upgraded to full kernel mode on this file.
 	FullModePIDs []int `json:"full_mode_pids,omitempty"`
 	// Paused is set while the overhead budget has detached the file's
@@ -108,6 +160,9 @@ type FailureStatus struct {
 	Error     string    `json:"error"`
 	Attempts  int       `json:"attempts"`
 	NextRetry time.Time `json:"next_retry"`
+	// Refused: reason "probe_refused", the kernel refuses a uprobe on
+	// every probed function the file defines (not retried).
+	Refused []RefusedProbe `json:"refused_probes,omitempty"`
 }
 
 // LoaderHook is a dynamic loader hooked to announce library loads
@@ -124,7 +179,8 @@ type Layer struct {
 	// Layer: runtime, driver, nccl or nvtx.
 	Layer string `json:"layer"`
 	// State: probed; static (a runtime linked into the executable, probed
-	// there); partial (probed, some required functions missing); blind
+	// there); partial (probed, some required functions missing or refused
+	// by the kernel); blind
 	// (present but not probed: a static runtime without symbols, or an
 	// attach failure); absent (not mapped).
 	State  string `json:"state"`

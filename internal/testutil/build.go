@@ -72,10 +72,18 @@ type Fixtures struct {
 	CudartMissing string // <dir>/missing/libcudart.so.12 (no graph symbols; same driver)
 	// CudartCET is built with -fcf-protection=full: every function starts
 	// with endbr64 then push %rbp, as in CET-hardened distribution builds.
-	CudartCET      string // <dir>/cet/libcudart.so.12
-	CudartNotELF   string // <dir>/notelf/libcudart.so.12 (a text file)
-	Workload       string // linked against Cudart, found through its RUNPATH; the driver through Cudart's
-	WorkloadDlopen string // dlopens the library given by --lib (and --lib-cuda for --driver)
+	CudartCET    string // <dir>/cet/libcudart.so.12
+	CudartNotELF string // <dir>/notelf/libcudart.so.12 (a text file)
+	// CudartLocked's cudaGraphLaunch starts with "lock xadd %ecx, <global>":
+	// the kernel refuses a uprobe there, and the instruction writes an
+	// argument register, so no probe may move past it.
+	CudartLocked string // <dir>/locked/libcudart.so.12
+	// CudartLockedMovable's cudaGraphLaunch starts with "lock incl
+	// <global>" (7 bytes), refused too, but it changes no register: the
+	// probe may go on the next instruction.
+	CudartLockedMovable string // <dir>/locked-movable/libcudart.so.12
+	Workload            string // linked against Cudart, found through its RUNPATH; the driver through Cudart's
+	WorkloadDlopen      string // dlopens the library given by --lib (and --lib-cuda for --driver)
 
 	// Nccl's API names are weak symbols with global pnccl* aliases at the
 	// same addresses, as in NVIDIA's builds.
@@ -115,32 +123,34 @@ type Fixtures struct {
 
 func fixturesIn(dir string) *Fixtures {
 	return &Fixtures{
-		Dir:              dir,
-		Cuda:             filepath.Join(dir, "libcuda.so.1"),
-		Cudart:           filepath.Join(dir, "libcudart.so.12"),
-		CudartMissing:    filepath.Join(dir, "missing", "libcudart.so.12"),
-		CudartCET:        filepath.Join(dir, "cet", "libcudart.so.12"),
-		CudartNotELF:     filepath.Join(dir, "notelf", "libcudart.so.12"),
-		Workload:         filepath.Join(dir, "workload"),
-		WorkloadDlopen:   filepath.Join(dir, "workload-dlopen"),
-		Nccl:             filepath.Join(dir, "libnccl.so.2"),
-		NcclWorkload:     filepath.Join(dir, "nccl-workload"),
-		Nvtx:             filepath.Join(dir, "libnvToolsExt.so.1"),
-		Nvtx3Interop:     filepath.Join(dir, "libnvtx3interop.so.1"),
-		Cudart13:         filepath.Join(dir, "cuda13", "libcudart.so.13"),
-		Launch13:         filepath.Join(dir, "launch13"),
-		Launch13Static:   filepath.Join(dir, "launch13-static"),
-		Launch13Stripped: filepath.Join(dir, "launch13-stripped"),
-		DrvAPI:           filepath.Join(dir, "drvapi"),
-		RTClient:         filepath.Join(dir, "rtclient"),
-		Graphs:           filepath.Join(dir, "graphs"),
+		Dir:                 dir,
+		Cuda:                filepath.Join(dir, "libcuda.so.1"),
+		Cudart:              filepath.Join(dir, "libcudart.so.12"),
+		CudartMissing:       filepath.Join(dir, "missing", "libcudart.so.12"),
+		CudartCET:           filepath.Join(dir, "cet", "libcudart.so.12"),
+		CudartNotELF:        filepath.Join(dir, "notelf", "libcudart.so.12"),
+		CudartLocked:        filepath.Join(dir, "locked", "libcudart.so.12"),
+		CudartLockedMovable: filepath.Join(dir, "locked-movable", "libcudart.so.12"),
+		Workload:            filepath.Join(dir, "workload"),
+		WorkloadDlopen:      filepath.Join(dir, "workload-dlopen"),
+		Nccl:                filepath.Join(dir, "libnccl.so.2"),
+		NcclWorkload:        filepath.Join(dir, "nccl-workload"),
+		Nvtx:                filepath.Join(dir, "libnvToolsExt.so.1"),
+		Nvtx3Interop:        filepath.Join(dir, "libnvtx3interop.so.1"),
+		Cudart13:            filepath.Join(dir, "cuda13", "libcudart.so.13"),
+		Launch13:            filepath.Join(dir, "launch13"),
+		Launch13Static:      filepath.Join(dir, "launch13-static"),
+		Launch13Stripped:    filepath.Join(dir, "launch13-stripped"),
+		DrvAPI:              filepath.Join(dir, "drvapi"),
+		RTClient:            filepath.Join(dir, "rtclient"),
+		Graphs:              filepath.Join(dir, "graphs"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
 		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
-		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.Graphs}
+		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.CudartLocked, f.CudartLockedMovable, f.Graphs}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -196,7 +206,8 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 	defer os.RemoveAll(tmp)
 	t := fixturesIn(tmp)
-	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF), filepath.Dir(t.Cudart13)} {
+	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF), filepath.Dir(t.Cudart13),
+		filepath.Dir(t.CudartLocked), filepath.Dir(t.CudartLockedMovable)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -226,6 +237,8 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		cudart(t.Cudart),
 		cudart(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
 		cudart(t.CudartCET, "-fcf-protection=full"), // overrides stubFlags' none
+		cudart(t.CudartLocked, "-DPROFI_STUB_LOCKED_GRAPH=2"),
+		cudart(t.CudartLockedMovable, "-DPROFI_STUB_LOCKED_GRAPH=1"),
 		// Likewise; -rpath-link makes ld check Cudart's NEEDED against the
 		// new driver, not whatever the final dir holds.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Workload, src(workloadSrc),
@@ -260,7 +273,8 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		}
 	}
 
-	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF), filepath.Dir(fx.Cudart13)} {
+	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF), filepath.Dir(fx.Cudart13),
+		filepath.Dir(fx.CudartLocked), filepath.Dir(fx.CudartLockedMovable)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}

@@ -305,6 +305,43 @@ func TestStubFirstInstruction(t *testing.T) {
 	}
 }
 
+// The locked variants differ from the plain runtime in cudaGraphLaunch's
+// first instruction only: a lock-prefixed one (refused by the kernel's
+// uprobes), then a jump to the usual body.
+func TestStubLockedGraph(t *testing.T) {
+	fx := fixtures(t)
+	for lib, want := range map[string][]byte{
+		fx.CudartLocked:        {0xf0, 0x0f, 0xc1, 0x0d}, // lock xadd %ecx, disp32(%rip)
+		fx.CudartLockedMovable: {0xf0, 0xff, 0x05},       // lock incl disp32(%rip)
+	} {
+		f, err := elf.Open(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := f.Section(".text")
+		data, err := text.Data()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms := dynFuncs(t, lib)
+		for _, name := range slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs) {
+			s, ok := syms[name]
+			if !ok {
+				t.Errorf("%s does not export %s", lib, name)
+				continue
+			}
+			code := data[s.Value-text.Addr:]
+			switch {
+			case name == "cudaGraphLaunch" && !bytes.HasPrefix(code, want):
+				t.Errorf("%s: %s starts % x, want % x", lib, name, code[:8], want)
+			case name != "cudaGraphLaunch" && code[0] != 0x55:
+				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, code[:8])
+			}
+		}
+	}
+}
+
 func TestWorkloadELF(t *testing.T) {
 	fx := fixtures(t)
 	needed := dynStrings(t, fx.Workload, elf.DT_NEEDED)

@@ -6,6 +6,8 @@
  * Built only with the fixed flags in internal/testutil/build.go: they decide
  * each function's first instruction and hence what a uprobe costs there.
  * -DPROFI_STUB_OMIT_GRAPH drops the graph functions ("missing symbols").
+ * -DPROFI_STUB_LOCKED_GRAPH=1|2 makes cudaGraphLaunch start with a
+ * lock-prefixed instruction, where the kernel refuses uprobes (see there).
  * -DPROFI_CUDART_MAJOR=13 models CUDA 13.0's runtime (adds the
  * __cudaGetKernel/__cudaLaunchKernel entry points); the default, 12, models
  * CUDA 12.x, which lacks them. Each build gets the version script of its
@@ -1005,10 +1007,40 @@ EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
 	WRAP(do_graph_instantiate(pGraphExec, graph, flags));
 }
 
+#ifndef PROFI_STUB_LOCKED_GRAPH
 EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
 {
 	WRAP(do_graph_launch(exec, stream));
 }
+#else
+/* cudaGraphLaunch starts with a lock-prefixed instruction, on which the
+ * kernel refuses uprobes (EOPNOTSUPP-like ENOTSUPP at attach time), then
+ * tail-jumps to the usual body: the same semantics, an unprobeable entry.
+ * PROFI_STUB_LOCKED_GRAPH=1: "lock incl" on a global, which changes no
+ * register (a probe one instruction later sees the same arguments and
+ * stack); =2: "lock xadd %ecx" on a global, which writes an argument
+ * register (rcx, unused by cudaGraphLaunch): no probe may move past it. */
+__attribute__((used, visibility("hidden"))) volatile unsigned profi_graph_entries;
+
+__attribute__((noinline, used, visibility("hidden"))) cudaError_t
+profi_graph_launch_body(cudaGraphExec_t exec, cudaStream_t stream)
+{
+	WRAP(do_graph_launch(exec, stream));
+}
+
+#if PROFI_STUB_LOCKED_GRAPH == 1
+#define LOCKED_GRAPH_INSN "lock incl profi_graph_entries(%rip)"
+#else
+#define LOCKED_GRAPH_INSN "lock xaddl %ecx, profi_graph_entries(%rip)"
+#endif
+
+EXPORT __attribute__((naked)) cudaError_t cudaGraphLaunch(__attribute__((unused)) cudaGraphExec_t exec,
+							 __attribute__((unused)) cudaStream_t stream)
+{
+	__asm__(LOCKED_GRAPH_INSN "\n\t"
+		"jmp profi_graph_launch_body");
+}
+#endif
 
 EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream)
 {
