@@ -544,7 +544,6 @@ func (bc *bench) setup(c *config, dir string) error {
 			Profile:     ops.ProfileLean,
 			PIDFiles:    bc.objs.PidFiles,
 			RuntimeText: bc.objs.RtText,
-			FullFiles:   bc.objs.FullFiles,
 			UprobeMulti: c.multi,
 		})
 		return nil // attached by the first Sync, with the first loop; checked there
