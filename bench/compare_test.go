@@ -276,6 +276,61 @@ func printSkipTarget(configs results) {
 	}
 }
 
+// Per-hit targets of issue 18: profi anonymous on a non-CET launch
+// function against bpftrace's count() and an empty uprobe at the same
+// symbol, and on the CET build against bpftrace (which probes at +0 and
+// so single-steps endbr64).
+const (
+	targetHitVsBpftrace    = 1.0
+	targetHitVsEmpty       = 1.15
+	targetCETHitVsBpftrace = 0.1
+)
+
+// perHit is what one probe hit of c costs, by the median: ns per call
+// less the unprobed call, over c's traps.
+func perHit(configs results, c *config) float64 {
+	return (median(c.ns) - median(configs.noneOf(c).ns)) / float64(c.traps)
+}
+
+// printHitTargets prints the per-hit ratios of issue 18 and the traps
+// each launch API costs in anonymous mode.
+func printHitTargets(configs results) {
+	verdict := func(r, target float64) string {
+		if r <= target {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Printf("\nPer hit (median ns per call less the unprobed call, over traps per call):\n")
+	for _, t := range []struct {
+		fn       string
+		cet      bool
+		vs       string
+		target   float64
+		profiCfg string
+	}{
+		{fnCuLaunch, false, cfgBpftrace, targetHitVsBpftrace, cfgProfi + ops.KernelModeAnonymous},
+		{fnCuLaunch, false, cfgEmpty, targetHitVsEmpty, cfgProfi + ops.KernelModeAnonymous},
+		{fnTimed, true, cfgBpftrace, targetCETHitVsBpftrace, cfgProfi + ops.KernelModeAnonymous},
+	} {
+		like := &config{fn: t.fn, cet: t.cet}
+		p, o := configs.named(like, t.profiCfg), configs.named(like, t.vs)
+		if p == nil || o == nil {
+			continue
+		}
+		r := perHit(configs, p) / perHit(configs, o)
+		fmt.Printf("  %s: %s %s ns/hit (%d traps) against %s %s ns/hit: %s× (target ≤ %.2f): %s\n", p.function(), p.name,
+			fmtNs(perHit(configs, p)), p.traps, o.name, fmtNs(perHit(configs, o)), fmtRatio(r), t.target, verdict(r, t.target))
+	}
+	fmt.Printf("Traps per call in anonymous mode (target: 1 per launch, whatever the API):")
+	for _, c := range configs {
+		if c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet {
+			fmt.Printf(" %s %d;", c.fn, c.traps)
+		}
+	}
+	fmt.Println()
+}
+
 // A comparisonRow picks one configuration for the comparison table.
 type comparisonRow struct {
 	fn      string

@@ -11,6 +11,11 @@
  *                     cuLaunchKernel in the stub driver, as the real one does
  *   cuLaunchKernel    driver launch, called directly (no runtime on the path)
  *   cudaMemcpyAsync   runtime copy, timed by profi in every mode
+ *   cudaGraphLaunch   a replay of one executable graph (instantiated after
+ *                     the go-ahead from a graph handle profi never saw
+ *                     built: the stub hands out fake handles), timed by profi
+ *                     in every mode; the stub runtime replays through
+ *                     cuGraphLaunch, as the real one does
  *
  * The benchmark also runs it against the CET build of the runtime (whose
  * cudaMemcpyAsync starts with endbr64) and with bench/interpose.c preloaded,
@@ -30,7 +35,7 @@
  * a broken stub cannot pass for a fast one, and 3 if stdin ends before the
  * go-ahead line.
  *
- * Usage: loop cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync CALLS WARMUP */
+ * Usage: loop cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync|cudaGraphLaunch CALLS WARMUP */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,25 +78,45 @@ static long calls_memcpy_async(long n)
 	return failed;
 }
 
+static cudaGraphExec_t exec;
+
+static int prepare_graph(void)
+{
+	/* Any non-NULL graph handle: the stub never dereferences it. */
+	return cudaGraphInstantiate(&exec, (cudaGraph_t)(void *)0x6a00, 0) != cudaSuccess;
+}
+
+static long calls_graph_launch(long n)
+{
+	long failed = 0;
+
+	for (long i = 0; i < n; i++)
+		failed += cudaGraphLaunch(exec, NULL) != cudaSuccess;
+	return failed;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
 		const char *name;
 		long (*run)(long);
+		int (*prepare)(void);
 	} fns[] = {
-		{"cudaLaunchKernel", calls_launch},
-		{"cuLaunchKernel", calls_cu_launch},
-		{"cudaMemcpyAsync", calls_memcpy_async},
+		{"cudaLaunchKernel", calls_launch, NULL},
+		{"cuLaunchKernel", calls_cu_launch, NULL},
+		{"cudaMemcpyAsync", calls_memcpy_async, NULL},
+		{"cudaGraphLaunch", calls_graph_launch, prepare_graph},
 	};
 
 	if (argc != 4) {
-		fprintf(stderr, "usage: %s cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync CALLS WARMUP\n",
+		fprintf(stderr,
+			"usage: %s cudaLaunchKernel|cuLaunchKernel|cudaMemcpyAsync|cudaGraphLaunch CALLS WARMUP\n",
 			argv[0]);
 		return 2;
 	}
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		if (strcmp(argv[1], fns[i].name) == 0)
-			return bench_loop(argv[1], argv[2], argv[3], NULL, fns[i].run);
+			return bench_loop(argv[1], argv[2], argv[3], fns[i].prepare, fns[i].run);
 	fprintf(stderr, "unknown function %s\n", argv[1]);
 	return 2;
 }

@@ -39,6 +39,7 @@ var (
 	flagProbed   = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe on the call path")
 	flagUnprobed = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run with no probe on the call path")
 	flagWarmup   = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
+	flagOnly     = flag.String("overhead.only", "", "comma-separated loop functions to measure (e.g. cuLaunchKernel,ncclAllReduce); empty: all")
 )
 
 // The functions bench/loop.c calls.
@@ -46,6 +47,7 @@ const (
 	fnLaunch   = "cudaLaunchKernel" // runtime launch: enters cuLaunchKernel below it
 	fnCuLaunch = "cuLaunchKernel"   // driver launch, called directly
 	fnTimed    = "cudaMemcpyAsync"  // timed in every kernel mode
+	fnGraph    = "cudaGraphLaunch"  // a graph replay: timed in every kernel mode, enters cuGraphLaunch
 )
 
 // A site is a probeable function in one of the two stub libraries.
@@ -59,6 +61,8 @@ var (
 	siteLaunch   = site{discover.LibCudart, fnLaunch, ops.OpCudaLaunchKernel}
 	siteCuLaunch = site{discover.LibCuda, fnCuLaunch, ops.OpCuLaunchKernel}
 	siteTimed    = site{discover.LibCudart, fnTimed, ops.OpCudaMemcpyAsync}
+	siteGraph    = site{discover.LibCudart, fnGraph, ops.OpCudaGraphLaunch}
+	siteCuGraph  = site{discover.LibCuda, "cuGraphLaunch", ops.OpCuGraphLaunch}
 )
 
 // callPath lists the probeable functions one call of each loop function
@@ -67,6 +71,7 @@ var callPath = map[string][]site{
 	fnLaunch:    {siteLaunch, siteCuLaunch},
 	fnCuLaunch:  {siteCuLaunch},
 	fnTimed:     {siteTimed},
+	fnGraph:     {siteGraph, siteCuGraph},
 	fnAllReduce: {siteAllReduce}, // nccl_overhead_test.go
 }
 
@@ -119,6 +124,9 @@ type config struct {
 	mode  string       // profi's kernel mode, attached by attach.Attacher; "" = profi not attached
 	tool  counter      // a tool other than profi counting the calls (compare_test.go); nil = none
 	ns    []float64    // ns per call, one per run
+	// progs: the BPF programs this configuration's loops ran, with their
+	// run time from the kernel's statistics (progstats_test.go).
+	progs map[progKey]progRun
 
 	probes []probeAt                   // the probed addresses on the call path, outermost first
 	libDir string                      // this configuration's private library copies
@@ -204,6 +212,9 @@ type bench struct {
 	// skip caches, per library file, the probe offset internal/attach
 	// chooses for each function (skipOffset).
 	skip map[string]map[string]uint64
+	// stats holds the kernel's BPF run-time statistics on; nil when
+	// unavailable (progstats_test.go).
+	stats io.Closer
 }
 
 // BenchmarkOverhead measures ns per call of stub CUDA functions called in a
@@ -267,7 +278,15 @@ func BenchmarkOverhead(b *testing.B) {
 		defer bc.emptyMulti.Close()
 	}
 
+	if bc.stats = enableStats(); bc.stats != nil {
+		defer bc.stats.Close()
+	}
+
 	configs := bc.configurations()
+	if *flagOnly != "" {
+		only := strings.Split(*flagOnly, ",")
+		configs = slices.DeleteFunc(configs, func(c *config) bool { return !slices.Contains(only, c.fn) })
+	}
 	defer bc.teardown(configs)
 	for i, c := range configs {
 		if err := bc.setup(c, filepath.Join(dir, fmt.Sprintf("cfg%02d", i))); err != nil {
@@ -289,6 +308,8 @@ func BenchmarkOverhead(b *testing.B) {
 	printSkipTarget(configs)
 	printComparison(configs)
 	printNccl(configs)
+	printHitTargets(configs)
+	printPrograms(configs)
 
 	// The same numbers as benchmark results (benchstat-friendly).
 	for _, c := range configs {
@@ -328,11 +349,13 @@ func (bc *bench) configurations() results {
 	)
 	// bpftrace runs where it is installed; elsewhere its row is left out
 	// with a message, not a failure.
-	var bpftraceRow results
+	var bpftraceRow, bpftraceCET results
 	if bin, err := exec.LookPath("bpftrace"); err != nil {
 		fmt.Printf("bpftrace not found in PATH, so its row is left out (install it: apt-get install -y bpftrace): %v\n", err)
 	} else {
 		bpftraceRow = results{{fn: fnCuLaunch, name: cfgBpftrace, traps: 1, tool: bpftrace{bin: bin}}}
+		// On the CET build bpftrace probes at +0: endbr64 is single-stepped.
+		bpftraceCET = results{{fn: fnTimed, cet: true, name: cfgBpftrace, traps: 1, steps: 1, tool: bpftrace{bin: bin}}}
 	}
 	return slices.Concat(results{
 		{fn: fnLaunch, name: cfgNone},
@@ -368,6 +391,17 @@ func (bc *bench) configurations() results {
 		{fn: fnTimed, cet: true, name: cfgEmptySkip, traps: 1, empty: skipped(entry(siteTimed))},
 		{fn: fnTimed, cet: true, name: cfgEmptyPairSkip, traps: 2, empty: skipped(pair(siteTimed))},
 		{fn: fnTimed, cet: true, name: cfgProfi + anon, traps: 2, mode: anon},
+	}, bpftraceCET, results{
+		// A graph replay of an executable graph profi did not see built
+		// (the stub hands out fake handles; bench/loop.c): graph id 0, so
+		// timed_return's graph_execs lookup misses; a known graph costs
+		// that lookup's hit instead. The runtime replays through
+		// cuGraphLaunch: both are timed, 4 traps.
+		{fn: fnGraph, name: cfgNone},
+		{fn: fnGraph, name: cfgEmpty, traps: 1, empty: entry(siteGraph)},
+		{fn: fnGraph, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteGraph, ret: true}, {at: siteCuGraph, ret: true}}},
+		{fn: fnGraph, name: cfgProfi + anon, traps: 4, mode: anon},
+		{fn: fnGraph, name: cfgProfi + anon + cfgMultiSuffix, traps: 4, mode: anon, multi: true},
 	}, bc.ncclConfigurations())
 }
 
@@ -510,7 +544,6 @@ func (bc *bench) setup(c *config, dir string) error {
 			Profile:     ops.ProfileLean,
 			PIDFiles:    bc.objs.PidFiles,
 			RuntimeText: bc.objs.RtText,
-			FullFiles:   bc.objs.FullFiles,
 			UprobeMulti: c.multi,
 		})
 		return nil // attached by the first Sync, with the first loop; checked there
@@ -726,6 +759,10 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 	if err != nil {
 		return 0, err
 	}
+	progsBefore, err := bc.programStats()
+	if err != nil {
+		return 0, err
+	}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return 0, err
 	}
@@ -746,6 +783,11 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 		return 0, fmt.Errorf("unexpected loop output %q (%v)", rest, err)
 	}
 	n := uint64(calls + warmup)
+	progsAfter, err := bc.programStats()
+	if err != nil {
+		return 0, err
+	}
+	c.addRuns(progsBefore, progsAfter)
 	if stop != nil {
 		got, err := stop(stderr.String())
 		stop = nil
@@ -924,6 +966,10 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 		switch {
 		case c.fn == fnTimed:
 			want.calls[outer.op], want.histogram[outer.op] = n, n
+		case c.fn == fnGraph: // and the loop's one instantiate
+			want.calls[outer.op], want.histogram[outer.op] = n, n
+			want.calls[ops.OpCudaGraphInstantiate], want.histogram[ops.OpCudaGraphInstantiate] = 1, 1
+			want.drops[bpfobj.DropNested] = n
 		case c.mode == ops.KernelModeAnonymous:
 			want.launches[outer.op] = n
 		case c.mode == ops.KernelModeFull: // timed launches: aggregated too
@@ -998,6 +1044,35 @@ func (bc *bench) checkCounts(c *config, pid uint32, n uint64, before, after [bpf
 	}
 	if !maps.Equal(got.drops, want.drops) {
 		return fmt.Errorf("drop counters moved by %v during the run, want %v", got.drops, want.drops)
+	}
+	if c.fn == fnGraph && c.traps > 0 {
+		return bc.checkReplays(pid, n)
+	}
+	return nil
+}
+
+// checkReplays verifies that graph_replays holds exactly n replays of the
+// loop's executable graph (graph id 0: profi did not see it built).
+func (bc *bench) checkReplays(pid uint32, n uint64) error {
+	var (
+		k   bpfobj.ProfiReplayKey
+		v   []uint64
+		got = map[uint64]uint64{}
+	)
+	it := bc.objs.GraphReplays.Iterate()
+	for it.Next(&k, &v) {
+		if k.Pid != pid {
+			continue
+		}
+		for _, x := range v {
+			got[k.Graph] += x
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if want := map[uint64]uint64{0: n}; !maps.Equal(got, want) {
+		return fmt.Errorf("graph_replays of pid %d by graph id: got %v, want %v", pid, got, want)
 	}
 	return nil
 }

@@ -15,10 +15,9 @@
  * program decodes follows the operation's argument layout (op_args[]).
  * ARCHITECTURE.md lists the programs and maps and who reads them.
  *
- * Per-CPU counters are updated with atomic adds: uprobe_multi programs run
- * with migration disabled but not preemption disabled (kernels booted with
- * preempt=full or RT), so two tasks on one CPU could interleave a plain
- * read-modify-write and lose a count.
+ * Per-CPU counters (PCPU_ADD) are plain adds; shared values (graph_nodes,
+ * graph_quotas, graph_seq, live_captures) are atomic. See PCPU_ADD for why
+ * that is safe where preemption is off and what it risks where it is on.
  */
 
 #include "common.h"
@@ -65,12 +64,15 @@ struct {
  * (written by userspace from /proc/PID/maps) says which attachments are a
  * process's own; in a process userspace has not seen yet, each probed
  * address is claimed by the first attachment that fires there (pid_claim).
+ * The value (enum pid_file_flag) also says whether full-mode upgrade probes
+ * serve the process (PF_FULL) and whether rt_text knows its runtime
+ * (PF_RT_TEXT): one lookup per hit answers all three.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct pid_file);
-	__type(value, u8);
+	__type(value, u8); /* enum pid_file_flag */
 } pid_files SEC(".maps");
 
 struct {
@@ -94,19 +96,6 @@ struct {
 	__type(key, u64); /* pid_tgid */
 	__type(value, struct rt_launch);
 } rt_launches SEC(".maps");
-
-/*
- * Processes upgraded to full mode whatever the global mode (the pod
- * annotation profi/mode: full): (pid, file) present means PID-filtered
- * full-mode probes on that file serve this process, so the anonymous
- * launch probe leaves its launches to them.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct pid_file);
-	__type(value, u8);
-} full_files SEC(".maps");
 
 /*
  * libcudart's code in each process, written by userspace from each scan:
@@ -373,6 +362,7 @@ const enum phase unused_phase __attribute__((unused));
 const struct name_event unused_name_event __attribute__((unused));
 const struct launch_event unused_launch_event __attribute__((unused));
 const enum graph_node_type unused_graph_node_type __attribute__((unused));
+const enum pid_file_flag unused_pid_file_flag __attribute__((unused));
 
 /*
  * Zero values inserted by lookup_or_init: read-only globals rather than
@@ -385,12 +375,37 @@ static const struct graph_node_val zero_node;
 static const struct graph_quota zero_quota;
 static const u64 zero_u64;
 
+/*
+ * Adds to this CPU's value of a per-CPU map. A plain load, add and store:
+ * no other CPU writes this memory, and a program is not preempted on
+ * kernels whose preemption model is none or voluntary (the default of
+ * Debian, Ubuntu and RHEL server kernels; this CI's kernel boots
+ * "Dynamic Preempt: none"): programs run with migration disabled, and
+ * such kernels preempt kernel code only at explicit points, none of which
+ * is inside a BPF program. With preempt=full, lazy or PREEMPT_RT, an
+ * interrupt that lands between the load and the store (one or two
+ * instructions) may switch to a task that runs a program adding to the
+ * same value on this CPU first; that add is then lost. The window is
+ * nanoseconds out of a hit of about a microsecond, and needs a reschedule
+ * in it and the other task hitting the same key: rare, but a count, not a
+ * bound. Atomic adds (lock add) close it; measured on this CI's VM they
+ * cost 5-8 ns each: 22 ns of a counted driver launch's 199 ns launch_entry
+ * run, 25-29 ns of a copy's timed_return (docs/BENCHMARK.md, "Atomic adds
+ * on per-CPU values"). Build with -DPROFI_PCPU_ATOMIC to get them back on
+ * such kernels. Shared (not per-CPU) values always use atomics.
+ */
+#ifdef PROFI_PCPU_ATOMIC
+#define PCPU_ADD(lv, v) __sync_fetch_and_add(&(lv), (v))
+#else
+#define PCPU_ADD(lv, v) ((lv) += (v))
+#endif
+
 static __always_inline void count_drop(u32 idx)
 {
 	u64 *v = bpf_map_lookup_elem(&drops, &idx);
 
 	if (v)
-		__sync_fetch_and_add(v, 1);
+		PCPU_ADD(*v, 1);
 }
 
 /* The device ordinal the thread last set with cudaSetDevice; DEV_NONE if none. */
@@ -410,7 +425,7 @@ static __always_inline void count_hit(u32 pid)
 		return;
 	n = bpf_map_lookup_elem(&pid_hits, &pid);
 	if (n)
-		__sync_fetch_and_add(n, 1);
+		PCPU_ADD(*n, 1);
 	else
 		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
 }
@@ -435,27 +450,35 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	return v;
 }
 
-/* Whether this attachment (file) counts the current hit of process pid. */
-static __always_inline bool owns_hit(struct pt_regs *ctx, u32 pid, u32 file)
+/*
+ * Whether this attachment (file) counts the current hit of process pid: 0
+ * if not, else its pid_file_flag bits (PF_OWN at least). A process
+ * userspace has seen costs one lookup when the file is its own (the common
+ * case), two when it is an alias's.
+ */
+static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 {
-	struct pid_file k = {.pid = pid};
+	struct pid_file k = {.pid = pid, .file = file};
 	struct claim_key ck = {.pid = pid, .ip = PT_REGS_IP(ctx)};
 	u32 *owner;
+	u8 *f;
 
-	if (bpf_map_lookup_elem(&pid_files, &k)) {
-		k.file = file;
-		return bpf_map_lookup_elem(&pid_files, &k) != NULL;
-	}
+	f = bpf_map_lookup_elem(&pid_files, &k);
+	if (f)
+		return *f | PF_OWN;
+	k.file = 0;
+	if (bpf_map_lookup_elem(&pid_files, &k))
+		return 0; /* known to userspace, and this file is not its own */
 	owner = bpf_map_lookup_elem(&pid_claim, &ck);
 	if (!owner) {
 		bpf_map_update_elem(&pid_claim, &ck, &file, BPF_NOEXIST);
 		owner = bpf_map_lookup_elem(&pid_claim, &ck);
 		if (!owner) {
 			count_drop(DROP_PID_CLAIM);
-			return true;
+			return PF_OWN;
 		}
 	}
-	return *owner == file;
+	return *owner == file ? PF_OWN : 0;
 }
 
 /* Index of the first inclusive upper bound >= ns among n bounds; n when none (+Inf). */
@@ -539,18 +562,26 @@ static __always_inline u64 unit_of(u32 op)
 /*
  * Decodes the function, stream and geometry of a launch (x86-64 SysV).
  * A dim3 passed by value takes two registers; the driver passes six
- * unsigned dims, so its later arguments are on the stack.
+ * unsigned dims, so its later arguments are on the stack. The stack
+ * arguments (and, with ret, the return address below them) are read with
+ * one bpf_probe_read_user: they are adjacent. *ret is the return address,
+ * 0 if unreadable; only driver launches need it (called_by_runtime).
  */
-static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a)
+static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a,
+					  u64 *ret)
 {
+	/* sp: return address; sp+8: argument 7; sp+16: 8; sp+24: 9. */
+	u64 st[4] = {};
+
 	switch (args_of(op)) {
 	case ARGS_LAUNCH:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
-		a->func = arg(ctx, 1);
-		a->grid_blocks = dim3_volume(arg(ctx, 2), arg(ctx, 3));
-		a->block_threads = dim3_volume(arg(ctx, 4), arg(ctx, 5));
-		a->shared_bytes = arg(ctx, 7);
-		a->stream = arg(ctx, 8);
+		bpf_probe_read_user(&st[1], 2 * sizeof(u64), (void *)(ctx->rsp + 8));
+		a->func = ctx->rdi;
+		a->grid_blocks = dim3_volume(ctx->rsi, ctx->rdx);
+		a->block_threads = dim3_volume(ctx->rcx, ctx->r8);
+		a->shared_bytes = st[1];
+		a->stream = st[2];
 		break;
 	case ARGS_LAUNCH_EXC: {
 		/* (const cudaLaunchConfig_t *config, const void *func, void **args) */
@@ -571,11 +602,13 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 	}
 	case ARGS_CU_LAUNCH:
 		/* (f, gx, gy, gz, bx, by, bz, shmem, hStream, ...) */
-		a->func = arg(ctx, 1);
-		a->grid_blocks = vol3(arg(ctx, 2), arg(ctx, 3), arg(ctx, 4));
-		a->block_threads = vol3(arg(ctx, 5), arg(ctx, 6), arg(ctx, 7));
-		a->shared_bytes = arg(ctx, 8) & 0xffffffff;
-		a->stream = arg(ctx, 9);
+		bpf_probe_read_user(st, sizeof(st), (void *)ctx->rsp);
+		a->func = ctx->rdi;
+		a->grid_blocks = vol3(ctx->rsi, ctx->rdx, ctx->rcx);
+		a->block_threads = vol3(ctx->r8, ctx->r9, st[1]);
+		a->shared_bytes = st[2] & 0xffffffff;
+		a->stream = st[3];
+		*ret = st[0];
 		break;
 	case ARGS_CU_LAUNCH_EX: {
 		/* (const CUlaunchConfig *config, CUfunction f, ...): stream at offset 32 */
@@ -588,11 +621,13 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		} c = {};
 
 		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
+		bpf_probe_read_user(st, sizeof(u64), (void *)ctx->rsp);
 		a->func = arg(ctx, 2);
 		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
 		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
 		a->shared_bytes = c.shmem;
 		a->stream = c.stream;
+		*ret = st[0];
 		break;
 	}
 	}
@@ -607,17 +642,16 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
  * (its first scan), a marker left by the runtime entry stands in: the
  * driver entry must come soon after, deeper on the same stack.
  */
+/* Called by runtime launch entries whose pid_files value lacks PF_RT_TEXT. */
 static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id)
 {
-	u32 pid = id >> 32;
 	struct rt_launch m = {.sp = ctx->rsp, .ts = bpf_ktime_get_ns()};
 
-	if (bpf_map_lookup_elem(&rt_text, &pid))
-		return;
 	bpf_map_update_elem(&rt_launches, &id, &m, BPF_ANY);
 }
 
-static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id)
+/* ret: the driver launch's return address (decode_launch). */
+static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id, u64 ret)
 {
 	u32 pid = id >> 32;
 	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
@@ -625,9 +659,6 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id)
 	bool nested;
 
 	if (text) {
-		u64 ret = 0;
-
-		bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->rsp);
 		nested = ret >= text->start && ret < text->end;
 	} else {
 		m = bpf_map_lookup_elem(&rt_launches, &id);
@@ -782,17 +813,17 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 	val = lookup_or_init(&launch_agg, &key, &zero_launch, DROP_LAUNCH_AGG);
 	if (!val)
 		return;
-	__sync_fetch_and_add(&val->count, 1);
-	__sync_fetch_and_add(&val->grid_blocks, a->grid_blocks);
-	__sync_fetch_and_add(&val->block_threads, a->block_threads);
-	__sync_fetch_and_add(&val->shared_bytes, a->shared_bytes);
+	PCPU_ADD(val->count, 1);
+	PCPU_ADD(val->grid_blocks, a->grid_blocks);
+	PCPU_ADD(val->block_threads, a->block_threads);
+	PCPU_ADD(val->shared_bytes, a->shared_bytes);
 	if (weight) {
 		u32 b = bucket(dur, klat_bounds_ns, KLAT_BUCKETS - 1);
 
-		__sync_fetch_and_add(&val->timed, weight);
-		__sync_fetch_and_add(&val->duration_ns, dur * weight);
+		PCPU_ADD(val->timed, weight);
+		PCPU_ADD(val->duration_ns, dur * weight);
 		if (b < KLAT_BUCKETS)
-			__sync_fetch_and_add(&val->buckets[b], weight);
+			PCPU_ADD(val->buckets[b], weight);
 	}
 }
 
@@ -870,7 +901,7 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	struct inflight_call in = {};
 
 	count_hit(id >> 32);
-	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
+	if (!hit_flags(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
 	/*
@@ -1074,12 +1105,15 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	case ARGS_LAUNCH:
 	case ARGS_LAUNCH_EXC:
 	case ARGS_CU_LAUNCH:
-	case ARGS_CU_LAUNCH_EX:
-		decode_launch(ctx, in.op, &in.launch);
+	case ARGS_CU_LAUNCH_EX: {
+		u64 ret;
+
+		decode_launch(ctx, in.op, &in.launch, &ret);
 		in.stream = in.launch.stream;
 		if (flags_of(in.op) & OPF_KERNEL_HANDLE)
 			send_launch_site(ctx, id >> 32, in.launch.func);
 		break;
+	}
 	}
 
 	in.sampled = sample_rate <= 1 || bpf_get_prandom_u32() % sample_rate == 0;
@@ -1096,7 +1130,7 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
  * ends too. Returns the drop to count, or NO_DROP (a subprogram, not
  * inlined: timed_return's stack would exceed 512 bytes).
  */
-static __noinline int graph_return(u64 id, u32 file, struct inflight_call *in, s32 ret, u32 dev)
+static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, s32 ret, u32 dev)
 {
 	u32 pid = id >> 32;
 	struct handle_key k = {.pid = pid, .handle = in->arg0};
@@ -1217,17 +1251,16 @@ static __noinline int graph_return(u64 id, u32 file, struct inflight_call *in, s
 		rk.phase = launch_phase(id);
 		n = lookup_or_init(&graph_replays, &rk, &zero_u64, DROP_GRAPH_REPLAYS);
 		if (n)
-			__sync_fetch_and_add(n, 1);
+			PCPU_ADD(*n, 1);
 		return NO_DROP;
 	}
 	case ARGS_GRAPH_KERNEL_NODE: {
-		struct pid_file upgraded = {.pid = pid, .file = file};
 		u64 func = in->launch.func;
 
 		if (ret || kernel_mode == 0)
 			return NO_DROP;
 		/* Anonymous mode names no kernel, unless the process is upgraded. */
-		if (kernel_mode == 1 && !bpf_map_lookup_elem(&full_files, &upgraded))
+		if (kernel_mode == 1 && !(flags & PF_FULL))
 			func = 0;
 		add_node(pid, in->op, graph_id_of(pid, in->arg1, true), func, 0, GRAPH_NODE_KERNEL,
 			 &in->launch, 0);
@@ -1265,11 +1298,12 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	struct agg_val *val;
 	u64 bytes = 0;
 	u64 out = 0;
-	u32 drop;
+	u32 drop, flags;
 	s32 ret;
 
 	count_hit(id >> 32);
-	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+	flags = hit_flags(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx)));
+	if (!flags)
 		return 0;
 	cur = bpf_map_lookup_elem(&inflight, &id);
 	if (!cur) {
@@ -1400,7 +1434,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_GRAPH_MEMCPY_NODE_1D:
 	case ARGS_GRAPH_MEMSET_NODE:
 	case ARGS_GRAPH_CHILD_NODE:
-		drop = graph_return(id, COOKIE_FILE(bpf_get_attach_cookie(ctx)), &in, ret, key.dev);
+		drop = graph_return(id, flags, &in, ret, key.dev);
 		if (drop != NO_DROP)
 			count_drop(drop);
 		break;
@@ -1411,38 +1445,45 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		return 0;
 	u32 b = bucket(dur, lat_bounds_ns, LAT_BUCKETS - 1);
 
-	__sync_fetch_and_add(&val->count, 1);
+	PCPU_ADD(val->count, 1);
 	if (bytes)
-		__sync_fetch_and_add(&val->bytes, bytes);
+		PCPU_ADD(val->bytes, bytes);
 	if (weight) {
-		__sync_fetch_and_add(&val->timed, weight);
-		__sync_fetch_and_add(&val->duration_ns, dur * weight);
+		PCPU_ADD(val->timed, weight);
+		PCPU_ADD(val->duration_ns, dur * weight);
 		if (b < LAT_BUCKETS)
-			__sync_fetch_and_add(&val->buckets[b], weight);
+			PCPU_ADD(val->buckets[b], weight);
 	}
 	return 0;
 }
 
-/* Launch APIs in anonymous mode: count, stream and geometry at entry. */
+/*
+ * Launch APIs in anonymous mode: count, stream and geometry at entry. One
+ * pid_files lookup (ownership, upgrade, whether rt_text is there), the
+ * launch's stack in one read, rt_text only for driver launches, then
+ * thread_device and launch_agg.
+ */
 static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
 	u64 id = bpf_get_current_pid_tgid();
 	u32 op = COOKIE_OP(cookie);
 	struct launch_args a = {};
-
-	struct pid_file upgraded = {.pid = id >> 32, .file = COOKIE_FILE(cookie)};
+	u64 ret = 0;
+	u32 flags;
 
 	count_hit(id >> 32);
-	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
+	flags = hit_flags(ctx, id >> 32, COOKIE_FILE(cookie));
+	/* PF_FULL: the upgrade's timed probes count this process's launches. */
+	if (!flags || (flags & PF_FULL))
 		return 0;
-	if (bpf_map_lookup_elem(&full_files, &upgraded))
-		return 0;
-	if ((flags_of(op) & OPF_DRIVER_LAUNCH) && called_by_runtime(ctx, id))
-		return 0;
-	if (flags_of(op) & OPF_RUNTIME_LAUNCH)
+	decode_launch(ctx, op, &a, &ret);
+	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
+		if (called_by_runtime(ctx, id, ret))
+			return 0;
+	} else if (!(flags & PF_RT_TEXT)) {
 		mark_runtime_launch(ctx, id);
-	decode_launch(ctx, op, &a);
+	}
 	add_launch(id, op, 0, &a, 0, 0);
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);
 	return 0;
@@ -1455,7 +1496,7 @@ static __always_inline int name_entry_impl(struct pt_regs *ctx)
 	u32 pid = bpf_get_current_pid_tgid() >> 32;
 
 	count_hit(pid);
-	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
+	if (!hit_flags(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
 	send_name(pid, NAME_HOST_FUNC, arg(ctx, 2), 0, arg(ctx, 3));
 	return 0;
@@ -1538,16 +1579,16 @@ static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 byte
 	val = lookup_or_init(&nccl_agg, &key, &zero_nccl, DROP_NCCL_AGG);
 	if (!val)
 		return;
-	__sync_fetch_and_add(&val->count, 1);
+	PCPU_ADD(val->count, 1);
 	if (bytes)
-		__sync_fetch_and_add(&val->bytes, bytes);
+		PCPU_ADD(val->bytes, bytes);
 	if (timed) {
 		u32 b = bucket(dur, nlat_bounds_ns, NLAT_BUCKETS - 1);
 
-		__sync_fetch_and_add(&val->timed, 1);
-		__sync_fetch_and_add(&val->duration_ns, dur);
+		PCPU_ADD(val->timed, 1);
+		PCPU_ADD(val->duration_ns, dur);
 		if (b < NLAT_BUCKETS)
-			__sync_fetch_and_add(&val->buckets[b], 1);
+			PCPU_ADD(val->buckets[b], 1);
 	}
 }
 
@@ -1562,7 +1603,7 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	u64 count = 0, dtype = 0;
 
 	count_hit(pid);
-	if (!owns_hit(ctx, pid, COOKIE_FILE(cookie)))
+	if (!hit_flags(ctx, pid, COOKIE_FILE(cookie)))
 		return 0;
 	/* Entry-only (ncclGroupStart): nothing to time, nothing can hang. */
 	if (flags_of(op) & OPF_ENTRY_ONLY) {
@@ -1637,7 +1678,7 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	s32 ret;
 
 	count_hit(pid);
-	if (!owns_hit(ctx, pid, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+	if (!hit_flags(ctx, pid, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
 		return 0;
 	c = bpf_map_lookup_elem(&nccl_inflight, &id);
 	if (!c) {
@@ -1811,7 +1852,7 @@ int nvtx_push(struct pt_regs *ctx)
 	bool wide = false;
 
 	count_hit(id >> 32);
-	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(cookie)))
+	if (!hit_flags(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
 	/* Both registers read up front: the verifier refuses a computed ctx offset. */
 	a1 = arg(ctx, 1);
@@ -1859,7 +1900,7 @@ int nvtx_pop(struct pt_regs *ctx)
 	struct nvtx_ranges *s;
 
 	count_hit(id >> 32);
-	if (!owns_hit(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
+	if (!hit_flags(ctx, id >> 32, COOKIE_FILE(bpf_get_attach_cookie(ctx))))
 		return 0;
 	s = bpf_map_lookup_elem(&nvtx_stack, &id);
 	if (!s || !s->depth)

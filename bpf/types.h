@@ -245,11 +245,22 @@ struct rt_launch {
 
 /*
  * Key of pid_files: (pid, file) says the process maps that attached file;
- * (pid, 0) says the process is known to userspace at all.
+ * (pid, 0) says the process is known to userspace at all. The value is a
+ * set of enum pid_file_flag, so one lookup answers everything a launch
+ * needs to know about its process and file.
  */
 struct pid_file {
 	u32 pid;
 	u32 file;
+};
+
+/* Bits of a pid_files value (written by internal/attach). */
+enum pid_file_flag {
+	PF_OWN = 1,	/* the process maps this attached file (always set) */
+	PF_FULL = 2,	/* full-mode upgrade probes serve this (pid, file): launch_entry leaves
+			   its launches to them; graph kernel nodes are named */
+	PF_RT_TEXT = 4, /* a runtime file, and rt_text holds the process's runtime code range:
+			   its launches need no marker for the runtime->driver guard */
 };
 
 /*

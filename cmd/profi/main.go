@@ -136,7 +136,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:      log,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
-		FullFiles:   objs.FullFiles,
 		UprobeMulti: objs.UprobeMulti,
 		NVTX:        cfg.EnableNVTX,
 	})

@@ -282,7 +282,6 @@ func testFullModeUpgrade(t *testing.T, multi bool) {
 		Profile:     ops.ProfileLean,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
-		FullFiles:   objs.FullFiles,
 		UprobeMulti: multi,
 	})
 	defer a.Close()
@@ -335,7 +334,18 @@ func testFullModeUpgrade(t *testing.T, multi bool) {
 		t.Errorf("plain pid: %+v, want %d anonymous launches", s, gtPlain.Launches)
 	}
 
-	// Downgrade: the upgrade links and full_files entries go away.
+	// While upgraded, exactly the upgraded process's files carry PF_FULL.
+	upgraded := 0
+	for _, l := range a.Status().Attached {
+		if len(l.FullModePIDs) > 0 {
+			upgraded++
+		}
+	}
+	if got, want := fullFlagged(t, objs.PidFiles), upgraded; got[uint32(up.PID)] != want || len(got) != 1 {
+		t.Errorf("pid_files entries with PF_FULL by pid: %v, want %d for pid %d only", got, want, up.PID)
+	}
+
+	// Downgrade: the upgrade links go away, and pid_files loses PF_FULL.
 	a.SetFullModePIDs(nil)
 	a.Sync(Targets(res, "/proc"))
 	for _, l := range a.Status().Attached {
@@ -343,26 +353,29 @@ func testFullModeUpgrade(t *testing.T, multi bool) {
 			t.Errorf("%s still upgraded: %v", l.Library, l.FullModePIDs)
 		}
 	}
-	if n := countKeys(t, objs.FullFiles); n != 0 {
-		t.Errorf("full_files has %d entries after the downgrade", n)
+	if n := fullFlagged(t, objs.PidFiles); len(n) != 0 {
+		t.Errorf("pid_files entries with PF_FULL after the downgrade, by pid: %v", n)
 	}
 }
 
-func countKeys(t *testing.T, m *ebpf.Map) int {
+// fullFlagged counts, by pid, the pid_files entries with PF_FULL.
+func fullFlagged(t *testing.T, m *ebpf.Map) map[uint32]int {
 	t.Helper()
 	var (
 		k bpfobj.ProfiPidFile
 		v uint8
-		n int
 	)
+	out := map[uint32]int{}
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		n++
+		if v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
+			out[k.Pid]++
+		}
 	}
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return out
 }
 
 // opCounts sums the calls per operation of pid in the aggregation maps.

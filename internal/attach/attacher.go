@@ -79,14 +79,14 @@ type Options struct {
 	Logger     *slog.Logger
 	Now        func() time.Time // for tests; time.Now when nil
 	// PIDFiles is the BPF map of which attached files each process maps
-	// (see pid_files in profi.bpf.c); nil in tests without BPF.
+	// (see pid_files in profi.bpf.c); nil in tests without BPF. Its values
+	// also say which (pid, file) full-mode upgrade probes serve (PF_FULL)
+	// and which runtime files' processes have their range in rt_text
+	// (PF_RT_TEXT).
 	PIDFiles *ebpf.Map
 	// RuntimeText is the BPF map of libcudart's code range per process
 	// (rt_text), for the runtime->driver launch guard; may be nil.
 	RuntimeText *ebpf.Map
-	// FullFiles is the BPF map of (pid, file) served by full-mode upgrade
-	// probes (full_files); may be nil.
-	FullFiles *ebpf.Map
 	// UprobeMulti: Programs were loaded for uprobe_multi links
 	// (bpfobj.Objects.UprobeMulti), so the probes of one program are one
 	// link per file, budget class and PID filter instead of one link per
@@ -152,9 +152,9 @@ type Attacher struct {
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
 	nextID       uint32
-	pidFiles     map[bpfobj.ProfiPidFile]bool // mirror of the pid_files map
-	rtText       map[uint32]TextRange         // mirror of the rt_text map
-	fullMode     func(pid int) bool           // processes upgraded to full mode; nil: none
+	pidFiles     map[bpfobj.ProfiPidFile]uint8 // mirror of the pid_files map: key → flags
+	rtText       map[uint32]TextRange          // mirror of the rt_text map
+	fullMode     func(pid int) bool            // processes upgraded to full mode; nil: none
 	// refused are the probe addresses (file offsets) the kernel refused
 	// when tried (findRefused, or a classic attach), per file seen at the
 	// last pass: never offered again while the file stays mapped.
@@ -185,7 +185,7 @@ func New(opts Options) *Attacher {
 		files:    map[FileKey]*attached{},
 		failed:   map[FileKey]*failure{},
 		counts:   map[failureKey]uint64{},
-		pidFiles: map[bpfobj.ProfiPidFile]bool{},
+		pidFiles: map[bpfobj.ProfiPidFile]uint8{},
 		rtText:   map[uint32]TextRange{},
 		refused:  map[FileKey]map[uint64]refusal{},
 	}
@@ -274,8 +274,14 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.refused, key)
 		}
 	}
+	// rt_text entries are written before the pid_files values that say
+	// they are there (PF_RT_TEXT) and deleted after those values stop
+	// saying so: a runtime launch that skips its marker always finds the
+	// range at the driver.
+	rt := a.wantRuntimeText()
+	a.writeRuntimeText(rt)
 	a.syncPIDFiles()
-	a.syncRuntimeText()
+	a.deleteRuntimeText(rt)
 	a.syncUpgrades()
 }
 
@@ -429,9 +435,9 @@ func upgradeProbes(lib discover.Library, mode, profile string) []ops.Probe {
 }
 
 // syncUpgrades attaches PID-filtered full-mode probes for upgraded
-// processes and removes those of processes no longer upgraded. full_files
-// is written after the links exist and deleted before they close, so a
-// launch is never left to probes that are not there.
+// processes and removes those of processes no longer upgraded. The
+// PF_FULL bit of pid_files is set after the links exist and cleared before
+// they close, so a launch is never left to probes that are not there.
 func (a *Attacher) syncUpgrades() {
 	for _, f := range a.files {
 		want := map[int]bool{}
@@ -467,12 +473,10 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 	if err != nil {
 		return err
 	}
-	if a.opts.FullFiles != nil {
-		k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-		if err := a.opts.FullFiles.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
-			links.close()
-			return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
-		}
+	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
+	if err := a.putPIDFile(k, a.pidFiles[k]|uint8(bpfobj.ProfiPidFileFlagPF_OWN|bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
+		links.close()
+		return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
 	}
 	if f.upgrades == nil {
 		f.upgrades = map[int]*linkSet{}
@@ -483,9 +487,11 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 }
 
 func (a *Attacher) dropUpgrade(f *attached, pid int) {
-	if a.opts.FullFiles != nil {
-		k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-		if err := a.opts.FullFiles.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
+	if v, ok := a.pidFiles[k]; ok && v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
+		if err := a.putPIDFile(k, v&^uint8(bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
+			// The links close anyway: the process's launches go uncounted
+			// by launch_entry until the next pass rewrites the value.
 			a.log.Warn("unmark upgraded pid", "pid", pid, "err", err)
 		}
 	}
@@ -493,14 +499,26 @@ func (a *Attacher) dropUpgrade(f *attached, pid int) {
 	delete(f.upgrades, pid)
 }
 
-// syncRuntimeText writes where libcudart's code is mapped in every process
-// that maps an attached libcudart, so a driver launch can tell whether the
-// runtime made it (called_by_runtime in profi.bpf.c).
-func (a *Attacher) syncRuntimeText() {
-	if a.opts.RuntimeText == nil {
-		return
+// putPIDFile writes one pid_files value and its mirror.
+func (a *Attacher) putPIDFile(k bpfobj.ProfiPidFile, v uint8) error {
+	if a.opts.PIDFiles == nil {
+		return nil
 	}
+	if err := a.opts.PIDFiles.Update(&k, v, ebpf.UpdateAny); err != nil {
+		return err
+	}
+	a.pidFiles[k] = v
+	return nil
+}
+
+// wantRuntimeText is where libcudart's code is mapped in every process that
+// maps an attached libcudart: what rt_text should hold, so a driver launch
+// can tell whether the runtime made it (called_by_runtime in profi.bpf.c).
+func (a *Attacher) wantRuntimeText() map[uint32]TextRange {
 	want := map[uint32]TextRange{}
+	if a.opts.RuntimeText == nil {
+		return want
+	}
 	for _, f := range a.files {
 		if f.target.Lib != discover.LibCudart {
 			continue
@@ -511,9 +529,17 @@ func (a *Attacher) syncRuntimeText() {
 			}
 		}
 	}
+	return want
+}
+
+// writeRuntimeText adds and changes the rt_text entries of want.
+func (a *Attacher) writeRuntimeText(want map[uint32]TextRange) {
+	if a.opts.RuntimeText == nil {
+		return
+	}
 	var failed int
 	for pid, r := range want {
-		if a.rtText[pid] == r {
+		if cur, ok := a.rtText[pid]; ok && cur == r {
 			continue
 		}
 		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End}
@@ -523,6 +549,17 @@ func (a *Attacher) syncRuntimeText() {
 		}
 		a.rtText[pid] = r
 	}
+	if failed > 0 {
+		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", failed)
+	}
+}
+
+// deleteRuntimeText deletes the rt_text entries not in want.
+func (a *Attacher) deleteRuntimeText(want map[uint32]TextRange) {
+	if a.opts.RuntimeText == nil {
+		return
+	}
+	var failed int
 	for pid := range a.rtText {
 		if _, ok := want[pid]; ok {
 			continue
@@ -534,35 +571,49 @@ func (a *Attacher) syncRuntimeText() {
 		delete(a.rtText, pid)
 	}
 	if failed > 0 {
-		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", failed)
+		a.log.Warn("could not delete from the rt_text map", "failures", failed)
 	}
 }
 
 // syncPIDFiles tells BPF which attached files each process maps, so that
-// a file attached under two keys counts every call once (owns_hit in
-// profi.bpf.c). A process's own entries are written before its "known"
-// marker (file 0) and removed after it.
+// a file attached under two keys counts every call once (hit_flags in
+// profi.bpf.c), and in the same value whether full-mode upgrade probes
+// serve the (pid, file) (PF_FULL: set by upgrade once its links exist,
+// cleared by dropUpgrade before they close; kept here) and whether rt_text
+// holds a runtime file's process's range (PF_RT_TEXT). A process's own
+// entries are written before its "known" marker (file 0) and removed after
+// it.
 func (a *Attacher) syncPIDFiles() {
 	if a.opts.PIDFiles == nil {
 		return
 	}
-	want := map[bpfobj.ProfiPidFile]bool{}
+	const (
+		own    = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
+		full   = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
+		rtText = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
+	)
+	want := map[bpfobj.ProfiPidFile]uint8{}
 	for _, f := range a.files {
 		if !profiled(f.target.Lib) {
 			continue // its program counts nothing: no ownership needed
 		}
 		for _, pid := range f.target.PIDs {
-			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = true
-			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = true
+			v := own
+			if _, ok := f.upgrades[pid]; ok {
+				v |= full
+			}
+			if _, ok := a.rtText[uint32(pid)]; ok && f.target.Lib == discover.LibCudart {
+				v |= rtText
+			}
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = v
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = own
 		}
 	}
 	var failed int
-	put := func(k bpfobj.ProfiPidFile) {
-		if err := a.opts.PIDFiles.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
+	put := func(k bpfobj.ProfiPidFile, v uint8) {
+		if err := a.putPIDFile(k, v); err != nil {
 			failed++
-			return
 		}
-		a.pidFiles[k] = true
 	}
 	del := func(k bpfobj.ProfiPidFile) {
 		if err := a.opts.PIDFiles.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -571,23 +622,23 @@ func (a *Attacher) syncPIDFiles() {
 		}
 		delete(a.pidFiles, k)
 	}
-	for k := range want {
-		if !a.pidFiles[k] && k.File != 0 {
-			put(k)
+	for k, v := range want {
+		if cur, ok := a.pidFiles[k]; (!ok || cur != v) && k.File != 0 {
+			put(k, v)
 		}
 	}
-	for k := range want {
-		if !a.pidFiles[k] && k.File == 0 {
-			put(k)
+	for k, v := range want {
+		if cur, ok := a.pidFiles[k]; (!ok || cur != v) && k.File == 0 {
+			put(k, v)
 		}
 	}
 	for k := range a.pidFiles {
-		if !want[k] && k.File == 0 {
+		if _, ok := want[k]; !ok && k.File == 0 {
 			del(k)
 		}
 	}
 	for k := range a.pidFiles {
-		if !want[k] {
+		if _, ok := want[k]; !ok {
 			del(k)
 		}
 	}

@@ -511,6 +511,14 @@ type ProfiPidFile struct {
 	File uint32
 }
 
+type ProfiPidFileFlag uint32
+
+const (
+	ProfiPidFileFlagPF_OWN     ProfiPidFileFlag = 1
+	ProfiPidFileFlagPF_FULL    ProfiPidFileFlag = 2
+	ProfiPidFileFlagPF_RT_TEXT ProfiPidFileFlag = 4
+)
+
 type ProfiReplayKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -543,7 +551,6 @@ const (
 	ProfiMapCaptures            = "captures"
 	ProfiMapDrops               = "drops"
 	ProfiMapEvents              = "events"
-	ProfiMapFullFiles           = "full_files"
 	ProfiMapGraphExecs          = "graph_execs"
 	ProfiMapGraphIds            = "graph_ids"
 	ProfiMapGraphNodes          = "graph_nodes"
@@ -598,6 +605,7 @@ const (
 	ProfiVarUnusedOp            = "unused_op"
 	ProfiVarUnusedOpArgs        = "unused_op_args"
 	ProfiVarUnusedPhase         = "unused_phase"
+	ProfiVarUnusedPidFileFlag   = "unused_pid_file_flag"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -664,7 +672,6 @@ type ProfiMapSpecs struct {
 	Captures       *ebpf.MapSpec `ebpf:"captures"`
 	Drops          *ebpf.MapSpec `ebpf:"drops"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
-	FullFiles      *ebpf.MapSpec `ebpf:"full_files"`
 	GraphExecs     *ebpf.MapSpec `ebpf:"graph_execs"`
 	GraphIds       *ebpf.MapSpec `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.MapSpec `ebpf:"graph_nodes"`
@@ -715,6 +722,7 @@ type ProfiVariableSpecs struct {
 	UnusedOp            *ebpf.VariableSpec `ebpf:"unused_op"`
 	UnusedOpArgs        *ebpf.VariableSpec `ebpf:"unused_op_args"`
 	UnusedPhase         *ebpf.VariableSpec `ebpf:"unused_phase"`
+	UnusedPidFileFlag   *ebpf.VariableSpec `ebpf:"unused_pid_file_flag"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -743,7 +751,6 @@ type ProfiMaps struct {
 	Captures       *ebpf.Map `ebpf:"captures"`
 	Drops          *ebpf.Map `ebpf:"drops"`
 	Events         *ebpf.Map `ebpf:"events"`
-	FullFiles      *ebpf.Map `ebpf:"full_files"`
 	GraphExecs     *ebpf.Map `ebpf:"graph_execs"`
 	GraphIds       *ebpf.Map `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.Map `ebpf:"graph_nodes"`
@@ -777,7 +784,6 @@ func (m *ProfiMaps) Close() error {
 		m.Captures,
 		m.Drops,
 		m.Events,
-		m.FullFiles,
 		m.GraphExecs,
 		m.GraphIds,
 		m.GraphNodes,
@@ -829,6 +835,7 @@ type ProfiVariables struct {
 	UnusedOp            *ebpf.Variable `ebpf:"unused_op"`
 	UnusedOpArgs        *ebpf.Variable `ebpf:"unused_op_args"`
 	UnusedPhase         *ebpf.Variable `ebpf:"unused_phase"`
+	UnusedPidFileFlag   *ebpf.Variable `ebpf:"unused_pid_file_flag"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.
