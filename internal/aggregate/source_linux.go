@@ -34,41 +34,17 @@ func (s MapSource) NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) erro
 
 // NCCLInflight reads the NCCL calls in progress, by pid_tgid.
 func (s MapSource) NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) error {
-	var (
-		k uint64
-		v bpfobj.ProfiNcclCall
-	)
-	it := s.Objects.NcclInflight.Iterate()
-	for it.Next(&k, &v) {
-		fn(k, &v)
-	}
-	return it.Err()
+	return each(s.Objects.NcclInflight, fn)
 }
 
 // NCCLComms reads the communicators seen at init.
 func (s MapSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error {
-	var (
-		k bpfobj.ProfiNcclCommKey
-		v bpfobj.ProfiNcclComm
-	)
-	it := s.Objects.NcclComms.Iterate()
-	for it.Next(&k, &v) {
-		fn(k, &v)
-	}
-	return it.Err()
+	return each(s.Objects.NcclComms, fn)
 }
 
 // GraphNodes reads what each CUDA graph runs (graph_nodes).
 func (s MapSource) GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error {
-	var (
-		k bpfobj.ProfiGraphNodeKey
-		v bpfobj.ProfiGraphNodeVal
-	)
-	it := s.Objects.GraphNodes.Iterate()
-	for it.Next(&k, &v) {
-		fn(k, &v)
-	}
-	return it.Err()
+	return each(s.Objects.GraphNodes, fn)
 }
 
 // count is a per-CPU u64 counter value that sumPerCPU can add up.
@@ -83,13 +59,18 @@ func (s MapSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error {
 
 // GraphQuotas reads each process's graph ids and executable graphs.
 func (s MapSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
+	return each(s.Objects.GraphQuotas, func(pid uint32, q *bpfobj.ProfiGraphQuota) { fn(pid, *q) })
+}
+
+// each hands fn every key and value of a map that is not per-CPU.
+func each[K, V any](m *ebpf.Map, fn func(K, *V)) error {
 	var (
-		pid uint32
-		q   bpfobj.ProfiGraphQuota
+		k K
+		v V
 	)
-	it := s.Objects.GraphQuotas.Iterate()
-	for it.Next(&pid, &q) {
-		fn(pid, q)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		fn(k, &v)
 	}
 	return it.Err()
 }
