@@ -886,7 +886,7 @@ func (a *Attacher) trialProgram() (*ebpf.Program, error) {
 		return a.trial, nil
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "profi_trial",
+		Name:         "refusal_trial", // not "profi_…": that prefix is for metric names
 		Type:         ebpf.Kprobe,
 		AttachType:   ebpf.AttachTraceUprobeMulti,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
