@@ -29,8 +29,8 @@ type Doc struct {
 	// Processes is the per-process view: labels and live counters.
 	Processes []ProcessStatus `json:"processes"`
 	// UnknownGraphReplays are the CUDA graph replays, over the live
-	// processes, of executable graphs profi did not see built
-	// (instantiated before it attached, or past the per-process cap):
+	// processes, of executable graphs profi did not see built (built or
+	// instantiated before it attached, or past the per-process caps):
 	// the kernels they ran are not counted anywhere.
 	UnknownGraphReplays uint64 `json:"unknown_graph_replays"`
 	// Kubernetes is the pod watch state; absent without --node-name.
@@ -191,14 +191,13 @@ type ProcessStatus struct {
 type Graphs struct {
 	// Graphs are the graphs profi saw built (captured or node by node).
 	Graphs int `json:"graphs"`
-	// Execs are the executable graphs alive that were instantiated while
-	// profi was attached.
+	// Execs are the executable graphs alive whose graph profi saw built.
 	Execs int `json:"execs"`
 	// Replays are successful graph launches (cudaGraphLaunch, cuGraphLaunch).
 	Replays uint64 `json:"replays"`
 	// UnknownReplays are the replays of executable graphs profi did not
-	// see built (instantiated before it attached, or past the cap): the
-	// kernels they ran are not counted.
+	// see built (built or instantiated before it attached, or past the
+	// caps): the kernels they ran are not counted.
 	UnknownReplays uint64 `json:"unknown_replays"`
 	// GraphKernelShare is graph kernels / (direct launches + graph
 	// kernels) over every GPU of the process, since it was attached;
