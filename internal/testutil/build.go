@@ -59,6 +59,7 @@ const (
 	launch13Src     = "test/workloads/launch13.c"
 	drvapiSrc       = "test/workloads/drvapi.c"
 	rtclientSrc     = "test/workloads/rtclient.c"
+	graphsSrc       = "test/workloads/graphs.c"
 	cudart12Map     = "test/stubs/libcudart.so.12.map"
 	cudart13Map     = "test/stubs/libcudart.so.13.map"
 )
@@ -104,6 +105,12 @@ type Fixtures struct {
 	// RTClient dlopens a runtime by path (NVIDIA's libcudart.so.11.8 in
 	// the tests) and calls every probed runtime function; dlopens nothing else.
 	RTClient string
+	// Graphs uses CUDA graphs as PyTorch and vLLM do (capture with a
+	// fork/join, one graph per batch size, replays, exec updates, failed
+	// captures, graphs built node by node) through the runtime, CUDA 13's
+	// __cudaLaunchKernel and the driver; NEEDED libcudart.so.13 and
+	// libcuda.so.1, RUNPATH <dir>/cuda13:<dir>.
+	Graphs string
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -126,13 +133,14 @@ func fixturesIn(dir string) *Fixtures {
 		Launch13Stripped: filepath.Join(dir, "launch13-stripped"),
 		DrvAPI:           filepath.Join(dir, "drvapi"),
 		RTClient:         filepath.Join(dir, "rtclient"),
+		Graphs:           filepath.Join(dir, "graphs"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
 		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
-		f.Launch13Stripped, f.DrvAPI, f.RTClient}
+		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.Graphs}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -236,6 +244,9 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		launch13Static(t.Launch13Static),
 		launch13Static(t.Launch13Stripped, "-s"),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.RTClient, src(rtclientSrc), "-ldl"}),
+		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Graphs, src(graphsSrc),
+			"-L" + filepath.Dir(t.Cudart13), "-l:libcudart.so.13", "-L" + tmp, "-l:libcuda.so.1",
+			"-Wl,-rpath," + filepath.Dir(fx.Cudart13) + ":" + dir, "-Wl,-rpath-link," + tmp}),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvAPI, src(drvapiSrc),
 			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
@@ -299,7 +310,8 @@ func buildStamp(gcc, root, dir string) (string, error) {
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
-		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, cudart12Map, cudart13Map} {
+		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, graphsSrc,
+		cudart12Map, cudart13Map} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

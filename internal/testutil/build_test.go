@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -56,13 +57,42 @@ var registerFuncs = []string{"__cudaRegisterFatBinary", "__cudaRegisterFunction"
 // lowers kernel<<<...>>> to them); only the libcudart.so.13 stub has them.
 var cuda13Funcs = []string{"__cudaGetKernel", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}
 
+// captureFuncs are the runtime's stream capture, event and graph
+// construction functions (CUDA 12.4+ and 13.0), in every runtime build.
+var captureFuncs = []string{
+	"cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
+	"cudaStreamBeginCaptureToGraph_ptsz", "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
+	"cudaStreamIsCapturing", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy",
+	"cudaEventRecord", "cudaEventRecord_ptsz", "cudaEventRecordWithFlags", "cudaEventRecordWithFlags_ptsz",
+	"cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz", "cudaGraphCreate", "cudaGraphInstantiateWithFlags",
+	"cudaGraphInstantiateWithParams", "cudaGraphInstantiateWithParams_ptsz", "cudaGraphExecUpdate",
+	"cudaGraphExecDestroy", "cudaGraphDestroy", "cudaGraphAddKernelNode", "cudaGraphAddMemcpyNode",
+	"cudaGraphAddMemcpyNode1D", "cudaGraphAddMemsetNode", "cudaGraphAddChildGraphNode",
+}
+
+// driverGraphFuncs are the driver stub's stream capture, event and graph
+// functions (PROFI_CU_GRAPH_FUNCS in cuda_drv_stub.h).
+var driverGraphFuncs = []string{
+	"cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
+	"cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz",
+	"cuStreamEndCapture", "cuStreamEndCapture_ptsz", "cuStreamIsCapturing", "cuStreamIsCapturing_ptsz",
+	"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventCreate", "cuEventDestroy_v2",
+	"cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz",
+	"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuGraphCreate", "cuGraphDestroy", "cuGraphInstantiate",
+	"cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+	"cuGraphInstantiateWithParams_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2", "cuGraphExecDestroy",
+	"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode",
+	"cuGraphAddChildGraphNode", "cuGraphGetNodes", "cuGraphNodeGetType", "cuGetExportTable",
+}
+
 // exportedFuncs are all functions the runtime stub defines and exports.
-var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs,
+var exportedFuncs = slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs,
 	[]string{"cudaStreamCreate", "cudaGetLastError", "cudaGetDeviceCount"})
 
 // driverExports are all functions the driver stub defines and exports.
 var driverExports = slices.Concat(DriverFuncs, []string{"cuLaunchKernel_ptsz", "cuGraphLaunch",
-	"cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch_ptsz"}, driverMemFuncs)
+	"cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch_ptsz"}, driverMemFuncs,
+	driverGraphFuncs)
 
 // driverMemFuncs are the driver memory API functions the stub exports
 // (PROFI_CU_MEM_FUNCS in cuda_drv_stub.h).
@@ -243,9 +273,9 @@ func TestStubELF(t *testing.T) {
 func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
 	for lib, names := range map[string][]string{
-		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs),
-		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, cuda13Funcs),
-		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs,
+		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs),
+		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs, cuda13Funcs),
+		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs, captureFuncs,
 			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
 		fx.Cuda: driverExports,
 	} {
@@ -1656,6 +1686,170 @@ func TestLaunch13StaticELF(t *testing.T) {
 			if found[name] != wantSymtab {
 				t.Errorf("%s: .symtab defines %s = %v, want %v", bin, name, found[name], wantSymtab)
 			}
+		}
+	}
+}
+
+// runGraphs runs the graphs workload to the end ("go", then EOF) with the
+// environment env and returns its ground truth and stderr.
+func runGraphs(t *testing.T, bin string, env []string, args ...string) (GraphsTruth, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader("go\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ready ") {
+		t.Fatalf("%s %v: output %q", bin, args, stdout.String())
+	}
+	var gt GraphsTruth
+	if err := json.Unmarshal([]byte(lines[1]), &gt); err != nil {
+		t.Fatalf("%s %v: %v in %q", bin, args, err, lines[1])
+	}
+	return gt, stderr.String()
+}
+
+// graphsKernels are the graphs workload's kernel symbols: the runtime's
+// host stubs (registered) and the driver's Triton functions.
+var graphsKernels = map[string]bool{
+	"_Z9gemm_bf16PfS_": true, "_Z8gemm_fp8PfS_": true, "_Z14flash_decodingPfS_i": true,
+	"_Z14rms_norm_fusedPf": true, "_Z10early_stepPf": true,
+}
+
+func TestGraphsWorkloadELF(t *testing.T) {
+	fx := fixtures(t)
+	needed := dynStrings(t, fx.Graphs, elf.DT_NEEDED)
+	if !contains(needed, "libcudart.so.13") || !contains(needed, "libcuda.so.1") {
+		t.Errorf("%s: NEEDED %q, want libcudart.so.13 and libcuda.so.1", fx.Graphs, needed)
+	}
+	f, err := elf.Open(fx.Graphs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.DynamicSymbols()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+			found[s.Name] = true
+		}
+	}
+	for name := range graphsKernels {
+		if !found[name] {
+			t.Errorf("%s: kernel host stub %s not in .dynsym", fx.Graphs, name)
+		}
+	}
+}
+
+// The graphs workload checks every return code against CUDA's and the stub
+// driver's own tally of what graph launches ran and captures recorded
+// against its model (it fails otherwise). Here: its ground truth against
+// the structure graphs.c documents, the same whether the runtime launches
+// through the driver's exported functions or not, and with an executable
+// graph built before "go".
+func TestGraphsWorkload(t *testing.T) {
+	fx := fixtures(t)
+	const n = 8 // replays
+	wantErrors := map[string]map[string]uint64{
+		"__cudaLaunchKernel": {"901": 1}, "cudaMemcpyAsync": {"901": 1}, "cudaStreamSynchronize": {"900": 1},
+		"cudaStreamBeginCapture": {"900": 1, "401": 1}, "cudaStreamEndCapture": {"401": 1, "901": 1, "904": 1},
+		"cudaGraphExecUpdate": {"910": 1},
+	}
+	var viaDriver GraphsTruth
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		early uint64
+	}{
+		{"via-driver", nil, 0},
+		{"runtime-only", []string{"PROFI_STUB_LAUNCH=runtime"}, 0},
+		{"early", nil, n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{strconv.Itoa(n)}
+			if tc.early > 0 {
+				args = append(args, "early")
+			}
+			gt, _ := runGraphs(t, fx.Graphs, append(os.Environ(), tc.env...), args...)
+			replays := gt.Calls["cudaGraphLaunch"] + gt.Calls["cudaGraphLaunch_ptsz"] +
+				gt.Calls["cuGraphLaunch"] + gt.Calls["cuGraphLaunch_ptsz"]
+			// Seven executable graphs n times, then two n/4 times each
+			// after the updates; the early one n times.
+			if replays != 7*n+2*n/4+tc.early {
+				t.Errorf("%d graph launches, want %d", replays, 7*n+2*n/4+tc.early)
+			}
+			// 39 kernels a round of the seven; the updated exec 4, the
+			// exec whose update failed 6.
+			if got := Sum(gt.GraphKernels); got != 39*n+(4+6)*n/4 {
+				t.Errorf("%d graph kernels, want %d", got, 39*n+(4+6)*n/4)
+			}
+			if gt.UnknownGraphReplays != tc.early || gt.UnknownGraphKernels != 3*tc.early {
+				t.Errorf("unknown graph replays %d (kernels %d), want %d (%d)", gt.UnknownGraphReplays,
+					gt.UnknownGraphKernels, tc.early, 3*tc.early)
+			}
+			// Captured: 24 in the batch graphs, 4 in the update's, 3 in
+			// the driver's, 3 and 1 in the failed captures. Eager: 16 in
+			// the warm-up, 1 after the unjoined capture.
+			if Sum(gt.Captured) != 35 || Sum(gt.Launches) != 17 {
+				t.Errorf("%d captured launch calls, %d launches: want 35 and 17", Sum(gt.Captured), Sum(gt.Launches))
+			}
+			if !reflect.DeepEqual(gt.Errors, wantErrors) {
+				t.Errorf("errors %v, want %v", gt.Errors, wantErrors)
+			}
+			if gt.MallocBytes != 2<<20 || gt.ActiveBytes != 0 {
+				t.Errorf("malloc %d, active %d: want %d and 0", gt.MallocBytes, gt.ActiveBytes, 2<<20)
+			}
+			for _, m := range []map[string]uint64{gt.Launches, gt.Captured, gt.GraphKernels} {
+				for k := range m {
+					if !graphsKernels[k] && !strings.HasPrefix(k, "triton_") {
+						t.Errorf("unknown kernel %q", k)
+					}
+				}
+			}
+			switch tc.name {
+			case "via-driver":
+				viaDriver = gt
+			case "runtime-only":
+				if viaDriver.Calls != nil && !reflect.DeepEqual(gt, viaDriver) {
+					t.Errorf("ground truth differs from the via-driver run's:\n%+v\n%+v", gt, viaDriver)
+				}
+			}
+		})
+	}
+}
+
+// graphsRuntimeImports are the driver functions the stub runtime calls
+// for what the graphs workload does (test/stubs/cudart.c lists each
+// runtime function's driver counterpart).
+var graphsRuntimeImports = []string{
+	"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
+	"cuStreamEndCapture", "cuStreamEndCapture_ptsz", "cuStreamIsCapturing", "cuStreamSynchronize",
+	"cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecordWithFlags", "cuStreamWaitEvent",
+	"cuGraphCreate", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphExecUpdate_v2",
+	"cuGraphExecDestroy", "cuGraphDestroy", "cuGraphAddKernelNode_v2", "cuGraphAddMemcpyNode",
+	"cuGraphAddMemsetNode", "cuGraphAddChildGraphNode", "cuGraphLaunch", "cuGetExportTable",
+	"cuLaunchKernel", "cuLaunchKernel_ptsz",
+}
+
+// As for launches, the runtime's capture and graph functions reach the
+// driver through its exported symbols, where driver uprobes fire.
+func TestGraphsRuntimeCallsDriver(t *testing.T) {
+	fx := fixtures(t)
+	_, stderr := runGraphs(t, fx.Graphs, bindingsEnv(), "4")
+	if !strings.Contains(stderr, "binding file") {
+		t.Skip("dynamic loader does not report bindings (not glibc?)")
+	}
+	for _, sym := range graphsRuntimeImports {
+		line := fmt.Sprintf("binding file %s [0] to %s [0]: normal symbol `%s'", fx.Cudart13, fx.Cuda, sym)
+		if !strings.Contains(stderr, line) {
+			t.Errorf("no %q in the loader's bindings", line)
 		}
 	}
 }

@@ -17,6 +17,10 @@ typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUctx_st *CUcontext;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUevent_st *CUevent;
+typedef struct CUarray_st *CUarray;
 typedef unsigned long long CUdeviceptr; /* CUdeviceptr_v2 */
 typedef unsigned long long CUmemGenericAllocationHandle;
 
@@ -38,7 +42,165 @@ enum {
 	CUDA_ERROR_INVALID_VALUE = 1,
 	CUDA_ERROR_OUT_OF_MEMORY = 2,
 	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_ILLEGAL_STATE = 401,
 	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+	CUDA_ERROR_STREAM_CAPTURE_MERGE = 902,
+	CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+	CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+	CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+	CUDA_ERROR_CAPTURED_EVENT = 907,
+	CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
+};
+
+/* Stream capture and graphs (cuda.h, CUDA 12.4 / r550). */
+typedef enum {
+	CU_STREAM_CAPTURE_STATUS_NONE = 0,
+	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+} CUstreamCaptureStatus;
+typedef enum {
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
+typedef enum {
+	CU_GRAPH_NODE_TYPE_KERNEL = 0,
+	CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+	CU_GRAPH_NODE_TYPE_MEMSET = 2,
+	CU_GRAPH_NODE_TYPE_HOST = 3,
+	CU_GRAPH_NODE_TYPE_GRAPH = 4,
+	CU_GRAPH_NODE_TYPE_EMPTY = 5,
+} CUgraphNodeType;
+typedef enum {
+	CU_MEMORYTYPE_HOST = 1,
+	CU_MEMORYTYPE_DEVICE = 2,
+	CU_MEMORYTYPE_ARRAY = 3,
+	CU_MEMORYTYPE_UNIFIED = 4,
+} CUmemorytype;
+typedef enum {
+	CU_GRAPH_EXEC_UPDATE_SUCCESS = 0,
+	CU_GRAPH_EXEC_UPDATE_ERROR = 1,
+	CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2,
+	CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3,
+	CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 5,
+} CUgraphExecUpdateResult;
+typedef enum {
+	CUDA_GRAPH_INSTANTIATE_SUCCESS = 0,
+	CUDA_GRAPH_INSTANTIATE_ERROR = 1,
+} CUgraphInstantiateResult;
+/* cuStreamWaitEvent flag: wait on an event recorded outside the capture. */
+enum { CU_EVENT_WAIT_EXTERNAL = 0x1 };
+/* The instantiate flags cuda.h defines (auto free on launch, upload,
+ * device launch, use node priority): others are invalid. Stub name. */
+enum { PROFI_GRAPH_INSTANTIATE_FLAGS = 0x1 | 0x2 | 0x4 | 0x8 };
+
+/* CUDA_KERNEL_NODE_PARAMS_v1 (cuGraphAddKernelNode) and _v2 (CUDA 12.0+,
+ * cuGraphAddKernelNode_v2 and the CUDA_KERNEL_NODE_PARAMS of cuda.h 12). */
+typedef struct {
+	CUfunction func;
+	unsigned gridDimX, gridDimY, gridDimZ;
+	unsigned blockDimX, blockDimY, blockDimZ;
+	unsigned sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+typedef struct {
+	CUfunction func;
+	unsigned gridDimX, gridDimY, gridDimZ;
+	unsigned blockDimX, blockDimY, blockDimZ;
+	unsigned sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	CUkernel kern; /* used when func is NULL */
+	CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, gridDimX) == 8, "CUDA_KERNEL_NODE_PARAMS.gridDimX offset");
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, sharedMemBytes) == 32, "CUDA_KERNEL_NODE_PARAMS.sharedMemBytes offset");
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, kern) == 56, "CUDA_KERNEL_NODE_PARAMS.kern offset");
+_Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v1) == 56, "CUDA_KERNEL_NODE_PARAMS_v1 size");
+
+typedef struct {
+	CUdeviceptr dst;
+	size_t pitch;
+	unsigned value;
+	unsigned elementSize; /* 1, 2 or 4 */
+	size_t width;	      /* elements */
+	size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+_Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS, elementSize) == 20, "CUDA_MEMSET_NODE_PARAMS.elementSize offset");
+_Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS, height) == 32, "CUDA_MEMSET_NODE_PARAMS.height offset");
+
+typedef struct {
+	size_t srcXInBytes, srcY, srcZ, srcLOD;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	void *reserved0;
+	size_t srcPitch, srcHeight;
+	size_t dstXInBytes, dstY, dstZ, dstLOD;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	void *reserved1;
+	size_t dstPitch, dstHeight;
+	size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+_Static_assert(offsetof(CUDA_MEMCPY3D, WidthInBytes) == 176, "CUDA_MEMCPY3D.WidthInBytes offset");
+_Static_assert(sizeof(CUDA_MEMCPY3D) == 200, "CUDA_MEMCPY3D size");
+
+typedef struct {
+	unsigned long long flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+_Static_assert(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, "CUDA_GRAPH_INSTANTIATE_PARAMS size");
+
+typedef struct {
+	CUgraphExecUpdateResult result;
+	CUgraphNode errorNode;
+	CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
+typedef struct {
+	char bytes[16];
+} CUuuid;
+
+/* The stub driver's private export table, returned by cuGetExportTable for
+ * PROFI_STUB_EXPORT_TABLE_ID: the real runtime reaches driver internals
+ * through such undocumented tables, and the stub runtime records what it
+ * does not hand to the driver's exported functions (copies and sets, and
+ * every launch under PROFI_STUB_LAUNCH=runtime) into a capture through it.
+ * No uprobe fires inside: nothing here is exported by name. */
+#define PROFI_STUB_EXPORT_TABLE_ID "profi-stub-rt-v1" /* the 16 bytes of the CUuuid */
+
+/* What graph launches ran and captures recorded, in the stub's own
+ * bookkeeping (the workloads check their ground truth against it). */
+struct profi_stub_stats {
+	unsigned long long graph_launches;	   /* launches of executable graphs the stub built */
+	unsigned long long opaque_graph_launches;  /* of handles it never handed out */
+	unsigned long long graph_kernels;	   /* kernel nodes those launches ran */
+	unsigned long long graph_copy_bytes[5];	   /* by cudaMemcpyKind */
+	unsigned long long graph_set_bytes;
+	unsigned long long captured_launches;	   /* launch calls made on capturing streams */
+	unsigned long long captured_copies, captured_sets;
+	unsigned long long driver_launches;	   /* launches that reached the driver and ran */
+};
+
+struct profi_stub_export_table {
+	size_t size; /* sizeof(struct profi_stub_export_table) */
+	/* Each returns 0 when s is not capturing (the caller proceeds), else 1
+	 * with *rc the call's result: the node recorded (CUDA_SUCCESS) or the
+	 * capture's error (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
+	int (*capture_launch)(CUstream s, int ptsz, CUfunction f, const unsigned grid[3],
+			      const unsigned block[3], unsigned shared, CUresult *rc);
+	int (*capture_copy)(CUstream s, int ptsz, size_t bytes, int kind, CUresult *rc);
+	int (*capture_set)(CUstream s, int ptsz, size_t bytes, CUresult *rc);
+	void (*stats)(struct profi_stub_stats *out);
 };
 
 /* X-macro over every exported function: name, parameter list. All return
@@ -150,5 +312,80 @@ PROFI_CU_MEM_FUNCS(PROFI_DECLARE_CU_MEM)
 #define PROFI_DECLARE_CU_LAUNCH(name, params) CUresult name params;
 PROFI_CU_LAUNCH_FUNCS(PROFI_DECLARE_CU_LAUNCH)
 #undef PROFI_DECLARE_CU_LAUNCH
+
+/* Stream capture, events and graphs (CUDA 12.4 / r550 names and
+ * prototypes; cuStreamBeginCapture is CUDA 10.0's form without a mode,
+ * cuGraphInstantiate and cuGraphInstantiate_v2 the CUDA 11 ABI with an error
+ * node and log buffer, cuGraphExecUpdate the CUDA 11 ABI with an error node
+ * and result, all still exported). */
+#define PROFI_CU_GRAPH_FUNCS(X)                                                         \
+	X(cuStreamBeginCapture, (CUstream hStream))                                     \
+	X(cuStreamBeginCapture_ptsz, (CUstream hStream))                                \
+	X(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode))        \
+	X(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode))   \
+	X(cuStreamBeginCaptureToGraph, (CUstream hStream, CUgraph hGraph,               \
+					const CUgraphNode *dependencies,                \
+					const void *dependencyData, size_t numDependencies, \
+					CUstreamCaptureMode mode))                      \
+	X(cuStreamBeginCaptureToGraph_ptsz, (CUstream hStream, CUgraph hGraph,          \
+					     const CUgraphNode *dependencies,           \
+					     const void *dependencyData,                \
+					     size_t numDependencies, CUstreamCaptureMode mode)) \
+	X(cuStreamEndCapture, (CUstream hStream, CUgraph * phGraph))                    \
+	X(cuStreamEndCapture_ptsz, (CUstream hStream, CUgraph * phGraph))               \
+	X(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus * captureStatus)) \
+	X(cuStreamIsCapturing_ptsz, (CUstream hStream, CUstreamCaptureStatus * captureStatus)) \
+	X(cuStreamSynchronize, (CUstream hStream))                                      \
+	X(cuStreamSynchronize_ptsz, (CUstream hStream))                                 \
+	X(cuEventCreate, (CUevent * phEvent, unsigned Flags))                           \
+	X(cuEventDestroy_v2, (CUevent hEvent))                                          \
+	X(cuEventRecord, (CUevent hEvent, CUstream hStream))                            \
+	X(cuEventRecord_ptsz, (CUevent hEvent, CUstream hStream))                       \
+	X(cuEventRecordWithFlags, (CUevent hEvent, CUstream hStream, unsigned flags))   \
+	X(cuEventRecordWithFlags_ptsz, (CUevent hEvent, CUstream hStream, unsigned flags)) \
+	X(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned Flags))        \
+	X(cuStreamWaitEvent_ptsz, (CUstream hStream, CUevent hEvent, unsigned Flags))   \
+	X(cuGraphCreate, (CUgraph * phGraph, unsigned flags))                           \
+	X(cuGraphDestroy, (CUgraph hGraph))                                             \
+	X(cuGraphInstantiate, (CUgraphExec * phGraphExec, CUgraph hGraph,               \
+			       CUgraphNode * phErrorNode, char *logBuffer, size_t bufferSize)) \
+	X(cuGraphInstantiate_v2, (CUgraphExec * phGraphExec, CUgraph hGraph,            \
+				  CUgraphNode * phErrorNode, char *logBuffer,           \
+				  size_t bufferSize))                                   \
+	X(cuGraphInstantiateWithFlags, (CUgraphExec * phGraphExec, CUgraph hGraph,      \
+					unsigned long long flags))                      \
+	X(cuGraphInstantiateWithParams, (CUgraphExec * phGraphExec, CUgraph hGraph,     \
+					 CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams)) \
+	X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * phGraphExec, CUgraph hGraph, \
+					      CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams)) \
+	X(cuGraphExecUpdate, (CUgraphExec hGraphExec, CUgraph hGraph,                   \
+			      CUgraphNode * hErrorNode_out,                             \
+			      CUgraphExecUpdateResult * updateResult_out))              \
+	X(cuGraphExecUpdate_v2, (CUgraphExec hGraphExec, CUgraph hGraph,                \
+				 CUgraphExecUpdateResultInfo * resultInfo))             \
+	X(cuGraphExecDestroy, (CUgraphExec hGraphExec))                                 \
+	X(cuGraphAddKernelNode, (CUgraphNode * phGraphNode, CUgraph hGraph,             \
+				 const CUgraphNode *dependencies, size_t numDependencies, \
+				 const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams))         \
+	X(cuGraphAddKernelNode_v2, (CUgraphNode * phGraphNode, CUgraph hGraph,          \
+				    const CUgraphNode *dependencies,                    \
+				    size_t numDependencies,                             \
+				    const CUDA_KERNEL_NODE_PARAMS *nodeParams))         \
+	X(cuGraphAddMemcpyNode, (CUgraphNode * phGraphNode, CUgraph hGraph,             \
+				 const CUgraphNode *dependencies, size_t numDependencies, \
+				 const CUDA_MEMCPY3D *copyParams, CUcontext ctx))       \
+	X(cuGraphAddMemsetNode, (CUgraphNode * phGraphNode, CUgraph hGraph,             \
+				 const CUgraphNode *dependencies, size_t numDependencies, \
+				 const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)) \
+	X(cuGraphAddChildGraphNode, (CUgraphNode * phGraphNode, CUgraph hGraph,         \
+				     const CUgraphNode *dependencies,                   \
+				     size_t numDependencies, CUgraph childGraph))       \
+	X(cuGraphGetNodes, (CUgraph hGraph, CUgraphNode * nodes, size_t *numNodes))     \
+	X(cuGraphNodeGetType, (CUgraphNode hNode, CUgraphNodeType * type))              \
+	X(cuGetExportTable, (const void **ppExportTable, const CUuuid *pExportTableId))
+
+#define PROFI_DECLARE_CU_GRAPH(name, params) CUresult name params;
+PROFI_CU_GRAPH_FUNCS(PROFI_DECLARE_CU_GRAPH)
+#undef PROFI_DECLARE_CU_GRAPH
 
 #endif

@@ -1,5 +1,5 @@
 /* Minimal CUDA Runtime 12 types and prototypes shared by the stub library
- * (cudart.c) and the workload (workload.c). Only what the project probes or
+ * (cudart.c) and the workloads (workload.c, launch13.c, graphs.c). Only what the project probes or
  * the workload needs; the layouts and calling conventions match the real
  * cuda_runtime_api.h on x86-64 SysV so uprobes read the same registers. */
 #ifndef PROFI_CUDA_STUB_H
@@ -13,6 +13,8 @@ typedef struct CUkern_st *cudaKernel_t; /* CUDA 12+: an opaque kernel handle */
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef struct cudaArray *cudaArray_t;
 typedef struct {
 	unsigned x, y, z;
 } dim3;
@@ -47,7 +49,100 @@ enum {
 	cudaErrorInvalidDeviceFunction = 98,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
+	cudaErrorIllegalState = 401,
+	cudaErrorStreamCaptureUnsupported = 900,
+	cudaErrorStreamCaptureInvalidated = 901,
+	cudaErrorStreamCaptureMerge = 902,
+	cudaErrorStreamCaptureUnmatched = 903,
+	cudaErrorStreamCaptureUnjoined = 904,
+	cudaErrorStreamCaptureIsolation = 905,
+	cudaErrorCapturedEvent = 907,
+	cudaErrorGraphExecUpdateFailure = 910,
 };
+
+/* Stream capture and graphs (driver_types.h, CUDA 12.4 and 13.0). */
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+	cudaStreamCaptureStatusNone = 0,
+	cudaStreamCaptureStatusActive = 1,
+	cudaStreamCaptureStatusInvalidated = 2,
+};
+enum cudaGraphExecUpdateResult {
+	cudaGraphExecUpdateSuccess = 0,
+	cudaGraphExecUpdateError = 1,
+	cudaGraphExecUpdateErrorTopologyChanged = 2,
+	cudaGraphExecUpdateErrorNodeTypeChanged = 3,
+	cudaGraphExecUpdateErrorParametersChanged = 5,
+};
+typedef enum {
+	cudaGraphInstantiateSuccess = 0,
+	cudaGraphInstantiateError = 1,
+} cudaGraphInstantiateResult;
+enum { cudaGraphInstantiateFlagAutoFreeOnLaunch = 1, cudaGraphInstantiateFlagUpload = 2 };
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
+typedef struct cudaGraphEdgeData_st cudaGraphEdgeData; /* only passed along */
+
+struct cudaKernelNodeParams {
+	void *func; /* the kernel's host stub */
+	dim3 gridDim;
+	dim3 blockDim;
+	unsigned sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+};
+_Static_assert(offsetof(struct cudaKernelNodeParams, gridDim) == 8, "cudaKernelNodeParams.gridDim offset");
+_Static_assert(offsetof(struct cudaKernelNodeParams, sharedMemBytes) == 32, "cudaKernelNodeParams.sharedMemBytes offset");
+
+struct cudaMemsetParams {
+	void *dst;
+	size_t pitch;
+	unsigned value;
+	unsigned elementSize; /* 1, 2 or 4 */
+	size_t width;	      /* elements */
+	size_t height;
+};
+_Static_assert(offsetof(struct cudaMemsetParams, elementSize) == 20, "cudaMemsetParams.elementSize offset");
+_Static_assert(offsetof(struct cudaMemsetParams, height) == 32, "cudaMemsetParams.height offset");
+
+struct cudaPos {
+	size_t x, y, z;
+};
+struct cudaPitchedPtr {
+	void *ptr;
+	size_t pitch, xsize, ysize;
+};
+struct cudaExtent {
+	size_t width, height, depth; /* width in bytes for linear memory */
+};
+struct cudaMemcpy3DParms {
+	cudaArray_t srcArray;
+	struct cudaPos srcPos;
+	struct cudaPitchedPtr srcPtr;
+	cudaArray_t dstArray;
+	struct cudaPos dstPos;
+	struct cudaPitchedPtr dstPtr;
+	struct cudaExtent extent;
+	enum cudaMemcpyKind kind;
+};
+_Static_assert(offsetof(struct cudaMemcpy3DParms, extent) == 128, "cudaMemcpy3DParms.extent offset");
+_Static_assert(offsetof(struct cudaMemcpy3DParms, kind) == 152, "cudaMemcpy3DParms.kind offset");
+
+typedef struct {
+	unsigned long long flags;
+	cudaStream_t uploadStream;
+	cudaGraphNode_t errNode_out;
+	cudaGraphInstantiateResult result_out;
+} cudaGraphInstantiateParams;
+
+typedef struct {
+	enum cudaGraphExecUpdateResult result;
+	cudaGraphNode_t errorNode;
+	cudaGraphNode_t errorFromNode;
+} cudaGraphExecUpdateResultInfo;
 
 /* cudaMallocManaged flags. */
 enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
@@ -143,11 +238,76 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 				 cudaGraph_t graph, unsigned long long flags)) \
 	X(cudaGraphLaunch_ptsz, (cudaGraphExec_t exec, cudaStream_t stream))
 
+/* Stream capture, events and graph construction (CUDA 12.4+ and 13.0
+ * prototypes: cudaGraphExecUpdate with a cudaGraphExecUpdateResultInfo,
+ * CUDA 12.0's cudaGraphInstantiateWithParams, CUDA 12.3's
+ * cudaStreamBeginCaptureToGraph). In every build, PROFI_STUB_OMIT_GRAPH's
+ * too. */
+#define PROFI_CUDA_CAPTURE_FUNCS(X)                                                        \
+	X(cudaStreamBeginCapture, (cudaStream_t stream, enum cudaStreamCaptureMode mode))  \
+	X(cudaStreamBeginCapture_ptsz, (cudaStream_t stream, enum cudaStreamCaptureMode mode)) \
+	X(cudaStreamBeginCaptureToGraph, (cudaStream_t stream, cudaGraph_t graph,          \
+					  const cudaGraphNode_t *dependencies,             \
+					  const cudaGraphEdgeData *dependencyData,         \
+					  size_t numDependencies,                          \
+					  enum cudaStreamCaptureMode mode))                \
+	X(cudaStreamBeginCaptureToGraph_ptsz, (cudaStream_t stream, cudaGraph_t graph,     \
+					       const cudaGraphNode_t *dependencies,        \
+					       const cudaGraphEdgeData *dependencyData,    \
+					       size_t numDependencies,                     \
+					       enum cudaStreamCaptureMode mode))           \
+	X(cudaStreamEndCapture, (cudaStream_t stream, cudaGraph_t * pGraph))               \
+	X(cudaStreamEndCapture_ptsz, (cudaStream_t stream, cudaGraph_t * pGraph))          \
+	X(cudaStreamIsCapturing, (cudaStream_t stream,                                     \
+				  enum cudaStreamCaptureStatus * pCaptureStatus))          \
+	X(cudaEventCreate, (cudaEvent_t * event))                                          \
+	X(cudaEventCreateWithFlags, (cudaEvent_t * event, unsigned flags))                 \
+	X(cudaEventDestroy, (cudaEvent_t event))                                           \
+	X(cudaEventRecord, (cudaEvent_t event, cudaStream_t stream))                       \
+	X(cudaEventRecord_ptsz, (cudaEvent_t event, cudaStream_t stream))                  \
+	X(cudaEventRecordWithFlags, (cudaEvent_t event, cudaStream_t stream, unsigned flags)) \
+	X(cudaEventRecordWithFlags_ptsz, (cudaEvent_t event, cudaStream_t stream,          \
+					  unsigned flags))                                 \
+	X(cudaStreamWaitEvent, (cudaStream_t stream, cudaEvent_t event, unsigned flags))   \
+	X(cudaStreamWaitEvent_ptsz, (cudaStream_t stream, cudaEvent_t event, unsigned flags)) \
+	X(cudaGraphCreate, (cudaGraph_t * pGraph, unsigned flags))                         \
+	X(cudaGraphInstantiateWithFlags, (cudaGraphExec_t * pGraphExec, cudaGraph_t graph, \
+					  unsigned long long flags))                       \
+	X(cudaGraphInstantiateWithParams, (cudaGraphExec_t * pGraphExec, cudaGraph_t graph, \
+					   cudaGraphInstantiateParams * instantiateParams)) \
+	X(cudaGraphInstantiateWithParams_ptsz, (cudaGraphExec_t * pGraphExec,              \
+						cudaGraph_t graph,                         \
+						cudaGraphInstantiateParams * instantiateParams)) \
+	X(cudaGraphExecUpdate, (cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,            \
+				cudaGraphExecUpdateResultInfo * resultInfo))               \
+	X(cudaGraphExecDestroy, (cudaGraphExec_t graphExec))                               \
+	X(cudaGraphDestroy, (cudaGraph_t graph))                                           \
+	X(cudaGraphAddKernelNode, (cudaGraphNode_t * pGraphNode, cudaGraph_t graph,        \
+				   const cudaGraphNode_t *pDependencies,                   \
+				   size_t numDependencies,                                 \
+				   const struct cudaKernelNodeParams *pNodeParams))        \
+	X(cudaGraphAddMemcpyNode, (cudaGraphNode_t * pGraphNode, cudaGraph_t graph,        \
+				   const cudaGraphNode_t *pDependencies,                   \
+				   size_t numDependencies,                                 \
+				   const struct cudaMemcpy3DParms *pCopyParams))           \
+	X(cudaGraphAddMemcpyNode1D, (cudaGraphNode_t * pGraphNode, cudaGraph_t graph,      \
+				     const cudaGraphNode_t *pDependencies,                 \
+				     size_t numDependencies, void *dst, const void *src,   \
+				     size_t count, enum cudaMemcpyKind kind))              \
+	X(cudaGraphAddMemsetNode, (cudaGraphNode_t * pGraphNode, cudaGraph_t graph,        \
+				   const cudaGraphNode_t *pDependencies,                   \
+				   size_t numDependencies,                                 \
+				   const struct cudaMemsetParams *pMemsetParams))          \
+	X(cudaGraphAddChildGraphNode, (cudaGraphNode_t * pGraphNode, cudaGraph_t graph,    \
+				       const cudaGraphNode_t *pDependencies,               \
+				       size_t numDependencies, cudaGraph_t childGraph))
+
 #define PROFI_DECLARE_FUNC(name, params) cudaError_t name params;
 PROFI_CUDA_CORE_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_EXTRA_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_PTSZ_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_GRAPH_FUNCS(PROFI_DECLARE_FUNC)
+PROFI_CUDA_CAPTURE_FUNCS(PROFI_DECLARE_FUNC)
 #undef PROFI_DECLARE_FUNC
 
 /* Registration entry points that nvcc-generated host code calls from a

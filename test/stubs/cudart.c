@@ -44,10 +44,40 @@
  * stream argument, _ptsz for those with one, what nvcc
  * --default-stream per-thread compiles calls into) are distinct exported
  * functions with the same semantics and return codes as their base
- * functions. */
+ * functions.
+ *
+ * Stream capture and graphs (CUDA 12.4+ and 13.0 prototypes): as in the
+ * real runtime, each call is its driver counterpart's, called through the
+ * driver's exported symbols, where the state lives (test/stubs/cuda.c):
+ * cudaStreamBeginCapture -> cuStreamBeginCapture_v2 (_ptsz ->
+ * cuStreamBeginCapture_v2_ptsz), cudaStreamBeginCaptureToGraph(_ptsz) ->
+ * cuStreamBeginCaptureToGraph(_ptsz), cudaStreamEndCapture(_ptsz) ->
+ * cuStreamEndCapture(_ptsz), cudaStreamIsCapturing -> cuStreamIsCapturing,
+ * cudaStreamSynchronize(_ptsz) -> cuStreamSynchronize(_ptsz),
+ * cudaEventCreate(WithFlags) -> cuEventCreate, cudaEventDestroy ->
+ * cuEventDestroy_v2, cudaEventRecord(WithFlags)(_ptsz) ->
+ * cuEventRecord(WithFlags)(_ptsz), cudaStreamWaitEvent(_ptsz) ->
+ * cuStreamWaitEvent(_ptsz), cudaGraphCreate -> cuGraphCreate,
+ * cudaGraphInstantiate and cudaGraphInstantiateWithFlags ->
+ * cuGraphInstantiateWithFlags, cudaGraphInstantiateWithParams(_ptsz) ->
+ * cuGraphInstantiateWithParams(_ptsz), cudaGraphExecUpdate ->
+ * cuGraphExecUpdate_v2, cudaGraphExecDestroy -> cuGraphExecDestroy,
+ * cudaGraphDestroy -> cuGraphDestroy, cudaGraphAddKernelNode ->
+ * cuGraphAddKernelNode_v2 (with the registered CUfunction),
+ * cudaGraphAddMemcpyNode(1D) -> cuGraphAddMemcpyNode, cudaGraphAddMemsetNode
+ * -> cuGraphAddMemsetNode, cudaGraphAddChildGraphNode ->
+ * cuGraphAddChildGraphNode. Launches on a capturing stream reach the driver
+ * as every launch does and are recorded there; asynchronous copies and sets
+ * (which never call the driver's exported functions here) and, under
+ * PROFI_STUB_LAUNCH=runtime, launches are recorded through the driver's
+ * private export table (cuGetExportTable), as the real runtime reaches
+ * driver internals: a capturing stream records them and they return
+ * cudaSuccess (or cudaErrorStreamCaptureInvalidated), moving nothing.
+ * Synchronous copies and sets ignore capture (not modelled). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_drv_stub.h"
 #include "cuda_stub.h"
@@ -155,6 +185,52 @@ static _Thread_local int cur_device;
 		return rc_;              \
 	} while (0)
 
+/* The driver's private table (cuGetExportTable), fetched once; NULL under a
+ * driver that lacks it (NVIDIA's): nothing then captures. */
+static const struct profi_stub_export_table *drv_table;
+static pthread_once_t drv_table_once = PTHREAD_ONCE_INIT;
+
+static void fetch_drv_table(void)
+{
+	const void *p = NULL;
+	CUuuid id;
+	memcpy(id.bytes, PROFI_STUB_EXPORT_TABLE_ID, sizeof(id.bytes));
+	if (cuGetExportTable(&p, &id) == CUDA_SUCCESS && p &&
+	    ((const struct profi_stub_export_table *)p)->size >= sizeof(*drv_table))
+		drv_table = p;
+}
+
+static const struct profi_stub_export_table *driver_table(void)
+{
+	pthread_once(&drv_table_once, fetch_drv_table);
+	return drv_table;
+}
+
+/* How a copy or set treats stream capture: a synchronous one ignores it;
+ * an asynchronous one on a capturing stream is recorded (ASYNC_PTSZ: a
+ * _ptsz entry point, whose NULL stream is the per-thread stream). */
+enum { SYNC, ASYNC, ASYNC_PTSZ };
+
+static int captured_copy(int mode, cudaStream_t s, size_t bytes, int kind, cudaError_t *rc)
+{
+	const struct profi_stub_export_table *t = mode == SYNC ? NULL : driver_table();
+	CUresult r;
+	if (!t || !t->capture_copy((CUstream)s, mode == ASYNC_PTSZ, bytes, kind, &r))
+		return 0;
+	*rc = (cudaError_t)r;
+	return 1;
+}
+
+static int captured_set(int mode, cudaStream_t s, size_t bytes, cudaError_t *rc)
+{
+	const struct profi_stub_export_table *t = mode == SYNC ? NULL : driver_table();
+	CUresult r;
+	if (!t || !t->capture_set((CUstream)s, mode == ASYNC_PTSZ, bytes, &r))
+		return 0;
+	*rc = (cudaError_t)r;
+	return 1;
+}
+
 INTERNAL cudaError_t do_alloc(struct live_set *l, void **ptr, size_t size,
 			      uintptr_t *counter, uintptr_t base)
 {
@@ -208,36 +284,49 @@ INTERNAL cudaError_t do_free_host(void *ptr)
 }
 
 /* Buffers are fake device pointers: never touched. */
-INTERNAL cudaError_t do_memcpy(void *dst, const void *src, size_t count,
+INTERNAL cudaError_t do_memcpy(int mode, void *dst, const void *src, size_t count,
 			       enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+	cudaError_t rc;
 	sink = (uintptr_t)dst ^ (uintptr_t)src ^ count ^ (uintptr_t)stream;
 	/* Unsigned compare so negative kinds are rejected too. */
-	return (unsigned)kind <= cudaMemcpyDefault ? cudaSuccess
-						   : cudaErrorInvalidMemcpyDirection;
+	if ((unsigned)kind > cudaMemcpyDefault)
+		return cudaErrorInvalidMemcpyDirection;
+	if (captured_copy(mode, stream, count, kind, &rc))
+		return rc;
+	return cudaSuccess;
 }
 
-INTERNAL cudaError_t do_memcpy_2d(void *dst, size_t dpitch, const void *src,
+INTERNAL cudaError_t do_memcpy_2d(int mode, void *dst, size_t dpitch, const void *src,
 				  size_t spitch, size_t width, size_t height,
 				  enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	sink = dpitch ^ spitch ^ width ^ height;
-	return do_memcpy(dst, src, width * height, kind, stream);
+	return do_memcpy(mode, dst, src, width * height, kind, stream);
 }
 
-/* Any devices, any size: a peer copy always succeeds. */
-INTERNAL cudaError_t do_memcpy_peer(void *dst, int dstDevice, const void *src,
+/* Any devices, any size: a peer copy always succeeds (captured: a
+ * device-to-device copy node). */
+INTERNAL cudaError_t do_memcpy_peer(int mode, void *dst, int dstDevice, const void *src,
 				    int srcDevice, size_t count, cudaStream_t stream)
 {
+	cudaError_t rc;
 	sink = (uintptr_t)dst ^ (uintptr_t)src ^ count ^ (uintptr_t)stream ^
 	       (unsigned)dstDevice ^ ((uintptr_t)(unsigned)srcDevice << 32);
+	if (captured_copy(mode, stream, count, cudaMemcpyDeviceToDevice, &rc))
+		return rc;
 	return cudaSuccess;
 }
 
-INTERNAL cudaError_t do_memset(void *devPtr, int value, size_t count, cudaStream_t stream)
+INTERNAL cudaError_t do_memset(int mode, void *devPtr, int value, size_t count, cudaStream_t stream)
 {
+	cudaError_t rc;
 	sink = (uintptr_t)devPtr ^ (unsigned)value ^ count ^ (uintptr_t)stream;
-	return devPtr ? cudaSuccess : cudaErrorInvalidValue;
+	if (!devPtr)
+		return cudaErrorInvalidValue;
+	if (captured_set(mode, stream, count, &rc))
+		return rc;
+	return cudaSuccess;
 }
 
 /* The registered driver function for a host stub, else the address itself
@@ -266,6 +355,19 @@ static int launch_in_runtime(void)
 	return v;
 }
 
+/* A launch under PROFI_STUB_LAUNCH=runtime: recorded when its stream
+ * captures, else it "runs" here. */
+static cudaError_t launch_here(int ptsz, CUfunction f, dim3 grid, dim3 block, unsigned shm,
+			       CUstream s)
+{
+	const struct profi_stub_export_table *t = driver_table();
+	unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+	CUresult rc;
+	if (t && t->capture_launch(s, ptsz, f, g, b, shm, &rc))
+		return (cudaError_t)rc;
+	return cudaSuccess;
+}
+
 INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 			       dim3 block, void **args, size_t sharedMem,
 			       cudaStream_t stream)
@@ -282,11 +384,11 @@ INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 	last_stream = (uintptr_t)stream;
 	if (!func)
 		return cudaErrorInvalidDeviceFunction;
-	if (launch_in_runtime())
-		return cudaSuccess;
 	CUfunction f = lookup_function(func);
 	CUstream s = (CUstream)stream;
 	unsigned shm = (unsigned)sharedMem;
+	if (launch_in_runtime())
+		return launch_here(api == L_PTSZ, f, grid, block, shm, s);
 	switch (api) {
 	case L_PTSZ:
 		return cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y,
@@ -310,7 +412,8 @@ INTERNAL cudaError_t do_launch_ex(const cudaLaunchConfig_t *config, const void *
 	if (!func)
 		return cudaErrorInvalidDeviceFunction;
 	if (launch_in_runtime())
-		return cudaSuccess;
+		return launch_here(0, lookup_function(func), config->gridDim, config->blockDim,
+				   (unsigned)config->dynamicSmemBytes, (CUstream)config->stream);
 	CUlaunchConfig c = {
 		.gridDimX = config->gridDim.x, .gridDimY = config->gridDim.y,
 		.gridDimZ = config->gridDim.z, .blockDimX = config->blockDim.x,
@@ -326,6 +429,14 @@ INTERNAL cudaError_t do_sync(uintptr_t what)
 {
 	sink = what;
 	return cudaSuccess; /* nothing ever runs, so nothing is pending */
+}
+
+/* The driver answers: a capturing stream may not be synchronised
+ * (cudaErrorStreamCaptureUnsupported, and its capture is invalidated). */
+INTERNAL cudaError_t do_stream_sync(cudaStream_t stream, int ptsz)
+{
+	sink = (uintptr_t)stream;
+	return ptsz ? cuStreamSynchronize_ptsz((CUstream)stream) : cuStreamSynchronize((CUstream)stream);
 }
 
 INTERNAL cudaError_t do_event_sync(cudaEvent_t event)
@@ -439,13 +550,13 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
 			      enum cudaMemcpyKind kind)
 {
-	WRAP(do_memcpy(dst, src, count, kind, NULL));
+	WRAP(do_memcpy(SYNC, dst, src, count, kind, NULL));
 }
 
 EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
 				   enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-	WRAP(do_memcpy(dst, src, count, kind, stream));
+	WRAP(do_memcpy(ASYNC, dst, src, count, kind, stream));
 }
 
 EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim,
@@ -513,32 +624,32 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const v
 EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
 					enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-	WRAP(do_memcpy(dst, src, count, kind, stream));
+	WRAP(do_memcpy(ASYNC_PTSZ, dst, src, count, kind, stream));
 }
 
 EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src,
 				  int srcDevice, size_t count)
 {
-	WRAP(do_memcpy_peer(dst, dstDevice, src, srcDevice, count, NULL));
+	WRAP(do_memcpy_peer(SYNC, dst, dstDevice, src, srcDevice, count, NULL));
 }
 
 EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src,
 				       int srcDevice, size_t count, cudaStream_t stream)
 {
-	WRAP(do_memcpy_peer(dst, dstDevice, src, srcDevice, count, stream));
+	WRAP(do_memcpy_peer(ASYNC, dst, dstDevice, src, srcDevice, count, stream));
 }
 
 EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
 				size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, NULL));
+	WRAP(do_memcpy_2d(SYNC, dst, dpitch, src, spitch, width, height, kind, NULL));
 }
 
 EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
 				     size_t spitch, size_t width, size_t height,
 				     enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream));
+	WRAP(do_memcpy_2d(ASYNC, dst, dpitch, src, spitch, width, height, kind, stream));
 }
 
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
@@ -558,18 +669,18 @@ EXPORT cudaError_t cudaFreeHost(void *ptr)
 
 EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
-	WRAP(do_memset(devPtr, value, count, NULL));
+	WRAP(do_memset(SYNC, devPtr, value, count, NULL));
 }
 
 EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
 				   cudaStream_t stream)
 {
-	WRAP(do_memset(devPtr, value, count, stream));
+	WRAP(do_memset(ASYNC, devPtr, value, count, stream));
 }
 
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-	WRAP(do_sync((uintptr_t)stream));
+	WRAP(do_stream_sync(stream, 0));
 }
 
 EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
@@ -597,37 +708,37 @@ EXPORT cudaError_t cudaGetDevice(int *device)
 EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
 				   enum cudaMemcpyKind kind)
 {
-	WRAP(do_memcpy(dst, src, count, kind, PER_THREAD_STREAM));
+	WRAP(do_memcpy(SYNC, dst, src, count, kind, PER_THREAD_STREAM));
 }
 
 EXPORT cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src,
 				     size_t spitch, size_t width, size_t height,
 				     enum cudaMemcpyKind kind)
 {
-	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, PER_THREAD_STREAM));
+	WRAP(do_memcpy_2d(SYNC, dst, dpitch, src, spitch, width, height, kind, PER_THREAD_STREAM));
 }
 
 EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src,
 					  size_t spitch, size_t width, size_t height,
 					  enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-	WRAP(do_memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream));
+	WRAP(do_memcpy_2d(ASYNC_PTSZ, dst, dpitch, src, spitch, width, height, kind, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
 {
-	WRAP(do_memset(devPtr, value, count, PER_THREAD_STREAM));
+	WRAP(do_memset(SYNC, devPtr, value, count, PER_THREAD_STREAM));
 }
 
 EXPORT cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count,
 					cudaStream_t stream)
 {
-	WRAP(do_memset(devPtr, value, count, stream));
+	WRAP(do_memset(ASYNC_PTSZ, devPtr, value, count, stream));
 }
 
 EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
 {
-	WRAP(do_sync((uintptr_t)stream));
+	WRAP(do_stream_sync(stream, 1));
 }
 
 EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
@@ -679,24 +790,213 @@ EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
 	last_rc = do_unregister_fatbin(fatCubinHandle);
 }
 
-#ifndef PROFI_STUB_OMIT_GRAPH
-static uintptr_t next_exec; /* graph execs: 0x6000 + n*0x10 */
-
+/* Graphs and stream capture: the driver's answers. Its codes mean the
+ * same in both APIs here (CUDA_ERROR_INVALID_HANDLE for a NULL exec equals
+ * cudaErrorInvalidResourceHandle, 400; 401 and 900-910 likewise). */
 INTERNAL cudaError_t do_graph_instantiate(cudaGraphExec_t *pGraphExec,
 					  cudaGraph_t graph,
 					  unsigned long long flags)
 {
 	sink = (uintptr_t)graph ^ flags;
-	return do_handle((void **)pGraphExec, &next_exec, 0x6000);
+	return cuGraphInstantiateWithFlags((CUgraphExec *)pGraphExec, (CUgraph)graph, flags);
 }
 
-/* CUDA_ERROR_INVALID_HANDLE for a NULL exec equals
- * cudaErrorInvalidResourceHandle (400). */
+INTERNAL cudaError_t do_begin_capture(cudaStream_t stream, int ptsz, enum cudaStreamCaptureMode mode)
+{
+	sink = (uintptr_t)stream ^ (unsigned)mode;
+	return ptsz ? cuStreamBeginCapture_v2_ptsz((CUstream)stream, (CUstreamCaptureMode)mode)
+		    : cuStreamBeginCapture_v2((CUstream)stream, (CUstreamCaptureMode)mode);
+}
+
+INTERNAL cudaError_t do_begin_capture_to_graph(cudaStream_t stream, int ptsz, cudaGraph_t graph,
+					       const cudaGraphNode_t *deps,
+					       const cudaGraphEdgeData *edges, size_t ndeps,
+					       enum cudaStreamCaptureMode mode)
+{
+	sink = (uintptr_t)stream ^ (uintptr_t)graph;
+	return (ptsz ? cuStreamBeginCaptureToGraph_ptsz : cuStreamBeginCaptureToGraph)(
+		(CUstream)stream, (CUgraph)graph, (const CUgraphNode *)deps, edges, ndeps,
+		(CUstreamCaptureMode)mode);
+}
+
+INTERNAL cudaError_t do_end_capture(cudaStream_t stream, int ptsz, cudaGraph_t *pGraph)
+{
+	sink = (uintptr_t)stream;
+	return ptsz ? cuStreamEndCapture_ptsz((CUstream)stream, (CUgraph *)pGraph)
+		    : cuStreamEndCapture((CUstream)stream, (CUgraph *)pGraph);
+}
+
+INTERNAL cudaError_t do_is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
+{
+	sink = (uintptr_t)stream;
+	return cuStreamIsCapturing((CUstream)stream, (CUstreamCaptureStatus *)status);
+}
+
+INTERNAL cudaError_t do_event_create(cudaEvent_t *event, unsigned flags)
+{
+	sink = flags;
+	return cuEventCreate((CUevent *)event, flags);
+}
+
+INTERNAL cudaError_t do_event_destroy(cudaEvent_t event)
+{
+	sink = (uintptr_t)event;
+	return cuEventDestroy_v2((CUevent)event);
+}
+
+/* flags < 0: cudaEventRecord, no flags argument. */
+INTERNAL cudaError_t do_event_record(cudaEvent_t event, cudaStream_t stream, int ptsz, long flags)
+{
+	CUevent e = (CUevent)event;
+	CUstream s = (CUstream)stream;
+	sink = (uintptr_t)event ^ (uintptr_t)stream;
+	if (flags < 0)
+		return ptsz ? cuEventRecord_ptsz(e, s) : cuEventRecord(e, s);
+	return ptsz ? cuEventRecordWithFlags_ptsz(e, s, (unsigned)flags)
+		    : cuEventRecordWithFlags(e, s, (unsigned)flags);
+}
+
+INTERNAL cudaError_t do_stream_wait(cudaStream_t stream, cudaEvent_t event, unsigned flags, int ptsz)
+{
+	sink = (uintptr_t)event ^ (uintptr_t)stream;
+	return ptsz ? cuStreamWaitEvent_ptsz((CUstream)stream, (CUevent)event, flags)
+		    : cuStreamWaitEvent((CUstream)stream, (CUevent)event, flags);
+}
+
+INTERNAL cudaError_t do_graph_create(cudaGraph_t *pGraph, unsigned flags)
+{
+	sink = flags;
+	return cuGraphCreate((CUgraph *)pGraph, flags);
+}
+
+/* cudaGraphInstantiateParams and CUDA_GRAPH_INSTANTIATE_PARAMS share
+ * their layout, as cudaGraphExecUpdateResultInfo and
+ * CUgraphExecUpdateResultInfo do. */
+INTERNAL cudaError_t do_instantiate_params(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+					   cudaGraphInstantiateParams *p, int ptsz)
+{
+	sink = (uintptr_t)graph;
+	CUDA_GRAPH_INSTANTIATE_PARAMS *cp = (CUDA_GRAPH_INSTANTIATE_PARAMS *)p;
+	return ptsz ? cuGraphInstantiateWithParams_ptsz((CUgraphExec *)pGraphExec, (CUgraph)graph, cp)
+		    : cuGraphInstantiateWithParams((CUgraphExec *)pGraphExec, (CUgraph)graph, cp);
+}
+
+INTERNAL cudaError_t do_exec_update(cudaGraphExec_t exec, cudaGraph_t graph,
+				    cudaGraphExecUpdateResultInfo *info)
+{
+	sink = (uintptr_t)exec ^ (uintptr_t)graph;
+	return cuGraphExecUpdate_v2((CUgraphExec)exec, (CUgraph)graph,
+				    (CUgraphExecUpdateResultInfo *)info);
+}
+
+INTERNAL cudaError_t do_exec_destroy(cudaGraphExec_t exec)
+{
+	sink = (uintptr_t)exec;
+	return cuGraphExecDestroy((CUgraphExec)exec);
+}
+
+INTERNAL cudaError_t do_graph_destroy(cudaGraph_t graph)
+{
+	sink = (uintptr_t)graph;
+	return cuGraphDestroy((CUgraph)graph);
+}
+
+/* The driver gets the kernel's registered CUfunction, as from a launch. */
+INTERNAL cudaError_t do_add_kernel_node(cudaGraphNode_t *pNode, cudaGraph_t graph,
+					const cudaGraphNode_t *deps, size_t ndeps,
+					const struct cudaKernelNodeParams *p)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	if (!p->func)
+		return cudaErrorInvalidDeviceFunction;
+	CUDA_KERNEL_NODE_PARAMS cp = {
+		.func = lookup_function(p->func),
+		.gridDimX = p->gridDim.x, .gridDimY = p->gridDim.y, .gridDimZ = p->gridDim.z,
+		.blockDimX = p->blockDim.x, .blockDimY = p->blockDim.y, .blockDimZ = p->blockDim.z,
+		.sharedMemBytes = p->sharedMemBytes, .kernelParams = p->kernelParams, .extra = p->extra,
+	};
+	return cuGraphAddKernelNode_v2((CUgraphNode *)pNode, (CUgraph)graph,
+				       (const CUgraphNode *)deps, ndeps, &cp);
+}
+
+/* The memory types of a cudaMemcpyKind's source and destination. */
+static void copy_types(enum cudaMemcpyKind kind, CUmemorytype *src, CUmemorytype *dst)
+{
+	switch (kind) {
+	case cudaMemcpyHostToHost:
+		*src = *dst = CU_MEMORYTYPE_HOST;
+		break;
+	case cudaMemcpyHostToDevice:
+		*src = CU_MEMORYTYPE_HOST;
+		*dst = CU_MEMORYTYPE_DEVICE;
+		break;
+	case cudaMemcpyDeviceToHost:
+		*src = CU_MEMORYTYPE_DEVICE;
+		*dst = CU_MEMORYTYPE_HOST;
+		break;
+	case cudaMemcpyDeviceToDevice:
+		*src = *dst = CU_MEMORYTYPE_DEVICE;
+		break;
+	default:
+		*src = *dst = CU_MEMORYTYPE_UNIFIED;
+	}
+}
+
+/* Linear memory only (no arrays): width is in bytes. */
+INTERNAL cudaError_t do_add_memcpy_node(cudaGraphNode_t *pNode, cudaGraph_t graph,
+					const cudaGraphNode_t *deps, size_t ndeps, void *dst,
+					const void *src, size_t width, size_t height, size_t depth,
+					enum cudaMemcpyKind kind)
+{
+	CUDA_MEMCPY3D c = {.srcHost = src, .srcDevice = (CUdeviceptr)(uintptr_t)src,
+			   .dstHost = dst, .dstDevice = (CUdeviceptr)(uintptr_t)dst,
+			   .WidthInBytes = width, .Height = height, .Depth = depth};
+	if ((unsigned)kind > cudaMemcpyDefault)
+		return cudaErrorInvalidMemcpyDirection;
+	copy_types(kind, &c.srcMemoryType, &c.dstMemoryType);
+	return cuGraphAddMemcpyNode((CUgraphNode *)pNode, (CUgraph)graph, (const CUgraphNode *)deps,
+				    ndeps, &c, NULL);
+}
+
+INTERNAL cudaError_t do_add_memcpy3d_node(cudaGraphNode_t *pNode, cudaGraph_t graph,
+					  const cudaGraphNode_t *deps, size_t ndeps,
+					  const struct cudaMemcpy3DParms *p)
+{
+	if (!p || p->srcArray || p->dstArray)
+		return cudaErrorInvalidValue;
+	return do_add_memcpy_node(pNode, graph, deps, ndeps, p->dstPtr.ptr, p->srcPtr.ptr,
+				  p->extent.width, p->extent.height, p->extent.depth, p->kind);
+}
+
+INTERNAL cudaError_t do_add_memset_node(cudaGraphNode_t *pNode, cudaGraph_t graph,
+					const cudaGraphNode_t *deps, size_t ndeps,
+					const struct cudaMemsetParams *p)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	CUDA_MEMSET_NODE_PARAMS cp = {.dst = (CUdeviceptr)(uintptr_t)p->dst, .pitch = p->pitch,
+				      .value = p->value, .elementSize = p->elementSize,
+				      .width = p->width, .height = p->height};
+	return cuGraphAddMemsetNode((CUgraphNode *)pNode, (CUgraph)graph, (const CUgraphNode *)deps,
+				    ndeps, &cp, NULL);
+}
+
+INTERNAL cudaError_t do_add_child_node(cudaGraphNode_t *pNode, cudaGraph_t graph,
+				       const cudaGraphNode_t *deps, size_t ndeps, cudaGraph_t child)
+{
+	sink = (uintptr_t)child;
+	return cuGraphAddChildGraphNode((CUgraphNode *)pNode, (CUgraph)graph,
+					(const CUgraphNode *)deps, ndeps, (CUgraph)child);
+}
+
+#ifndef PROFI_STUB_OMIT_GRAPH
 INTERNAL cudaError_t do_graph_launch(cudaGraphExec_t exec, cudaStream_t stream)
 {
 	sink = (uintptr_t)exec ^ (uintptr_t)stream;
 	return cuGraphLaunch((CUgraphExec)exec, (CUstream)stream);
 }
+
 
 EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
 					cudaGraph_t graph,
@@ -715,6 +1015,178 @@ EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t strea
 	WRAP(do_graph_launch(exec, stream));
 }
 #endif
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	WRAP(do_begin_capture(stream, 0, mode));
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	WRAP(do_begin_capture(stream, 1, mode));
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+						 const cudaGraphNode_t *dependencies,
+						 const cudaGraphEdgeData *dependencyData,
+						 size_t numDependencies,
+						 enum cudaStreamCaptureMode mode)
+{
+	WRAP(do_begin_capture_to_graph(stream, 0, graph, dependencies, dependencyData,
+				       numDependencies, mode));
+}
+
+EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+						      const cudaGraphNode_t *dependencies,
+						      const cudaGraphEdgeData *dependencyData,
+						      size_t numDependencies,
+						      enum cudaStreamCaptureMode mode)
+{
+	WRAP(do_begin_capture_to_graph(stream, 1, graph, dependencies, dependencyData,
+				       numDependencies, mode));
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	WRAP(do_end_capture(stream, 0, pGraph));
+}
+
+EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	WRAP(do_end_capture(stream, 1, pGraph));
+}
+
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+					 enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+	WRAP(do_is_capturing(stream, pCaptureStatus));
+}
+
+EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+	WRAP(do_event_create(event, cudaEventDefault));
+}
+
+EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags)
+{
+	WRAP(do_event_create(event, flags));
+}
+
+EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+	WRAP(do_event_destroy(event));
+}
+
+EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+	WRAP(do_event_record(event, stream, 0, -1));
+}
+
+EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
+{
+	WRAP(do_event_record(event, stream, 1, -1));
+}
+
+EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned flags)
+{
+	WRAP(do_event_record(event, stream, 0, flags));
+}
+
+EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream,
+						 unsigned flags)
+{
+	WRAP(do_event_record(event, stream, 1, flags));
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags)
+{
+	WRAP(do_stream_wait(stream, event, flags, 0));
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned flags)
+{
+	WRAP(do_stream_wait(stream, event, flags, 1));
+}
+
+EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned flags)
+{
+	WRAP(do_graph_create(pGraph, flags));
+}
+
+EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+						 unsigned long long flags)
+{
+	WRAP(do_graph_instantiate(pGraphExec, graph, flags));
+}
+
+EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+						  cudaGraphInstantiateParams *instantiateParams)
+{
+	WRAP(do_instantiate_params(pGraphExec, graph, instantiateParams, 0));
+}
+
+EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec,
+						       cudaGraph_t graph,
+						       cudaGraphInstantiateParams *instantiateParams)
+{
+	WRAP(do_instantiate_params(pGraphExec, graph, instantiateParams, 1));
+}
+
+EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+				       cudaGraphExecUpdateResultInfo *resultInfo)
+{
+	WRAP(do_exec_update(hGraphExec, hGraph, resultInfo));
+}
+
+EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+	WRAP(do_exec_destroy(graphExec));
+}
+
+EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+	WRAP(do_graph_destroy(graph));
+}
+
+EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+					  const cudaGraphNode_t *pDependencies,
+					  size_t numDependencies,
+					  const struct cudaKernelNodeParams *pNodeParams)
+{
+	WRAP(do_add_kernel_node(pGraphNode, graph, pDependencies, numDependencies, pNodeParams));
+}
+
+EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+					  const cudaGraphNode_t *pDependencies,
+					  size_t numDependencies,
+					  const struct cudaMemcpy3DParms *pCopyParams)
+{
+	WRAP(do_add_memcpy3d_node(pGraphNode, graph, pDependencies, numDependencies, pCopyParams));
+}
+
+EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+					    const cudaGraphNode_t *pDependencies,
+					    size_t numDependencies, void *dst, const void *src,
+					    size_t count, enum cudaMemcpyKind kind)
+{
+	WRAP(do_add_memcpy_node(pGraphNode, graph, pDependencies, numDependencies, dst, src, count,
+				1, 1, kind));
+}
+
+EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+					  const cudaGraphNode_t *pDependencies,
+					  size_t numDependencies,
+					  const struct cudaMemsetParams *pMemsetParams)
+{
+	WRAP(do_add_memset_node(pGraphNode, graph, pDependencies, numDependencies, pMemsetParams));
+}
+
+EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+					      const cudaGraphNode_t *pDependencies,
+					      size_t numDependencies, cudaGraph_t childGraph)
+{
+	WRAP(do_add_child_node(pGraphNode, graph, pDependencies, numDependencies, childGraph));
+}
 
 EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
