@@ -320,7 +320,7 @@ func writeGraphs(w io.Writer, s status.ProcessStatus) {
 	}
 	line := fmt.Sprintf("    graphs: %d built (%d executable alive), %d replays", g.Graphs, g.Execs, g.Replays)
 	if g.UnknownReplays > 0 {
-		line += fmt.Sprintf(" (%d of graphs built before profi attached or past its cap: their kernels are not counted)", g.UnknownReplays)
+		line += fmt.Sprintf(" (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted)", g.UnknownReplays)
 	}
 	if g.GraphKernelShare != nil {
 		line += fmt.Sprintf(", %s of the process's kernels ran through graphs", percent(*g.GraphKernelShare))
