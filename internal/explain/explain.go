@@ -323,7 +323,7 @@ func writeGraphs(w io.Writer, s status.ProcessStatus) {
 		line += fmt.Sprintf(" (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted)", g.UnknownReplays)
 	}
 	if g.GraphKernelShare != nil {
-		line += fmt.Sprintf(", %s of the process's kernels ran through graphs", percent(*g.GraphKernelShare))
+		line += fmt.Sprintf(", %s of the process's counted kernels ran through graphs", percent(*g.GraphKernelShare))
 	}
 	fmt.Fprintln(w, line)
 }

@@ -187,7 +187,7 @@ func TestExplainGraphs(t *testing.T) {
   gpu 0 GPU-a (source: device 0: nvml)
     counters: launches 100, active device memory 0 B, memset 0 B
     kernels that ran: 400 (100 direct launches, 300 through graph replays); 12 launch calls captured into graphs (they ran nothing then)
-    graphs: 5 built (4 executable alive), 1200 replays (200 of them ran graphs built before profi attached or past its caps: their kernels are not counted), 75% of the process's kernels ran through graphs
+    graphs: 5 built (4 executable alive), 1200 replays (200 of them ran graphs built before profi attached or past its caps: their kernels are not counted), 75% of the process's counted kernels ran through graphs
   gpu 1 GPU-b (source: device 1: nvml)
     counters: launches 50, active device memory 0 B, memset 0 B
     kernels that ran: 200 (50 direct launches, 150 through graph replays)
@@ -203,7 +203,7 @@ agent dev, kernel mode anonymous, probe profile lean, up 90s, last discovery 202
 		want string
 	}{
 		// 4 of 1000 kernels: not rounded down to 0 %.
-		{51, "    kernels that ran: 1000 (996 direct launches, 4 through graph replays)\n    graphs: 1 built (1 executable alive), 9 replays, <1% of the process's kernels ran through graphs\n"},
+		{51, "    kernels that ran: 1000 (996 direct launches, 4 through graph replays)\n    graphs: 1 built (1 executable alive), 9 replays, <1% of the process's counted kernels ran through graphs\n"},
 		// Only replays of graphs built before attach: no kernel, no share.
 		{52, "    graphs: 0 built (0 executable alive), 7 replays (7 of them ran graphs built before profi attached or past its caps: their kernels are not counted)\n"},
 	} {

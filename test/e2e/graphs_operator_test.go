@@ -94,7 +94,7 @@ func TestGraphsOperatorView(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf("    kernels that ran: %d (%d direct launches, %d through graph replays); %d launch calls captured into graphs (they ran nothing then)\n",
 			direct+graph, direct, graph, captured),
-		fmt.Sprintf("    graphs: %d built (%d executable alive), %d replays (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted), %s of the process's kernels ran through graphs\n",
+		fmt.Sprintf("    graphs: %d built (%d executable alive), %d replays (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted), %s of the process's counted kernels ran through graphs\n",
 			g.Graphs, g.Execs, replays, gt.UnknownGraphReplays, pct),
 	} {
 		if !strings.Contains(text, want) {
