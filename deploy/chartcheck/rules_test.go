@@ -14,7 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The rule names of docs/INTERFACE.md section 8, exactly.
+// The rule names of docs/INTERFACE.md section 8, exactly: the interface's
+// 13 recording rules and the additions.
 var (
 	wantRecording = []string{
 		"profi:cuda_calls:rate5m", "profi:cuda_duration:p99:5m", "profi:cuda_duration:p50:5m",
@@ -22,6 +23,8 @@ var (
 		"profi:memcpy_d2d_ratio", "profi:nccl_calls:rate5m", "profi:nccl_bytes:rate5m",
 		"profi:nccl_duration:p99:5m", "profi:cuda_kernel_launches:rate5m",
 		"profi:cuda_kernel_duration:p99:5m", "profi:cuda_errors:rate5m",
+		// Addition (CUDA graphs, issue 16).
+		"profi:cuda_graph_kernel_launches:rate5m", "profi:cuda_graph_kernel_ratio",
 	}
 	// alert -> runbook slug (section 8.2).
 	wantAlerts = map[string]string{
@@ -46,7 +49,7 @@ func prometheusRule(t *testing.T) *monitoringv1.PrometheusRule {
 	return &pr
 }
 
-// TestRuleNamesAndRunbooks pins the groups, the 13 recording rules and 11
+// TestRuleNamesAndRunbooks pins the groups, the 15 recording rules and 11
 // alerts by name, their labels and annotations, and that each alert links
 // to its own runbook, which exists and has the three sections.
 func TestRuleNamesAndRunbooks(t *testing.T) {
@@ -141,8 +144,8 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 25 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (13 recording rules, 12 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory)", out, want)
+	if want := "SUCCESS: 27 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (15 recording rules, 12 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir

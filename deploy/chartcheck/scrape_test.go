@@ -1,8 +1,11 @@
 package chartcheck
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -16,8 +19,8 @@ import (
 
 // absentWithoutHardware are queried families a scrape on this machine
 // cannot hold, and why. Everything else the rules and the dashboard query
-// must be in the scrape of a real agent watching a CUDA workload and a
-// 2-rank NCCL job, with every label the queries use.
+// must be in the scrape of a real agent watching a CUDA workload, a CUDA
+// graphs workload and a 2-rank NCCL job, with every label the queries use.
 var absentWithoutHardware = map[string]string{
 	"profi_gpu_":                         "NVML families: no NVIDIA driver on CI machines",
 	"profi_nccl_straggler_ratio":         "needs a second communicator window with enough calls per rank",
@@ -97,6 +100,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = w.Stop() }()
+	graphs := startGraphs(t, fx.Graphs)
 	ranks, err := testutil.StartNCCLJob(ctx, fx.NcclWorkload, 2, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +126,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 				seen[p] = true
 			}
 		}
-		for _, p := range []int{w.PID, ranks[0].PID, ranks[1].PID} {
+		for _, p := range []int{w.PID, graphs.pid, ranks[0].PID, ranks[1].PID} {
 			if !seen[p] {
 				return fmt.Errorf("pid %d not attached yet", p)
 			}
@@ -139,6 +143,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 			t.Fatalf("nccl rank: %v", err)
 		}
 	}
+	graphs.run(t)
 	var fams map[string][]string
 	if err := testutil.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
@@ -146,7 +151,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 			return err
 		}
 		fams = scraped(mfs)
-		for _, need := range []string{"profi_nccl_calls_total", "profi_cuda_kernel_launches_total"} {
+		for _, need := range []string{"profi_nccl_calls_total", "profi_cuda_kernel_launches_total", "profi_cuda_graph_kernel_launches_total"} {
 			if _, ok := fams[need]; !ok {
 				return fmt.Errorf("%s not in the scrape yet", need)
 			}
@@ -188,4 +193,47 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	}
 	sort.Strings(absent)
 	t.Logf("queried but absent here, as listed: %v", absent)
+}
+
+// graphsWorkload is test/workloads/graphs.c, which captures and replays
+// CUDA graphs (its ground truth is checked in test/e2e: here only its
+// series are needed).
+type graphsWorkload struct {
+	pid   int
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startGraphs starts the graphs workload and waits for its "ready" line.
+func startGraphs(t *testing.T, bin string) *graphsWorkload {
+	t.Helper()
+	cmd := exec.Command(bin, "20")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("%s: %q, %v", bin, line, err)
+	}
+	return &graphsWorkload{pid: cmd.Process.Pid, stdin: stdin, out: r}
+}
+
+// run tells it "go" and waits for its ground truth line.
+func (g *graphsWorkload) run(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(g.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.out.ReadString('\n'); err != nil {
+		t.Fatalf("graphs workload: %v", err)
+	}
 }

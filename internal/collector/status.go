@@ -56,6 +56,9 @@ func (s *StatusSource) Document() status.Doc {
 	layers := attach.Layers(st)
 	procs := make([]status.ProcessStatus, 0, len(snap.Processes))
 	ops := map[string]uint64{}
+	// Kernels that ran per PID, over its entries (one per GPU).
+	direct, graph := map[int]uint64{}, map[int]uint64{}
+	var unknownReplays uint64
 	for _, p := range snap.Processes {
 		if p.Meta.Pod != "" {
 			podOf[p.Meta.PID] = p.Meta.Namespace + "/" + p.Meta.Pod
@@ -68,7 +71,19 @@ func (s *StatusSource) Document() status.Doc {
 		for op, n := range ps.NCCLCalls {
 			ops[op] += n
 		}
+		direct[ps.PID] += ps.Launches
+		graph[ps.PID] += ps.GraphKernelLaunches
+		if ps.Graphs != nil {
+			unknownReplays += ps.Graphs.UnknownReplays
+		}
 		procs = append(procs, ps)
+	}
+	for i := range procs {
+		g := procs[i].Graphs
+		if ran := direct[procs[i].PID] + graph[procs[i].PID]; g != nil && ran > 0 {
+			share := float64(graph[procs[i].PID]) / float64(ran)
+			g.GraphKernelShare = &share
+		}
 	}
 	failTotals := map[string]uint64{}
 	for k, v := range c.Failures {
@@ -105,6 +120,7 @@ func (s *StatusSource) Document() status.Doc {
 		AttachFailureTotals: failTotals,
 		Operations:          ops,
 		Processes:           procs,
+		UnknownGraphReplays: unknownReplays,
 	}
 	if s.RecentLaunches != nil {
 		doc.RecentLaunches = s.RecentLaunches()
@@ -173,6 +189,15 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 	}
 	for _, l := range p.Launches {
 		ps.Launches += l.Count
+	}
+	for _, l := range p.Graph {
+		ps.GraphKernelLaunches += l.Count
+	}
+	for _, l := range p.Captured {
+		ps.CapturedLaunches += l.Count
+	}
+	if g := p.Graphs; g != nil {
+		ps.Graphs = &status.Graphs{Graphs: g.Graphs, Execs: g.Execs, Replays: g.Replays, UnknownReplays: g.UnknownReplays}
 	}
 	if p.HasMemory() {
 		ps.ActiveMemoryBytes = p.ActiveBytes()

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -211,5 +212,89 @@ func TestStatusOptionalParts(t *testing.T) {
 	}
 	if want := []status.LaunchEvent{{Time: at, PID: 10, Operation: "cudaLaunchKernel", GridBlocks: 64}}; !reflect.DeepEqual(doc.RecentLaunches, want) {
 		t.Errorf("recent launches = %v, want %v", doc.RecentLaunches, want)
+	}
+}
+
+// TestStatusGraphs checks the CUDA graph view: per entry the kernels graph
+// replays ran and the captured launch calls, on the first entry the
+// process's graphs with the share of its kernels (over every GPU) that ran
+// through graphs, and the node's replays of graphs built before attach.
+func TestStatusGraphs(t *testing.T) {
+	t.Parallel()
+	kern := func(counts ...uint64) map[aggregate.Kernel]aggregate.Launch {
+		m := map[aggregate.Kernel]aggregate.Launch{}
+		for i, n := range counts {
+			m[aggregate.Kernel{Name: fmt.Sprintf("k%d", i), Class: "other"}] = aggregate.Launch{Count: n}
+		}
+		return m
+	}
+	// pid 10 on two GPUs: 100+50 direct launches, 200+100+150 graph
+	// kernels: 450 of 600 kernels through graphs.
+	gpu0 := &aggregate.Process{
+		Meta:     aggregate.Meta{PID: 10, Comm: "infer", GPU: "0"},
+		Launches: kern(100), Graph: kern(200, 100), Captured: kern(12),
+		Graphs: &aggregate.GraphStats{Graphs: 5, Execs: 4, Replays: 1200, UnknownReplays: 200, Kernels: 450},
+	}
+	gpu1 := &aggregate.Process{Meta: aggregate.Meta{PID: 10, Comm: "infer", GPU: "1"}, Launches: kern(50), Graph: kern(150)}
+	// pid 11 replayed only graphs instantiated before attach: no kernel counted.
+	early := &aggregate.Process{Meta: aggregate.Meta{PID: 11, Comm: "early"}, Graphs: &aggregate.GraphStats{Execs: 0, Replays: 7, UnknownReplays: 7}}
+	// pid 12 used no graph.
+	eager := &aggregate.Process{Meta: aggregate.Meta{PID: 12, Comm: "eager"}, Launches: kern(9)}
+	snap := &aggregate.Snapshot{Processes: []*aggregate.Process{gpu0, gpu1, early, eager}}
+	doc := source(&config.Config{}, time.Now(), snap, attach.Status{}, attach.Counters{}).Document()
+
+	if doc.UnknownGraphReplays != 207 {
+		t.Errorf("unknown graph replays %d, want 207", doc.UnknownGraphReplays)
+	}
+	share := 0.75
+	type view struct {
+		Launches, Graph, Captured uint64
+		Graphs                    *status.Graphs
+	}
+	want := []view{
+		{100, 300, 12, &status.Graphs{Graphs: 5, Execs: 4, Replays: 1200, UnknownReplays: 200, GraphKernelShare: &share}},
+		{50, 150, 0, nil},
+		{0, 0, 0, &status.Graphs{Replays: 7, UnknownReplays: 7}},
+		{9, 0, 0, nil},
+	}
+	if len(doc.Processes) != len(want) {
+		t.Fatalf("%d entries, want %d", len(doc.Processes), len(want))
+	}
+	for i, w := range want {
+		ps := doc.Processes[i]
+		got := view{ps.Launches, ps.GraphKernelLaunches, ps.CapturedLaunches, ps.Graphs}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("entry %d (pid %d gpu %q) = %+v graphs %+v, want %+v graphs %+v", i, ps.PID, ps.GPU, got, got.Graphs, w, w.Graphs)
+		}
+	}
+
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Unknown   json.RawMessage              `json:"unknown_graph_replays"`
+		Processes []map[string]json.RawMessage `json:"processes"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Unknown) != "207" {
+		t.Errorf("unknown_graph_replays %s, want 207", m.Unknown)
+	}
+	p0 := m.Processes[0]
+	if got := string(p0["graphs"]); got != `{"graphs":5,"execs":4,"replays":1200,"unknown_replays":200,"graph_kernel_share":0.75}` {
+		t.Errorf("graphs %s", got)
+	}
+	if string(p0["graph_kernel_launches"]) != "300" || string(p0["captured_launches"]) != "12" || string(p0["launches"]) != "100" {
+		t.Errorf("launches %s, graph_kernel_launches %s, captured_launches %s, want 100, 300, 12", p0["launches"], p0["graph_kernel_launches"], p0["captured_launches"])
+	}
+	if got := string(m.Processes[2]["graphs"]); got != `{"graphs":0,"execs":0,"replays":7,"unknown_replays":7}` {
+		t.Errorf("graphs of a process that ran no kernel: %s, want no graph_kernel_share", got)
+	}
+	for _, i := range []int{1, 3} {
+		if g, ok := m.Processes[i]["graphs"]; ok {
+			t.Errorf("entry %d has graphs %s, want none (not the first entry, or no graph)", i, g)
+		}
 	}
 }

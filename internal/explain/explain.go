@@ -303,6 +303,7 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 			}
 			fmt.Fprintf(w, "  gpu %s %s (source: %s)\n", orDash(s.GPU), s.GPUUUID, gpuSrc)
 			fmt.Fprintf(w, "    counters: launches %d, active device memory %d B, memset %d B\n", s.Launches, s.ActiveMemoryBytes, s.MemsetBytes)
+			writeGraphs(w, s)
 			writeMap(w, "calls", s.Calls)
 			writeMap(w, "errors", s.Errors)
 			writeMap(w, "memcpy bytes", s.MemcpyBytes)
@@ -325,6 +326,44 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 		fmt.Fprintf(w, "\nagent %s, kernel mode %s, probe profile %s, up %.0fs, last discovery %s\n",
 			doc.Version, doc.KernelMode, doc.ProbeProfile, doc.UptimeSeconds, doc.LastDiscovery.Format(time.RFC3339))
 	}
+}
+
+// writeGraphs says what an entry ran through CUDA graphs: kernels that ran
+// split into direct launches and graph kernels, launch calls captured, and
+// on the process's first entry its graphs. Nothing for a process that
+// used no graph.
+func writeGraphs(w io.Writer, s status.ProcessStatus) {
+	if s.GraphKernelLaunches > 0 || s.CapturedLaunches > 0 {
+		line := fmt.Sprintf("    kernels that ran: %d (%d direct launches, %d through graph replays)", s.Launches+s.GraphKernelLaunches, s.Launches, s.GraphKernelLaunches)
+		if s.CapturedLaunches > 0 {
+			line += fmt.Sprintf("; %d launch calls captured into graphs (they ran nothing then)", s.CapturedLaunches)
+		}
+		fmt.Fprintln(w, line)
+	}
+	g := s.Graphs
+	if g == nil {
+		return
+	}
+	line := fmt.Sprintf("    graphs: %d built (%d executable alive), %d replays", g.Graphs, g.Execs, g.Replays)
+	if g.UnknownReplays > 0 {
+		line += fmt.Sprintf(" (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted)", g.UnknownReplays)
+	}
+	if g.GraphKernelShare != nil {
+		line += fmt.Sprintf(", %s of the process's counted kernels ran through graphs", percent(*g.GraphKernelShare))
+	}
+	fmt.Fprintln(w, line)
+}
+
+// percent prints a share in whole percent, never rounding a little to 0 %
+// or almost all to 100 %.
+func percent(share float64) string {
+	switch {
+	case share > 0 && share < 0.01:
+		return "<1%"
+	case share < 1 && share > 0.99:
+		return ">99%"
+	}
+	return fmt.Sprintf("%.0f%%", share*100)
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {

@@ -182,3 +182,79 @@ func TestExplain(t *testing.T) {
 		}
 	})
 }
+
+// TestExplainGraphs checks the whole text answer for a process that runs
+// kernels through CUDA graphs on two GPUs, one replaying graphs built
+// before attach, and the share printed at its edges.
+func TestExplainGraphs(t *testing.T) {
+	t.Parallel()
+	root := fakeProc(t, map[string][2]string{"50": {cudartLine, "infer"}})
+	share, early := 0.75, 0.004
+	d := &status.Doc{
+		Version: "dev", KernelMode: "anonymous", ProbeProfile: "lean", UptimeSeconds: 90, LastDiscovery: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{
+			Library: "libcudart.so", Path: "/opt/app/lib/libcudart.so.12", File: "8:1/500", PIDs: []int{50, 51},
+			Probes: []status.ProbeStatus{{Symbol: "cudaGraphLaunch"}},
+		}}},
+		TrackedPIDs: []int{50, 51},
+		Processes: []status.ProcessStatus{
+			{PID: 50, Comm: "infer", GPU: "0", GPUUUID: "GPU-a", PodSource: "none: no --node-name (pod enrichment off)", GPUSource: "device 0: nvml",
+				Launches: 100, GraphKernelLaunches: 300, CapturedLaunches: 12,
+				Graphs: &status.Graphs{Graphs: 5, Execs: 4, Replays: 1200, UnknownReplays: 200, GraphKernelShare: &share}},
+			{PID: 50, Comm: "infer", GPU: "1", GPUUUID: "GPU-b", GPUSource: "device 1: nvml", Launches: 50, GraphKernelLaunches: 150},
+			{PID: 51, Comm: "early", Launches: 996, GraphKernelLaunches: 4,
+				Graphs: &status.Graphs{Graphs: 1, Execs: 1, Replays: 9, GraphKernelShare: &early}},
+			{PID: 52, Comm: "old", Graphs: &status.Graphs{Replays: 7, UnknownReplays: 7}},
+		},
+	}
+	procs, err := Explain(d, "50", Local{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	Write(&b, procs, d)
+	want := `PID 50 (infer): ATTACHED
+  why: every CUDA/NCCL library it maps has probes; its calls are counted
+  pod: - (source: none: no --node-name (pod enrichment off))
+  libraries (paths inside the process's container):
+    libcudart.so /opt/app/lib/libcudart.so.12 [8:1/500]: attached, 1 functions probed (classic uprobes)
+      probes: cudaGraphLaunch+0
+  gpu 0 GPU-a (source: device 0: nvml)
+    counters: launches 100, active device memory 0 B, memset 0 B
+    kernels that ran: 400 (100 direct launches, 300 through graph replays); 12 launch calls captured into graphs (they ran nothing then)
+    graphs: 5 built (4 executable alive), 1200 replays (200 of them ran graphs built before profi attached or past its caps: their kernels are not counted), 75% of the process's counted kernels ran through graphs
+  gpu 1 GPU-b (source: device 1: nvml)
+    counters: launches 50, active device memory 0 B, memset 0 B
+    kernels that ran: 200 (50 direct launches, 150 through graph replays)
+
+agent dev, kernel mode anonymous, probe profile lean, up 90s, last discovery 2026-01-01T00:00:00Z
+`
+	if b.String() != want {
+		t.Errorf("text answer:\n%s\nwant\n%s", b.String(), want)
+	}
+
+	for _, tc := range []struct {
+		pid  int
+		want string
+	}{
+		// 4 of 1000 kernels: not rounded down to 0 %.
+		{51, "    kernels that ran: 1000 (996 direct launches, 4 through graph replays)\n    graphs: 1 built (1 executable alive), 9 replays, <1% of the process's counted kernels ran through graphs\n"},
+		// Only replays of graphs built before attach: no kernel, no share.
+		{52, "    graphs: 0 built (0 executable alive), 7 replays (7 of them ran graphs built before profi attached or past its caps: their kernels are not counted)\n"},
+	} {
+		var b bytes.Buffer
+		writeGraphs(&b, d.Processes[tc.pid-49])
+		if got := b.String(); got != tc.want {
+			t.Errorf("pid %d:\n%q\nwant\n%q", tc.pid, got, tc.want)
+		}
+	}
+	if got := percent(0.996); got != ">99%" {
+		t.Errorf("percent(0.996) = %q, want >99%%", got)
+	}
+	// A process without graphs: no graph line.
+	var none bytes.Buffer
+	writeGraphs(&none, status.ProcessStatus{PID: 1, Launches: 5})
+	if none.Len() != 0 {
+		t.Errorf("graph lines for a process without graphs: %q", none.String())
+	}
+}

@@ -28,6 +28,11 @@ type Doc struct {
 	Operations map[string]uint64 `json:"operations"`
 	// Processes is the per-process view: labels and live counters.
 	Processes []ProcessStatus `json:"processes"`
+	// UnknownGraphReplays are the CUDA graph replays, over the live
+	// processes, of executable graphs profi did not see built (built or
+	// instantiated before it attached, or past the per-process caps):
+	// the kernels they ran are not counted anywhere.
+	UnknownGraphReplays uint64 `json:"unknown_graph_replays"`
 	// Kubernetes is the pod watch state; absent without --node-name.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 	// KernelFeatures are the optional kernel features the agent uses.
@@ -211,8 +216,20 @@ type ProcessStatus struct {
 	// Calls are counted calls by operation (streams summed, launches
 	// included).
 	Calls map[string]uint64 `json:"calls"`
-	// Launches are kernel launches over all kernels.
+	// Launches are direct kernel launches that ran, over all kernels
+	// (profi_cuda_kernel_launches_total).
 	Launches uint64 `json:"launches"`
+	// GraphKernelLaunches are the kernels CUDA graph replays ran
+	// (profi_cuda_graph_kernel_launches_total): kernels that ran =
+	// Launches + GraphKernelLaunches.
+	GraphKernelLaunches uint64 `json:"graph_kernel_launches"`
+	// CapturedLaunches are launch calls recorded into a CUDA graph while
+	// their stream was capturing (profi_cuda_graph_captured_launches_total):
+	// they ran nothing then.
+	CapturedLaunches uint64 `json:"captured_launches"`
+	// Graphs are the process's CUDA graphs, on its first entry only;
+	// absent when it used none while profi was attached.
+	Graphs *Graphs `json:"graphs,omitempty"`
 	// Errors are failed calls by operation.
 	Errors map[string]uint64 `json:"errors"`
 	// MemcpyBytes are copied bytes by direction.
@@ -224,6 +241,24 @@ type ProcessStatus struct {
 	// NCCLOldestInflightSeconds is the age of the oldest in-flight call
 	// by operation.
 	NCCLOldestInflightSeconds map[string]float64 `json:"nccl_oldest_inflight_seconds,omitempty"`
+}
+
+// Graphs are one process's CUDA graphs (docs/METRICS.md, "CUDA graphs").
+type Graphs struct {
+	// Graphs are the graphs profi saw built (captured or node by node).
+	Graphs int `json:"graphs"`
+	// Execs are the executable graphs alive whose graph profi saw built.
+	Execs int `json:"execs"`
+	// Replays are successful graph launches (cudaGraphLaunch, cuGraphLaunch).
+	Replays uint64 `json:"replays"`
+	// UnknownReplays are the replays of executable graphs profi did not
+	// see built (built or instantiated before it attached, or past the
+	// caps): the kernels they ran are not counted.
+	UnknownReplays uint64 `json:"unknown_replays"`
+	// GraphKernelShare is graph kernels / (direct launches + graph
+	// kernels) over every GPU of the process, since it was attached;
+	// absent while it ran no kernel.
+	GraphKernelShare *float64 `json:"graph_kernel_share,omitempty"`
 }
 
 // Kubernetes is the pod watch state.

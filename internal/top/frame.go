@@ -32,9 +32,17 @@ type Key struct {
 // flight).
 type Row struct {
 	Key
-	LaunchRate float64 // launches per second
-	Launches   uint64  // launches since attach
-	Calls      uint64  // CUDA calls since attach, launches included
+	// LaunchRate and Launches count kernels that ran: direct launches
+	// (profi_cuda_kernel_launches_total) plus the kernels CUDA graph
+	// replays ran (profi_cuda_graph_kernel_launches_total); launch calls
+	// captured into a graph ran nothing and are not counted.
+	LaunchRate float64 // kernels per second
+	Launches   uint64  // kernels since attach
+	// GraphShare is the share of the window's kernels that ran through
+	// graphs; NaN when the process ran no graph kernel since attach or no
+	// kernel in the window.
+	GraphShare float64
+	Calls      uint64 // CUDA calls since attach, launches included
 	// P50 and P99 are the pod's API latency in seconds over the window
 	// (histograms carry no pid: every process of a pod shares them).
 	P50, P99 float64
@@ -197,6 +205,7 @@ func Compute(prev, cur Scrape) Frame {
 		dt = math.Inf(1)
 	}
 	launchesP, launchesC := perKey(prev, "profi_cuda_kernel_launches_total", ""), perKey(cur, "profi_cuda_kernel_launches_total", "")
+	graphP, graphC := perKey(prev, "profi_cuda_graph_kernel_launches_total", ""), perKey(cur, "profi_cuda_graph_kernel_launches_total", "")
 	callsC := perKey(cur, "profi_cuda_calls_total", "")
 	memcpyP, memcpyC := perKey(prev, "profi_cuda_memcpy_bytes_total", "direction"), perKey(cur, "profi_cuda_memcpy_bytes_total", "direction")
 	active := perKey(cur, "profi_cuda_active_memory_bytes", "")
@@ -212,15 +221,19 @@ func Compute(prev, cur Scrape) Frame {
 	lat := bucketDelta(prev, cur, "profi_cuda_duration_seconds")
 
 	keys := map[Key]bool{}
-	for _, m := range []map[Key]map[string]float64{launchesC, callsC, memcpyC, active, ncclC} {
+	for _, m := range []map[Key]map[string]float64{launchesC, graphC, callsC, memcpyC, active, ncclC} {
 		for k := range m {
 			keys[k] = true
 		}
 	}
 	for k := range keys {
-		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN()}
-		r.Launches = uint64(launchesC[k][""])
-		r.LaunchRate = rate(launchesP[k][""], launchesC[k][""], dt)
+		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN()}
+		r.Launches = uint64(launchesC[k][""] + graphC[k][""])
+		direct, graph := rate(launchesP[k][""], launchesC[k][""], dt), rate(graphP[k][""], graphC[k][""], dt)
+		r.LaunchRate = direct + graph
+		if _, ok := graphC[k]; ok && r.LaunchRate > 0 {
+			r.GraphShare = graph / r.LaunchRate
+		}
 		r.Calls = uint64(callsC[k][""])
 		for dir, v := range memcpyC[k] {
 			r.Memcpy[dir] = rate(memcpyP[k][dir], v, dt)

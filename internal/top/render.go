@@ -25,13 +25,16 @@ func num(v float64) float64 {
 	return v
 }
 
-// Columns in display order.
+// Columns in display order. LAUNCH/S and LAUNCHES count kernels that ran,
+// direct launches and CUDA graph kernels together; GRAPH% is the share of
+// the window's kernels that ran through graphs.
 var Columns = []Column{
 	{"namespace", "NAMESPACE", func(a, b *Row) bool { return a.Namespace < b.Namespace }, func(r *Row, _ bool) string { return dash(r.Namespace) }},
 	{"pod", "POD", func(a, b *Row) bool { return a.Pod < b.Pod }, func(r *Row, _ bool) string { return dash(r.Pod) }},
 	{"pid", "PID", func(a, b *Row) bool { return a.PID < b.PID }, func(r *Row, _ bool) string { return strconv.Itoa(r.PID) }},
 	{"comm", "COMM", func(a, b *Row) bool { return a.Comm < b.Comm }, func(r *Row, _ bool) string { return dash(r.Comm) }},
 	{"launch_rate", "LAUNCH/S", func(a, b *Row) bool { return a.LaunchRate < b.LaunchRate }, func(r *Row, _ bool) string { return fmt.Sprintf("%.1f", r.LaunchRate) }},
+	{"graph_share", "GRAPH%", func(a, b *Row) bool { return num(a.GraphShare) < num(b.GraphShare) }, func(r *Row, raw bool) string { return percent(r.GraphShare, raw) }},
 	{"launches", "LAUNCHES", func(a, b *Row) bool { return a.Launches < b.Launches }, func(r *Row, raw bool) string { return count(float64(r.Launches), raw) }},
 	{"calls", "CALLS", func(a, b *Row) bool { return a.Calls < b.Calls }, func(r *Row, raw bool) string { return count(float64(r.Calls), raw) }},
 	{"p50", "P50", func(a, b *Row) bool { return num(a.P50) < num(b.P50) }, func(r *Row, raw bool) string { return latency(r.P50, raw) }},
@@ -75,6 +78,22 @@ func count(v float64, raw bool) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
 	return fmt.Sprintf("%.1fM", v/1e6)
+}
+
+// percent prints a share in percent ("-" for none); not raw, whole
+// percent, never rounding a little to 0 % or almost all to 100 %.
+func percent(share float64, raw bool) string {
+	switch {
+	case math.IsNaN(share):
+		return "-"
+	case raw:
+		return strconv.FormatFloat(share*100, 'f', -1, 64)
+	case share > 0 && share < 0.01:
+		return "<1%"
+	case share < 1 && share > 0.99:
+		return ">99%"
+	}
+	return fmt.Sprintf("%.0f%%", share*100)
 }
 
 // latency prints seconds; raw keeps full precision for scripts.

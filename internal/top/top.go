@@ -32,7 +32,7 @@ type cli struct {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c cli
 	k, err := kong.New(&c, kong.Name("profi top"),
-		kong.Description("A live view of a running agent's /metrics per pod and process. Keys: ←/→ sort column, r reverse, q quit."),
+		kong.Description("A live view of a running agent's /metrics per pod and process. LAUNCH/S and LAUNCHES count kernels that ran: direct launches plus the kernels CUDA graph replays ran; GRAPH% is the share of the window's kernels that ran through graphs (- for none). Keys: ←/→ sort column, r reverse, q quit."),
 		kong.Writers(stdout, stderr), kong.Exit(func(int) {}),
 		kong.Vars{"sort_keys": strings.Join(ColumnKeys(), ", ")})
 	if err != nil {

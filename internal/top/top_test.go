@@ -22,8 +22,11 @@ func parse(t *testing.T, at time.Time, text string) Scrape {
 const l1 = `pid="10",comm="infer",namespace="ml",pod="llm-0",container="c",gpu="0",gpu_uuid="u"`
 const l2 = `pid="20",comm="train",namespace="ml",pod="train-0",container="c",gpu="1",gpu_uuid="v"`
 
-func exposition(launches1, launches2, h2d1, lat1 []float64, count1 float64, oldest string) string {
+func exposition(launches1, launches2, graph1, h2d1, lat1 []float64, count1 float64, oldest string) string {
 	var b strings.Builder
+	b.WriteString("# TYPE profi_cuda_graph_kernel_launches_total counter\n")
+	b.WriteString(`profi_cuda_graph_kernel_launches_total{kernel="anonymous",` + l1 + `,kernel_class="other",phase=""} ` + ftoa(graph1[0]) + "\n")
+	b.WriteString(`profi_cuda_graph_kernel_launches_total{kernel="anonymous",` + l1 + `,kernel_class="other",phase="forward"} ` + ftoa(graph1[1]) + "\n")
 	b.WriteString("# TYPE profi_cuda_kernel_launches_total counter\n")
 	b.WriteString(`profi_cuda_kernel_launches_total{kernel="anonymous",` + l1 + `,kernel_class="other",phase=""} ` + ftoa(launches1[0]) + "\n")
 	b.WriteString(`profi_cuda_kernel_launches_total{kernel="other",` + l1 + `,kernel_class="other",phase=""} ` + ftoa(launches1[1]) + "\n")
@@ -61,11 +64,12 @@ func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 func TestCompute(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	prev := parse(t, t0, exposition([]float64{100, 5}, []float64{50, 1 << 20}, []float64{1000, 0}, []float64{10, 20, 30}, 40, ""))
-	// 4 s later: pid 10 made 80+20 launches and copied 4000+4000 bytes
-	// h2d; its pod's histogram gained 100 calls: 50 under 1 ms, 40 more
-	// under 10 ms, 10 more under 100 ms.
-	cur := parse(t, t0.Add(4*time.Second), exposition([]float64{180, 25}, []float64{50, 9 << 20}, []float64{5000, 4000}, []float64{60, 110, 130}, 140, "7.25"))
+	prev := parse(t, t0, exposition([]float64{100, 5}, []float64{50, 1 << 20}, []float64{200, 100}, []float64{1000, 0}, []float64{10, 20, 30}, 40, ""))
+	// 4 s later: pid 10 made 80+20 direct launches, its graph replays ran
+	// 300+100 kernels, and it copied 4000+4000 bytes h2d; its pod's
+	// histogram gained 100 calls: 50 under 1 ms, 40 more under 10 ms, 10
+	// more under 100 ms.
+	cur := parse(t, t0.Add(4*time.Second), exposition([]float64{180, 25}, []float64{50, 9 << 20}, []float64{500, 200}, []float64{5000, 4000}, []float64{60, 110, 130}, 140, "7.25"))
 	f := Compute(prev, cur)
 	f.Sort(ColumnIndex("pid"), true)
 	if len(f.Rows) != 2 {
@@ -75,8 +79,9 @@ func TestCompute(t *testing.T) {
 	if r.PID != 10 || r.Pod != "llm-0" || r.Namespace != "ml" || r.Comm != "infer" {
 		t.Errorf("row 0 key = %+v", r.Key)
 	}
-	if r.LaunchRate != 25 || r.Launches != 205 {
-		t.Errorf("launch rate %v total %v, want 25 and 205", r.LaunchRate, r.Launches)
+	// Kernels that ran: (100 direct + 400 graph) / 4 s, 205 + 700 since attach.
+	if r.LaunchRate != 125 || r.Launches != 905 || r.GraphShare != 0.8 {
+		t.Errorf("launch rate %v total %v graph share %v, want 125, 905 and 0.8", r.LaunchRate, r.Launches, r.GraphShare)
 	}
 	if r.Memcpy["h2d"] != 2000 || r.ActiveBytes != 4096 {
 		t.Errorf("h2d %v/s active %v, want 2000 and 4096", r.Memcpy["h2d"], r.ActiveBytes)
@@ -94,8 +99,8 @@ func TestCompute(t *testing.T) {
 	if r.PID != 20 || r.LaunchRate != 0 || r.Launches != 50 || r.NCCLRate != 2<<20 || r.NCCLOldest != 7.25 {
 		t.Errorf("row 1 = %+v, want pid 20, 0 launches/s, 50 launches, 2 MiB/s NCCL, oldest 7.25 s", r)
 	}
-	if !math.IsNaN(r.P50) {
-		t.Errorf("p50 %v for a pod without timed calls", r.P50)
+	if !math.IsNaN(r.P50) || !math.IsNaN(r.GraphShare) {
+		t.Errorf("p50 %v graph share %v for a pod without timed calls or graphs", r.P50, r.GraphShare)
 	}
 	if f.Drops != 5 || f.DropsBy["aggregated"] != 3 || f.DropsBy["cardinality_limit"] != 2 || f.Tracked != 2 {
 		t.Errorf("drops %d %v tracked %d, want 5 {aggregated 3, cardinality_limit 2} and 2", f.Drops, f.DropsBy, f.Tracked)
@@ -130,9 +135,9 @@ func TestCompute(t *testing.T) {
 			t.Errorf("header %q", lines[0])
 		}
 		want := [][]string{
-			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "NCCL/S", "NCCL", "OLDEST"},
-			{"ml", "llm-0", "10", "infer", "25.0", "205", "0", "0.001", "0.091", "2000", "0", "0", "4096", "0", "-"},
-			{"ml", "train-0", "20", "train", "0.0", "50", "0", "-", "-", "0", "0", "0", "0", "2097152", "7.25"},
+			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "GRAPH%", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "NCCL/S", "NCCL", "OLDEST"},
+			{"ml", "llm-0", "10", "infer", "125.0", "80", "905", "0", "0.001", "0.091", "2000", "0", "0", "4096", "0", "-"},
+			{"ml", "train-0", "20", "train", "0.0", "-", "50", "0", "-", "-", "0", "0", "0", "0", "2097152", "7.25"},
 		}
 		for i, w := range want {
 			got := strings.Fields(lines[1+i])
@@ -144,6 +149,55 @@ func TestCompute(t *testing.T) {
 			t.Errorf("drops line %q", lines[4])
 		}
 	})
+}
+
+// TestGraphShare checks GRAPH%: its cells, and "-" for a process whose
+// graphs ran no kernel in the window.
+func TestGraphShare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		share    float64
+		raw      bool
+		want     string
+		describe string
+	}{
+		{math.NaN(), false, "-", "none"},
+		{math.NaN(), true, "-", "none, raw"},
+		{0, false, "0%", "graphs, no graph kernel in the window"},
+		{0.004, false, "<1%", "a few graph kernels"},
+		{0.8, false, "80%", "most"},
+		{0.996, false, ">99%", "almost all"},
+		{1, false, "100%", "all"},
+		{0.125, true, "12.5", "raw"},
+	} {
+		if got := percent(tc.share, tc.raw); got != tc.want {
+			t.Errorf("%s: percent(%v, %v) = %q, want %q", tc.describe, tc.share, tc.raw, got, tc.want)
+		}
+	}
+
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	text := exposition([]float64{180, 25}, []float64{50, 9 << 20}, []float64{500, 200}, []float64{5000, 4000}, []float64{60, 110, 130}, 140, "")
+	prev := parse(t, t0, exposition([]float64{100, 5}, []float64{50, 1 << 20}, []float64{200, 100}, []float64{1000, 0}, []float64{10, 20, 30}, 40, ""))
+	cur := parse(t, t0.Add(4*time.Second), text)
+	f := Compute(prev, cur)
+	f.Sort(ColumnIndex("graph_share"), false)
+	out := Render(&f, "http://x", ColumnIndex("graph_share"), false, false)
+	lines := strings.Split(out, "\n")
+	if got := strings.Fields(lines[1]); strings.Join(got[:7], " ") != "NAMESPACE POD PID COMM LAUNCH/S GRAPH%▼ LAUNCHES" {
+		t.Errorf("titles %q", got)
+	}
+	for i, want := range []string{"ml llm-0 10 infer 125.0 80% 905", "ml train-0 20 train 0.0 - 50"} {
+		if got := strings.Fields(lines[2+i]); strings.Join(got[:7], " ") != want {
+			t.Errorf("row %d %q, want it to start with %q", i, got, want)
+		}
+	}
+
+	// Idle since: no kernel in the window, no share.
+	idle := Compute(cur, parse(t, t0.Add(8*time.Second), text))
+	idle.Sort(ColumnIndex("pid"), true)
+	if r := idle.Rows[0]; r.PID != 10 || r.LaunchRate != 0 || r.Launches != 905 || !math.IsNaN(r.GraphShare) {
+		t.Errorf("idle row %+v, want pid 10, 0 kernels/s, 905 kernels, no graph share", r)
+	}
 }
 
 func TestQuantileEdges(t *testing.T) {

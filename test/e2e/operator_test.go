@@ -131,12 +131,12 @@ func TestExplain(t *testing.T) {
 }
 
 // topRow finds pid's row in a `profi top --raw` screen and returns its
-// cells: namespace, pod, pid, comm, launch/s, launches, calls, p50, p99,
-// h2d/s, d2h/s, d2d/s, device memory, nccl/s, nccl oldest.
+// cells: namespace, pod, pid, comm, launch/s, graph%, launches, calls,
+// p50, p99, h2d/s, d2h/s, d2d/s, device memory, nccl/s, nccl oldest.
 func topRow(screen string, pid int) []string {
 	for _, line := range strings.Split(screen, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 15 && f[2] == strconv.Itoa(pid) {
+		if len(f) == 16 && f[2] == strconv.Itoa(pid) {
 			return f
 		}
 	}
@@ -144,10 +144,11 @@ func topRow(screen string, pid int) []string {
 }
 
 // wantTopRow compares pid's row with the agent's exact counts of an idle
-// workload: no rate, no latency in the window.
+// workload: no rate, no graph share, no latency in the window; launches
+// are the kernels that ran (direct and through graphs).
 func wantTopRow(screen string, pid int, launches, calls, active uint64) error {
 	got := topRow(screen, pid)
-	want := []string{"-", "-", strconv.Itoa(pid), "workload", "0.0", strconv.FormatUint(launches, 10), strconv.FormatUint(calls, 10),
+	want := []string{"-", "-", strconv.Itoa(pid), "workload", "0.0", "-", strconv.FormatUint(launches, 10), strconv.FormatUint(calls, 10),
 		"-", "-", "0", "0", "0", strconv.FormatUint(active, 10), "0", "-"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		return fmt.Errorf("row %q, want %q; screen:\n%s", got, want, screen)
@@ -164,10 +165,12 @@ func TestTop(t *testing.T) {
 	waitAttached(t, a, w.PID)
 	gt := runPhase(t, w)
 	mfs := requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
-	launches := pidSum(mfs, "profi_cuda_kernel_launches_total", w.PID)
+	direct := pidSum(mfs, "profi_cuda_kernel_launches_total", w.PID)
+	graph := pidSum(mfs, "profi_cuda_graph_kernel_launches_total", w.PID)
+	launches := direct + graph
 	calls := pidSum(mfs, "profi_cuda_calls_total", w.PID)
-	if launches == 0 || calls == 0 {
-		t.Fatalf("launches %d calls %d: the workload made none", launches, calls)
+	if direct == 0 || calls == 0 {
+		t.Fatalf("launches %d calls %d: the workload made none", direct, calls)
 	}
 
 	out, code := profiCmd(t, "top", "--agent", a.URL, "--once", "--raw", "--interval", "500ms")
