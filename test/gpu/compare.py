@@ -192,11 +192,12 @@ def _capture_windows(api):
     return out, begun, unclosed
 
 
-def ground_truth_from_trace(trace, mark=PHASE_MARK):
+def ground_truth_from_trace(trace, mark=PHASE_MARK, index=None):
     """Per-phase ground truth from a chrome trace of torch.profiler (Kineto).
 
-    Only events inside the `mark` record_function count: the profiler's own calls
-    (a torch.cuda.synchronize() when it stops) fall outside. Runtime and driver API
+    Only events inside the `mark` record_function count (with index, its index-th range
+    in time order, for a session that profiled several phases; without, the only one):
+    the profiler's own calls (a torch.cuda.synchronize() when it stops) fall outside. Runtime and driver API
     events (cat cuda_runtime / cuda_driver) are counted by name (CUPTI's _vNNNN suffix
     dropped). A launch call is one of profi's launch functions by name, or an event of a
     name profi does not know (CUPTI names some newer callbacks INVALID) whose call ran a
@@ -210,10 +211,12 @@ def ground_truth_from_trace(trace, mark=PHASE_MARK):
     ("nccl:all_reduce"), CPU side only (not gpu_user_annotation).
     """
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    windows = _windows(events, mark)
-    if len(windows) != 1:
+    windows = sorted(_windows(events, mark))
+    if index is None and len(windows) != 1:
         raise ValueError("trace has %d %r ranges, want 1" % (len(windows), mark))
-    lo, hi = windows[0]
+    if index is not None and index >= len(windows):
+        raise ValueError("trace has %d %r ranges, want at least %d" % (len(windows), mark, index + 1))
+    lo, hi = windows[index or 0]
     marks = {"new": _windows(events, GRAPH_NEW_MARK), "unknown": _windows(events, GRAPH_UNKNOWN_MARK)}
 
     def inside(e):

@@ -76,6 +76,23 @@ class GroundTruthTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             compare.ground_truth_from_trace({"traceEvents": []})
 
+    def test_session_of_several_phases(self):
+        # two phases in one profiler session: each range on its own, in time order
+        later = [dict(e, ts=e["ts"] + 1000) for e in TRACE["traceEvents"]
+                 if e["ts"] < 200 or e["cat"] != "cuda_runtime"]
+        later = [dict(e, args=dict(e["args"], correlation=e["args"]["correlation"] + 50))
+                 if "correlation" in e["args"] else e for e in later]
+        later.append(ev("cuda_runtime", "cudaLaunchKernel", 1050, 500))
+        trace = {"traceEvents": later + TRACE["traceEvents"]}
+        with self.assertRaises(ValueError):
+            compare.ground_truth_from_trace(trace)
+        first, second = (compare.ground_truth_from_trace(trace, index=k) for k in (0, 1))
+        self.assertEqual(first, compare.ground_truth_from_trace(TRACE))
+        self.assertEqual(second["api_calls"]["cudaLaunchKernel"], 3)
+        self.assertEqual(second["memcpy_bytes"], {"h2d": 4096, "d2h": 1024})
+        with self.assertRaises(ValueError):
+            compare.ground_truth_from_trace(trace, index=2)
+
     def test_determinism(self):
         gt = compare.ground_truth_from_trace(TRACE)
         other = dict(gt, api_calls=dict(gt["api_calls"], cudaLaunchKernel=3))

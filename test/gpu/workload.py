@@ -21,9 +21,12 @@ Backends:
 
 Start-up (before profi attaches): libraries load, `warmup` unprofiled phases run (caching
 allocator, cuBLAS workspaces, NCCL communicator, CUDA graph), then `profiled` phases run
-under torch.profiler; the ground truth of one phase comes from their traces, and they
-must agree with each other (the phase is deterministic). The profiler is never active
-while profi counts: it makes CUDA calls of its own when it stops.
+under one torch.profiler session, each in its own record_function range; the ground truth
+of one phase comes from its range of the trace, and they must agree with each other (the
+phase is deterministic). One session, not one per phase: CUPTI started and stopped around
+CUDA graph captures has lost later sessions' GPU activity (and graph replays' records) on
+some releases. The profiler is never active while profi counts: it makes CUDA calls of
+its own when it stops.
 
 Protocol: one JSON line per event on the original stdout (C libraries' stdout is sent to
 stderr). First {"event": "ready", ...ground truth...}; then, per command line on stdin:
@@ -401,16 +404,24 @@ class TorchBackend:
             self.dist.all_reduce(self.ar)
         torch.cuda.synchronize()
 
-    def profiled_phase(self, trace_path):
+    def profiled_phases(self, n, trace_path):
+        """n phases in one profiler session, each in a PHASE_MARK range; the graph-API
+        summary of the graph each captured."""
         from torch.profiler import ProfilerActivity, profile, record_function
+        graphs = []
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            with record_function(compare.PHASE_MARK):
-                # Margins without CUDA calls keep every event of the phase well inside
-                # the range, whatever the skew between CPU and CUPTI timestamps.
-                time.sleep(0.005)
-                self.phase()
+            for _ in range(n):
+                self.phase_graph = None
+                with record_function(compare.PHASE_MARK):
+                    # Margins without CUDA calls keep every event of the phase well inside
+                    # the range, whatever the skew between CPU and CUPTI timestamps.
+                    time.sleep(0.005)
+                    self.phase()
+                    time.sleep(0.005)
+                graphs.append(self.phase_graph)
                 time.sleep(0.005)
         prof.export_chrome_trace(trace_path)
+        return graphs
 
     def versions(self):
         torch = self.torch
@@ -703,12 +714,16 @@ class StubBackend:
         self.call("ncclGroupEnd")
         self.call("cudaDeviceSynchronize", cat="cuda_runtime")
 
-    def profiled_phase(self, trace_path):
+    def profiled_phases(self, n, trace_path):
         self.trace = {"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize",
-                                       "ts": 1, "dur": 1, "tid": 1}]}  # before the window: not counted
-        start = 1000
-        self.phase()
-        self.mark(compare.PHASE_MARK, start)
+                                       "ts": 1, "dur": 1, "tid": 1}]}  # before the windows: not counted
+        graphs = []
+        for _ in range(n):
+            self.phase_graph = None
+            start = self.now()
+            self.phase()
+            self.mark(compare.PHASE_MARK, start)
+            graphs.append(self.phase_graph)
         end = self.now()
         # the profiler's own synchronize when it stops, after the window
         self.call("cudaDeviceSynchronize")
@@ -717,6 +732,7 @@ class StubBackend:
         with open(trace_path, "w") as f:
             json.dump(self.trace, f)
         self.trace = None
+        return graphs
 
     def versions(self):
         return {"gpu": "none (stub libraries)", "python": sys.version.split()[0],
@@ -784,18 +800,19 @@ def main():
         for _ in range(a.warmup):
             be.phase_graph = None
             be.phase()
+        path = os.path.join(a.trace_dir, "profi-gpu-trace-%d.json" % os.getpid())
+        graphs = be.profiled_phases(a.profiled, path)
+        with open(path) as f:
+            trace = json.load(f)
+        os.remove(path)
         gts = []
         for k in range(a.profiled):
-            path = os.path.join(a.trace_dir, "profi-gpu-trace-%d-%d.json" % (os.getpid(), k))
-            be.phase_graph = None
-            be.profiled_phase(path)
-            with open(path) as f:
-                gt = compare.ground_truth_from_trace(json.load(f))
-            os.remove(path)
+            gt = compare.ground_truth_from_trace(trace, index=k)
             # What the phase's captured graph runs, from the CUDA runtime (not from profi).
-            gt["graph_api"] = be.phase_graph
+            gt["graph_api"] = graphs[k]
             gt["graph_api_error"] = getattr(be, "capture_error", None) or be.graph_api_error
             gts.append(gt)
+        del trace
         diffs = []
         for g in gts[1:]:
             diffs += compare.same_ground_truth(gts[0], g)
