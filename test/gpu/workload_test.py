@@ -2,14 +2,24 @@
 runtime: what the real one returns through the same ctypes calls (python3 -m unittest
 discover -s test/gpu -p '*_test.py')."""
 
+import argparse
 import ctypes
+import importlib
+import json
 import os
+import subprocess
 import sys
+import tempfile
+import types
 import unittest
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+import fake_torch  # noqa: E402
 import workload  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEV, HOST = 0x7000_0000, 0x1000  # pointers the fake's cudaPointerGetAttributes knows
 
@@ -154,6 +164,135 @@ class GraphInspectorTest(unittest.TestCase):
         self.assertEqual(workload.graph_handle(G(CudaPython())), 0x55)
         with self.assertRaises(RuntimeError):
             workload.graph_handle(G(0))
+
+
+class LiveRuntime(FakeRuntime):
+    """The fake runtime over the graphs fake_torch captured."""
+
+    def __init__(self):
+        super().__init__({})
+
+    def cudaGraphGetNodes(self, graph, nodes, num):
+        self.nodes = {}
+        for g, ns in fake_torch.GRAPHS.items():
+            for i, n in enumerate(ns):
+                self.nodes[g * 100 + i + 1] = (k() if n["cat"] == "kernel"
+                                               else copy(n["args"]["bytes"]))
+        return FakeRuntime.cudaGraphGetNodes(self, graph, nodes, num)
+
+
+def plan(**over):
+    a = dict(steps=4, sync_every=2, hidden=8, tokens=2, copies=1, copy_elems=16, graph_replays=3,
+             capture_replays=2, allreduces=2, allreduce_elems=4, warmup=1, profiled=2)
+    a.update(over)
+    return argparse.Namespace(**a)
+
+
+class TorchBackendTest(unittest.TestCase):
+    """The torch backend's control flow on fake_torch: what it captures, marks and reads."""
+
+    def setUp(self):
+        importlib.reload(fake_torch)
+        self.saved = {n: m for n, m in sys.modules.items() if n == "torch" or n.startswith("torch.")}
+        sys.modules["torch"] = fake_torch.build(types.ModuleType("torch"))
+        self.inspector = workload.runtime_inspector
+        workload.runtime_inspector = lambda major: (workload.GraphInspector(LiveRuntime(), "graph API, fake"), None)
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        workload.runtime_inspector = self.inspector
+        for n in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+            del sys.modules[n]
+        sys.modules.update(self.saved)
+        self.tmp.cleanup()
+
+    def test_phases(self):
+        be = workload.TorchBackend(plan())
+        be.phase()  # warm-up: the first capture decides
+        self.assertEqual((be.captured, be.capture_error, be.graph_api_error), (True, None, None))
+        startup_pool = be.graph.pool()
+        graphs = be.profiled_phases(2, os.path.join(self.tmp.name, "t.json"))
+        with open(os.path.join(self.tmp.name, "t.json")) as f:
+            trace = json.load(f)
+        # each capture: the given side stream, the start-up graph's pool, thread_local mode,
+        # and the allocator's cache left alone
+        for c in fake_torch.CAPTURES[1:]:
+            self.assertEqual((c["pool"], c["stream"], c["mode"]), (startup_pool, be.cap_stream, "thread_local"))
+        self.assertEqual(fake_torch.CAPTURES[0]["mode"], "thread_local")
+        self.assertEqual(fake_torch.LOG["calls"].get("empty_cache", 0), 1)  # the start-up capture's only
+        want = {"source": "graph API, fake", "nodes": 6, "kernel_nodes": 5, "memcpy_nodes": 1,
+                "memcpy_bytes": {"d2d": 64}, "memcpy_kinds": {"3": 1}, "memset_nodes": 0, "memset_bytes": 0,
+                "other_nodes": {}}
+        self.assertEqual(graphs, [want, want])
+        gts = [compare.ground_truth_from_trace(trace, index=i) for i in (0, 1)]
+        self.assertEqual(compare.same_ground_truth(gts[0], gts[1]), [])
+        gt = gts[0]
+        self.assertEqual(gt["graph_launches"], {"new": 2, "unknown": 3, "other": 0})
+        self.assertEqual((gt["captures"], gt["launches"]["captured"]), (1, 5))
+        self.assertEqual(gt["launches"]["direct"], 4 * 6 + 2)  # the steps' ops, the all_reduces' kernels
+        self.assertEqual(gt["graph_kernels"]["new"], 10)
+        self.assertEqual(gt["graph_memcpy_bytes"]["new"], {"d2d": 128})
+        self.assertEqual(gt["api_calls"]["cudaGraphDestroy"], 1)
+        self.assertEqual(be.constructed()["graph"], {"replays_unknown": 3, "replays_new": 2,
+                                                     "capture_memcpy_bytes": {"d2d": 64}, "capture_error": None})
+        self.assertEqual(fake_torch.GRAPHS.keys(), {1})  # every phase's graph reset; the start-up one kept
+        self.assertEqual(be.versions()["graph_api"], "graph API, fake")
+
+    def test_failed_capture_is_reported(self):
+        real = fake_torch.CUDAGraph.capture_begin
+
+        def fail(self, *args, **kw):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        be = workload.TorchBackend(plan())
+        fake_torch.CUDAGraph.capture_begin = fail
+        try:
+            be.phase()
+        finally:
+            fake_torch.CUDAGraph.capture_begin = real
+        self.assertFalse(be.captured)
+        be.phase()  # later phases capture nothing
+        self.assertIsNone(be.phase_graph)
+        g = be.constructed()["graph"]
+        self.assertEqual(g["replays_new"], 0)
+        self.assertIn("operation not permitted", g["capture_error"])
+
+    def test_torch_without_keep_graph(self):
+        class Old(fake_torch.CUDAGraph):
+            def __init__(self):
+                super().__init__()
+        sys.modules["torch"].cuda.CUDAGraph = Old
+        be = workload.TorchBackend(plan())
+        self.assertIn("keep_graph", be.graph_api_error)
+        be.phase()
+        self.assertEqual((be.captured, be.phase_graph), (True, None))
+
+
+class WorkloadMainTest(unittest.TestCase):
+    """workload.py's protocol with the torch backend on fake_torch, as prove.py drives it."""
+
+    def test_protocol(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(os.path.join(tmp, "torch"))
+            with open(os.path.join(tmp, "torch", "__init__.py"), "w") as f:
+                f.write("import sys\nsys.path.insert(0, %r)\nimport fake_torch\n"
+                        "fake_torch.build(sys.modules[__name__])\n" % HERE)
+            env = dict(os.environ, PYTHONPATH=tmp, PYTHONDONTWRITEBYTECODE="1")
+            cmd = [sys.executable, os.path.join(HERE, "workload.py"), "--backend", "torch", "--trace-dir", tmp,
+                   "--steps", "4", "--sync-every", "2", "--copies", "1", "--copy-elems", "16",
+                   "--graph-replays", "3", "--capture-replays", "2", "--allreduces", "2", "--warmup", "1"]
+            p = subprocess.run(cmd, input="run 2\nquit\n", capture_output=True, text=True, env=env, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            msgs = [json.loads(line) for line in p.stdout.splitlines()]
+            self.assertEqual([m["event"] for m in msgs], ["ready", "ran", "bye"], p.stderr)
+            ready, ran = msgs[0], msgs[1]
+            self.assertEqual(ready["nondeterministic"], [])
+            gt = ready["ground_truth"]
+            self.assertEqual((gt["graph_launches"]["new"], gt["launches"]["captured"]), (2, 5))
+            # no libcudart.so in this process: the graph API is unavailable and says why
+            self.assertIsNone(gt["graph_api"])
+            self.assertEqual(gt["graph_api_error"], "this process maps no libcudart.so")
+            self.assertEqual((len(ran["seconds"]), ran["graphs"]), (2, [None, None]))
+            self.assertEqual(os.listdir(tmp), ["torch"])  # the trace is removed
 
 
 if __name__ == "__main__":
