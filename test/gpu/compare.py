@@ -730,6 +730,9 @@ def _graph_rows(rows, gt, gtr, constructed, reps, obs, kernel_mode, graphs, phas
                              "the workload made %d replays a phase, the profiler saw %d" % (cons[key], gl.get(cls, 0))))
     if gtr["api_error"] and nodes is not None:
         rows.append(_row("graph API", "-", None, None, "info", "not used: %s" % gtr["api_error"]))
+    elif ga.get("param_errors"):
+        rows.append(_row("graph API", "-", None, None, "info", "node counts used; copy and set bytes not read (%s)"
+                         % "; ".join(ga["param_errors"])))
     if phase_graphs is not None and ga.get("kernel_nodes") is not None:
         shape = {k: ga.get(k) for k in GRAPH_SHAPE}
         same = sum(1 for p in phase_graphs if p and {k: p.get(k) for k in GRAPH_SHAPE} == shape)

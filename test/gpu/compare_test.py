@@ -430,6 +430,16 @@ class GraphCompareTest(unittest.TestCase):
         self.assertEqual(v, "pass")
         self.assertIn("RuntimeError: x", rows["graph API"]["note"])
 
+    def test_graph_api_without_bytes(self):
+        gt = graph_gt()
+        gt["graph_api"] = dict(graph_api(), memcpy_bytes=None, memset_bytes=None,
+                               param_errors=["cudaGraphMemcpyNodeGetParams returned 1"])
+        rows, (v, bad) = self.run_compare(self.exact(), gt=gt)
+        self.assertEqual((v, bad), ("pass", []))
+        self.assertIn("graph API, libcudart.so.13", rows[compare.GRAPH_KERNELS]["note"])
+        self.assertIn("the workload's copies in the capture", rows["memcpy bytes d2d"]["note"])
+        self.assertIn("bytes not read (cudaGraphMemcpyNodeGetParams returned 1)", rows["graph API"]["note"])
+
     def test_cross_checks(self):
         gt = graph_gt()
         gt["graph_api"] = graph_api(kernels=4)  # the graph says 4 kernels, the profiler saw 3 calls

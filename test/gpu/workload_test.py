@@ -129,9 +129,15 @@ class GraphInspectorTest(unittest.TestCase):
         ins.attrs = None
         self.assertEqual(ins.summary(1)["memcpy_bytes"], {"default": 10})
 
-    def test_errors_raise(self):
-        rt = FakeRuntime({1: [copy(10)]}, fail={"cudaGraphMemcpyNodeGetParams": 400})
-        with self.assertRaisesRegex(RuntimeError, "cudaGraphMemcpyNodeGetParams returned 400"):
+    def test_errors(self):
+        # unreadable copy parameters: the node counts stand, the bytes are unknown
+        rt = FakeRuntime({1: [k(), copy(10), memset(4)]}, fail={"cudaGraphMemcpyNodeGetParams": 400})
+        s = workload.GraphInspector(rt, "fake").summary(1)
+        self.assertEqual((s["kernel_nodes"], s["memcpy_nodes"], s["memset_nodes"]), (1, 1, 1))
+        self.assertEqual((s["memcpy_bytes"], s["memset_bytes"]), (None, None))
+        self.assertEqual(s["param_errors"], ["cudaGraphMemcpyNodeGetParams returned 400"])
+        rt = FakeRuntime({1: [copy(10)]}, fail={"cudaGraphNodeGetType": 1})
+        with self.assertRaisesRegex(RuntimeError, "cudaGraphNodeGetType returned 1"):
             workload.GraphInspector(rt, "fake").summary(1)
         rt = FakeRuntime({1: [(workload.NODE_CHILD, {"graph": 1})]})  # a cycle only a forged graph has
         with self.assertRaisesRegex(RuntimeError, "nested deeper"):
