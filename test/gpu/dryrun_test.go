@@ -55,14 +55,22 @@ type result struct {
 			Copies         uint64 `json:"copies"`
 			CopyElems      uint64 `json:"copy_elems"`
 			GraphReplays   uint64 `json:"graph_replays"`
+			CaptureReplays uint64 `json:"capture_replays"`
 			Allreduces     uint64 `json:"allreduces"`
 			AllreduceElems uint64 `json:"allreduce_elems"`
 		} `json:"plan"`
+		Constructed struct {
+			Graph struct {
+				ReplaysNew  uint64 `json:"replays_new"`
+				KernelNodes uint64 `json:"kernel_nodes"`
+			} `json:"graph"`
+		} `json:"constructed"`
 	} `json:"workload"`
 	Modes map[string]struct {
-		Reps  uint64 `json:"reps"`
-		Error string `json:"error"`
-		Rows  []struct {
+		Reps           uint64          `json:"reps"`
+		Error          string          `json:"error"`
+		ObservedGraphs json.RawMessage `json:"observed_graphs"`
+		Rows           []struct {
 			What     string   `json:"what"`
 			Expected *float64 `json:"expected"`
 			Observed *float64 `json:"observed"`
@@ -80,7 +88,10 @@ type result struct {
 // stub libcudart/libcuda/libnccl), profi started after it in anonymous and full mode,
 // metrics deltas compared with the workload's Kineto-format ground truth. Every count
 // must match exactly, and the ground truth itself must be what the workload's plan
-// implies (so a comparison of two empty sides cannot pass).
+// implies (so a comparison of two empty sides cannot pass). Where the stub runtime
+// captures streams, each phase captures a graph (fork/join through events, a copy) and
+// replays it: captured launches, graph kernels and replayed bytes are checked too; where
+// profi's /status has graph counters, the replays of the graph built before attach.
 func TestDryRun(t *testing.T) {
 	testutil.RequireBPF(t)
 	requirePython(t)
@@ -116,6 +127,7 @@ func TestDryRun(t *testing.T) {
 
 	p := res.Workload.Plan
 	for _, mode := range []string{"anonymous", "full"} {
+		noStatus := map[string]bool{}
 		m, ok := res.Modes[mode]
 		if !ok || m.Error != "" {
 			t.Fatalf("mode %s: missing or failed (%q)", mode, m.Error)
@@ -123,26 +135,60 @@ func TestDryRun(t *testing.T) {
 		r := m.Reps
 		copyBytes := r * p.Copies * p.CopyElems * 4
 		want := map[string]uint64{
-			"cudaLaunchKernel":          r * p.Steps * 4,
-			"cuLaunchKernelEx":          r * p.Steps,
-			"cuLaunchKernel":            r * p.Steps,
-			"kernel launches, all APIs": r * p.Steps * 6,
-			"cudaDeviceSynchronize":     r * (p.Steps/p.SyncEvery + 1),
-			"cudaMemcpyAsync":           r * p.Copies * 3,
-			"cudaMemsetAsync":           r * p.Copies,
-			"cudaStreamSync":            r * p.Copies,
-			"cudaGraphLaunch":           r * p.GraphReplays,
-			"memcpy bytes h2d":          copyBytes,
-			"memcpy bytes d2h":          copyBytes,
-			"memcpy bytes d2d":          copyBytes,
-			"memset bytes":              copyBytes,
-			"ncclAllReduce":             r * p.Allreduces,
-			"ncclAllReduce bytes":       r * p.Allreduces * p.AllreduceElems * 4,
-			"BPF map drops, all maps":   0,
-			"system launch agg drops":   0,
+			"cudaLaunchKernel":        r * p.Steps * 4,
+			"cuLaunchKernelEx":        r * p.Steps,
+			"cuLaunchKernel":          r * p.Steps,
+			"kernel launches, direct": r * p.Steps * 6,
+			"cudaDeviceSynchronize":   r * (p.Steps/p.SyncEvery + 1),
+			"cudaMemcpyAsync":         r * p.Copies * 3,
+			"cudaMemsetAsync":         r * p.Copies,
+			"cudaStreamSync":          r * p.Copies,
+			"cudaGraphLaunch":         r * p.GraphReplays,
+			"memcpy bytes h2d":        copyBytes,
+			"memcpy bytes d2h":        copyBytes,
+			"memcpy bytes d2d":        copyBytes,
+			"memset bytes":            copyBytes,
+			"ncclAllReduce":           r * p.Allreduces,
+			"ncclAllReduce bytes":     r * p.Allreduces * p.AllreduceElems * 4,
+			"BPF map drops, all maps": 0,
+			"system launch agg drops": 0,
+			"graph captured launches": 0,
+			"graph kernel launches":   0,
 		}
 		// Calls torch.profiler cannot see: shown with profi's count, not compared.
 		blind := map[string]uint64{"cudaSetDevice": r, "ncclGroupStart": r, "ncclGroupEnd": r}
+		if g := res.Workload.Constructed.Graph; g.ReplaysNew > 0 {
+			// The phase's own graph: CAPTURE_PLAN of workload.py, 5 launches (2
+			// cudaLaunchKernel on the capturing stream; cudaLaunchKernel, cuLaunchKernel and
+			// the d2d copy on the forked one; cuLaunchKernelEx after the join).
+			if g.ReplaysNew != p.CaptureReplays || g.KernelNodes != 5 {
+				t.Fatalf("constructed graph %+v, plan %d replays: want 5 kernel nodes", g, p.CaptureReplays)
+			}
+			n := p.CaptureReplays
+			want["graph captured launches"] = r * 5
+			want["graph kernel launches"] = r * n * 5
+			want["cudaLaunchKernel"] += r * 3
+			want["cuLaunchKernel"] += r
+			want["cuLaunchKernelEx"] += r
+			want["memcpy bytes d2d"] += r * n * p.CopyElems * 4
+			want["cudaMemcpyAsync"] += r
+			want["cudaGraphLaunch"] += r * n
+			for op, per := range map[string]uint64{"cudaStreamBeginCapture": 1, "cudaStreamEndCapture": 1,
+				"cudaEventRecord": 2, "cudaStreamWaitEvent": 2, "cudaGraphInstantiateWithFlags": 1,
+				"cudaGraphExecDestroy": 1, "cudaGraphDestroy": 1} {
+				want[op] = r * per
+			}
+		}
+		// Replays of the graph built before attach, and of every graph: /status, where
+		// this profi has graph counters there.
+		if len(m.ObservedGraphs) > 0 && string(m.ObservedGraphs) != "null" {
+			want["graph replays of graphs built before attach (/status)"] = r * p.GraphReplays
+			want["graph replays (/status)"] = r * (p.GraphReplays + res.Workload.Constructed.Graph.ReplaysNew)
+		} else {
+			for _, what := range []string{"graph replays of graphs built before attach (/status)", "graph replays (/status)"} {
+				noStatus[what] = true
+			}
+		}
 		seen := map[string]bool{}
 		for _, row := range m.Rows {
 			if row.Status == "mismatch" {
@@ -154,6 +200,13 @@ func TestDryRun(t *testing.T) {
 					*row.Expected != float64(n) || *row.Observed != float64(n) {
 					t.Errorf("%s: %s: status %s, expected %v, observed %v; want %d both", mode, row.What,
 						row.Status, deref(row.Expected), deref(row.Observed), n)
+				}
+			}
+			if noStatus[row.What] {
+				seen[row.What] = true
+				if row.Status != "no_ground_truth" || row.Observed != nil {
+					t.Errorf("%s: %s: status %s, observed %v; want no_ground_truth (no graphs in /status)", mode,
+						row.What, row.Status, deref(row.Observed))
 				}
 			}
 			if n, ok := blind[row.What]; ok {
@@ -170,6 +223,11 @@ func TestDryRun(t *testing.T) {
 			}
 		}
 		for what := range blind {
+			if !seen[what] {
+				t.Errorf("%s: no row %q", mode, what)
+			}
+		}
+		for what := range noStatus {
 			if !seen[what] {
 				t.Errorf("%s: no row %q", mode, what)
 			}

@@ -118,8 +118,10 @@ class Workload:
         self.p.stdin.flush()
 
     def run(self, n, timeout):
+        """Runs n phases: their wall times, and the graph-API summary of the graph each captured."""
         self.send("run %d" % n)
-        return self.expect("ran", timeout)["seconds"]
+        msg = self.expect("ran", timeout)
+        return msg["seconds"], msg.get("graphs")
 
     def stop(self):
         if self.p.poll() is None and ABORT.is_set():
@@ -288,7 +290,7 @@ def main():
         if "libcudart.so" not in classes:
             raise RuntimeError("the workload maps no libcudart.so (statically linked runtime?): %s" % ready["libraries"])
 
-        off = [wl.run(a.reps, a.phase_timeout)]
+        off = [wl.run(a.reps, a.phase_timeout)[0]]
         for mode in a.modes.split(","):
             m = {"kernel_mode": mode, "probe_profile": a.probe_profile, "reps": a.reps}
             res["modes"][mode] = m
@@ -302,22 +304,28 @@ def main():
                 m["attach_seconds"] = time.monotonic() - t
                 m["libraries"] = library_report(st, pid)
                 time.sleep(1.2)  # one drain after attach before the first scrape
+                status_before = agent.status()
                 before_text = agent.scrape()
                 before = compare.parse_prometheus(before_text)
-                on = wl.run(a.reps, a.phase_timeout)
+                on, phase_graphs = wl.run(a.reps, a.phase_timeout)
                 after_text, stable = stable_scrape(agent, before, pid, 20)
                 if not stable:
                     m["error"] = ("profi's counts for pid %d kept changing while the workload was idle "
                                   "(calls between phases?): compared with the last scrape" % pid)
-                with open(os.path.join(raw, "status-%s.json" % mode), "w") as f:
-                    json.dump(agent.status(), f, indent=1)
+                status_after = agent.status()
+                for name, doc in (("before", status_before), ("after", status_after)):
+                    with open(os.path.join(raw, "status-%s-%s.json" % (mode, name)), "w") as f:
+                        json.dump(doc, f, indent=1)
                 for name, text in (("before", before_text), ("after", after_text)):
                     with open(os.path.join(raw, "metrics-%s-%s.prom" % (mode, name)), "w") as f:
                         f.write(text)
                 obs = compare.observe(compare.delta(before, compare.parse_prometheus(after_text)), pid)
+                graphs = compare.graph_status_delta(status_before, status_after, pid)
                 m["observed"] = obs
+                m["observed_graphs"] = graphs
+                m["phase_graphs"] = phase_graphs
                 m["rows"] = compare.compare(ready["ground_truth"], ready["constructed"], a.reps, obs,
-                                            mode, a.probe_profile)
+                                            mode, a.probe_profile, graphs=graphs, phase_graphs=phase_graphs)
                 m["phase_seconds_attached"] = on
             except (RuntimeError, OSError, ValueError) as e:
                 m["error"] = str(e)
@@ -328,7 +336,7 @@ def main():
                 m["profi_exit_status"] = rc
                 if rc != 0 and not m.get("error"):
                     m["error"] = "profi exited with status %s" % rc
-            off.append(wl.run(a.reps, a.phase_timeout))
+            off.append(wl.run(a.reps, a.phase_timeout)[0])
             if "phase_seconds_attached" in m:
                 res["overhead"][mode] = compare.overhead(off[-2] + off[-1], m["phase_seconds_attached"])
         res["phase_seconds_not_attached"] = off

@@ -62,7 +62,8 @@ if [ "$dry" = 1 ]; then
 		# the host's own /usr/local/cuda (if any) is not part of the dry run; nor is NVML
 		--agent-arg=--cudart=/nonexistent/libcudart.so --agent-arg=--disable-nvml
 		--workload-arg=--steps=20 --workload-arg=--sync-every=10 --workload-arg=--copies=4
-		--workload-arg=--graph-replays=5 --workload-arg=--allreduces=5 --workload-arg=--warmup=1)
+		--workload-arg=--graph-replays=5 --workload-arg=--capture-replays=4 --workload-arg=--allreduces=5
+		--workload-arg=--warmup=1)
 else
 	args+=(--backend torch --reps "${reps:-20}")
 fi
