@@ -576,12 +576,13 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 	switch (args_of(op)) {
 	case ARGS_LAUNCH:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
-		bpf_probe_read_user(&st[1], 2 * sizeof(u64), (void *)(ctx->rsp + 8));
+		bpf_probe_read_user(st, 3 * sizeof(u64), (void *)ctx->rsp);
 		a->func = ctx->rdi;
 		a->grid_blocks = dim3_volume(ctx->rsi, ctx->rdx);
 		a->block_threads = dim3_volume(ctx->rcx, ctx->r8);
 		a->shared_bytes = st[1];
 		a->stream = st[2];
+		*ret = st[0];
 		break;
 	case ARGS_LAUNCH_EXC: {
 		/* (const cudaLaunchConfig_t *config, const void *func, void **args) */
@@ -593,6 +594,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		} c = {};
 
 		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
+		bpf_probe_read_user(ret, sizeof(*ret), (void *)ctx->rsp);
 		a->func = arg(ctx, 2);
 		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
 		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
@@ -670,6 +672,40 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id, u64 r
 	if (nested)
 		count_drop(DROP_RT_TO_DRV);
 	return nested;
+}
+
+/*
+ * A runtime launch the runtime makes itself: CUDA 13's __cudaLaunchKernel
+ * calls the exported cudaLaunchKernel (seen on an H200 with PyTorch 2.11;
+ * test/stubs/cudart.c models it). Counted once, as the outer call, the one
+ * the application made: its return address is in the application, the
+ * inner one's in libcudart. Where that range is not known yet, or the
+ * runtime is linked into the executable (the application's code and the
+ * runtime's share a range), the outer call's marker stands in (left in
+ * place for the driver launch below both), and every counted runtime
+ * launch leaves one.
+ */
+static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags)
+{
+	u32 pid = id >> 32;
+	struct text_range *text;
+	struct rt_launch *m;
+
+	if (flags & PF_RT_SHARED) {
+		text = bpf_map_lookup_elem(&rt_text, &pid);
+		if (!text || ret < text->start || ret >= text->end)
+			return false;
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	/* A static runtime shares its text with the application: the marker tells. */
+	m = bpf_map_lookup_elem(&rt_launches, &id);
+	if (m && ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS) {
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	mark_runtime_launch(ctx, id);
+	return false;
 }
 
 /*
@@ -1481,8 +1517,8 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
 		if (called_by_runtime(ctx, id, ret))
 			return 0;
-	} else if (!(flags & PF_RT_TEXT)) {
-		mark_runtime_launch(ctx, id);
+	} else if (runtime_nested(ctx, id, ret, flags)) {
+		return 0;
 	}
 	add_launch(id, op, 0, &a, 0, 0);
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);

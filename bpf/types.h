@@ -256,11 +256,13 @@ struct pid_file {
 
 /* Bits of a pid_files value (written by internal/attach). */
 enum pid_file_flag {
-	PF_OWN = 1,	/* the process maps this attached file (always set) */
-	PF_FULL = 2,	/* full-mode upgrade probes serve this (pid, file): launch_entry leaves
-			   its launches to them; graph kernel nodes are named */
-	PF_RT_TEXT = 4, /* a runtime file, and rt_text holds the process's runtime code range:
-			   its launches need no marker for the runtime->driver guard */
+	PF_OWN = 1,	  /* the process maps this attached file (always set) */
+	PF_FULL = 2,	  /* full-mode upgrade probes serve this (pid, file): launch_entry leaves
+			     its launches to them; graph kernel nodes are named */
+	PF_RT_TEXT = 4,	  /* a runtime file, and rt_text holds the process's runtime code range:
+			     its launches need no marker for the runtime->driver guard */
+	PF_RT_SHARED = 8, /* that runtime is a shared library, not linked into the executable:
+			     a runtime launch returning into its range was made by the runtime */
 };
 
 /*

@@ -588,9 +588,10 @@ func (a *Attacher) syncPIDFiles() {
 		return
 	}
 	const (
-		own    = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
-		full   = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
-		rtText = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
+		own      = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
+		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
+		rtText   = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
+		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
 	)
 	want := map[bpfobj.ProfiPidFile]uint8{}
 	for _, f := range a.files {
@@ -604,6 +605,9 @@ func (a *Attacher) syncPIDFiles() {
 			}
 			if _, ok := a.rtText[uint32(pid)]; ok && f.target.Lib == discover.LibCudart {
 				v |= rtText
+				if !f.target.Static {
+					v |= rtShared
+				}
 			}
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = v
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = own

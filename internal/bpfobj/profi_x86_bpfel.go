@@ -514,9 +514,10 @@ type ProfiPidFile struct {
 type ProfiPidFileFlag uint32
 
 const (
-	ProfiPidFileFlagPF_OWN     ProfiPidFileFlag = 1
-	ProfiPidFileFlagPF_FULL    ProfiPidFileFlag = 2
-	ProfiPidFileFlagPF_RT_TEXT ProfiPidFileFlag = 4
+	ProfiPidFileFlagPF_OWN       ProfiPidFileFlag = 1
+	ProfiPidFileFlagPF_FULL      ProfiPidFileFlag = 2
+	ProfiPidFileFlagPF_RT_TEXT   ProfiPidFileFlag = 4
+	ProfiPidFileFlagPF_RT_SHARED ProfiPidFileFlag = 8
 )
 
 type ProfiReplayKey struct {

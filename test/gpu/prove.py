@@ -203,7 +203,10 @@ def stable_scrape(agent, before, pid, timeout):
     prev, text = None, None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        time.sleep(1.2)  # profi drains its maps every second
+        # profi drains every second, or up to 5 s apart after slow drains
+        # (aggregate.nextDrain): two equal scrapes closer than that can both
+        # read one snapshot taken mid-run (seen in full mode on an H200).
+        time.sleep(5.5)
         text = agent.scrape()
         obs = compare.observe(compare.delta(before, compare.parse_prometheus(text)), pid)
         if obs == prev:
@@ -308,7 +311,7 @@ def main():
                 before_text = agent.scrape()
                 before = compare.parse_prometheus(before_text)
                 on, phase_graphs = wl.run(a.reps, a.phase_timeout)
-                after_text, stable = stable_scrape(agent, before, pid, 20)
+                after_text, stable = stable_scrape(agent, before, pid, 40)
                 if not stable:
                     m["error"] = ("profi's counts for pid %d kept changing while the workload was idle "
                                   "(calls between phases?): compared with the last scrape" % pid)

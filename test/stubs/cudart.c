@@ -39,8 +39,9 @@
  * CUDA 13's launch entry points (what nvcc 13 lowers kernel<<<...>>> to):
  * __cudaGetKernel(&handle, hostStub) hands out an opaque cudaKernel_t (not
  * the stub's address), and __cudaLaunchKernel(handle, grid, block, args,
- * shmem, stream) and __cudaLaunchKernel_ptsz launch it as cudaLaunchKernel
- * and cudaLaunchKernel_ptsz do, through cuLaunchKernel(_ptsz).
+ * shmem, stream) and __cudaLaunchKernel_ptsz launch it by calling the
+ * exported cudaLaunchKernel and cudaLaunchKernel_ptsz (through the PLT), as
+ * NVIDIA's CUDA 13 runtime does, hence through cuLaunchKernel(_ptsz).
  *
  * The per-thread default stream variants (_ptds for functions without a
  * stream argument, _ptsz for those with one, what nvcc
@@ -597,16 +598,21 @@ static const void *kernel_stub(cudaKernel_t kernel)
 	return kernel ? (const void *)((uintptr_t)kernel ^ KERNEL_HANDLE_XOR) : NULL;
 }
 
+/* Like NVIDIA's CUDA 13 runtime (seen with PyTorch 2.11 on an H200: both
+ * probes fired once per launch, and CUPTI named the call cudaLaunchKernel),
+ * __cudaLaunchKernel is implemented by the exported cudaLaunchKernel, called
+ * through the PLT, so a probe there fires inside it; likewise the _ptsz pair. */
 EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
 				      void **args, size_t sharedMem, cudaStream_t stream)
 {
-	WRAP(do_launch(L_PLAIN, kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
+	WRAP(cudaLaunchKernel(kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
 }
 
 EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
 					   void **args, size_t sharedMem, cudaStream_t stream)
 {
-	WRAP(do_launch(L_PTSZ, kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
+	WRAP(cudaLaunchKernel_ptsz(kernel_stub(kernel), gridDim, blockDim, args, sharedMem,
+				   stream));
 }
 #endif
 
