@@ -352,6 +352,8 @@ const volatile bool detailed_launches = false;
 
 /* A nested driver launch follows its runtime launch within this time. */
 #define RT_TO_DRV_WINDOW_NS 50000000ULL
+/* __cudaLaunchKernel's tail jump reaches cudaLaunchKernel within this time. */
+#define RT_TAIL_WINDOW_NS 1000000ULL
 
 /* Force the generated Go types for the enums and shared structs. */
 const enum op unused_op __attribute__((unused));
@@ -685,12 +687,30 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id, u64 r
  * place for the driver launch below both), and every counted runtime
  * launch leaves one.
  */
-static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags)
+static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op)
 {
 	u32 pid = id >> 32;
 	struct text_range *text;
-	struct rt_launch *m;
+	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
 
+	/*
+	 * NVIDIA's CUDA 13 __cudaLaunchKernel reaches cudaLaunchKernel by a
+	 * tail jump (seen on an H200: one frame, both probes fire with the
+	 * application's return address): the next runtime launch entry on the
+	 * thread, on the same stack pointer and return address, is that jump.
+	 */
+	if (m && m->tail && m->tail == ret && m->sp == ctx->rsp &&
+	    bpf_ktime_get_ns() - m->ts < RT_TAIL_WINDOW_NS) {
+		m->tail = 0;
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	if (flags_of(op) & OPF_KERNEL_HANDLE) {
+		struct rt_launch t = {.sp = ctx->rsp, .ts = bpf_ktime_get_ns(), .tail = ret};
+
+		bpf_map_update_elem(&rt_launches, &id, &t, BPF_ANY);
+		return false;
+	}
 	if (flags & PF_RT_SHARED) {
 		text = bpf_map_lookup_elem(&rt_text, &pid);
 		if (!text || ret < text->start || ret >= text->end)
@@ -699,7 +719,6 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return true;
 	}
 	/* A static runtime shares its text with the application: the marker tells. */
-	m = bpf_map_lookup_elem(&rt_launches, &id);
 	if (m && ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS) {
 		count_drop(DROP_NESTED);
 		return true;
@@ -1517,7 +1536,7 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
 		if (called_by_runtime(ctx, id, ret))
 			return 0;
-	} else if (runtime_nested(ctx, id, ret, flags)) {
+	} else if (runtime_nested(ctx, id, ret, flags, op)) {
 		return 0;
 	}
 	add_launch(id, op, 0, &a, 0, 0);

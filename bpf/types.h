@@ -234,6 +234,8 @@ struct launch_event {
 struct rt_launch {
 	u64 sp;
 	u64 ts;
+	u64 tail; /* return address of a __cudaLaunchKernel that tail-calls cudaLaunchKernel; 0 none
+		   */
 };
 
 /*

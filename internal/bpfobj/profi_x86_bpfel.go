@@ -531,9 +531,10 @@ type ProfiReplayKey struct {
 }
 
 type ProfiRtLaunch struct {
-	_  structs.HostLayout
-	Sp uint64
-	Ts uint64
+	_    structs.HostLayout
+	Sp   uint64
+	Ts   uint64
+	Tail uint64
 }
 
 type ProfiTextRange struct {

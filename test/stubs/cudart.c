@@ -593,27 +593,24 @@ EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 	WRAP(do_get_kernel(kernel, hostFun));
 }
 
-static const void *kernel_stub(cudaKernel_t kernel)
-{
-	return kernel ? (const void *)((uintptr_t)kernel ^ KERNEL_HANDLE_XOR) : NULL;
-}
-
 /* Like NVIDIA's CUDA 13 runtime (seen with PyTorch 2.11 on an H200: both
- * probes fired once per launch, and CUPTI named the call cudaLaunchKernel),
- * __cudaLaunchKernel is implemented by the exported cudaLaunchKernel, called
- * through the PLT, so a probe there fires inside it; likewise the _ptsz pair. */
-EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-				      void **args, size_t sharedMem, cudaStream_t stream)
-{
-	WRAP(cudaLaunchKernel(kernel_stub(kernel), gridDim, blockDim, args, sharedMem, stream));
-}
-
-EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-					   void **args, size_t sharedMem, cudaStream_t stream)
-{
-	WRAP(cudaLaunchKernel_ptsz(kernel_stub(kernel), gridDim, blockDim, args, sharedMem,
-				   stream));
-}
+ * probes fired once per launch, in one frame, with the application's return
+ * address; CUPTI named the call cudaLaunchKernel), __cudaLaunchKernel turns
+ * the handle into the function and tail-jumps to the exported
+ * cudaLaunchKernel (through the PLT), so a probe there fires inside it on
+ * the same stack; likewise the _ptsz pair. A NULL handle stays NULL. */
+#define TAIL_LAUNCH(name, target)                                                   \
+	__asm__(".text\n.globl " #name "\n"                                         \
+		".type " #name ",@function\n" #name ":\n"                           \
+		"\ttest %rdi, %rdi\n"                                               \
+		"\tje 1f\n"                                                         \
+		"\tmovabs $0x4b00000000000000, %r11\n" /* KERNEL_HANDLE_XOR */      \
+		"\txor %r11, %rdi\n"                                                \
+		"1:\tjmp " #target "@PLT\n"                                         \
+		".size " #name ", .-" #name "\n")
+_Static_assert(KERNEL_HANDLE_XOR == 0x4b00000000000000ULL, "TAIL_LAUNCH's constant");
+TAIL_LAUNCH(__cudaLaunchKernel, cudaLaunchKernel);
+TAIL_LAUNCH(__cudaLaunchKernel_ptsz, cudaLaunchKernel_ptsz);
 #endif
 
 EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim,
