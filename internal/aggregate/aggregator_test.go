@@ -24,7 +24,7 @@ type fakeSource struct {
 	comms     map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
 	nodes     map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
 	replays   map[bpfobj.ProfiReplayKey]uint64
-	quotas    map[uint32]bpfobj.ProfiGraphQuota
+	quotas    map[uint32]bpfobj.ProfiPidQuota
 	drops     [bpfobj.NumDrops]uint64
 	deleted   []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr error             // returned by DeletePIDs (keys are then kept)
@@ -43,7 +43,7 @@ func newFakeSource() *fakeSource {
 		comms:    map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
 		nodes:    map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal{},
 		replays:  map[bpfobj.ProfiReplayKey]uint64{},
-		quotas:   map[uint32]bpfobj.ProfiGraphQuota{},
+		quotas:   map[uint32]bpfobj.ProfiPidQuota{},
 	}
 }
 
@@ -101,7 +101,7 @@ func (s *fakeSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error 
 	return nil
 }
 
-func (s *fakeSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
+func (s *fakeSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	for k, v := range s.quotas {
 		fn(k, v)
 	}

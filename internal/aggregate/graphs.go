@@ -44,7 +44,7 @@ type graphNode struct {
 type graphState struct {
 	nodes   map[uint64][]graphNode // by graph id
 	replays map[bpfobj.ProfiReplayKey]uint64
-	quota   bpfobj.ProfiGraphQuota
+	quota   bpfobj.ProfiPidQuota
 }
 
 // graphBytesKey are the labels of the bytes a replayed copy or set moves.
@@ -73,7 +73,7 @@ func (a *Aggregator) readGraphs(get func(pid uint32) *pidData) error {
 	if err := a.opts.Source.GraphReplays(func(k bpfobj.ProfiReplayKey, n uint64) { g(k.Pid).replays[k] += n }); err != nil {
 		return err
 	}
-	return a.opts.Source.GraphQuotas(func(pid uint32, q bpfobj.ProfiGraphQuota) {
+	return a.opts.Source.Quotas(func(pid uint32, q bpfobj.ProfiPidQuota) {
 		// Only for processes with graph data: a quota alone makes no process.
 		if d := get(pid); d.graph != nil {
 			d.graph.quota = q

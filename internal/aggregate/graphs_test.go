@@ -34,7 +34,7 @@ func TestGraphExpansion(t *testing.T) {
 	node(2, copyOp, uint32(bpfobj.GraphNodeMemcpy), 0, 2, 1, 7)
 	src.replays[bpfobj.ProfiReplayKey{Pid: pid, Dev: bpfobj.DevNone, Graph: 1, Stream: 0x60, Phase: uint32(bpfobj.PhaseDecode)}] = 10
 	src.replays[bpfobj.ProfiReplayKey{Pid: pid, Dev: bpfobj.DevNone, Graph: 0, Stream: 0x60}] = 4
-	src.quotas[pid] = bpfobj.ProfiGraphQuota{Graphs: 2, Execs: 1}
+	src.quotas[pid] = bpfobj.ProfiPidQuota{Graphs: 2, Execs: 1}
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"python3", 1}})})
 	if err := a.Drain(); err != nil {
 		t.Fatal(err)
