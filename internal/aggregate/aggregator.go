@@ -346,7 +346,7 @@ func (a *Aggregator) Drain() error {
 	if err := a.opts.Source.NCCL(func(k bpfobj.ProfiNcclKey, v *bpfobj.ProfiNcclVal) { get(k.Pid).nccl[k] = *v }); err != nil {
 		return fmt.Errorf("read nccl_agg map: %w", err)
 	}
-	if err := a.readGraphs(get); err != nil {
+	if err := a.readGraphs(get, func(pid uint32) *pidData { return byPID[int(pid)] }); err != nil {
 		return fmt.Errorf("read graph maps: %w", err)
 	}
 	if err := a.readComms(); err != nil {
@@ -391,6 +391,11 @@ func (a *Aggregator) Drain() error {
 			p := a.build(ps, part.meta, part.data, snap)
 			p.GPUs = part.attrs
 			parts = append(parts, p)
+		}
+		if len(parts) == 0 {
+			// Graph state but no key to export (its keys refused at a
+			// full map or its quota): nothing to show this drain.
+			continue
 		}
 		mergePerPID(parts)
 		parts[0].Graphs = graphs

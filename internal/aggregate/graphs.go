@@ -55,8 +55,9 @@ type graphBytesKey struct {
 	dev      uint32
 }
 
-// readGraphs reads the graph maps into each process's pidData.
-func (a *Aggregator) readGraphs(get func(pid uint32) *pidData) error {
+// readGraphs reads the graph maps into each process's pidData (get
+// creates it; known only looks it up).
+func (a *Aggregator) readGraphs(get, known func(pid uint32) *pidData) error {
 	g := func(pid uint32) *graphState {
 		d := get(pid)
 		if d.graph == nil {
@@ -74,8 +75,10 @@ func (a *Aggregator) readGraphs(get func(pid uint32) *pidData) error {
 		return err
 	}
 	return a.opts.Source.Quotas(func(pid uint32, q bpfobj.ProfiPidQuota) {
-		// Only for processes with graph data: a quota alone makes no process.
-		if d := get(pid); d.graph != nil {
+		// Only for processes with graph data: a quota alone makes no
+		// process (every process that made a key has one, also when all
+		// its keys were refused).
+		if d := known(pid); d != nil && d.graph != nil {
 			d.graph.quota = q
 		}
 	})
