@@ -779,6 +779,30 @@ func TestMaxStreamsPerPID(t *testing.T) {
 	}
 }
 
+// TestStreamOtherFromBPF: keys BPF folded into bpfobj.StreamOther (streams
+// beyond the cap it admitted) are labelled "other", together with what
+// userspace folds, and take no admitted stream's place: a real stream
+// read after them still gets its own label.
+func TestStreamOtherFromBPF(t *testing.T) {
+	t.Parallel()
+	const pid = 100
+	src := newFakeSource()
+	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"p", 1}}), MaxStreamsPerPID: 1})
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, bpfobj.StreamOther), aval(5, 1, 500, 0))
+	src.addLaunch(lkey(pid, bpfobj.StreamOther), bpfobj.ProfiLaunchVal{Count: 7})
+	drain(t, a)
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xa), aval(2, 1, 200, 0))
+	p := process(t, drain(t, a), pid)
+	want := map[OpStream]uint64{
+		{"cudaMemcpyAsync", "other"}:  5,
+		{"cudaMemcpyAsync", "0xa"}:    2,
+		{"cudaLaunchKernel", "other"}: 7,
+	}
+	if !reflect.DeepEqual(p.Calls, want) {
+		t.Errorf("calls = %v, want %v", p.Calls, want)
+	}
+}
+
 func TestMaxStreamsPerPIDIsPerProcess(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
