@@ -240,8 +240,9 @@ const volatile u32 max_streams_per_pid = 32;
 
 /*
  * Each process's share of each shared map (enum quota_map): set by
- * internal/bpfobj from the map sizes (max_entries / 4, at least 64, at
- * most max_entries). The defaults here are those of the default sizes.
+ * internal/bpfobj from the map sizes (max_entries / 4, at least 64; 0, no
+ * quota, for a map of 64 entries or fewer, whose share would be all of
+ * it). The defaults here are those of the default sizes.
  */
 const volatile u32 pid_share[QUOTA_MAPS] = {512, 2048, 256, 32768, 32768, 4096};
 
@@ -773,10 +774,13 @@ static __always_inline struct pid_quota *quota_of(u32 pid)
  */
 #define EEXIST 17
 
-/* Takes one of the n units counted in *used; false (none taken) when all are used. */
+/*
+ * Takes one of the n units counted in *used; false (none taken) when all
+ * are used. n = 0: no limit (a map whose share would be all of it).
+ */
 static __always_inline bool take(u32 *used, u32 n)
 {
-	if (__sync_fetch_and_add(used, 1) < n)
+	if (__sync_fetch_and_add(used, 1) < (n ? n : 0xffffffff))
 		return true;
 	__sync_fetch_and_add(used, -1);
 	return false;

@@ -352,7 +352,7 @@ func TestSpecQuotaDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for m, name := range QuotaMapNames {
-		if want := PIDShare(spec.Maps[name].MaxEntries); share[m] != want {
+		if want := loadShare(spec.Maps[name].MaxEntries); share[m] != want || want == 0 {
 			t.Errorf("pid_share[%s] = %d, want %d", name, share[m], want)
 		}
 	}
@@ -362,5 +362,16 @@ func TestSpecQuotaDefaults(t *testing.T) {
 	}
 	if streams != 32 {
 		t.Errorf("max_streams_per_pid = %d, want 32", streams)
+	}
+}
+
+// TestLoadShare: maps of 64 entries or fewer get no quota (0), so a full
+// one is counted as that map's drop (tests with maps of size 1).
+func TestLoadShare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ size, want uint32 }{{1, 0}, {64, 0}, {65, 64}, {256, 64}, {1024, 256}} {
+		if got := loadShare(tc.size); got != tc.want {
+			t.Errorf("loadShare(%d) = %d, want %d", tc.size, got, tc.want)
+		}
 	}
 }

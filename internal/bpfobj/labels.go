@@ -114,6 +114,16 @@ func PIDShare(maxEntries uint32) uint32 {
 	return min(max(maxEntries/4, MinPIDShare), maxEntries)
 }
 
+// loadShare is pid_share's value for a map of maxEntries: its PIDShare, or
+// 0 (no quota: a full map is counted as that map's drop, as before quotas)
+// when the share would be the whole map.
+func loadShare(maxEntries uint32) uint32 {
+	if s := PIDShare(maxEntries); s < maxEntries {
+		return s
+	}
+	return 0
+}
+
 // Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).
 type Phase = ProfiPhase
 

@@ -115,7 +115,7 @@ func Load(sizes Sizes) (*Objects, error) {
 	}
 	var share [NumQuotaMaps]uint32
 	for m, name := range QuotaMapNames {
-		share[m] = PIDShare(spec.Maps[name].MaxEntries)
+		share[m] = loadShare(spec.Maps[name].MaxEntries)
 	}
 	if err := spec.Variables[ProfiVarPidShare].Set(share); err != nil {
 		return nil, fmt.Errorf("set pid_share: %w", err)
