@@ -16,7 +16,7 @@
  * ARCHITECTURE.md lists the programs and maps and who reads them.
  *
  * Per-CPU counters (PCPU_ADD) are plain adds; shared values (graph_nodes,
- * graph_quotas, graph_seq, live_captures) are atomic. See PCPU_ADD for why
+ * pid_quotas, graph_seq, live_captures) are atomic. See PCPU_ADD for why
  * that is safe where preemption is off and what it risks where it is on.
  */
 
@@ -195,13 +195,33 @@ struct {
 	__type(value, u64);
 } graph_replays SEC(".maps");
 
-/* Per-process graph ids and executable graphs, against their caps. */
+/*
+ * Per-process quotas (issue 17): graph ids and executable graphs against
+ * their caps, admitted streams, and the keys the process holds in each
+ * shared map (enum quota_map) against its share (pid_share). Written only
+ * when a key is new (admit), never on the path of a key that exists.
+ * Deleted by userspace when the process exits.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 	__type(key, u32);
-	__type(value, struct graph_quota);
-} graph_quotas SEC(".maps");
+	__type(value, struct pid_quota);
+} pid_quotas SEC(".maps");
+
+/*
+ * The streams each process may name in keys, (pid, stream): the first
+ * --max-streams-per-pid non-default streams it used. Keys of any other
+ * stream are folded into STREAM_OTHER in BPF (userspace labels it
+ * "other"), so fake stream handles cannot multiply a process's keys.
+ * A full map folds too. Deleted by userspace when the process exits.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, stream */
+	__type(value, u8);
+} pid_streams SEC(".maps");
 
 /* graph_return's "nothing lost". */
 #define NO_DROP DROP_MAX
@@ -214,6 +234,17 @@ u32 live_captures = 0;
 /* Per-process caps (issue 16): graph ids ever assigned, executable graphs alive. */
 const volatile u32 max_graphs_per_pid = 8192;
 const volatile u32 max_execs_per_pid = 8192;
+
+/* --max-streams-per-pid: streams each process may name in keys (pid_streams). */
+const volatile u32 max_streams_per_pid = 32;
+
+/*
+ * Each process's share of each shared map (enum quota_map): set by
+ * internal/bpfobj from the map sizes (max_entries / 4, at least 64; 0, no
+ * quota, for a map of 64 entries or fewer, whose share would be all of
+ * it). The defaults here are those of the default sizes.
+ */
+const volatile u32 pid_share[QUOTA_MAPS] = {512, 2048, 256, 32768, 32768, 4096};
 
 /* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
 const volatile u32 kernel_mode = 1;
@@ -365,6 +396,7 @@ const struct name_event unused_name_event __attribute__((unused));
 const struct launch_event unused_launch_event __attribute__((unused));
 const enum graph_node_type unused_graph_node_type __attribute__((unused));
 const enum pid_file_flag unused_pid_file_flag __attribute__((unused));
+const enum quota_map unused_quota_map __attribute__((unused));
 
 /*
  * Zero values inserted by lookup_or_init: read-only globals rather than
@@ -374,7 +406,7 @@ static const struct agg_val zero_agg;
 static const struct launch_val zero_launch;
 static const struct nccl_val zero_nccl;
 static const struct graph_node_val zero_node;
-static const struct graph_quota zero_quota;
+static const struct pid_quota zero_quota;
 static const u64 zero_u64;
 
 /*
@@ -777,15 +809,179 @@ static __always_inline u64 capture_of(u32 pid, u64 stream)
 	return 0;
 }
 
-static __always_inline struct graph_quota *quota_of(u32 pid)
+static __always_inline struct pid_quota *quota_of(u32 pid)
 {
-	return lookup_or_init(&graph_quotas, &pid, &zero_quota, DROP_GRAPH_MAPS);
+	return lookup_or_init(&pid_quotas, &pid, &zero_quota, DROP_PID_QUOTA);
+}
+
+/*
+ * Per-process quotas on the shared maps (issue 17: one process calling
+ * with thousands of fake stream handles or return codes must not fill a
+ * map every other process needs). Paid only when a key is new: the hot
+ * path, a key that exists, is one lookup as before (lookup_or_admit).
+ *
+ * Units are taken before the insert and given back when it fails, so a
+ * process never holds more than its share. Two CPUs that race to insert
+ * the same new key (a per-CPU hash's key is shared by all CPUs: one
+ * BPF_NOEXIST insert wins, the other gets -EEXIST) both hold a unit for a
+ * moment: a third new key of that process at the edge of its share may be
+ * refused meanwhile. That over-count is conservative and transient.
+ */
+#define EEXIST 17
+
+/*
+ * Takes one of the n units counted in *used; false (none taken) when all
+ * are used. n = 0: no limit (a map whose share would be all of it).
+ */
+static __always_inline bool take(u32 *used, u32 n)
+{
+	if (__sync_fetch_and_add(used, 1) < (n ? n : 0xffffffff))
+		return true;
+	__sync_fetch_and_add(used, -1);
+	return false;
+}
+
+/*
+ * Whether process pid may name stream in its keys: the default stream and
+ * STREAM_OTHER always, else the first max_streams_per_pid streams it used
+ * (pid_streams). A full pid_streams admits no new stream.
+ */
+static __always_inline bool stream_admitted(struct pid_quota *q, u32 pid, u64 stream)
+{
+	struct handle_key k = {.pid = pid, .handle = stream};
+	u8 one = 1;
+	long err;
+
+	if (!stream || stream == STREAM_OTHER || bpf_map_lookup_elem(&pid_streams, &k))
+		return true;
+	if (!take(&q->streams, max_streams_per_pid))
+		return false;
+	err = bpf_map_update_elem(&pid_streams, &k, &one, BPF_NOEXIST);
+	if (!err)
+		return true;
+	__sync_fetch_and_add(&q->streams, -1);
+	return err == -EEXIST; /* another CPU admitted it first */
+}
+
+/* The drop counted when map qm itself is full. */
+static __always_inline u32 full_drop(u32 qm)
+{
+	switch (qm) {
+	case QUOTA_AGGREGATED:
+		return DROP_AGGREGATED;
+	case QUOTA_LAUNCH_AGG:
+		return DROP_LAUNCH_AGG;
+	case QUOTA_NCCL_AGG:
+		return DROP_NCCL_AGG;
+	case QUOTA_MALLOC_SIZES:
+		return DROP_MALLOC_SIZES;
+	case QUOTA_GRAPH_REPLAYS:
+		return DROP_GRAPH_REPLAYS;
+	}
+	return DROP_GRAPH_MAPS;
+}
+
+/*
+ * A key that is not in map qm yet. Its stream (NULL: the key has none)
+ * beyond the process's admitted streams is folded into STREAM_OTHER, and
+ * that key looked up again; a key still new is inserted within the
+ * process's share of the map, else dropped and counted (DROP_PID_QUOTA)
+ * without touching any other process's keys. Every key begins with its
+ * u32 pid. Not inlined: one copy serves every map.
+ */
+static __noinline void *admit(void *map, void *key, u64 *stream, const void *zero, u32 qm)
+{
+	u32 pid = *(u32 *)key;
+	struct pid_quota *q;
+	u32 *used;
+	void *v;
+
+	q = quota_of(pid);
+	if (!q)
+		return NULL;
+	if (stream && !stream_admitted(q, pid, *stream)) {
+		*stream = STREAM_OTHER;
+		v = bpf_map_lookup_elem(map, key);
+		if (v)
+			return v;
+	}
+	/* Kept: clang drops the check (every caller passes a constant), the verifier needs it. */
+	asm volatile("" : "+r"(qm));
+	if (qm >= QUOTA_MAPS)
+		return NULL;
+	used = &q->keys[qm];
+	if (!take(used, pid_share[qm])) {
+		count_drop(DROP_PID_QUOTA);
+		return NULL;
+	}
+	/* Failed: the map is full, or another CPU inserted the key (and counted it). */
+	if (bpf_map_update_elem(map, key, zero, BPF_NOEXIST))
+		__sync_fetch_and_add(used, -1);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		count_drop(full_drop(qm));
+	return v;
+}
+
+/*
+ * lookup_or_init for the shared maps with per-process quotas: this CPU's
+ * value for key, admitted first when the key is new. *stream may be
+ * folded into STREAM_OTHER.
+ */
+static __always_inline void *lookup_or_admit(void *map, void *key, u64 *stream, const void *zero,
+					     u32 qm)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	return admit(map, key, stream, zero, qm);
+}
+
+/*
+ * Records a live allocation in malloc_sizes within the process's share;
+ * false when it is not tracked (counted). An address handed out again
+ * while its entry is still there (its free was not seen) replaces the
+ * entry and takes no unit.
+ */
+static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
+{
+	struct pid_quota *q = quota_of(ak->pid);
+	u32 *used;
+	long err;
+
+	if (!q)
+		return false;
+	used = &q->keys[QUOTA_MALLOC_SIZES];
+	if (!take(used, pid_share[QUOTA_MALLOC_SIZES])) {
+		if (!bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
+			return true;
+		count_drop(DROP_PID_QUOTA);
+		return false;
+	}
+	err = bpf_map_update_elem(&malloc_sizes, ak, av, BPF_NOEXIST);
+	if (!err)
+		return true;
+	__sync_fetch_and_add(used, -1);
+	if (err == -EEXIST && !bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
+		return true;
+	count_drop(DROP_MALLOC_SIZES);
+	return false;
+}
+
+/* Gives back the unit of a malloc_sizes entry just deleted. */
+static __always_inline void untrack_alloc(u32 pid)
+{
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+
+	if (q && q->keys[QUOTA_MALLOC_SIZES])
+		__sync_fetch_and_add(&q->keys[QUOTA_MALLOC_SIZES], -1);
 }
 
 /* A new graph id for process pid, within its cap; 0 when refused (counted). */
 static __always_inline u64 new_graph_id(u32 pid)
 {
-	struct graph_quota *q = quota_of(pid);
+	struct pid_quota *q = quota_of(pid);
 
 	if (!q)
 		return 0;
@@ -835,7 +1031,7 @@ static __always_inline void add_node(u32 pid, u32 op, u64 graph, u64 func, u32 k
 
 	if (!graph)
 		return;
-	v = lookup_or_init(&graph_nodes, &k, &zero_node, DROP_GRAPH_MAPS);
+	v = lookup_or_admit(&graph_nodes, &k, NULL, &zero_node, QUOTA_GRAPH_NODES);
 	if (!v)
 		return;
 	__sync_fetch_and_add(&v->count, 1);
@@ -865,7 +1061,7 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 		key.captured = 1;
 		add_node(key.pid, op, graph, func, 0, GRAPH_NODE_KERNEL, a, 0);
 	}
-	val = lookup_or_init(&launch_agg, &key, &zero_launch, DROP_LAUNCH_AGG);
+	val = lookup_or_admit(&launch_agg, &key, &key.stream, &zero_launch, QUOTA_LAUNCH_AGG);
 	if (!val)
 		return;
 	PCPU_ADD(val->count, 1);
@@ -997,7 +1193,8 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 		if (av) {
 			in.arg1 = av->size;
 			in.dev = av->dev;
-			bpf_map_delete_elem(&malloc_sizes, &ak);
+			if (!bpf_map_delete_elem(&malloc_sizes, &ak))
+				untrack_alloc(ak.pid);
 		}
 		if (args_of(in.op) == ARGS_FREE_ASYNC)
 			in.stream = arg(ctx, 2);
@@ -1191,7 +1388,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 	struct handle_key k = {.pid = pid, .handle = in->arg0};
 	struct handle_key sk = {.pid = pid, .handle = in->stream};
 	struct handle_key ck = {.pid = pid};
-	struct graph_quota *q;
+	struct pid_quota *q;
 	struct capture c = {.origin = in->stream};
 	u64 gid = 0, out = 0;
 	u64 *p;
@@ -1266,7 +1463,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		if (!gid) {
 			/* A graph profi did not see built: its replays are unknown. */
 			if (!bpf_map_delete_elem(&graph_execs, &k)) {
-				q = bpf_map_lookup_elem(&graph_quotas, &pid);
+				q = bpf_map_lookup_elem(&pid_quotas, &pid);
 				if (q && q->execs)
 					__sync_fetch_and_add(&q->execs, -1);
 			}
@@ -1286,7 +1483,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 	case ARGS_GRAPH_EXEC_DESTROY:
 		if (ret || bpf_map_delete_elem(&graph_execs, &k))
 			return NO_DROP;
-		q = bpf_map_lookup_elem(&graph_quotas, &pid);
+		q = bpf_map_lookup_elem(&pid_quotas, &pid);
 		if (q && q->execs)
 			__sync_fetch_and_add(&q->execs, -1);
 		return NO_DROP;
@@ -1304,7 +1501,8 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		p = bpf_map_lookup_elem(&graph_execs, &k);
 		rk.graph = p ? *p : 0;
 		rk.phase = launch_phase(id);
-		n = lookup_or_init(&graph_replays, &rk, &zero_u64, DROP_GRAPH_REPLAYS);
+		n = lookup_or_admit(&graph_replays, &rk, &rk.stream, &zero_u64,
+				    QUOTA_GRAPH_REPLAYS);
 		if (n)
 			PCPU_ADD(*n, 1);
 		return NO_DROP;
@@ -1391,9 +1589,10 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 			struct alloc_val av = {.size = in.arg1, .dev = key.dev};
 
 			bytes = in.arg1;
-			if (bpf_probe_read_user(&ak.ptr, sizeof(ak.ptr), (void *)in.arg0) ||
-			    bpf_map_update_elem(&malloc_sizes, &ak, &av, BPF_ANY))
+			if (bpf_probe_read_user(&ak.ptr, sizeof(ak.ptr), (void *)in.arg0))
 				count_drop(DROP_MALLOC_SIZES);
+			else
+				track_alloc(&ak, &av);
 		}
 		break;
 	case ARGS_FREE:
@@ -1411,8 +1610,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 			struct alloc_key ak = {.pid = key.pid, .ptr = in.arg0};
 			struct alloc_val av = {.size = in.arg1, .dev = in.dev};
 
-			if (bpf_map_update_elem(&malloc_sizes, &ak, &av, BPF_NOEXIST))
-				count_drop(DROP_MALLOC_SIZES);
+			track_alloc(&ak, &av);
 		}
 		break;
 	case ARGS_ALLOC_HOST: /* pinned host memory: counted, not tracked */
@@ -1495,7 +1693,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		break;
 	}
 
-	val = lookup_or_init(&aggregated, &key, &zero_agg, DROP_AGGREGATED);
+	val = lookup_or_admit(&aggregated, &key, &key.stream, &zero_agg, QUOTA_AGGREGATED);
 	if (!val)
 		return 0;
 	u32 b = bucket(dur, lat_bounds_ns, LAT_BUCKETS - 1);
@@ -1631,7 +1829,7 @@ static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 byte
 	    .pid = id >> 32, .op = op, .comm = comm, .err = err, .dev = thread_dev(id)};
 	struct nccl_val *val;
 
-	val = lookup_or_init(&nccl_agg, &key, &zero_nccl, DROP_NCCL_AGG);
+	val = lookup_or_admit(&nccl_agg, &key, NULL, &zero_nccl, QUOTA_NCCL_AGG);
 	if (!val)
 		return;
 	PCPU_ADD(val->count, 1);

@@ -33,7 +33,8 @@ enum drop {
 	DROP_GRAPH_QUOTA = 15,	 /* a process's graphs or executable graphs beyond their cap */
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
-	DROP_MAX = 18,
+	DROP_PID_QUOTA = 18, /* a process's share of a shared map used up (or pid_quotas full) */
+	DROP_MAX = 19,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -346,8 +347,37 @@ struct capture {
 	u64 origin; /* the stream that began it: only its EndCapture ends it */
 };
 
-/* Graph ids and executable graphs a process holds, against their caps. */
-struct graph_quota {
+/*
+ * The shared maps whose keys a process creates at will (raw stream
+ * handles, return codes, communicator and graph handles, device pointers):
+ * each process may hold at most its share of each (pid_share[], set by
+ * userspace from the map sizes: max_entries/4, at least 64).
+ */
+enum quota_map {
+	QUOTA_AGGREGATED = 0,
+	QUOTA_LAUNCH_AGG = 1,
+	QUOTA_NCCL_AGG = 2,
+	QUOTA_MALLOC_SIZES = 3,
+	QUOTA_GRAPH_NODES = 4,
+	QUOTA_GRAPH_REPLAYS = 5,
+	QUOTA_MAPS = 6,
+};
+
+/*
+ * The stream of a key whose stream handle is beyond the process's
+ * --max-streams-per-pid admitted streams: labelled "other".
+ */
+#define STREAM_OTHER 0xffffffffffffffffULL
+
+/*
+ * What a process holds of the shared maps (pid_quotas, keyed by pid),
+ * against its caps: graph ids and executable graphs (issue 16), admitted
+ * streams, and its keys in each quota_map.
+ */
+struct pid_quota {
 	u32 graphs;
 	u32 execs;
+	u32 streams;
+	u32 pad;
+	u32 keys[QUOTA_MAPS];
 };

@@ -105,16 +105,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	objs, err := bpfobj.Load(bpfobj.Sizes{
-		Aggregated:    cfg.AggregatedSize,
-		LaunchAgg:     cfg.LaunchAggSize,
-		Inflight:      cfg.EntriesSize,
-		MallocSizes:   cfg.MallocSizesSize,
-		SampleRate:    uint32(cfg.SampleRate),
-		Detailed:      cfg.DetailedLaunches,
-		CountHits:     cfg.OverheadBudget > 0,
-		NVTX:          cfg.EnableNVTX,
-		KernelMode:    cfg.KernelMode,
-		NoUprobeMulti: cfg.NoUprobeMulti,
+		Aggregated:       cfg.AggregatedSize,
+		LaunchAgg:        cfg.LaunchAggSize,
+		Inflight:         cfg.EntriesSize,
+		MallocSizes:      cfg.MallocSizesSize,
+		MaxStreamsPerPID: uint32(cfg.MaxStreamsPerPID),
+		SampleRate:       uint32(cfg.SampleRate),
+		Detailed:         cfg.DetailedLaunches,
+		CountHits:        cfg.OverheadBudget > 0,
+		NVTX:             cfg.EnableNVTX,
+		KernelMode:       cfg.KernelMode,
+		NoUprobeMulti:    cfg.NoUprobeMulti,
 	})
 	if err != nil {
 		return err

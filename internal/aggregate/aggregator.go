@@ -32,8 +32,9 @@ type Source interface {
 	GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error
 	// GraphReplays reads the replays of each graph, summed over CPUs.
 	GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error
-	// GraphQuotas reads each process's graph ids and executable graphs.
-	GraphQuotas(fn func(pid uint32, q bpfobj.ProfiGraphQuota)) error
+	// Quotas reads each process's quotas (pid_quotas): graph ids,
+	// executable graphs, admitted streams, keys per shared map.
+	Quotas(fn func(pid uint32, q bpfobj.ProfiPidQuota)) error
 	// DeleteDead removes per-process entries that have no aggregation key
 	// (live allocations, claims) of processes for which alive is false,
 	// and returns how many it removed.
@@ -345,7 +346,7 @@ func (a *Aggregator) Drain() error {
 	if err := a.opts.Source.NCCL(func(k bpfobj.ProfiNcclKey, v *bpfobj.ProfiNcclVal) { get(k.Pid).nccl[k] = *v }); err != nil {
 		return fmt.Errorf("read nccl_agg map: %w", err)
 	}
-	if err := a.readGraphs(get); err != nil {
+	if err := a.readGraphs(get, func(pid uint32) *pidData { return byPID[int(pid)] }); err != nil {
 		return fmt.Errorf("read graph maps: %w", err)
 	}
 	if err := a.readComms(); err != nil {
@@ -390,6 +391,11 @@ func (a *Aggregator) Drain() error {
 			p := a.build(ps, part.meta, part.data, snap)
 			p.GPUs = part.attrs
 			parts = append(parts, p)
+		}
+		if len(parts) == 0 {
+			// Graph state but no key to export (its keys refused at a
+			// full map or its quota): nothing to show this drain.
+			continue
 		}
 		mergePerPID(parts)
 		parts[0].Graphs = graphs
@@ -652,8 +658,10 @@ func (a *Aggregator) admit(t tuple) bool {
 
 // stream maps a stream handle to its label, collapsing handles beyond
 // --max-streams-per-pid into "other" (never into "default").
+// BPF admits at most as many streams per process in its keys and folds
+// the others into bpfobj.StreamOther, labelled "other" here too.
 func (a *Aggregator) stream(ps *procState, h uint64) string {
-	if h == 0 {
+	if h == 0 || h == bpfobj.StreamOther {
 		return bpfobj.StreamLabel(h)
 	}
 	if l, ok := ps.streams[h]; ok {

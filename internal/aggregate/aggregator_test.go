@@ -24,7 +24,7 @@ type fakeSource struct {
 	comms     map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
 	nodes     map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
 	replays   map[bpfobj.ProfiReplayKey]uint64
-	quotas    map[uint32]bpfobj.ProfiGraphQuota
+	quotas    map[uint32]bpfobj.ProfiPidQuota
 	drops     [bpfobj.NumDrops]uint64
 	deleted   []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr error             // returned by DeletePIDs (keys are then kept)
@@ -43,7 +43,7 @@ func newFakeSource() *fakeSource {
 		comms:    map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
 		nodes:    map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal{},
 		replays:  map[bpfobj.ProfiReplayKey]uint64{},
-		quotas:   map[uint32]bpfobj.ProfiGraphQuota{},
+		quotas:   map[uint32]bpfobj.ProfiPidQuota{},
 	}
 }
 
@@ -101,7 +101,7 @@ func (s *fakeSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error 
 	return nil
 }
 
-func (s *fakeSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
+func (s *fakeSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	for k, v := range s.quotas {
 		fn(k, v)
 	}
@@ -776,6 +776,30 @@ func TestMaxStreamsPerPID(t *testing.T) {
 	}
 	if !reflect.DeepEqual(p.Memcpy, wantMemcpy) {
 		t.Errorf("drain 2 memcpy = %v, want %v", p.Memcpy, wantMemcpy)
+	}
+}
+
+// TestStreamOtherFromBPF: keys BPF folded into bpfobj.StreamOther (streams
+// beyond the cap it admitted) are labelled "other", together with what
+// userspace folds, and take no admitted stream's place: a real stream
+// read after them still gets its own label.
+func TestStreamOtherFromBPF(t *testing.T) {
+	t.Parallel()
+	const pid = 100
+	src := newFakeSource()
+	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"p", 1}}), MaxStreamsPerPID: 1})
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, bpfobj.StreamOther), aval(5, 1, 500, 0))
+	src.addLaunch(lkey(pid, bpfobj.StreamOther), bpfobj.ProfiLaunchVal{Count: 7})
+	drain(t, a)
+	src.add(akey(pid, ops.OpCudaMemcpyAsync, 1, 0, 0xa), aval(2, 1, 200, 0))
+	p := process(t, drain(t, a), pid)
+	want := map[OpStream]uint64{
+		{"cudaMemcpyAsync", "other"}:  5,
+		{"cudaMemcpyAsync", "0xa"}:    2,
+		{"cudaLaunchKernel", "other"}: 7,
+	}
+	if !reflect.DeepEqual(p.Calls, want) {
+		t.Errorf("calls = %v, want %v", p.Calls, want)
 	}
 }
 

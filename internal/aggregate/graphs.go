@@ -44,7 +44,7 @@ type graphNode struct {
 type graphState struct {
 	nodes   map[uint64][]graphNode // by graph id
 	replays map[bpfobj.ProfiReplayKey]uint64
-	quota   bpfobj.ProfiGraphQuota
+	quota   bpfobj.ProfiPidQuota
 }
 
 // graphBytesKey are the labels of the bytes a replayed copy or set moves.
@@ -55,8 +55,9 @@ type graphBytesKey struct {
 	dev      uint32
 }
 
-// readGraphs reads the graph maps into each process's pidData.
-func (a *Aggregator) readGraphs(get func(pid uint32) *pidData) error {
+// readGraphs reads the graph maps into each process's pidData (get
+// creates it; known only looks it up).
+func (a *Aggregator) readGraphs(get, known func(pid uint32) *pidData) error {
 	g := func(pid uint32) *graphState {
 		d := get(pid)
 		if d.graph == nil {
@@ -73,9 +74,11 @@ func (a *Aggregator) readGraphs(get func(pid uint32) *pidData) error {
 	if err := a.opts.Source.GraphReplays(func(k bpfobj.ProfiReplayKey, n uint64) { g(k.Pid).replays[k] += n }); err != nil {
 		return err
 	}
-	return a.opts.Source.GraphQuotas(func(pid uint32, q bpfobj.ProfiGraphQuota) {
-		// Only for processes with graph data: a quota alone makes no process.
-		if d := get(pid); d.graph != nil {
+	return a.opts.Source.Quotas(func(pid uint32, q bpfobj.ProfiPidQuota) {
+		// Only for processes with graph data: a quota alone makes no
+		// process (every process that made a key has one, also when all
+		// its keys were refused).
+		if d := known(pid); d != nil && d.graph != nil {
 			d.graph.quota = q
 		}
 	})

@@ -34,7 +34,7 @@ func TestGraphExpansion(t *testing.T) {
 	node(2, copyOp, uint32(bpfobj.GraphNodeMemcpy), 0, 2, 1, 7)
 	src.replays[bpfobj.ProfiReplayKey{Pid: pid, Dev: bpfobj.DevNone, Graph: 1, Stream: 0x60, Phase: uint32(bpfobj.PhaseDecode)}] = 10
 	src.replays[bpfobj.ProfiReplayKey{Pid: pid, Dev: bpfobj.DevNone, Graph: 0, Stream: 0x60}] = 4
-	src.quotas[pid] = bpfobj.ProfiGraphQuota{Graphs: 2, Execs: 1}
+	src.quotas[pid] = bpfobj.ProfiPidQuota{Graphs: 2, Execs: 1}
 	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"python3", 1}})})
 	if err := a.Drain(); err != nil {
 		t.Fatal(err)
@@ -76,5 +76,37 @@ func TestGraphExpansionCycle(t *testing.T) {
 	}}
 	if n := len(s.flatten(1, 1, 0)); n != maxGraphDepth/2+1 {
 		t.Errorf("flatten of a cycle: %d nodes, want %d", n, maxGraphDepth/2+1)
+	}
+}
+
+// TestGraphStateWithoutKeys: a process whose every key was refused (a full
+// map, or its quota) may still have a quota and graph nodes. It exports
+// nothing, and the drain goes on (it panicked here with a GPU labeler:
+// issue 17's hostile-tenant test found it on the agent before quotas).
+func TestGraphStateWithoutKeys(t *testing.T) {
+	src := newFakeSource()
+	src.quotas[7] = bpfobj.ProfiPidQuota{Graphs: 1}
+	src.nodes[bpfobj.ProfiGraphNodeKey{Pid: 7, Op: uint32(ops.OpCudaLaunchKernel), Graph: 1}] = bpfobj.ProfiGraphNodeVal{Count: 1}
+	src.quotas[8] = bpfobj.ProfiPidQuota{Streams: 3}
+	src.add(akey(9, ops.OpCudaMalloc, 0, 0, 0), aval(1, 10, 4096, 0))
+	procs := newFakeProcs(map[int]fakeProc{7: {"a", 1}, 8: {"b", 1}, 9: {"c", 1}})
+	for _, gpus := range []GPULabeler{nil, &fakeGPUs{perm: []int{0}}} {
+		a := New(Options{Source: src, Procs: procs, GPUs: gpus})
+		if err := a.Drain(); err != nil {
+			t.Fatal(err)
+		}
+		var pids []int
+		for _, p := range a.Snapshot().Processes {
+			pids = append(pids, p.Meta.PID)
+		}
+		// 7 (graph nodes only) is a process without GPU labels, none with
+		// them (no key names a device); 8 (a quota alone) never is.
+		want := []int{7, 9}
+		if gpus != nil {
+			want = []int{9}
+		}
+		if !reflect.DeepEqual(pids, want) {
+			t.Errorf("GPUs %v: processes %v, want %v", gpus, pids, want)
+		}
 	}
 }

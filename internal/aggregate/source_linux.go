@@ -57,9 +57,9 @@ func (s MapSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error {
 	return sumPerCPU(s.Objects.GraphReplays, func(k bpfobj.ProfiReplayKey, n *count) { fn(k, uint64(*n)) })
 }
 
-// GraphQuotas reads each process's graph ids and executable graphs.
-func (s MapSource) GraphQuotas(fn func(uint32, bpfobj.ProfiGraphQuota)) error {
-	return each(s.Objects.GraphQuotas, func(pid uint32, q *bpfobj.ProfiGraphQuota) { fn(pid, *q) })
+// Quotas reads each process's quotas (pid_quotas).
+func (s MapSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
+	return each(s.Objects.PidQuotas, func(pid uint32, q *bpfobj.ProfiPidQuota) { fn(pid, *q) })
 }
 
 // each hands fn every key and value of a map that is not per-CPU.
@@ -183,7 +183,8 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	_, err5 := deleteWhere(s.Objects.NcclAgg, func(k *bpfobj.ProfiNcclKey) bool { return pids[k.Pid] })
 	_, err6 := deleteWhere(s.Objects.NcclComms, func(k *bpfobj.ProfiNcclCommKey) bool { return pids[k.Pid] })
 	_, err7 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return pids[uint32(*tid>>32)] })
-	errs := []error{err1, err2, err3, err5, err6, err7, s.deleteGraphs(func(pid uint32) bool { return pids[pid] })}
+	gone := func(pid uint32) bool { return pids[pid] }
+	errs := []error{err1, err2, err3, err5, err6, err7, s.deleteGraphs(gone), s.deleteQuotas(gone)}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
 	_, err4 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return pids[k.Pid] })
 	errs = append(errs, err4)
@@ -206,11 +207,11 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 	// In-flight NCCL calls of processes that exited without the exit hook
 	// (raw tracepoint unavailable) would otherwise look hung forever.
 	n3, err3 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return isDead(uint32(*tid >> 32)) })
-	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteGraphs(isDead))
+	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteGraphs(isDead), s.deleteQuotas(isDead))
 }
 
 // deleteGraphs removes the CUDA graph state of processes for which gone is
-// true: captures, graphs, executable graphs, nodes, replays and quotas.
+// true: captures, graphs, executable graphs, nodes and replays.
 // (A capture left open by a process that died counts on in live_captures,
 // which then only spares fewer launches a lookup.)
 func (s MapSource) deleteGraphs(gone func(pid uint32) bool) error {
@@ -222,8 +223,16 @@ func (s MapSource) deleteGraphs(gone func(pid uint32) bool) error {
 	}
 	_, err1 := deleteWhere(s.Objects.GraphNodes, func(k *bpfobj.ProfiGraphNodeKey) bool { return gone(k.Pid) })
 	_, err2 := deleteWhere(s.Objects.GraphReplays, func(k *bpfobj.ProfiReplayKey) bool { return gone(k.Pid) })
-	_, err3 := deleteWhere(s.Objects.GraphQuotas, func(pid *uint32) bool { return gone(*pid) })
-	return errors.Join(append(errs, err1, err2, err3)...)
+	return errors.Join(append(errs, err1, err2)...)
+}
+
+// deleteQuotas removes the per-process quotas (pid_quotas) and admitted
+// streams (pid_streams) of processes for which gone is true, after their
+// keys: a new process reusing the PID starts with its whole share.
+func (s MapSource) deleteQuotas(gone func(pid uint32) bool) error {
+	_, err1 := deleteWhere(s.Objects.PidStreams, func(k *bpfobj.ProfiHandleKey) bool { return gone(k.Pid) })
+	_, err2 := deleteWhere(s.Objects.PidQuotas, func(pid *uint32) bool { return gone(*pid) })
+	return errors.Join(err1, err2)
 }
 
 // deleteWhere collects matching keys first and deletes them afterwards,

@@ -111,7 +111,13 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight), "DROP_NVTX_STACK": uint64(DropNVTXStack),
 			"DROP_GRAPH_MAPS": uint64(DropGraphMaps), "DROP_GRAPH_QUOTA": uint64(DropGraphQuota),
 			"DROP_GRAPH_REPLAYS": uint64(DropGraphReplays), "DROP_CAPTURE": uint64(DropCapture),
-			"DROP_MAX": uint64(NumDrops),
+			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_MAX": uint64(NumDrops),
+		}},
+		{"quota_map", map[string]uint64{
+			"QUOTA_AGGREGATED": uint64(QuotaAggregated), "QUOTA_LAUNCH_AGG": uint64(QuotaLaunchAgg),
+			"QUOTA_NCCL_AGG": uint64(QuotaNCCLAgg), "QUOTA_MALLOC_SIZES": uint64(QuotaMallocSizes),
+			"QUOTA_GRAPH_NODES": uint64(QuotaGraphNodes), "QUOTA_GRAPH_REPLAYS": uint64(QuotaGraphReplays),
+			"QUOTA_MAPS": uint64(NumQuotaMaps),
 		}},
 	}
 	for _, tc := range tests {
@@ -139,7 +145,8 @@ func TestStreamLabel(t *testing.T) {
 		{1, "0x1"},
 		{0x55d0c2a4f1e0, "0x55d0c2a4f1e0"},
 		{0xABCDEF, "0xabcdef"},
-		{math.MaxUint64, "0xffffffffffffffff"},
+		{math.MaxUint64 - 1, "0xfffffffffffffffe"},
+		{math.MaxUint64, "other"}, // StreamOther: BPF folded a stream beyond the cap
 	}
 	for _, tc := range tests {
 		if got := StreamLabel(tc.stream); got != tc.want {
@@ -315,5 +322,56 @@ func TestOpTablesInObject(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("programs the table uses but the object lacks: %v", want)
+	}
+}
+
+// TestPIDShare: a quarter of the map, at least MinPIDShare, never more
+// than the map (docs/METRICS.md, "Per-process quotas").
+func TestPIDShare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ size, want uint32 }{
+		{1, 1}, {63, 63}, {64, 64}, {100, 64}, {256, 64}, {1024, 256}, {2048, 512}, {131072, 32768},
+	} {
+		if got := PIDShare(tc.size); got != tc.want {
+			t.Errorf("PIDShare(%d) = %d, want %d", tc.size, got, tc.want)
+		}
+	}
+}
+
+// TestSpecQuotaDefaults: the object's pid_share placeholders are the
+// shares of its placeholder sizes, and max_streams_per_pid is the flag's
+// default (32), so the object alone behaves as the agent without flags.
+func TestSpecQuotaDefaults(t *testing.T) {
+	t.Parallel()
+	spec, err := LoadProfi()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var share [NumQuotaMaps]uint32
+	if err := spec.Variables[ProfiVarPidShare].Get(&share); err != nil {
+		t.Fatal(err)
+	}
+	for m, name := range QuotaMapNames {
+		if want := loadShare(spec.Maps[name].MaxEntries); share[m] != want || want == 0 {
+			t.Errorf("pid_share[%s] = %d, want %d", name, share[m], want)
+		}
+	}
+	var streams uint32
+	if err := spec.Variables[ProfiVarMaxStreamsPerPid].Get(&streams); err != nil {
+		t.Fatal(err)
+	}
+	if streams != 32 {
+		t.Errorf("max_streams_per_pid = %d, want 32", streams)
+	}
+}
+
+// TestLoadShare: maps of 64 entries or fewer get no quota (0), so a full
+// one is counted as that map's drop (tests with maps of size 1).
+func TestLoadShare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ size, want uint32 }{{1, 0}, {64, 0}, {65, 64}, {256, 64}, {1024, 256}} {
+		if got := loadShare(tc.size); got != tc.want {
+			t.Errorf("loadShare(%d) = %d, want %d", tc.size, got, tc.want)
+		}
 	}
 }

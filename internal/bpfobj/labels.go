@@ -43,6 +43,7 @@ const (
 	DropGraphQuota   Drop = ProfiDropDROP_GRAPH_QUOTA
 	DropGraphReplays Drop = ProfiDropDROP_GRAPH_REPLAYS
 	DropCapture      Drop = ProfiDropDROP_CAPTURE
+	DropPIDQuota     Drop = ProfiDropDROP_PID_QUOTA
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -60,12 +61,67 @@ var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
 // (nlat_bounds_ns in profi.bpf.c, docs/INTERFACE.md 5.5); the last bucket is +Inf.
 var NCCLLatencyBoundsNs = [...]uint64{1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9}
 
-// StreamLabel formats a cudaStream_t handle as the `stream` label value.
+// StreamOther is the stream BPF puts in a key instead of a stream beyond
+// the process's --max-streams-per-pid admitted streams (STREAM_OTHER).
+const StreamOther uint64 = 0xffffffffffffffff
+
+// StreamLabel formats a cudaStream_t handle as the `stream` label value:
+// "default" for 0, "other" for StreamOther.
 func StreamLabel(stream uint64) string {
-	if stream == 0 {
+	switch stream {
+	case 0:
 		return "default"
+	case StreamOther:
+		return "other"
 	}
 	return "0x" + strconv.FormatUint(stream, 16)
+}
+
+// QuotaMap indexes a process's keys per shared map (enum quota_map).
+type QuotaMap = ProfiQuotaMap
+
+// The shared maps with per-process quotas.
+const (
+	QuotaAggregated   QuotaMap = ProfiQuotaMapQUOTA_AGGREGATED
+	QuotaLaunchAgg    QuotaMap = ProfiQuotaMapQUOTA_LAUNCH_AGG
+	QuotaNCCLAgg      QuotaMap = ProfiQuotaMapQUOTA_NCCL_AGG
+	QuotaMallocSizes  QuotaMap = ProfiQuotaMapQUOTA_MALLOC_SIZES
+	QuotaGraphNodes   QuotaMap = ProfiQuotaMapQUOTA_GRAPH_NODES
+	QuotaGraphReplays QuotaMap = ProfiQuotaMapQUOTA_GRAPH_REPLAYS
+	NumQuotaMaps      QuotaMap = ProfiQuotaMapQUOTA_MAPS
+)
+
+// QuotaMapNames are the maps of the quota_map ids.
+var QuotaMapNames = [NumQuotaMaps]string{
+	QuotaAggregated:   ProfiMapAggregated,
+	QuotaLaunchAgg:    ProfiMapLaunchAgg,
+	QuotaNCCLAgg:      ProfiMapNcclAgg,
+	QuotaMallocSizes:  ProfiMapMallocSizes,
+	QuotaGraphNodes:   ProfiMapGraphNodes,
+	QuotaGraphReplays: ProfiMapGraphReplays,
+}
+
+// MinPIDShare is the least share of a shared map a process gets, however
+// small the map.
+const MinPIDShare = 64
+
+// PIDShare is how many keys of a shared map of maxEntries one process may
+// hold (docs/METRICS.md, "Per-process quotas"): a quarter of the map, at
+// least MinPIDShare, at most the whole map. At least four processes fill
+// a map before any is refused for want of room; one process alone never
+// holds more than a quarter.
+func PIDShare(maxEntries uint32) uint32 {
+	return min(max(maxEntries/4, MinPIDShare), maxEntries)
+}
+
+// loadShare is pid_share's value for a map of maxEntries: its PIDShare, or
+// 0 (no quota: a full map is counted as that map's drop, as before quotas)
+// when the share would be the whole map.
+func loadShare(maxEntries uint32) uint32 {
+	if s := PIDShare(maxEntries); s < maxEntries {
+		return s
+	}
+	return 0
 }
 
 // Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).

@@ -21,6 +21,10 @@ type Sizes struct {
 	LaunchAgg   uint32 // --launch-agg-size
 	Inflight    uint32 // --entries-size
 	MallocSizes uint32 // --malloc-sizes-size
+	// MaxStreamsPerPID is --max-streams-per-pid: each process's keys name
+	// at most this many non-default streams; the others are folded into
+	// StreamOther in BPF. 0 keeps the object's default (32).
+	MaxStreamsPerPID uint32
 	// CountHits counts probe hits per process in pid_hits, for the
 	// overhead estimate (--overhead-budget). Off, the code is not loaded.
 	CountHits bool
@@ -103,6 +107,18 @@ func Load(sizes Sizes) (*Objects, error) {
 		if n > 0 {
 			spec.Maps[name].MaxEntries = n
 		}
+	}
+	if sizes.MaxStreamsPerPID > 0 {
+		if err := spec.Variables[ProfiVarMaxStreamsPerPid].Set(sizes.MaxStreamsPerPID); err != nil {
+			return nil, fmt.Errorf("set max_streams_per_pid: %w", err)
+		}
+	}
+	var share [NumQuotaMaps]uint32
+	for m, name := range QuotaMapNames {
+		share[m] = loadShare(spec.Maps[name].MaxEntries)
+	}
+	if err := spec.Variables[ProfiVarPidShare].Set(share); err != nil {
+		return nil, fmt.Errorf("set pid_share: %w", err)
 	}
 	if sizes.SampleRate > 1 {
 		if err := spec.Variables[ProfiVarSampleRate].Set(sizes.SampleRate); err != nil {

@@ -80,7 +80,8 @@ const (
 	ProfiDropDROP_GRAPH_QUOTA   ProfiDrop = 15
 	ProfiDropDROP_GRAPH_REPLAYS ProfiDrop = 16
 	ProfiDropDROP_CAPTURE       ProfiDrop = 17
-	ProfiDropDROP_MAX           ProfiDrop = 18
+	ProfiDropDROP_PID_QUOTA     ProfiDrop = 18
+	ProfiDropDROP_MAX           ProfiDrop = 19
 )
 
 type ProfiGraphNodeKey struct {
@@ -109,12 +110,6 @@ type ProfiGraphNodeVal struct {
 	BlockThreads uint64
 	SharedBytes  uint64
 	Bytes        uint64
-}
-
-type ProfiGraphQuota struct {
-	_      structs.HostLayout
-	Graphs uint32
-	Execs  uint32
 }
 
 type ProfiHandleKey struct {
@@ -520,6 +515,27 @@ const (
 	ProfiPidFileFlagPF_RT_SHARED ProfiPidFileFlag = 8
 )
 
+type ProfiPidQuota struct {
+	_       structs.HostLayout
+	Graphs  uint32
+	Execs   uint32
+	Streams uint32
+	Pad     uint32
+	Keys    [6]uint32
+}
+
+type ProfiQuotaMap uint32
+
+const (
+	ProfiQuotaMapQUOTA_AGGREGATED    ProfiQuotaMap = 0
+	ProfiQuotaMapQUOTA_LAUNCH_AGG    ProfiQuotaMap = 1
+	ProfiQuotaMapQUOTA_NCCL_AGG      ProfiQuotaMap = 2
+	ProfiQuotaMapQUOTA_MALLOC_SIZES  ProfiQuotaMap = 3
+	ProfiQuotaMapQUOTA_GRAPH_NODES   ProfiQuotaMap = 4
+	ProfiQuotaMapQUOTA_GRAPH_REPLAYS ProfiQuotaMap = 5
+	ProfiQuotaMapQUOTA_MAPS          ProfiQuotaMap = 6
+)
+
 type ProfiReplayKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -556,7 +572,6 @@ const (
 	ProfiMapGraphExecs          = "graph_execs"
 	ProfiMapGraphIds            = "graph_ids"
 	ProfiMapGraphNodes          = "graph_nodes"
-	ProfiMapGraphQuotas         = "graph_quotas"
 	ProfiMapGraphReplays        = "graph_replays"
 	ProfiMapInflight            = "inflight"
 	ProfiMapKernelRegs          = "kernel_regs"
@@ -573,6 +588,8 @@ const (
 	ProfiMapPidClaim            = "pid_claim"
 	ProfiMapPidFiles            = "pid_files"
 	ProfiMapPidHits             = "pid_hits"
+	ProfiMapPidQuotas           = "pid_quotas"
+	ProfiMapPidStreams          = "pid_streams"
 	ProfiMapRtLaunches          = "rt_launches"
 	ProfiMapRtText              = "rt_text"
 	ProfiMapThreadDevice        = "thread_device"
@@ -593,11 +610,13 @@ const (
 	ProfiVarLiveCaptures        = "live_captures"
 	ProfiVarMaxExecsPerPid      = "max_execs_per_pid"
 	ProfiVarMaxGraphsPerPid     = "max_graphs_per_pid"
+	ProfiVarMaxStreamsPerPid    = "max_streams_per_pid"
 	ProfiVarNvtxEnabled         = "nvtx_enabled"
 	ProfiVarOpArgs              = "op_args"
 	ProfiVarOpCopyKind          = "op_copy_kind"
 	ProfiVarOpFlags             = "op_flags"
 	ProfiVarOpUnit              = "op_unit"
+	ProfiVarPidShare            = "pid_share"
 	ProfiVarSampleRate          = "sample_rate"
 	ProfiVarUnusedDrop          = "unused_drop"
 	ProfiVarUnusedGraphNodeType = "unused_graph_node_type"
@@ -608,6 +627,7 @@ const (
 	ProfiVarUnusedOpArgs        = "unused_op_args"
 	ProfiVarUnusedPhase         = "unused_phase"
 	ProfiVarUnusedPidFileFlag   = "unused_pid_file_flag"
+	ProfiVarUnusedQuotaMap      = "unused_quota_map"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -677,7 +697,6 @@ type ProfiMapSpecs struct {
 	GraphExecs     *ebpf.MapSpec `ebpf:"graph_execs"`
 	GraphIds       *ebpf.MapSpec `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.MapSpec `ebpf:"graph_nodes"`
-	GraphQuotas    *ebpf.MapSpec `ebpf:"graph_quotas"`
 	GraphReplays   *ebpf.MapSpec `ebpf:"graph_replays"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	KernelRegs     *ebpf.MapSpec `ebpf:"kernel_regs"`
@@ -694,6 +713,8 @@ type ProfiMapSpecs struct {
 	PidClaim       *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles       *ebpf.MapSpec `ebpf:"pid_files"`
 	PidHits        *ebpf.MapSpec `ebpf:"pid_hits"`
+	PidQuotas      *ebpf.MapSpec `ebpf:"pid_quotas"`
+	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
 	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
 	ThreadDevice   *ebpf.MapSpec `ebpf:"thread_device"`
@@ -710,11 +731,13 @@ type ProfiVariableSpecs struct {
 	LiveCaptures        *ebpf.VariableSpec `ebpf:"live_captures"`
 	MaxExecsPerPid      *ebpf.VariableSpec `ebpf:"max_execs_per_pid"`
 	MaxGraphsPerPid     *ebpf.VariableSpec `ebpf:"max_graphs_per_pid"`
+	MaxStreamsPerPid    *ebpf.VariableSpec `ebpf:"max_streams_per_pid"`
 	NvtxEnabled         *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
 	OpArgs              *ebpf.VariableSpec `ebpf:"op_args"`
 	OpCopyKind          *ebpf.VariableSpec `ebpf:"op_copy_kind"`
 	OpFlags             *ebpf.VariableSpec `ebpf:"op_flags"`
 	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
+	PidShare            *ebpf.VariableSpec `ebpf:"pid_share"`
 	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
@@ -725,6 +748,7 @@ type ProfiVariableSpecs struct {
 	UnusedOpArgs        *ebpf.VariableSpec `ebpf:"unused_op_args"`
 	UnusedPhase         *ebpf.VariableSpec `ebpf:"unused_phase"`
 	UnusedPidFileFlag   *ebpf.VariableSpec `ebpf:"unused_pid_file_flag"`
+	UnusedQuotaMap      *ebpf.VariableSpec `ebpf:"unused_quota_map"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -756,7 +780,6 @@ type ProfiMaps struct {
 	GraphExecs     *ebpf.Map `ebpf:"graph_execs"`
 	GraphIds       *ebpf.Map `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.Map `ebpf:"graph_nodes"`
-	GraphQuotas    *ebpf.Map `ebpf:"graph_quotas"`
 	GraphReplays   *ebpf.Map `ebpf:"graph_replays"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	KernelRegs     *ebpf.Map `ebpf:"kernel_regs"`
@@ -773,6 +796,8 @@ type ProfiMaps struct {
 	PidClaim       *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles       *ebpf.Map `ebpf:"pid_files"`
 	PidHits        *ebpf.Map `ebpf:"pid_hits"`
+	PidQuotas      *ebpf.Map `ebpf:"pid_quotas"`
+	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
 	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
 	RtText         *ebpf.Map `ebpf:"rt_text"`
 	ThreadDevice   *ebpf.Map `ebpf:"thread_device"`
@@ -789,7 +814,6 @@ func (m *ProfiMaps) Close() error {
 		m.GraphExecs,
 		m.GraphIds,
 		m.GraphNodes,
-		m.GraphQuotas,
 		m.GraphReplays,
 		m.Inflight,
 		m.KernelRegs,
@@ -806,6 +830,8 @@ func (m *ProfiMaps) Close() error {
 		m.PidClaim,
 		m.PidFiles,
 		m.PidHits,
+		m.PidQuotas,
+		m.PidStreams,
 		m.RtLaunches,
 		m.RtText,
 		m.ThreadDevice,
@@ -823,11 +849,13 @@ type ProfiVariables struct {
 	LiveCaptures        *ebpf.Variable `ebpf:"live_captures"`
 	MaxExecsPerPid      *ebpf.Variable `ebpf:"max_execs_per_pid"`
 	MaxGraphsPerPid     *ebpf.Variable `ebpf:"max_graphs_per_pid"`
+	MaxStreamsPerPid    *ebpf.Variable `ebpf:"max_streams_per_pid"`
 	NvtxEnabled         *ebpf.Variable `ebpf:"nvtx_enabled"`
 	OpArgs              *ebpf.Variable `ebpf:"op_args"`
 	OpCopyKind          *ebpf.Variable `ebpf:"op_copy_kind"`
 	OpFlags             *ebpf.Variable `ebpf:"op_flags"`
 	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
+	PidShare            *ebpf.Variable `ebpf:"pid_share"`
 	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.Variable `ebpf:"unused_graph_node_type"`
@@ -838,6 +866,7 @@ type ProfiVariables struct {
 	UnusedOpArgs        *ebpf.Variable `ebpf:"unused_op_args"`
 	UnusedPhase         *ebpf.Variable `ebpf:"unused_phase"`
 	UnusedPidFileFlag   *ebpf.Variable `ebpf:"unused_pid_file_flag"`
+	UnusedQuotaMap      *ebpf.Variable `ebpf:"unused_quota_map"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.

@@ -242,6 +242,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropGraphQuota:   "graph_quota",
 	bpfobj.DropGraphReplays: "graph_replays",
 	bpfobj.DropCapture:      "capture_streams",
+	bpfobj.DropPIDQuota:     "pid_quota",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -88,7 +88,7 @@ func (fakeSource) GraphNodes(func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNo
 	return nil
 }
 func (fakeSource) GraphReplays(func(bpfobj.ProfiReplayKey, uint64)) error { return nil }
-func (fakeSource) GraphQuotas(func(uint32, bpfobj.ProfiGraphQuota)) error { return nil }
+func (fakeSource) Quotas(func(uint32, bpfobj.ProfiPidQuota)) error        { return nil }
 
 type fakeProcs struct{}
 

@@ -73,6 +73,7 @@ func TestStatus(t *testing.T) {
 			"graph_quota":       uint64(bpfobj.DropGraphQuota) + 1,
 			"graph_replays":     uint64(bpfobj.DropGraphReplays) + 1,
 			"capture_streams":   uint64(bpfobj.DropCapture) + 1,
+			"pid_quota":         uint64(bpfobj.DropPIDQuota) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

@@ -60,6 +60,8 @@ const (
 	drvapiSrc       = "test/workloads/drvapi.c"
 	rtclientSrc     = "test/workloads/rtclient.c"
 	graphsSrc       = "test/workloads/graphs.c"
+	hostileStubSrc  = "test/stubs/hostile_cudart.c"
+	hostileSrc      = "test/workloads/hostile.c"
 	cudart12Map     = "test/stubs/libcudart.so.12.map"
 	cudart13Map     = "test/stubs/libcudart.so.13.map"
 )
@@ -119,6 +121,13 @@ type Fixtures struct {
 	// __cudaLaunchKernel and the driver; NEEDED libcudart.so.13 and
 	// libcuda.so.1, RUNPATH <dir>/cuda13:<dir>.
 	Graphs string
+	// HostileCudart is a hostile tenant's own libcudart.so.12 (issue 17
+	// item 3): copies return any code the process sets, allocations hand
+	// out fake pointers. Hostile (linked against it, RUNPATH its dir)
+	// calls it with thousands of stream handles, return codes and live
+	// allocations, to fill profi's shared maps.
+	HostileCudart string // <dir>/hostile/libcudart.so.12
+	Hostile       string
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -144,13 +153,16 @@ func fixturesIn(dir string) *Fixtures {
 		DrvAPI:              filepath.Join(dir, "drvapi"),
 		RTClient:            filepath.Join(dir, "rtclient"),
 		Graphs:              filepath.Join(dir, "graphs"),
+		HostileCudart:       filepath.Join(dir, "hostile", "libcudart.so.12"),
+		Hostile:             filepath.Join(dir, "hostile-workload"),
 	}
 }
 
 func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
 		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
-		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.CudartLocked, f.CudartLockedMovable, f.Graphs}
+		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.CudartLocked, f.CudartLockedMovable, f.Graphs,
+		f.HostileCudart, f.Hostile}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -207,7 +219,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	defer os.RemoveAll(tmp)
 	t := fixturesIn(tmp)
 	for _, d := range []string{filepath.Dir(t.CudartMissing), filepath.Dir(t.CudartCET), filepath.Dir(t.CudartNotELF), filepath.Dir(t.Cudart13),
-		filepath.Dir(t.CudartLocked), filepath.Dir(t.CudartLockedMovable)} {
+		filepath.Dir(t.CudartLocked), filepath.Dir(t.CudartLockedMovable), filepath.Dir(t.HostileCudart)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -262,6 +274,9 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 			"-Wl,-rpath," + filepath.Dir(fx.Cudart13) + ":" + dir, "-Wl,-rpath-link," + tmp}),
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.DrvAPI, src(drvapiSrc),
 			"-L" + tmp, "-l:libcuda.so.1", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
+		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcudart.so.12", "-o", t.HostileCudart, src(hostileStubSrc)}),
+		cat(workloadFlags, warnFlags, []string{"-o", t.Hostile, src(hostileSrc), "-L" + filepath.Dir(t.HostileCudart),
+			"-l:libcudart.so.12", "-Wl,-rpath," + filepath.Dir(fx.HostileCudart)}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.NcclWorkload, src(ncclWorkloadSrc),
 			"-L" + tmp, "-l:libnccl.so.2", "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
@@ -274,7 +289,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 
 	for _, d := range []string{filepath.Dir(fx.CudartMissing), filepath.Dir(fx.CudartCET), filepath.Dir(fx.CudartNotELF), filepath.Dir(fx.Cudart13),
-		filepath.Dir(fx.CudartLocked), filepath.Dir(fx.CudartLockedMovable)} {
+		filepath.Dir(fx.CudartLocked), filepath.Dir(fx.CudartLockedMovable), filepath.Dir(fx.HostileCudart)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testutil: %w", err)
 		}
@@ -325,7 +340,7 @@ func buildStamp(gcc, root, dir string) (string, error) {
 	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
 		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, graphsSrc,
-		cudart12Map, cudart13Map} {
+		cudart12Map, cudart13Map, hostileStubSrc, hostileSrc} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

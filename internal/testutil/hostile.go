@@ -3,8 +3,10 @@ package testutil
 import (
 	"debug/elf"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // WriteHostileELF writes a crafted shared object to path as a sparse
@@ -68,4 +70,34 @@ func WriteHostileELF(path string, dynsymBytes int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// HostileTruth is what the hostile workload (Fixtures.Hostile) did in one
+// run: N calls in each of its four phases.
+type HostileTruth struct {
+	N        int `json:"n"`
+	Streams  int `json:"streams"`  // async copies, one per fake stream handle, rc 0
+	Launches int `json:"launches"` // launches on the same stream handles
+	Mallocs  int `json:"mallocs"`  // 4096-byte allocations, never freed
+	Errors   int `json:"errors"`   // async copies on the default stream, rc 1..N
+}
+
+// RunHostile runs the hostile workload's phases ("go") and returns what it did.
+func (w *Workload) RunHostile() (*HostileTruth, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send("go"); err != nil {
+		return nil, err
+	}
+	line, err := w.waitLine(w.opts.runTimeout, "hostile summary JSON")
+	if err != nil {
+		return nil, err
+	}
+	var h HostileTruth
+	dec := json.NewDecoder(strings.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return nil, w.errorf("bad hostile summary %q: %v", line, err)
+	}
+	return &h, nil
 }
