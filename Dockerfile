@@ -1,6 +1,12 @@
 # syntax=docker/dockerfile:1
-# profi image: built where a Docker engine runs (`make docker-build`); our CI
-# machines have none, so `make chart-check` checks the chart, not the image.
+# profi image for places that reach a registry: built where a Docker engine
+# runs (`make docker-build`). Our CI machines reach no registry and run no
+# Docker daemon; they build the same image from the Containerfile (FROM
+# scratch, the agent, the glibc it links and Debian's CA bundle, assembled by
+# scripts/build-image.sh with buildah) and run it under podman with the
+# chart's securityContext, counting a host workload exactly
+# (test/e2e/image_test.go). Keep the two in step: same binary flags, same
+# user, entrypoint and port, nothing writable needed.
 #
 # Build stage: Go with cgo, because the NVML poller uses go-nvml
 # (internal/nvml, build tags linux && cgo), which loads libnvidia-ml.so.1 at

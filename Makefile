@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-setup test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check docker-build docker-push
+.PHONY: all build test test-setup test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check image docker-build docker-push
 
 all: build
 
@@ -71,6 +71,13 @@ bench-all: bench bench-scale
 # scripts/chart-check.sh (builds and caches helm on first use, ~6 minutes).
 chart-check:
 	./scripts/chart-check.sh
+
+# The container image without a registry or a Docker daemon: buildah on the
+# Containerfile, FROM scratch plus the agent, the glibc it links and Debian's
+# CA bundle (scripts/build-image.sh). CI builds it and runs it under podman
+# with the chart's securityContext (test/e2e/image_test.go).
+image:
+	./scripts/build-image.sh --version $(VERSION) --tag $(IMAGE):$(VERSION)
 
 # The container image (Dockerfile): needs a Docker engine with buildx, which
 # our CI machines do not have. IMAGE defaults to the chart's image.repository.

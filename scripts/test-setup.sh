@@ -5,8 +5,12 @@
 #   - Debian packages: gcc, libc6-dev, make, binutils (stub libraries and
 #     workloads, c++filt), util-linux (unshare, setpriv, flock), python3,
 #     prometheus (promtool and the server), etcd-server (etcd), tmux (the
-#     terminal `profi top` is tested in); apt-get install, apt-get update
-#     first, only for what is missing;
+#     terminal `profi top` is tested in), buildah, podman and runc (the
+#     image, built without a registry and run under the chart's
+#     securityContext: scripts/build-image.sh, test/e2e/image_test.go; podman
+#     runs with a private configuration, never the machine's),
+#     ca-certificates (the image's CA bundle); apt-get install, apt-get
+#     update first, only for what is missing;
 #   - kube-apiserver and helm, built once into the tools cache by
 #     scripts/build-kube-apiserver.sh (about 10 minutes) and
 #     scripts/build-helm.sh (about 6 minutes);
@@ -39,6 +43,10 @@ requirements=(
 	"etcd-server etcd"
 	"tmux tmux"
 	"dpkg dpkg-deb"
+	"buildah buildah"
+	"podman podman"
+	"runc runc"
+	"ca-certificates path:/etc/ssl/certs/ca-certificates.crt"
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
 )
 packages=()

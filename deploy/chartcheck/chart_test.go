@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,11 +17,14 @@ import (
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
@@ -236,8 +240,8 @@ func TestAgentArgsParse(t *testing.T) {
 // TestDaemonSetPrivileges pins the privileges of the agent (the Rust
 // exporter's chart ran it privileged; docs/SECURITY.md): host PID namespace, root without privilege escalation, only BPF,
 // PERFMON and SYS_PTRACE (SYS_ADMIN only with the overhead budget), a
-// read-only root filesystem, the host's /proc read-only, and no hostPath
-// other than /proc (no debugfs, tracefs or bpffs).
+// read-only root filesystem, seccompProfile RuntimeDefault, the host's /proc
+// read-only, and no hostPath other than /proc (no debugfs, tracefs or bpffs).
 func TestDaemonSetPrivileges(t *testing.T) {
 	sets := valueSets(t)
 	for _, name := range sortedKeys(sets) {
@@ -267,6 +271,13 @@ func TestDaemonSetPrivileges(t *testing.T) {
 		if sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 			t.Errorf("values %s: securityContext %+v: want privileged false, allowPrivilegeEscalation false, readOnlyRootFilesystem true", name, sc)
+		}
+		// The runtime's default seccomp profile, for the init container too
+		// (test/e2e/image_test.go runs both under it).
+		for _, cc := range append([]corev1.Container{c}, spec.InitContainers...) {
+			if p := cc.SecurityContext.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("values %s: container %s seccompProfile %+v, want RuntimeDefault", name, cc.Name, p)
+			}
 		}
 		for _, v := range spec.Volumes {
 			if v.HostPath != nil && v.HostPath.Path != "/proc" {
@@ -392,4 +403,95 @@ func TestChartRefusesInsecureAuth(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestNetworkPolicy: off by default; on, it selects exactly the agent's
+// pods, admits only the configured peers and only to the metrics port, and
+// restricts ingress only. A policy without peers (which would admit every
+// source) fails the install.
+func TestNetworkPolicy(t *testing.T) {
+	sets := valueSets(t)
+	for _, name := range sortedKeys(sets) {
+		objs := render(t, sets[name])
+		policies := find(objs, "NetworkPolicy")
+		if name != "tls-auth-otlp-values" {
+			if len(policies) != 0 {
+				t.Errorf("values %s: %d NetworkPolicies, want none (networkPolicy.enabled defaults to false)", name, len(policies))
+			}
+			continue
+		}
+		if len(policies) != 1 {
+			t.Fatalf("values %s: %d NetworkPolicies, want 1", name, len(policies))
+		}
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(policies[0].Object, &np, true); err != nil {
+			t.Fatalf("values %s: NetworkPolicy: %v", name, err)
+		}
+		_, c := agentContainer(t, objs)
+		ds := one(t, objs, "DaemonSet")
+		podLabels, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "template", "metadata", "labels")
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(podLabels)) || len(np.Spec.PodSelector.MatchLabels) == 0 {
+			t.Errorf("values %s: podSelector %+v does not select the agent's pods %v (%v)", name, np.Spec.PodSelector, podLabels, err)
+		}
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Egress) != 0 {
+			t.Errorf("values %s: policyTypes %v, egress %v: want Ingress only", name, np.Spec.PolicyTypes, np.Spec.Egress)
+		}
+		if len(np.Spec.Ingress) != 1 {
+			t.Fatalf("values %s: %d ingress rules, want 1", name, len(np.Spec.Ingress))
+		}
+		rule := np.Spec.Ingress[0]
+		var metricsPort int32
+		for _, p := range c.Ports {
+			if p.Name == "metrics" {
+				metricsPort = p.ContainerPort
+			}
+		}
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntVal != metricsPort || metricsPort == 0 ||
+			rule.Ports[0].Protocol == nil || *rule.Ports[0].Protocol != corev1.ProtocolTCP {
+			t.Errorf("values %s: ingress ports %+v, want TCP %d only", name, rule.Ports, metricsPort)
+		}
+		if want := valuesPeers(t, sets[name]); !reflect.DeepEqual(rule.From, want) {
+			t.Errorf("values %s: ingress from %+v, want the values file's peers %+v", name, rule.From, want)
+		}
+	}
+
+	helm := requireHelm(t)
+	chart := filepath.Join(repoRoot(t), "deploy/profi")
+	out, err := exec.Command(helm, "template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+		"--set", "networkPolicy.enabled=true", "--set-json", "networkPolicy.from=[]").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "networkPolicy.from is empty") {
+		t.Errorf("networkPolicy without peers: helm template %v, want a failure saying networkPolicy.from is empty:\n%s", err, out)
+	}
+	out, err = exec.Command(helm, "template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+		"--set", "networkPolicy.enabled=true", "--show-only", "templates/networkpolicy.yaml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "kubernetes.io/metadata.name: monitoring") {
+		t.Errorf("networkPolicy with the default peers: helm template %v:\n%s", err, out)
+	}
+}
+
+// valuesPeers decodes networkPolicy.from of a values file.
+func valuesPeers(t *testing.T, file string) []networkingv1.NetworkPolicyPeer {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var values map[string]any
+	if err := yamlutil.NewYAMLOrJSONDecoder(f, 4096).Decode(&values); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	raw, _, err := unstructured.NestedSlice(values, "networkPolicy", "from")
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("%s: no networkPolicy.from (%v)", file, err)
+	}
+	peers := make([]networkingv1.NetworkPolicyPeer, len(raw))
+	for i, r := range raw {
+		m, _ := r.(map[string]any)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(m, &peers[i], true); err != nil {
+			t.Fatalf("%s: networkPolicy.from[%d]: %v", file, i, err)
+		}
+	}
+	return peers
 }

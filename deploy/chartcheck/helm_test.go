@@ -19,10 +19,6 @@ import (
 )
 
 const (
-	// HelmEnv names a helm binary to use instead of the cached one.
-	helmEnv = "PROFI_HELM"
-	// helmVersion is the version scripts/build-helm.sh builds by default.
-	helmVersion = "v3.22.0"
 	// kubeVersion given to helm template (the chart needs >= 1.24; a go-installed
 	// helm defaults to 1.20). The version of the test API server.
 	kubeVersion = "1.37.2"
@@ -44,25 +40,10 @@ func requireTool(t *testing.T, path string, err error, how string) string {
 	return ""
 }
 
-func helmBinary() (string, error) {
-	if p := os.Getenv(helmEnv); p != "" {
-		return p, nil
-	}
-	cache := os.Getenv(testutil.ToolsCacheEnv)
-	if cache == "" {
-		cache = testutil.DefaultToolsCache
-	}
-	p := filepath.Join(cache, "helm-"+helmVersion, "helm")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("helm %s is not built: %w", helmVersion, err)
-	}
-	return p, nil
-}
-
 func requireHelm(t *testing.T) string {
 	t.Helper()
-	p, err := helmBinary()
-	return requireTool(t, p, err, "run scripts/build-helm.sh, about 6 minutes, or set "+helmEnv)
+	p, err := testutil.HelmBinary()
+	return requireTool(t, p, err, "run scripts/build-helm.sh, about 6 minutes, or set "+testutil.HelmEnv)
 }
 
 func requirePromtool(t *testing.T) string {

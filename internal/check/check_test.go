@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -115,6 +116,62 @@ func TestNoPrivileges(t *testing.T) {
 	want(t, r, "bpf_load", Fail, "operation not permitted", "CAP_BPF and CAP_PERFMON")
 	if r.OK {
 		t.Error("report ok without privileges")
+	}
+}
+
+// TestChartCapabilities runs check with exactly the chart's capabilities
+// (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE; root, nothing else). Where the
+// kernel has uprobe_multi links the probe goes through one, as the agent's
+// do, and passes. Classic uprobes (--no-uprobe-multi, the path of kernels
+// before 6.6) need CAP_SYS_ADMIN on kernels with the CVE-2025-38466 fix:
+// there the check fails and says so; on older kernels it passes.
+func TestChartCapabilities(t *testing.T) {
+	testutil.RequireBPF(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) not found: %v", err)
+	}
+	const caps = "-all,+bpf,+perfmon,+sys_ptrace"
+	run := func(args ...string) (Report, int) {
+		cmd := exec.Command(setpriv, append([]string{"--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=" + caps,
+			os.Args[0], "--", "--output", "json", "--disable-nvml"}, args...)...)
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		code := 0
+		if err := cmd.Run(); err != nil {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatalf("%v\nstderr %s", err, errOut.String())
+			}
+			code = ee.ExitCode()
+		}
+		var r Report
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("decode report: %v\nstdout %s\nstderr %s", err, out.String(), errOut.String())
+		}
+		return r, code
+	}
+	r, code := run()
+	want(t, r, "capabilities", OK, "has CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE; lacks CAP_SYS_ADMIN", "")
+	if bpfobj.HaveUprobeMulti() == nil {
+		want(t, r, "uprobe_attach", OK, fmt.Sprintf("a uprobe_multi link (the agent's attach path here) on profi's own %s counted %d of %d calls", probeTargetSymbol, probeCalls, probeCalls), "")
+		if code != 0 || !r.OK {
+			t.Errorf("exit %d ok %v with the chart's capabilities on a kernel with uprobe_multi: %+v", code, r.OK, r.Results)
+		}
+	}
+	r, code = run("--no-uprobe-multi")
+	res := result(t, r, "uprobe_attach")
+	switch res.Status {
+	case OK:
+		want(t, r, "uprobe_attach", OK, "a classic uprobe (the agent's attach path here)", "")
+		t.Logf("classic uprobes attach without CAP_SYS_ADMIN on this kernel (no CVE-2025-38466 fix)")
+	default:
+		want(t, r, "uprobe_attach", Fail, "permission denied", "CVE-2025-38466")
+		if code != 1 {
+			t.Errorf("exit %d with a failed check, want 1", code)
+		}
+		t.Logf("classic uprobes need CAP_SYS_ADMIN on this kernel: %s", res.Detail)
 	}
 }
 

@@ -59,14 +59,31 @@ func StartAgentServing(ctx context.Context, bin string, args ...string) (*Agent,
 }
 
 func startAgent(ctx context.Context, bin, probe string, args []string) (*Agent, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
+	return StartAgentCommand(ctx, addr, probe, append([]string{bin, "--listen", addr}, args...))
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
 	addr := ln.Addr().String()
 	ln.Close()
+	return addr, nil
+}
+
+// StartAgentCommand runs argv, a command line that starts an agent listening
+// on addr (the agent binary itself, or a wrapper such as `podman run` that
+// starts it and forwards SIGTERM to it), and waits until probe ("/ready" or
+// "/health") answers 200 there.
+func StartAgentCommand(ctx context.Context, addr, probe string, argv []string) (*Agent, error) {
 	a := &Agent{URL: "http://" + addr, logs: &lockedBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.CommandContext(ctx, bin, append([]string{"--listen", addr}, args...)...)
+	a.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	a.cmd.Stdout = a.logs
 	a.cmd.Stderr = a.logs
 	a.cmd.Env = append(os.Environ(), "PROFI_LOG_LEVEL=debug")
