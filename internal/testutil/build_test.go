@@ -274,7 +274,7 @@ func TestStubFirstInstruction(t *testing.T) {
 	fx := fixtures(t)
 	for lib, names := range map[string][]string{
 		fx.Cudart:   slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs),
-		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs, cuda13Funcs),
+		fx.Cudart13: slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs, registerFuncs, captureFuncs, cuda13Funcs[:1]),
 		fx.CudartMissing: slices.Concat(ExtraFuncs, registerFuncs, captureFuncs,
 			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
 		fx.Cuda: driverExports,
@@ -301,6 +301,36 @@ func TestStubFirstInstruction(t *testing.T) {
 			if off >= uint64(len(data)) || data[off] != 0x55 {
 				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, data[off:min(off+8, uint64(len(data)))])
 			}
+		}
+	}
+}
+
+// CUDA 13's __cudaLaunchKernel[_ptsz] tail-jump to cudaLaunchKernel[_ptsz]
+// in one frame, as NVIDIA's do (test/stubs/cudart.c, TAIL_LAUNCH): no push,
+// the handle turned into the function, then a jump through the PLT.
+func TestStubTailLaunch(t *testing.T) {
+	fx := fixtures(t)
+	f, err := elf.Open(fx.Cudart13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	data, err := text.Data()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms := dynFuncs(t, fx.Cudart13)
+	// test %rdi,%rdi; je +13; movabs $KERNEL_HANDLE_XOR,%r11; xor %r11,%rdi; jmp PLT
+	want := []byte{0x48, 0x85, 0xff, 0x74, 0x0d, 0x49, 0xbb}
+	for _, name := range cuda13Funcs[1:] {
+		s, ok := syms[name]
+		if !ok {
+			t.Fatalf("%s does not export %s", fx.Cudart13, name)
+		}
+		off := s.Value - text.Addr
+		if off+23 > uint64(len(data)) || !bytes.Equal(data[off:off+7], want) || data[off+18] != 0xe9 {
+			t.Errorf("%s: %s is not the tail jump: % x", fx.Cudart13, name, data[off:min(off+25, uint64(len(data)))])
 		}
 	}
 }
