@@ -112,6 +112,29 @@ var runtimeImports = []string{
 }
 
 // dynFuncs returns the global functions path defines in .dynsym (CUDA names only).
+// funcCode returns the code of each exported CUDA function of lib, from
+// its symbol to the end of .text.
+func funcCode(t *testing.T, lib string) map[string][]byte {
+	t.Helper()
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	data, err := text.Data()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for name, s := range dynFuncs(t, lib) {
+		if off := s.Value - text.Addr; s.Value >= text.Addr && off < uint64(len(data)) {
+			out[name] = data[off:]
+		}
+	}
+	return out
+}
+
 func dynFuncs(t *testing.T, path string) map[string]elf.Symbol {
 	t.Helper()
 	f, err := elf.Open(path)
@@ -279,27 +302,16 @@ func TestStubFirstInstruction(t *testing.T) {
 			slices.DeleteFunc(slices.Clone(PtszFuncs), func(fn string) bool { return contains(graphFuncs, fn) })),
 		fx.Cuda: driverExports,
 	} {
-		f, err := elf.Open(lib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := f.Section(".text")
-		data, err := text.Data()
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		syms := dynFuncs(t, lib)
+		code := funcCode(t, lib)
 		for _, name := range names {
-			s, ok := syms[name]
+			c, ok := code[name]
 			if !ok {
 				t.Errorf("%s does not export %s", lib, name)
 				continue
 			}
-			off := s.Value - text.Addr
 			// push %rbp; then mov %rsp,%rbp may be scheduled later.
-			if off >= uint64(len(data)) || data[off] != 0x55 {
-				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, data[off:min(off+8, uint64(len(data)))])
+			if len(c) == 0 || c[0] != 0x55 {
+				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, c[:min(8, len(c))])
 			}
 		}
 	}
@@ -310,27 +322,16 @@ func TestStubFirstInstruction(t *testing.T) {
 // the handle turned into the function, then a jump through the PLT.
 func TestStubTailLaunch(t *testing.T) {
 	fx := fixtures(t)
-	f, err := elf.Open(fx.Cudart13)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := f.Section(".text")
-	data, err := text.Data()
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	syms := dynFuncs(t, fx.Cudart13)
+	code := funcCode(t, fx.Cudart13)
 	// test %rdi,%rdi; je +13; movabs $KERNEL_HANDLE_XOR,%r11; xor %r11,%rdi; jmp PLT
 	want := []byte{0x48, 0x85, 0xff, 0x74, 0x0d, 0x49, 0xbb}
 	for _, name := range cuda13Funcs[1:] {
-		s, ok := syms[name]
+		c, ok := code[name]
 		if !ok {
 			t.Fatalf("%s does not export %s", fx.Cudart13, name)
 		}
-		off := s.Value - text.Addr
-		if off+23 > uint64(len(data)) || !bytes.Equal(data[off:off+7], want) || data[off+18] != 0xe9 {
-			t.Errorf("%s: %s is not the tail jump: % x", fx.Cudart13, name, data[off:min(off+25, uint64(len(data)))])
+		if len(c) < 23 || !bytes.HasPrefix(c, want) || c[18] != 0xe9 {
+			t.Errorf("%s: %s is not the tail jump: % x", fx.Cudart13, name, c[:min(25, len(c))])
 		}
 	}
 }
@@ -344,29 +345,18 @@ func TestStubLockedGraph(t *testing.T) {
 		fx.CudartLocked:        {0xf0, 0x0f, 0xc1, 0x0d}, // lock xadd %ecx, disp32(%rip)
 		fx.CudartLockedMovable: {0xf0, 0xff, 0x05},       // lock incl disp32(%rip)
 	} {
-		f, err := elf.Open(lib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := f.Section(".text")
-		data, err := text.Data()
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		syms := dynFuncs(t, lib)
+		code := funcCode(t, lib)
 		for _, name := range slices.Concat(ProbedFuncs, ExtraFuncs, PtszFuncs) {
-			s, ok := syms[name]
-			if !ok {
+			c, ok := code[name]
+			if !ok || len(c) < 8 {
 				t.Errorf("%s does not export %s", lib, name)
 				continue
 			}
-			code := data[s.Value-text.Addr:]
 			switch {
-			case name == "cudaGraphLaunch" && !bytes.HasPrefix(code, want):
-				t.Errorf("%s: %s starts % x, want % x", lib, name, code[:8], want)
-			case name != "cudaGraphLaunch" && code[0] != 0x55:
-				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, code[:8])
+			case name == "cudaGraphLaunch" && !bytes.HasPrefix(c, want):
+				t.Errorf("%s: %s starts % x, want % x", lib, name, c[:8], want)
+			case name != "cudaGraphLaunch" && c[0] != 0x55:
+				t.Errorf("%s: %s does not start with push %%rbp (0x55): % x", lib, name, c[:8])
 			}
 		}
 	}
