@@ -1,11 +1,8 @@
 package chartcheck
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -100,7 +97,9 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = w.Stop() }()
-	graphs := startGraphs(t, fx.Graphs)
+	// test/workloads/graphs.c captures and replays CUDA graphs, so the
+	// graph rules and panel are checked against series the agent emits.
+	graphs := testutil.StartClient(t, nil, fx.Graphs, "20")
 	ranks, err := testutil.StartNCCLJob(ctx, fx.NcclWorkload, 2, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +125,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 				seen[p] = true
 			}
 		}
-		for _, p := range []int{w.PID, graphs.pid, ranks[0].PID, ranks[1].PID} {
+		for _, p := range []int{w.PID, graphs.PID, ranks[0].PID, ranks[1].PID} {
 			if !seen[p] {
 				return fmt.Errorf("pid %d not attached yet", p)
 			}
@@ -143,7 +142,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 			t.Fatalf("nccl rank: %v", err)
 		}
 	}
-	graphs.run(t)
+	graphs.Go(t)
 	var fams map[string][]string
 	if err := testutil.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
@@ -193,47 +192,4 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	}
 	sort.Strings(absent)
 	t.Logf("queried but absent here, as listed: %v", absent)
-}
-
-// graphsWorkload is test/workloads/graphs.c, which captures and replays
-// CUDA graphs (its ground truth is checked in test/e2e: here only its
-// series are needed).
-type graphsWorkload struct {
-	pid   int
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-// startGraphs starts the graphs workload and waits for its "ready" line.
-func startGraphs(t *testing.T, bin string) *graphsWorkload {
-	t.Helper()
-	cmd := exec.Command(bin, "20")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	r := bufio.NewReader(stdout)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("%s: %q, %v", bin, line, err)
-	}
-	return &graphsWorkload{pid: cmd.Process.Pid, stdin: stdin, out: r}
-}
-
-// run tells it "go" and waits for its ground truth line.
-func (g *graphsWorkload) run(t *testing.T) {
-	t.Helper()
-	if _, err := io.WriteString(g.stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g.out.ReadString('\n'); err != nil {
-		t.Fatalf("graphs workload: %v", err)
-	}
 }

@@ -1,14 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
 	"maps"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/profi-dev/profi/internal/testutil"
@@ -24,57 +19,26 @@ type launch13Truth struct {
 	LaunchesByKernel map[string]uint64 `json:"launches_by_kernel"`
 }
 
-// client is one of the small ground-truth clients (test/workloads/launch13.c,
-// drvapi.c): it prints "ready PID", waits for "go", and prints its ground
-// truth as one JSON line.
-type client struct {
-	bin   string
-	pid   int
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
+// client is a ground-truth client (testutil.Client) under a running agent.
+type client struct{ *testutil.Client }
 
 // startClient starts bin with env added to the test's environment and
 // waits for its "ready" line.
 func startClient(t *testing.T, env []string, bin string, args ...string) *client {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	r := bufio.NewReader(stdout)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("%s: %q, %v", bin, line, err)
-	}
-	return &client{bin: bin, pid: cmd.Process.Pid, stdin: stdin, out: r}
+	return &client{testutil.StartClient(t, env, bin, args...)}
 }
 
 // run waits until the agent has attached to the client, tells it "go" and
 // decodes its ground truth into truth.
 func (c *client) run(t *testing.T, a *testutil.Agent, truth any) int {
 	t.Helper()
-	waitAttached(t, a, c.pid)
-	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	line, err := c.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("%s output: %v", c.bin, err)
-	}
+	waitAttached(t, a, c.PID)
+	line := c.Go(t)
 	if err := json.Unmarshal([]byte(line), truth); err != nil {
-		t.Fatalf("%s output %q: %v", c.bin, line, err)
+		t.Fatalf("%s output %q: %v", c.Bin, line, err)
 	}
-	return c.pid
+	return c.PID
 }
 
 // runClient starts a client under a running agent and runs it.

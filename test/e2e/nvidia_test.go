@@ -63,7 +63,7 @@ func TestNVIDIARuntime(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			a := startAgent(t, "--kernel-mode", "full", "--probe-profile", "full", "--enable-nvtx-tracing")
 			c := startClient(t, tc.env, fixtures.RTClient, nv.Cudart, nv.NVTX, strconv.Itoa(iters))
-			waitLibrary(t, a, c.pid, discover.LibNVTX, filepath.Dir(nv.NVTX))
+			waitLibrary(t, a, c.PID, discover.LibNVTX, filepath.Dir(nv.NVTX))
 			var gt rtclientTruth
 			pid := c.run(t, a, &gt)
 			// With the driver the runtime dlopens it at its first call (100

@@ -1,0 +1,59 @@
+package testutil
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Client is one of the small ground-truth workloads (test/workloads
+// launch13.c, drvapi.c, rtclient.c, graphs.c): it prints "ready PID",
+// waits for "go" on stdin, makes its calls, prints its ground truth as one
+// JSON line and exits at EOF.
+type Client struct {
+	Bin   string
+	PID   int
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// StartClient starts bin with env added to the test's environment and
+// waits for its "ready" line; the test's cleanup ends it.
+func StartClient(t *testing.T, env []string, bin string, args ...string) *Client {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("%s: %q, %v", bin, line, err)
+	}
+	return &Client{Bin: bin, PID: cmd.Process.Pid, stdin: stdin, out: r}
+}
+
+// Go tells the client to make its calls and returns its ground-truth line.
+func (c *Client) Go(t *testing.T) string {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s output: %v", c.Bin, err)
+	}
+	return line
+}
