@@ -109,6 +109,37 @@ struct {
 } rt_text SEC(".maps");
 
 /*
+ * One trap per runtime launch (docs/ARCHITECTURE.md, "One trap per
+ * launch"). While a runtime file learns (PF_RT_MARK), each driver launch
+ * its launches make records which runtime op entered the driver at that
+ * site (rt_sites), and each op whether all its launches got there
+ * (rt_ops). Userspace reads both; for an op that always reaches the driver
+ * at sites no other op uses, it writes those sites into rt_counted and
+ * detaches the op's runtime probes: from then on the driver entry counts
+ * the launch, labelled with the runtime op.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_site);
+	__type(value, struct rt_site_val);
+} rt_sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_op_key);
+	__type(value, struct rt_op_val);
+} rt_ops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_site);
+	__type(value, u32); /* the runtime op whose launches the driver counts there */
+} rt_counted SEC(".maps");
+
+/*
  * Current device of each thread, from successful cudaSetDevice calls: every
  * call's key carries it (thread_dev). Deleted when the thread exits
  * (nccl_exit); LRU in case that hook is missing.
@@ -678,34 +709,112 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
  * (its first scan), a marker left by the runtime entry stands in: the
  * driver entry must come soon after, deeper on the same stack.
  */
-/* Called by runtime launch entries whose pid_files value lacks PF_RT_TEXT. */
-static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id)
-{
-	struct rt_launch m = {.sp = ctx->rsp, .ts = bpf_ktime_get_ns()};
+static const struct rt_op_val zero_rt_op;
+static const struct rt_site_val zero_rt_site;
 
+/* what: 0 merged, 1 unmerged, 2 a tail jump from 1 + op tail_of. */
+static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
+{
+	struct rt_op_key k = {.file = file, .op = op};
+	struct rt_op_val *v = lookup_or_init(&rt_ops, &k, &zero_rt_op, DROP_RT_LEARN);
+
+	if (!v)
+		return;
+	if (what == 0)
+		PCPU_ADD(v->merged, 1);
+	else if (what == 1)
+		PCPU_ADD(v->unmerged, 1);
+	else {
+		PCPU_ADD(v->tails, 1);
+		v->tail_of = tail_of;
+	}
+}
+
+/*
+ * Leaves the marker of a counted runtime launch; with learn (1 + op, the
+ * file has PF_RT_MARK), the launch before it on the thread that never
+ * reached the driver is counted against its op.
+ */
+static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id, struct rt_launch *old,
+						u32 file, u32 learn, u64 tail)
+{
+	struct rt_launch m = {
+	    .sp = ctx->rsp, .ts = bpf_ktime_get_ns(), .tail = tail, .learn = learn};
+
+	if (learn && old && old->learn && !old->merged)
+		rt_op_add(file, old->learn - 1, 1, 0);
 	bpf_map_update_elem(&rt_launches, &id, &m, BPF_ANY);
 }
 
-/* ret: the driver launch's return address (decode_launch). */
-static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id, u64 ret)
+/* A driver launch below a learning runtime launch: where it entered the driver. */
+static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 ret, u32 op)
+{
+	struct rt_site k = {.file = text->file, .drv_op = drv_op, .off = ret - text->start};
+	struct rt_site_val *v = lookup_or_init(&rt_sites, &k, &zero_rt_site, DROP_RT_LEARN);
+
+	rt_op_add(text->file, op, 0, 0);
+	if (!v)
+		return;
+	if (!v->op)
+		v->op = op + 1;
+	else if (v->op != op + 1)
+		v->mixed = 1;
+	PCPU_ADD(v->merged, 1);
+}
+
+#define RT_NESTED ((u32)~0U)
+
+/*
+ * What a driver launch at op is counted as: op (the application called
+ * the driver), RT_NESTED (the runtime made it, and the runtime's probe
+ * counted it), or the runtime op whose launches the driver counts at that
+ * site (rt_counted). ret: the driver launch's return address
+ * (decode_launch). Inside the runtime's range the return address proves
+ * who made the call; the marker only says which runtime op, so no time
+ * window applies there: every marking launch replaces the thread's marker.
+ */
+static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op)
 {
 	u32 pid = id >> 32;
 	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
-	struct rt_launch *m;
+	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
 	bool nested;
 
 	if (text) {
-		nested = ret >= text->start && ret < text->end;
-	} else {
-		m = bpf_map_lookup_elem(&rt_launches, &id);
-		if (!m)
-			return false;
-		nested = ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS;
-		bpf_map_delete_elem(&rt_launches, &id);
-	}
-	if (nested)
+		struct rt_site k = {.file = text->file, .drv_op = op, .off = ret - text->start};
+		u32 *as;
+
+		if (ret < text->start || ret >= text->end)
+			return op;
+		nested = m && !m->merged && ctx->rsp < m->sp;
+		as = bpf_map_lookup_elem(&rt_counted, &k);
+		/* An old marker of another op: that launch never got here. */
+		if (as && *as < OP_MAX && nested && m->learn != *as + 1 &&
+		    bpf_ktime_get_ns() - m->ts >= RT_TO_DRV_WINDOW_NS)
+			nested = false;
+		if (as && *as < OP_MAX && !nested)
+			return *as;
+		if (nested) {
+			m->merged = 1;
+			/*
+			 * At a counted site, only another op's fresh launch gets
+			 * here with a marker still attached: the site is shared,
+			 * and learning it says so (userspace takes the op back).
+			 */
+			if (m->learn && (!as || m->learn != *as + 1))
+				rt_learn(text, op, ret, m->learn - 1);
+		}
 		count_drop(DROP_RT_TO_DRV);
-	return nested;
+		return RT_NESTED;
+	}
+	if (!m)
+		return op;
+	nested = ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS;
+	bpf_map_delete_elem(&rt_launches, &id);
+	if (!nested)
+		return op;
+	count_drop(DROP_RT_TO_DRV);
+	return RT_NESTED;
 }
 
 /*
@@ -719,9 +828,11 @@ static __always_inline bool called_by_runtime(struct pt_regs *ctx, u64 id, u64 r
  * place for the driver launch below both), and every counted runtime
  * launch leaves one.
  */
-static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op)
+static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op,
+					   u32 file)
 {
 	u32 pid = id >> 32;
+	u32 learn = flags & PF_RT_MARK ? op + 1 : 0;
 	struct text_range *text;
 	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
 
@@ -734,19 +845,22 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 	if (m && m->tail && m->tail == ret && m->sp == ctx->rsp &&
 	    bpf_ktime_get_ns() - m->ts < RT_TAIL_WINDOW_NS) {
 		m->tail = 0;
+		if (learn)
+			rt_op_add(file, op, 2, m->learn);
 		count_drop(DROP_NESTED);
 		return true;
 	}
 	if (flags_of(op) & OPF_KERNEL_HANDLE) {
-		struct rt_launch t = {.sp = ctx->rsp, .ts = bpf_ktime_get_ns(), .tail = ret};
-
-		bpf_map_update_elem(&rt_launches, &id, &t, BPF_ANY);
+		mark_runtime_launch(ctx, id, m, file, learn, ret);
 		return false;
 	}
 	if (flags & PF_RT_SHARED) {
 		text = bpf_map_lookup_elem(&rt_text, &pid);
-		if (!text || ret < text->start || ret >= text->end)
+		if (!text || ret < text->start || ret >= text->end) {
+			if (learn)
+				mark_runtime_launch(ctx, id, m, file, learn, 0);
 			return false;
+		}
 		count_drop(DROP_NESTED);
 		return true;
 	}
@@ -755,7 +869,7 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		count_drop(DROP_NESTED);
 		return true;
 	}
-	mark_runtime_launch(ctx, id);
+	mark_runtime_launch(ctx, id, m, file, learn, 0);
 	return false;
 }
 
@@ -1732,9 +1846,10 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 		return 0;
 	decode_launch(ctx, op, &a, &ret);
 	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
-		if (called_by_runtime(ctx, id, ret))
+		op = driver_launch_op(ctx, id, ret, op);
+		if (op == RT_NESTED)
 			return 0;
-	} else if (runtime_nested(ctx, id, ret, flags, op)) {
+	} else if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie))) {
 		return 0;
 	}
 	add_launch(id, op, 0, &a, 0, 0);

@@ -34,7 +34,9 @@ enum drop {
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
 	DROP_PID_QUOTA = 18, /* a process's share of a shared map used up (or pid_quotas full) */
-	DROP_MAX = 19,
+	DROP_RT_LEARN = 19,  /* rt_sites or rt_ops full: a runtime file's launches stay counted by
+				its own probes (two traps), nothing is lost */
+	DROP_MAX = 20,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -218,6 +220,8 @@ struct name_event {
 struct text_range {
 	u64 start;
 	u64 end;
+	u32 file; /* the runtime file's id (rt_sites and rt_counted keys) */
+	u32 pad;
 };
 
 /* One launch, sent on the events ring buffer with --detailed-launches. */
@@ -237,6 +241,42 @@ struct rt_launch {
 	u64 ts;
 	u64 tail; /* return address of a __cudaLaunchKernel that tail-calls cudaLaunchKernel; 0 none
 		   */
+	u32 learn;  /* 1 + the counted runtime launch's op while its file learns (PF_RT_MARK); 0 */
+	u32 merged; /* a driver launch below it was seen */
+};
+
+/*
+ * Where a runtime launch enters the driver: the runtime file, the driver
+ * launch function, and the return address as an offset into the runtime's
+ * code (the same for every process mapping that file). Key of rt_sites
+ * and rt_counted.
+ */
+struct rt_site {
+	u32 file;
+	u32 drv_op;
+	u64 off;
+};
+
+/* rt_sites value, per CPU: which runtime launch op entered the driver there. */
+struct rt_site_val {
+	u32 op;	   /* 1 + op; 0 not seen on this CPU */
+	u32 mixed; /* a second runtime op entered there too */
+	u64 merged;
+};
+
+/* Key of rt_ops: a runtime launch op of one runtime file. */
+struct rt_op_key {
+	u32 file;
+	u32 op;
+};
+
+/* rt_ops value, per CPU: how that op's launches reached the driver while learning. */
+struct rt_op_val {
+	u64 merged;   /* followed by a driver launch on the thread */
+	u64 unmerged; /* the next runtime launch came first: this one never reached the driver */
+	u64 tails;    /* entered by CUDA 13's __cudaLaunchKernel tail jump (not counted) */
+	u32 tail_of;  /* 1 + the op whose tail jump that was */
+	u32 pad;
 };
 
 /*
@@ -266,6 +306,10 @@ enum pid_file_flag {
 			     its launches need no marker for the runtime->driver guard */
 	PF_RT_SHARED = 8, /* that runtime is a shared library, not linked into the executable:
 			     a runtime launch returning into its range was made by the runtime */
+	PF_RT_MARK = 16,  /* its launch entries leave a marker with their op: the file learns
+			     where its launches enter the driver (rt_sites, rt_ops), or some of
+			     its launch ops are counted at the driver and the others must say
+			     so (docs/ARCHITECTURE.md, "One trap per launch") */
 };
 
 /*

@@ -111,7 +111,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_NCCL_INFLIGHT": uint64(DropNCCLInflight), "DROP_NVTX_STACK": uint64(DropNVTXStack),
 			"DROP_GRAPH_MAPS": uint64(DropGraphMaps), "DROP_GRAPH_QUOTA": uint64(DropGraphQuota),
 			"DROP_GRAPH_REPLAYS": uint64(DropGraphReplays), "DROP_CAPTURE": uint64(DropCapture),
-			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_MAX": uint64(NumDrops),
+			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_RT_LEARN": uint64(DropRuntimeLearn),
+			"DROP_MAX": uint64(NumDrops),
 		}},
 		{"quota_map", map[string]uint64{
 			"QUOTA_AGGREGATED": uint64(QuotaAggregated), "QUOTA_LAUNCH_AGG": uint64(QuotaLaunchAgg),

@@ -44,6 +44,7 @@ const (
 	DropGraphReplays Drop = ProfiDropDROP_GRAPH_REPLAYS
 	DropCapture      Drop = ProfiDropDROP_CAPTURE
 	DropPIDQuota     Drop = ProfiDropDROP_PID_QUOTA
+	DropRuntimeLearn Drop = ProfiDropDROP_RT_LEARN
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

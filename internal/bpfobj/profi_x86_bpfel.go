@@ -81,7 +81,8 @@ const (
 	ProfiDropDROP_GRAPH_REPLAYS ProfiDrop = 16
 	ProfiDropDROP_CAPTURE       ProfiDrop = 17
 	ProfiDropDROP_PID_QUOTA     ProfiDrop = 18
-	ProfiDropDROP_MAX           ProfiDrop = 19
+	ProfiDropDROP_RT_LEARN      ProfiDrop = 19
+	ProfiDropDROP_MAX           ProfiDrop = 20
 )
 
 type ProfiGraphNodeKey struct {
@@ -513,6 +514,7 @@ const (
 	ProfiPidFileFlagPF_FULL      ProfiPidFileFlag = 2
 	ProfiPidFileFlagPF_RT_TEXT   ProfiPidFileFlag = 4
 	ProfiPidFileFlagPF_RT_SHARED ProfiPidFileFlag = 8
+	ProfiPidFileFlagPF_RT_MARK   ProfiPidFileFlag = 16
 )
 
 type ProfiPidQuota struct {
@@ -547,16 +549,49 @@ type ProfiReplayKey struct {
 }
 
 type ProfiRtLaunch struct {
+	_      structs.HostLayout
+	Sp     uint64
+	Ts     uint64
+	Tail   uint64
+	Learn  uint32
+	Merged uint32
+}
+
+type ProfiRtOpKey struct {
 	_    structs.HostLayout
-	Sp   uint64
-	Ts   uint64
-	Tail uint64
+	File uint32
+	Op   uint32
+}
+
+type ProfiRtOpVal struct {
+	_        structs.HostLayout
+	Merged   uint64
+	Unmerged uint64
+	Tails    uint64
+	TailOf   uint32
+	Pad      uint32
+}
+
+type ProfiRtSite struct {
+	_     structs.HostLayout
+	File  uint32
+	DrvOp uint32
+	Off   uint64
+}
+
+type ProfiRtSiteVal struct {
+	_      structs.HostLayout
+	Op     uint32
+	Mixed  uint32
+	Merged uint64
 }
 
 type ProfiTextRange struct {
 	_     structs.HostLayout
 	Start uint64
 	End   uint64
+	File  uint32
+	Pad   uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -590,7 +625,10 @@ const (
 	ProfiMapPidHits             = "pid_hits"
 	ProfiMapPidQuotas           = "pid_quotas"
 	ProfiMapPidStreams          = "pid_streams"
+	ProfiMapRtCounted           = "rt_counted"
 	ProfiMapRtLaunches          = "rt_launches"
+	ProfiMapRtOps               = "rt_ops"
+	ProfiMapRtSites             = "rt_sites"
 	ProfiMapRtText              = "rt_text"
 	ProfiMapThreadDevice        = "thread_device"
 	ProfiProgDlEvent            = "dl_event"
@@ -715,7 +753,10 @@ type ProfiMapSpecs struct {
 	PidHits        *ebpf.MapSpec `ebpf:"pid_hits"`
 	PidQuotas      *ebpf.MapSpec `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
+	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
+	RtOps          *ebpf.MapSpec `ebpf:"rt_ops"`
+	RtSites        *ebpf.MapSpec `ebpf:"rt_sites"`
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
 	ThreadDevice   *ebpf.MapSpec `ebpf:"thread_device"`
 }
@@ -798,7 +839,10 @@ type ProfiMaps struct {
 	PidHits        *ebpf.Map `ebpf:"pid_hits"`
 	PidQuotas      *ebpf.Map `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
+	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
+	RtOps          *ebpf.Map `ebpf:"rt_ops"`
+	RtSites        *ebpf.Map `ebpf:"rt_sites"`
 	RtText         *ebpf.Map `ebpf:"rt_text"`
 	ThreadDevice   *ebpf.Map `ebpf:"thread_device"`
 }
@@ -832,7 +876,10 @@ func (m *ProfiMaps) Close() error {
 		m.PidHits,
 		m.PidQuotas,
 		m.PidStreams,
+		m.RtCounted,
 		m.RtLaunches,
+		m.RtOps,
+		m.RtSites,
 		m.RtText,
 		m.ThreadDevice,
 	)

@@ -243,6 +243,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropGraphReplays: "graph_replays",
 	bpfobj.DropCapture:      "capture_streams",
 	bpfobj.DropPIDQuota:     "pid_quota",
+	bpfobj.DropRuntimeLearn: "rt_sites",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

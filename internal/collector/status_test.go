@@ -74,6 +74,7 @@ func TestStatus(t *testing.T) {
 			"graph_replays":     uint64(bpfobj.DropGraphReplays) + 1,
 			"capture_streams":   uint64(bpfobj.DropCapture) + 1,
 			"pid_quota":         uint64(bpfobj.DropPIDQuota) + 1,
+			"rt_sites":          uint64(bpfobj.DropRuntimeLearn) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)
