@@ -137,6 +137,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:      log,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
+		Handover:    attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},
 		UprobeMulti: objs.UprobeMulti,
 		NVTX:        cfg.EnableNVTX,
 	})

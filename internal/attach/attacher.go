@@ -68,6 +68,13 @@ type Target struct {
 // TextRange is an executable mapping [Start, End).
 type TextRange struct{ Start, End uint64 }
 
+// rtRange is an rt_text value: a process's runtime code and the runtime
+// file's id.
+type rtRange struct {
+	TextRange
+	file uint32
+}
+
 // Options configure an Attacher.
 type Options struct {
 	Programs   map[string]*ebpf.Program // by program name
@@ -87,6 +94,9 @@ type Options struct {
 	// RuntimeText is the BPF map of libcudart's code range per process
 	// (rt_text), for the runtime->driver launch guard; may be nil.
 	RuntimeText *ebpf.Map
+	// Handover: the maps that let the driver count runtime launches
+	// (handover.go); zero disables it.
+	Handover HandoverMaps
 	// UprobeMulti: Programs were loaded for uprobe_multi links
 	// (bpfobj.Objects.UprobeMulti), so the probes of one program are one
 	// link per file, budget class and PID filter instead of one link per
@@ -113,6 +123,13 @@ type attached struct {
 	absent     []string       // optional symbols the file lacks (normal)
 	refused    []RefusedProbe // probed functions the kernel refuses (counted as failures)
 	attachedAt time.Time
+	// launches are the runtime launch probes of a handover candidate
+	// (handover.go), each with its own links, so that each can be handed
+	// to the driver alone; counted mirrors the rt_counted entries written
+	// for them; settled: the file stopped learning.
+	launches map[ops.Op]*launchProbe
+	counted  map[rtSite]ops.Op
+	settled  bool
 }
 
 type failure struct {
@@ -153,7 +170,7 @@ type Attacher struct {
 	scanProblems uint64
 	nextID       uint32
 	pidFiles     map[bpfobj.ProfiPidFile]uint8 // mirror of the pid_files map: key → flags
-	rtText       map[uint32]TextRange          // mirror of the rt_text map
+	rtText       map[uint32]rtRange            // mirror of the rt_text map
 	fullMode     func(pid int) bool            // processes upgraded to full mode; nil: none
 	// refused are the probe addresses (file offsets) the kernel refused
 	// when tried (findRefused, or a classic attach), per file seen at the
@@ -186,7 +203,7 @@ func New(opts Options) *Attacher {
 		failed:   map[FileKey]*failure{},
 		counts:   map[failureKey]uint64{},
 		pidFiles: map[bpfobj.ProfiPidFile]uint8{},
-		rtText:   map[uint32]TextRange{},
+		rtText:   map[uint32]rtRange{},
 		refused:  map[FileKey]map[uint64]refusal{},
 	}
 	a.lastPass.Store(time.Now().UnixNano())
@@ -263,6 +280,9 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.files, key)
 		}
 	}
+	for _, f := range released {
+		a.dropCounted(f)
+	}
 	a.release(released)
 	for key := range a.failed {
 		if !seen[key] {
@@ -280,6 +300,7 @@ func (a *Attacher) Sync(targets []Target) {
 	// range at the driver.
 	rt := a.wantRuntimeText()
 	a.writeRuntimeText(rt)
+	a.syncHandover()
 	a.syncPIDFiles()
 	a.deleteRuntimeText(rt)
 	a.syncUpgrades()
@@ -392,8 +413,7 @@ func (a *Attacher) release(files []*attached) {
 	go func() {
 		defer a.closing.Done()
 		for _, f := range files {
-			f.hot.close()
-			f.links.close()
+			f.closeLinks()
 		}
 	}()
 }
@@ -514,8 +534,8 @@ func (a *Attacher) putPIDFile(k bpfobj.ProfiPidFile, v uint8) error {
 // wantRuntimeText is where libcudart's code is mapped in every process that
 // maps an attached libcudart: what rt_text should hold, so a driver launch
 // can tell whether the runtime made it (called_by_runtime in profi.bpf.c).
-func (a *Attacher) wantRuntimeText() map[uint32]TextRange {
-	want := map[uint32]TextRange{}
+func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
+	want := map[uint32]rtRange{}
 	if a.opts.RuntimeText == nil {
 		return want
 	}
@@ -525,7 +545,7 @@ func (a *Attacher) wantRuntimeText() map[uint32]TextRange {
 		}
 		for pid, r := range f.target.Text {
 			if _, dup := want[uint32(pid)]; !dup { // a second libcudart in one process: keep the first
-				want[uint32(pid)] = r
+				want[uint32(pid)] = rtRange{r, f.id}
 			}
 		}
 	}
@@ -533,7 +553,7 @@ func (a *Attacher) wantRuntimeText() map[uint32]TextRange {
 }
 
 // writeRuntimeText adds and changes the rt_text entries of want.
-func (a *Attacher) writeRuntimeText(want map[uint32]TextRange) {
+func (a *Attacher) writeRuntimeText(want map[uint32]rtRange) {
 	if a.opts.RuntimeText == nil {
 		return
 	}
@@ -542,7 +562,7 @@ func (a *Attacher) writeRuntimeText(want map[uint32]TextRange) {
 		if cur, ok := a.rtText[pid]; ok && cur == r {
 			continue
 		}
-		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End}
+		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End, File: r.file}
 		if err := a.opts.RuntimeText.Update(pid, &v, ebpf.UpdateAny); err != nil {
 			failed++
 			continue
@@ -555,7 +575,7 @@ func (a *Attacher) writeRuntimeText(want map[uint32]TextRange) {
 }
 
 // deleteRuntimeText deletes the rt_text entries not in want.
-func (a *Attacher) deleteRuntimeText(want map[uint32]TextRange) {
+func (a *Attacher) deleteRuntimeText(want map[uint32]rtRange) {
 	if a.opts.RuntimeText == nil {
 		return
 	}
@@ -592,6 +612,7 @@ func (a *Attacher) syncPIDFiles() {
 		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
 		rtText   = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
 		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
+		rtMark   = uint8(bpfobj.ProfiPidFileFlagPF_RT_MARK)
 	)
 	want := map[bpfobj.ProfiPidFile]uint8{}
 	for _, f := range a.files {
@@ -607,6 +628,9 @@ func (a *Attacher) syncPIDFiles() {
 				v |= rtText
 				if !f.target.Static {
 					v |= rtShared
+				}
+				if f.marks() {
+					v |= rtMark
 				}
 			}
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = v
@@ -743,7 +767,19 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	a.nextID++
 	att := &attached{target: t, id: a.nextID, syms: syms}
 	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
-	cold, hot := splitPausable(all)
+	rest := all
+	if a.handoverCandidate(t) {
+		rest = nil
+		att.launches, att.counted = map[ops.Op]*launchProbe{}, map[rtSite]ops.Op{}
+		for _, p := range all {
+			if _, ok := syms[p.Symbol]; ok && isHandoverProbe(p) {
+				att.launches[p.Op] = &launchProbe{probe: p}
+			} else {
+				rest = append(rest, p)
+			}
+		}
+	}
+	cold, hot := splitPausable(rest)
 	links, reason, err := a.attachProbes(ex, t, cold, syms, att.id, a.opts.PID)
 	if err != nil {
 		return nil, reason, err
@@ -754,6 +790,12 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		return nil, reason, err
 	}
 	att.links, att.hot = links, hotLinks
+	for _, lp := range att.launches {
+		if lp.links, reason, err = a.attachProbes(ex, t, []ops.Probe{lp.probe}, syms, att.id, a.opts.PID); err != nil {
+			att.closeLinks()
+			return nil, reason, err
+		}
+	}
 	for _, p := range all {
 		sym, ok := syms[p.Symbol]
 		var r *refusal
@@ -772,8 +814,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		}
 	}
 	if len(att.probes) == 0 {
-		links.close()
-		hotLinks.close()
+		att.closeLinks()
 		if len(att.refused) > 0 {
 			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
 		}
@@ -1073,14 +1114,38 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 		return nil
 	}
 	if paused {
-		hot := f.hot
+		closing := []*linkSet{f.hot}
+		for _, lp := range f.launches {
+			if ops.Pausable(lp.probe.Op) {
+				closing = append(closing, lp.links)
+				lp.links = nil
+			}
+		}
 		f.hot, f.paused = nil, true
 		a.mu.Unlock()
-		hot.close()
+		for _, l := range closing {
+			l.close()
+		}
 		return nil
 	}
 	defer a.mu.Unlock()
-	_, hot := splitPausable(f.probes)
+	var (
+		hot []ops.Probe
+		err error
+	)
+	for _, p := range f.probes {
+		if lp := f.launches[p.Op]; lp != nil {
+			if !lp.handed && lp.links == nil && ops.Pausable(p.Op) {
+				if lp.links, err = a.reattach(f, []ops.Probe{p}, a.opts.PID); err != nil {
+					return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
+				}
+			}
+			continue
+		}
+		if ops.Pausable(p.Op) {
+			hot = append(hot, p)
+		}
+	}
 	links, err := a.reattach(f, hot, a.opts.PID)
 	if err != nil {
 		return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
@@ -1136,6 +1201,23 @@ type linkSet struct {
 
 func (s *linkSet) len() int { return len(s.entries) + len(s.returns) }
 
+// closeLinks detaches every probe of f.
+func (f *attached) closeLinks() {
+	f.hot.close()
+	f.links.close()
+	for _, lp := range f.launches {
+		lp.links.close()
+		lp.links = nil
+	}
+}
+
+// marks reports whether f's runtime launches leave a marker with their op
+// (PF_RT_MARK): while the file learns, and while some of its launch ops
+// are counted at the driver, so the driver can tell the others'.
+func (f *attached) marks() bool {
+	return len(f.launches) > 0 && !f.settled
+}
+
 // close detaches every entry probe before any return probe, so no return
 // fires for a call whose entry was never recorded. Within each kind the
 // links close in parallel: each detach waits for an RCU grace period
@@ -1168,10 +1250,8 @@ func (a *Attacher) Close() error {
 		for pid := range f.upgrades {
 			a.dropUpgrade(f, pid)
 		}
-		wg.Go(func() {
-			f.hot.close()
-			f.links.close()
-		})
+		a.dropCounted(f)
+		wg.Go(f.closeLinks)
 		delete(a.files, key)
 	}
 	wg.Wait()

@@ -64,7 +64,7 @@ func (a *Attacher) Status() Status {
 		for _, p := range f.probes {
 			sym := f.syms[p.Symbol]
 			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: ops.Name(uint32(p.Op)), Return: p.Timed(), Traps: p.Traps(),
-				Offset: sym.offset, Placement: sym.placement})
+				Offset: sym.offset, Placement: sym.placement, CountedAtDriver: f.launches[p.Op] != nil && f.launches[p.Op].handed})
 		}
 		s.Attached = append(s.Attached, ls)
 	}

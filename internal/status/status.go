@@ -84,6 +84,10 @@ type ProbeStatus struct {
 	// "past_refused_instruction" (a first instruction the kernel refuses,
 	// which changes neither the stack pointer nor an argument register).
 	Placement string `json:"placement,omitempty"`
+	// CountedAtDriver: a runtime launch probe detached because the
+	// driver's probe counts its launches, under this operation (one trap
+	// per launch; docs/ARCHITECTURE.md "One trap per launch").
+	CountedAtDriver bool `json:"counted_at_driver,omitempty"`
 }
 
 // Placements of a probe other than its symbol (ProbeStatus.Placement).

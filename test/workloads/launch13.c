@@ -10,7 +10,9 @@
  * Usage: launch13 LAUNCHES PTSZ_LAUNCHES [early]. With "early" every kernel
  * is launched once before "ready" (its handle fetched before any agent
  * attached, as in a process started before the agent); those launches are
- * not in the ground truth.
+ * not in the ground truth. LAUNCH13_SPREAD_MS=T in the environment spreads
+ * the launches over about T milliseconds (a pause of 1 ms between equal
+ * batches), so that the agent changes how it probes them while they run.
  *
  * stdin protocol: prints "ready <pid>"; "go" -> the launches -> one JSON
  * line of what it called; EOF -> exit 0. */
@@ -87,7 +89,12 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
 		return 0;
+	const char *spread = getenv("LAUNCH13_SPREAD_MS");
+	long pauses = spread ? strtol(spread, NULL, 10) : 0;
+	long batch = pauses > 0 ? (n + m) / pauses + 1 : n + m + 1;
 	for (long i = 0; i < n + m; i++) {
+		if (i && i % batch == 0)
+			usleep(1000);
 		cur = i;
 		cur_ptsz = i >= n;
 		kernels[i % 3](buf);

@@ -1,0 +1,330 @@
+package attach
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/ops"
+)
+
+// One trap per runtime launch (issue 18, docs/ARCHITECTURE.md "One trap
+// per launch"). NVIDIA's runtime implements its launches with the driver's
+// exported launch functions (docs/real-cuda facts in ARCHITECTURE.md), so a
+// probed runtime launch costs two traps: its own and the driver's. While a
+// runtime file learns, BPF records, for each driver launch a runtime launch
+// made, which runtime op entered the driver at which return address
+// (rt_sites) and whether every launch of each op got there (rt_ops). Once
+// an op has reached the driver MinMerged times, never failed to, and shares
+// none of its sites with another op, its sites go into rt_counted (the
+// driver entry counts those launches under the runtime op) and its runtime
+// probe is detached. It is attached again, before its sites are removed,
+// when a process maps the runtime without a probed driver, or a site turns
+// out to be shared. The decision is per runtime file and op, from what was
+// observed: a runtime that launches some other way keeps its probes.
+
+// MinMerged is how many launches of a runtime op must have reached the
+// driver, all of them, before the driver counts that op.
+const MinMerged = 16
+
+// HandoverMaps are the BPF maps of the handover; nil Counted disables it.
+type HandoverMaps struct {
+	Sites   *ebpf.Map // rt_sites, per CPU: learned by BPF
+	Ops     *ebpf.Map // rt_ops, per CPU: learned by BPF
+	Counted *ebpf.Map // rt_counted: written here
+}
+
+type rtSite = bpfobj.ProfiRtSite
+
+// launchProbe is one runtime launch op of a file that may be handed to
+// the driver, with its own links so that it detaches alone.
+type launchProbe struct {
+	probe  ops.Probe
+	links  *linkSet // nil while handed over or paused
+	handed bool
+}
+
+// handoverCandidate reports whether t's runtime launches may be counted at
+// the driver: a shared libcudart (a static runtime shares its range with
+// the application, whose own driver launches must stay driver launches) in
+// anonymous mode (full mode times launches at the runtime).
+func (a *Attacher) handoverCandidate(t Target) bool {
+	return a.opts.Handover.Counted != nil && t.Lib == discover.LibCudart && !t.Static &&
+		a.opts.KernelMode == ops.KernelModeAnonymous
+}
+
+// isHandoverProbe: an entry-only runtime launch probe (launch_entry).
+func isHandoverProbe(p ops.Probe) bool {
+	return p.Return == "" && ops.Info(p.Op).RuntimeLaunch()
+}
+
+// opStats is what rt_ops says of one runtime op, summed over CPUs.
+type opStats struct {
+	merged, unmerged, tails uint64
+	tailOf                  ops.Op // valid when tails > 0
+}
+
+// siteOps is what rt_sites says of one site: the runtime ops seen there.
+type siteOps struct {
+	ops   map[ops.Op]bool
+	mixed bool
+}
+
+// learned reads rt_ops and rt_sites, by runtime file id.
+func (a *Attacher) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSite]siteOps, error) {
+	stats := map[uint32]map[ops.Op]opStats{}
+	sites := map[uint32]map[rtSite]siteOps{}
+	var (
+		ok  bpfobj.ProfiRtOpKey
+		ov  []bpfobj.ProfiRtOpVal
+		sk  rtSite
+		sv  []bpfobj.ProfiRtSiteVal
+		err error
+	)
+	it := a.opts.Handover.Ops.Iterate()
+	for it.Next(&ok, &ov) {
+		var s opStats
+		for _, v := range ov {
+			s.merged += v.Merged
+			s.unmerged += v.Unmerged
+			s.tails += v.Tails
+			if v.TailOf != 0 {
+				s.tailOf = ops.Op(v.TailOf - 1)
+			}
+		}
+		if stats[ok.File] == nil {
+			stats[ok.File] = map[ops.Op]opStats{}
+		}
+		stats[ok.File][ops.Op(ok.Op)] = s
+	}
+	if err = it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read rt_ops: %w", err)
+	}
+	it = a.opts.Handover.Sites.Iterate()
+	for it.Next(&sk, &sv) {
+		s := siteOps{ops: map[ops.Op]bool{}}
+		for _, v := range sv {
+			if v.Op != 0 {
+				s.ops[ops.Op(v.Op-1)] = true
+			}
+			s.mixed = s.mixed || v.Mixed != 0
+		}
+		if sites[sk.File] == nil {
+			sites[sk.File] = map[rtSite]siteOps{}
+		}
+		sites[sk.File][sk] = s
+	}
+	if err = it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read rt_sites: %w", err)
+	}
+	return stats, sites, nil
+}
+
+// handoverPlan is what decide wants for one file: the ops counted at the
+// driver (with the sites they are counted at), and whether the file has
+// settled: it stops learning, for good, because it launches some other
+// way or shares sites between ops, and no op is handed over or still
+// learning.
+type handoverPlan struct {
+	handed  map[ops.Op]bool
+	counted map[rtSite]ops.Op
+	settled bool
+	// tails are tail-jump targets: detached before the op that jumps to
+	// them and attached after it, so the jump is never seen without its
+	// caller's marker (it would count as itself).
+	tails map[ops.Op]bool
+}
+
+// decide is the handover rule for one runtime file. probes are its
+// runtime launch ops; driverOK: every process that maps it has a probed
+// driver and its range in rt_text. Pure, for tests.
+func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps, driverOK bool) handoverPlan {
+	plan := handoverPlan{handed: map[ops.Op]bool{}, counted: map[rtSite]ops.Op{}, tails: map[ops.Op]bool{}}
+	own := map[ops.Op][]rtSite{} // the sites of each op; nil when one is shared
+	shared := map[ops.Op]bool{}
+	for k, s := range sites {
+		for op := range s.ops {
+			if len(s.ops) > 1 || s.mixed {
+				shared[op] = true
+				continue
+			}
+			own[op] = append(own[op], k)
+		}
+	}
+	refused, learning := false, false
+	for _, op := range probes {
+		st := stats[op]
+		switch {
+		case st.unmerged > 0 || shared[op]:
+			refused = true
+		case driverOK && st.merged >= MinMerged && len(own[op]) > 0:
+			plan.handed[op] = true
+		case st.merged > 0:
+			learning = true
+		}
+	}
+	// A tail-jump target never called directly (CUDA 13's cudaLaunchKernel
+	// under __cudaLaunchKernel) goes with the op that jumps to it: its
+	// launches are that op's at the driver.
+	for _, op := range probes {
+		st := stats[op]
+		if st.merged == 0 && st.unmerged == 0 && st.tails > 0 {
+			plan.tails[op] = true
+			if plan.handed[st.tailOf] {
+				plan.handed[op] = true
+			}
+		}
+	}
+	for op := range plan.handed {
+		for _, k := range own[op] {
+			plan.counted[k] = op
+		}
+	}
+	plan.settled = refused && !learning && len(plan.handed) == 0
+	return plan
+}
+
+// syncHandover applies decide to every candidate runtime file. Called
+// with a.mu held, after rt_text is written (its entries carry the file
+// id) and before syncPIDFiles (PF_RT_MARK follows the plan).
+func (a *Attacher) syncHandover() {
+	if a.opts.Handover.Counted == nil {
+		return
+	}
+	stats, sites, err := a.learned()
+	if err != nil {
+		a.log.Warn("runtime launches stay counted by their own probes", "err", err)
+		return
+	}
+	drivers := map[int]bool{}
+	for _, f := range a.files {
+		if f.target.Lib == discover.LibCuda {
+			for _, pid := range f.target.PIDs {
+				drivers[pid] = true
+			}
+		}
+	}
+	live := map[uint32]bool{}
+	for _, f := range a.files {
+		if len(f.launches) == 0 {
+			continue
+		}
+		live[f.id] = true
+		if f.paused {
+			continue // the duty cycle owns its probes now
+		}
+		driverOK := len(f.target.PIDs) > 0
+		for _, pid := range f.target.PIDs {
+			if r, ok := a.rtText[uint32(pid)]; !ok || r.file != f.id || !drivers[pid] {
+				driverOK = false
+			}
+		}
+		a.applyHandover(f, decide(slices.Sorted(maps.Keys(f.launches)), stats[f.id], sites[f.id], driverOK))
+	}
+	a.forgetLearned(stats, sites, live)
+}
+
+// applyHandover moves f to plan, keeping every launch counted exactly
+// once: an op's sites go into rt_counted before its probe detaches (the
+// probe's marker makes the driver skip the launches it counts meanwhile),
+// and its probe attaches again before its sites go.
+func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
+	f.settled = plan.settled
+	var give, take []ops.Op
+	for op, lp := range f.launches {
+		switch {
+		case plan.handed[op] && !lp.handed:
+			give = append(give, op)
+		case !plan.handed[op] && lp.handed:
+			take = append(take, op)
+		}
+	}
+	// Callers attach first and detach last (plan.tails).
+	slices.SortFunc(take, func(x, y ops.Op) int { return cmpBool(plan.tails[x], plan.tails[y]) })
+	slices.SortFunc(give, func(x, y ops.Op) int { return cmpBool(plan.tails[y], plan.tails[x]) })
+	for _, op := range take {
+		lp := f.launches[op]
+		links, err := a.reattach(f, []ops.Probe{lp.probe}, a.opts.PID)
+		if err != nil {
+			a.log.Warn("could not attach a runtime launch probe again; the driver keeps counting its launches", "path", f.target.Path, "op", lp.probe.Symbol, "err", err)
+			continue
+		}
+		lp.links, lp.handed = links, false
+		a.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
+	}
+	// Sites: add the plan's, then remove those of ops no longer handed.
+	for k, op := range plan.counted {
+		if cur, ok := f.counted[k]; ok && cur == op {
+			continue
+		}
+		if err := a.opts.Handover.Counted.Update(&k, uint32(op), ebpf.UpdateAny); err != nil {
+			a.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
+			return
+		}
+		f.counted[k] = op
+	}
+	for k, op := range f.counted {
+		if cur, ok := plan.counted[k]; ok && cur == op {
+			continue
+		}
+		if lp := f.launches[op]; lp != nil && lp.handed {
+			continue // could not attach it again: its sites stay
+		}
+		if err := a.opts.Handover.Counted.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			a.log.Warn("could not delete from rt_counted", "err", err)
+			continue
+		}
+		delete(f.counted, k)
+	}
+	for _, op := range give {
+		lp := f.launches[op]
+		lp.links.close() // one by one, in order
+		lp.links, lp.handed = nil, true
+		a.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", lp.probe.Symbol)
+	}
+}
+
+// cmpBool orders false before true.
+func cmpBool(x, y bool) int {
+	switch {
+	case x == y:
+		return 0
+	case x:
+		return 1
+	}
+	return -1
+}
+
+// forgetLearned deletes what BPF learned of runtime files no longer attached.
+func (a *Attacher) forgetLearned(stats map[uint32]map[ops.Op]opStats, sites map[uint32]map[rtSite]siteOps, live map[uint32]bool) {
+	for file, m := range stats {
+		if live[file] {
+			continue
+		}
+		for op := range m {
+			k := bpfobj.ProfiRtOpKey{File: file, Op: uint32(op)}
+			_ = a.opts.Handover.Ops.Delete(&k) // gone already is fine
+		}
+	}
+	for file, m := range sites {
+		if live[file] {
+			continue
+		}
+		for k := range m {
+			_ = a.opts.Handover.Sites.Delete(&k)
+		}
+	}
+}
+
+// dropCounted deletes f's rt_counted entries (f is being released).
+func (a *Attacher) dropCounted(f *attached) {
+	for k := range f.counted {
+		_ = a.opts.Handover.Counted.Delete(&k)
+		delete(f.counted, k)
+	}
+}

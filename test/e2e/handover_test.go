@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+// handoverStatus is what /status says of the handover: the runtime launch
+// probes the driver counts for, and the drop counters of launches the
+// runtime made (runtime_to_driver: counted at the runtime, skipped at the
+// driver; nested: CUDA 13's tail jump).
+type handoverStatus struct {
+	AttachedLibraries []struct {
+		Library string `json:"library"`
+		Probes  []struct {
+			Symbol          string `json:"symbol"`
+			CountedAtDriver bool   `json:"counted_at_driver"`
+		} `json:"probes"`
+	} `json:"attached_libraries"`
+	Drops map[string]uint64 `json:"drops"`
+}
+
+func handover(t *testing.T, a *testutil.Agent) (counted []string, drops map[string]uint64) {
+	t.Helper()
+	var st handoverStatus
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range st.AttachedLibraries {
+		for _, p := range l.Probes {
+			if p.CountedAtDriver {
+				counted = append(counted, p.Symbol)
+			}
+		}
+	}
+	slices.Sort(counted)
+	return counted, st.Drops
+}
+
+// One trap per launch (issue 18): a runtime whose launches all reach the
+// driver at sites of their own hands them to the driver's probe while a
+// process launches through it (spread over 4 s, the agent rescanning
+// every second), and a second process then launches through the same
+// runtime file with one probe hit per launch: no launch counted at the
+// runtime and skipped at the driver. A runtime that launches some other
+// way keeps its probes. Every count stays exact through the switch.
+func TestOneTrapPerLaunch(t *testing.T) {
+	const n, m = 6000, 4000
+	wantCounted := map[string][]string{
+		"via-driver":   {"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"},
+		"runtime-only": nil,
+	}
+	for behaviour, env := range stubLaunch {
+		t.Run(behaviour, func(t *testing.T) {
+			a := startAgent(t, "--kernel-mode", "anonymous")
+			// A launches during the switch, then stays (holding the file).
+			pidA, gtA := runLaunch13(t, a, fixtures.Launch13, append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...), n, m)
+			pA := "pid=" + strconv.Itoa(pidA)
+			want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
+			maps.Copy(want, anonymousLaunches(pA, n, m, gtA))
+			requireExact(t, a, want, pidA)
+
+			var counted []string
+			var before map[string]uint64
+			err := testutil.Eventually(5*time.Second, func() error {
+				counted, before = handover(t, a)
+				if !slices.Equal(counted, wantCounted[behaviour]) {
+					return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, wantCounted[behaviour])
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			pidB, gtB := runLaunch13(t, a, fixtures.Launch13, env, n/2, m/2)
+			pB := "pid=" + strconv.Itoa(pidB)
+			want = values{key("profi_cuda_malloc_bytes_total", pB): 0, key("profi_cuda_active_memory_bytes", pB): 0}
+			maps.Copy(want, anonymousLaunches(pB, n/2, m/2, gtB))
+			requireExact(t, a, want, pidB)
+			_, after := handover(t, a)
+			skipped := after["runtime_to_driver"] - before["runtime_to_driver"]
+			tails := after["nested"] - before["nested"]
+			if behaviour == "via-driver" && (skipped != 0 || tails != 0) {
+				t.Errorf("after the switch, %d launches were also counted at the runtime (runtime_to_driver) and %d tail jumps trapped (nested), want 0 and 0", skipped, tails)
+			}
+			if behaviour == "runtime-only" && (skipped != 0 || tails != uint64(n/2+m/2)) {
+				t.Errorf("runtime-only: runtime_to_driver +%d, nested +%d, want 0 and %d", skipped, tails, n/2+m/2)
+			}
+		})
+	}
+}
