@@ -777,7 +777,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 {
 	u32 pid = id >> 32;
 	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
-	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
+	struct rt_launch *m;
 	bool nested;
 
 	if (text) {
@@ -786,6 +786,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 
 		if (ret < text->start || ret >= text->end)
 			return op;
+		m = bpf_map_lookup_elem(&rt_launches, &id);
 		nested = m && !m->merged && ctx->rsp < m->sp;
 		as = bpf_map_lookup_elem(&rt_counted, &k);
 		/* An old marker of another op: that launch never got here. */
@@ -807,6 +808,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		count_drop(DROP_RT_TO_DRV);
 		return RT_NESTED;
 	}
+	m = bpf_map_lookup_elem(&rt_launches, &id);
 	if (!m)
 		return op;
 	nested = ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS;
