@@ -901,6 +901,9 @@ def render_markdown(res):
                                                             mode.get("probe_profile", "?")), ""]
         if mode.get("error"):
             out += ["Error: " + mode["error"], ""]
+        if "counted_at_driver" in mode:
+            out += ["Runtime launch probes detached, their launches counted at the driver (one trap per launch): %s"
+                    % (", ".join("`%s`" % s for s in mode["counted_at_driver"]) or "none"), ""]
         reps = mode.get("reps", "?")
         out += ["| What | profi series | Expected (torch.profiler, %s phases) | Observed (profi delta) | Status | Note |"
                 % reps, "|---|---|---:|---:|---|---|"]

@@ -140,6 +140,15 @@ class Workload:
             self.p.wait()
 
 
+def counted_at_driver(st, pid):
+    """The runtime launch probes of the workload's libraries whose launches profi's driver probe counts."""
+    out = []
+    for lib in st.get("attached_libraries", []):
+        if pid in lib.get("pids", []):
+            out += [p["symbol"] for p in lib.get("probes", []) if p.get("counted_at_driver")]
+    return sorted(out)
+
+
 class Agent:
     """A running profi."""
 
@@ -306,7 +315,14 @@ def main():
                 st = agent.wait_attached(pid, classes, a.attach_timeout)
                 m["attach_seconds"] = time.monotonic() - t
                 m["libraries"] = library_report(st, pid)
-                time.sleep(1.2)  # one drain after attach before the first scrape
+                # The steady state: one unmeasured phase, then two discovery
+                # passes (--refresh-interval 1), so what profi decides from
+                # the launches it saw (a runtime's launches handed to the
+                # driver's probe: ARCHITECTURE.md "One trap per launch") is
+                # in place before the measured phases; the phases are
+                # compared as deltas, so this one is in neither scrape.
+                wl.run(1, a.phase_timeout)
+                time.sleep(2.2)
                 status_before = agent.status()
                 before_text = agent.scrape()
                 before = compare.parse_prometheus(before_text)
@@ -316,6 +332,7 @@ def main():
                     m["error"] = ("profi's counts for pid %d kept changing while the workload was idle "
                                   "(calls between phases?): compared with the last scrape" % pid)
                 status_after = agent.status()
+                m["counted_at_driver"] = counted_at_driver(status_after, pid)
                 for name, doc in (("before", status_before), ("after", status_after)):
                     with open(os.path.join(raw, "status-%s-%s.json" % (mode, name)), "w") as f:
                         json.dump(doc, f, indent=1)
