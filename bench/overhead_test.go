@@ -383,8 +383,9 @@ func (bc *bench) configurations() results {
 		{fn: fnLaunch, name: cfgProfi + anon + cfgMultiSuffix, traps: 2, mode: anon, multi: true},
 		{fn: fnLaunch, name: cfgProfi + full + cfgMultiSuffix, traps: 4, mode: full, multi: true},
 		// One trap per launch: the runtime's launch probe detached, the
-		// driver's counting the launch as cudaLaunchKernel.
-		{fn: fnLaunch, name: cfgProfi + anon + cfgHandedSuffix, traps: 1, mode: anon, handover: true},
+		// driver's counting the launch as cudaLaunchKernel. One such
+		// configuration only: what an attacher learned is keyed by its
+		// file ids, which another attacher on the same maps reuses.
 		{fn: fnLaunch, name: cfgProfi + anon + cfgMultiSuffix + cfgHandedSuffix, traps: 1, mode: anon, multi: true, handover: true},
 		// The comparison (compare_test.go) is on the direct driver launch.
 		{fn: fnCuLaunch, name: cfgNone},

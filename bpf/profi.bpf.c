@@ -788,7 +788,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 			return op;
 		m = bpf_map_lookup_elem(&rt_launches, &id);
 		nested = m && !m->merged && ctx->rsp < m->sp;
-		as = bpf_map_lookup_elem(&rt_counted, &k);
+		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
 		/* An old marker of another op: that launch never got here. */
 		if (as && *as < OP_MAX && nested && m->learn != *as + 1 &&
 		    bpf_ktime_get_ns() - m->ts >= RT_TO_DRV_WINDOW_NS)

@@ -220,8 +220,8 @@ struct name_event {
 struct text_range {
 	u64 start;
 	u64 end;
-	u32 file; /* the runtime file's id (rt_sites and rt_counted keys) */
-	u32 pad;
+	u32 file;   /* the runtime file's id (rt_sites and rt_counted keys) */
+	u32 handed; /* some of its launch ops are counted at the driver (rt_counted) */
 };
 
 /* One launch, sent on the events ring buffer with --detailed-launches. */

@@ -72,7 +72,8 @@ type TextRange struct{ Start, End uint64 }
 // file's id.
 type rtRange struct {
 	TextRange
-	file uint32
+	file   uint32
+	handed bool // some of the file's launch ops are counted at the driver
 }
 
 // Options configure an Attacher.
@@ -545,7 +546,7 @@ func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 		}
 		for pid, r := range f.target.Text {
 			if _, dup := want[uint32(pid)]; !dup { // a second libcudart in one process: keep the first
-				want[uint32(pid)] = rtRange{r, f.id}
+				want[uint32(pid)] = rtRange{r, f.id, f.handedAny()}
 			}
 		}
 	}
@@ -563,6 +564,9 @@ func (a *Attacher) writeRuntimeText(want map[uint32]rtRange) {
 			continue
 		}
 		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End, File: r.file}
+		if r.handed {
+			v.Handed = 1
+		}
 		if err := a.opts.RuntimeText.Update(pid, &v, ebpf.UpdateAny); err != nil {
 			failed++
 			continue

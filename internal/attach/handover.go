@@ -281,12 +281,30 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 		}
 		delete(f.counted, k)
 	}
+	// The driver looks rt_counted up only for a process whose rt_text
+	// entry says the file has ops handed over: set before any detaches.
+	for _, op := range give {
+		f.launches[op].handed = true
+	}
+	if len(give) > 0 {
+		a.writeRuntimeText(a.wantRuntimeText())
+	}
 	for _, op := range give {
 		lp := f.launches[op]
 		lp.links.close() // one by one, in order
-		lp.links, lp.handed = nil, true
+		lp.links = nil
 		a.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", lp.probe.Symbol)
 	}
+}
+
+// handedAny reports whether some of f's launch ops are counted at the driver.
+func (f *attached) handedAny() bool {
+	for _, lp := range f.launches {
+		if lp.handed {
+			return true
+		}
+	}
+	return false
 }
 
 // cmpBool orders false before true.

@@ -587,11 +587,11 @@ type ProfiRtSiteVal struct {
 }
 
 type ProfiTextRange struct {
-	_     structs.HostLayout
-	Start uint64
-	End   uint64
-	File  uint32
-	Pad   uint32
+	_      structs.HostLayout
+	Start  uint64
+	End    uint64
+	File   uint32
+	Handed uint32
 }
 
 // Names of all BPF objects in the ELF.
