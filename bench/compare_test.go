@@ -324,7 +324,10 @@ func printHitTargets(configs results) {
 	}
 	fmt.Printf("Traps per call in anonymous mode (target: 1 per launch, whatever the API):")
 	for _, c := range configs {
-		if c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet {
+		switch {
+		case c.mode == ops.KernelModeAnonymous && c.handover:
+			fmt.Printf(" %s %d once handed to the driver;", c.fn, c.traps)
+		case c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet:
 			fmt.Printf(" %s %d;", c.fn, c.traps)
 		}
 	}
