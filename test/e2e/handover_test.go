@@ -3,6 +3,9 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -95,4 +98,81 @@ func TestOneTrapPerLaunch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A process that maps the runtime without a probed driver (here the stub
+// driver under a file name profi does not recognise, found through a
+// libcuda.so.1 symlink) would have its launches counted nowhere once the
+// runtime's launch probes are detached: they are attached again while it
+// lives, and handed over again after it exits. Counts stay exact in each
+// state.
+func TestOneTrapPerLaunchTakenBack(t *testing.T) {
+	const n, m = 3000, 2000
+	all := []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"}
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	waitCounted := func(want []string) map[string]uint64 {
+		t.Helper()
+		var drops map[string]uint64
+		err := testutil.Eventually(10*time.Second, func() error {
+			var counted []string
+			counted, drops = handover(t, a)
+			if !slices.Equal(counted, want) {
+				return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return drops
+	}
+	// run launches n/2 + m/2 times and returns how many of them were
+	// counted at the runtime and skipped at the driver.
+	run := func(env []string, n, m int) uint64 {
+		t.Helper()
+		_, before := handover(t, a)
+		pid, gt := runLaunch13(t, a, fixtures.Launch13, env, n, m)
+		p := "pid=" + strconv.Itoa(pid)
+		want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+		maps.Copy(want, anonymousLaunches(p, n, m, gt))
+		requireExact(t, a, want, pid)
+		_, after := handover(t, a)
+		return after["runtime_to_driver"] - before["runtime_to_driver"]
+	}
+
+	run([]string{"LAUNCH13_SPREAD_MS=3000"}, n, m)
+	waitCounted(all)
+
+	dir := t.TempDir()
+	if err := copyFile(fixtures.Cuda, filepath.Join(dir, "libprofi-hidden-drv.so")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("libprofi-hidden-drv.so", filepath.Join(dir, "libcuda.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	blind := exec.Command("sleep", "60")
+	blind.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "LD_PRELOAD="+fixtures.Cudart13)
+	if err := blind.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blind.Process.Kill(); _ = blind.Wait() })
+	waitCounted(nil)
+	if got := run(nil, n/2, m/2); got != uint64(n/2+m/2) {
+		t.Errorf("with the runtime's probes back, %d launches merged at the driver, want %d", got, n/2+m/2)
+	}
+
+	_ = blind.Process.Kill()
+	_ = blind.Wait()
+	waitCounted(all)
+	if got := run(nil, n/2, m/2); got != 0 {
+		t.Errorf("handed over again, %d launches still counted at the runtime, want 0", got)
+	}
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }
