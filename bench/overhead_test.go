@@ -544,7 +544,7 @@ func (bc *bench) setup(c *config, dir string) error {
 		if _, ok := discover.Classify(c.libs[lib]); ok {
 			return fmt.Errorf("discover recognises the private copy %s: any profi agent on this host would probe it", c.libs[lib])
 		}
-		if err := copyFile(from, c.libs[lib]); err != nil {
+		if err := testutil.CopyFile(from, c.libs[lib]); err != nil {
 			return err
 		}
 		if err := os.Symlink(l.priv, filepath.Join(dir, l.alt)); err != nil {
@@ -691,23 +691,6 @@ func (bc *bench) teardown(configs []*config) {
 		}
 	}
 	wg.Wait()
-}
-
-func copyFile(from, to string) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
 }
 
 // measure starts a loop on c's libraries and, while it waits, syncs

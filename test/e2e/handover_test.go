@@ -144,7 +144,7 @@ func TestOneTrapPerLaunchTakenBack(t *testing.T) {
 	waitCounted(all)
 
 	dir := t.TempDir()
-	if err := copyFile(fixtures.Cuda, filepath.Join(dir, "libprofi-hidden-drv.so")); err != nil {
+	if err := testutil.CopyFile(fixtures.Cuda, filepath.Join(dir, "libprofi-hidden-drv.so")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink("libprofi-hidden-drv.so", filepath.Join(dir, "libcuda.so.1")); err != nil {
@@ -167,12 +167,4 @@ func TestOneTrapPerLaunchTakenBack(t *testing.T) {
 	if got := run(nil, n/2, m/2); got != 0 {
 		t.Errorf("handed over again, %d launches still counted at the runtime, want 0", got)
 	}
-}
-
-func copyFile(from, to string) error {
-	b, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, b, 0o755)
 }
