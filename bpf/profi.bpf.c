@@ -109,7 +109,7 @@ struct {
 } rt_text SEC(".maps");
 
 /*
- * One trap per runtime launch (docs/ARCHITECTURE.md, "One trap per
+ * One trap per runtime launch (ARCHITECTURE.md, "One trap per
  * launch"). While a runtime file learns (PF_RT_MARK), each driver launch
  * its launches make records which runtime op entered the driver at that
  * site (rt_sites), and each op whether all its launches got there

@@ -309,7 +309,7 @@ enum pid_file_flag {
 	PF_RT_MARK = 16,  /* its launch entries leave a marker with their op: the file learns
 			     where its launches enter the driver (rt_sites, rt_ops), or some of
 			     its launch ops are counted at the driver and the others must say
-			     so (docs/ARCHITECTURE.md, "One trap per launch") */
+			     so (ARCHITECTURE.md, "One trap per launch") */
 };
 
 /*

@@ -13,10 +13,11 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 )
 
-// One trap per runtime launch (issue 18, docs/ARCHITECTURE.md "One trap
+// One trap per runtime launch (issue 18, ARCHITECTURE.md "One trap
 // per launch"). NVIDIA's runtime implements its launches with the driver's
-// exported launch functions (docs/real-cuda facts in ARCHITECTURE.md), so a
-// probed runtime launch costs two traps: its own and the driver's. While a
+// exported launch functions, which it resolves with cuGetProcAddress
+// (ARCHITECTURE.md, "Counting a call once"), so a probed runtime launch
+// costs two traps: its own and the driver's. While a
 // runtime file learns, BPF records, for each driver launch a runtime launch
 // made, which runtime op entered the driver at which return address
 // (rt_sites) and whether every launch of each op got there (rt_ops). Once

@@ -86,7 +86,7 @@ type ProbeStatus struct {
 	Placement string `json:"placement,omitempty"`
 	// CountedAtDriver: a runtime launch probe detached because the
 	// driver's probe counts its launches, under this operation (one trap
-	// per launch; docs/ARCHITECTURE.md "One trap per launch").
+	// per launch; ARCHITECTURE.md "One trap per launch").
 	CountedAtDriver bool `json:"counted_at_driver,omitempty"`
 }
 
