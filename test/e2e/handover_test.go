@@ -168,3 +168,43 @@ func TestOneTrapPerLaunchTakenBack(t *testing.T) {
 		t.Errorf("handed over again, %d launches still counted at the runtime, want 0", got)
 	}
 }
+
+// Every runtime launch API of the workload (--extra --ptsz), through the
+// stub runtime, which launches as test/stubs/cudart.c documents:
+// cudaLaunchKernel -> cuLaunchKernel and cudaLaunchKernel_ptsz ->
+// cuLaunchKernel_ptsz, each from its own call; cudaLaunchCooperativeKernel
+// and its _ptsz variant both -> cuLaunchCooperativeKernel, and
+// cudaLaunchKernelExC and its _ptsz variant both -> cuLaunchKernelEx, from
+// one call each: sites two ops share, which the driver cannot tell apart,
+// so those four keep their runtime probes. With --errors, cudaLaunchKernel
+// is also called with a NULL function, which the runtime rejects without
+// calling the driver: it keeps its probe too. The first phase teaches
+// profi; the second runs after the handover; both exact.
+func TestOneTrapPerLaunchEveryAPI(t *testing.T) {
+	for _, tc := range []struct {
+		errors string
+		want   []string
+	}{
+		{"--no-errors", []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz"}},
+		{"--errors", []string{"cudaLaunchKernel_ptsz"}},
+	} {
+		t.Run(tc.errors, func(t *testing.T) {
+			a := startAgent(t, "--kernel-mode", "anonymous")
+			w := startWorkload(t, fixtures.Workload, []string{"--extra", "--ptsz", tc.errors})
+			waitAttached(t, a, w.PID)
+			gt := runPhase(t, w)
+			requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+			err := testutil.Eventually(10*time.Second, func() error {
+				if counted, _ := handover(t, a); !slices.Equal(counted, tc.want) {
+					return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, tc.want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gt = runPhase(t, w)
+			requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
+		})
+	}
+}
