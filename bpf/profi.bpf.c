@@ -630,7 +630,7 @@ static __always_inline u64 unit_of(u32 op)
  * unsigned dims, so its later arguments are on the stack. The stack
  * arguments (and, with ret, the return address below them) are read with
  * one bpf_probe_read_user: they are adjacent. *ret is the return address,
- * 0 if unreadable; only driver launches need it (called_by_runtime).
+ * 0 if unreadable; only driver launches need it (driver_launch_op).
  */
 static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a,
 					  u64 *ret)

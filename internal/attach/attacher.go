@@ -534,7 +534,7 @@ func (a *Attacher) putPIDFile(k bpfobj.ProfiPidFile, v uint8) error {
 
 // wantRuntimeText is where libcudart's code is mapped in every process that
 // maps an attached libcudart: what rt_text should hold, so a driver launch
-// can tell whether the runtime made it (called_by_runtime in profi.bpf.c).
+// can tell whether the runtime made it (driver_launch_op in profi.bpf.c).
 func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 	want := map[uint32]rtRange{}
 	if a.opts.RuntimeText == nil {
