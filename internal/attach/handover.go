@@ -236,18 +236,19 @@ func (a *Attacher) syncHandover() {
 // and its probe attaches again before its sites go.
 func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 	f.settled = plan.settled
+	// Tail-jump targets detach before their callers and attach after them
+	// (plan.tails): give lists them first, take last.
 	var give, take []ops.Op
-	for op, lp := range f.launches {
-		switch {
-		case plan.handed[op] && !lp.handed:
-			give = append(give, op)
-		case !plan.handed[op] && lp.handed:
-			take = append(take, op)
+	for _, tails := range []bool{true, false} {
+		for op, lp := range f.launches {
+			if plan.tails[op] == tails && plan.handed[op] && !lp.handed {
+				give = append(give, op)
+			}
+			if plan.tails[op] != tails && !plan.handed[op] && lp.handed {
+				take = append(take, op)
+			}
 		}
 	}
-	// Callers attach first and detach last (plan.tails).
-	slices.SortFunc(take, func(x, y ops.Op) int { return cmpBool(plan.tails[x], plan.tails[y]) })
-	slices.SortFunc(give, func(x, y ops.Op) int { return cmpBool(plan.tails[y], plan.tails[x]) })
 	for _, op := range take {
 		lp := f.launches[op]
 		links, err := a.reattach(f, []ops.Probe{lp.probe}, a.opts.PID)
@@ -306,17 +307,6 @@ func (f *attached) handedAny() bool {
 		}
 	}
 	return false
-}
-
-// cmpBool orders false before true.
-func cmpBool(x, y bool) int {
-	switch {
-	case x == y:
-		return 0
-	case x:
-		return 1
-	}
-	return -1
 }
 
 // forgetLearned deletes what BPF learned of runtime files no longer attached.
