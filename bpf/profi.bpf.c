@@ -412,11 +412,6 @@ const volatile u32 sample_rate = 1;
 /* --detailed-launches. */
 const volatile bool detailed_launches = false;
 
-/* A nested driver launch follows its runtime launch within this time. */
-#define RT_TO_DRV_WINDOW_NS 50000000ULL
-/* __cudaLaunchKernel's tail jump reaches cudaLaunchKernel within this time. */
-#define RT_TAIL_WINDOW_NS 1000000ULL
-
 /* Force the generated Go types for the enums and shared structs. */
 const enum op unused_op __attribute__((unused));
 const enum op_args unused_op_args __attribute__((unused));
@@ -707,7 +702,8 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
  * checks its return address: inside libcudart's code means the runtime
  * made the call. Until userspace has written the process's libcudart range
  * (its first scan), a marker left by the runtime entry stands in: the
- * driver entry must come soon after, deeper on the same stack.
+ * driver entry must come deeper on the same stack while the runtime
+ * launch still runs (rt_marker_live).
  */
 static const struct rt_op_val zero_rt_op;
 static const struct rt_site_val zero_rt_site;
@@ -731,15 +727,33 @@ static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 }
 
 /*
+ * Whether the runtime launch that left marker m is still running on this
+ * thread: its return address is still in the slot its call wrote (x86-64:
+ * at the stack pointer of its entry). Once it has returned, the next call
+ * from its caller's frame overwrites that slot. Identity, not time: a
+ * thread stopped for any length between the runtime's probe and the
+ * driver's (a pod throttled by its CPU limit) still matches, and a marker
+ * whose launch never reached the driver never does (ARCHITECTURE.md,
+ * "Counting a runtime launch once").
+ */
+static __always_inline bool rt_marker_live(const struct rt_launch *m)
+{
+	u64 v = 0;
+
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)m->sp))
+		return false;
+	return v == m->ret;
+}
+
+/*
  * Leaves the marker of a counted runtime launch; with learn (1 + op, the
  * file has PF_RT_MARK), the launch before it on the thread that never
  * reached the driver is counted against its op.
  */
 static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id, struct rt_launch *old,
-						u32 file, u32 learn, u64 tail)
+						u32 file, u32 learn, u64 ret, bool tail)
 {
-	struct rt_launch m = {
-	    .sp = ctx->rsp, .ts = bpf_ktime_get_ns(), .tail = tail, .learn = learn};
+	struct rt_launch m = {.sp = ctx->rsp, .ret = ret, .tail = tail, .learn = learn};
 
 	if (learn && old && old->learn && !old->merged)
 		rt_op_add(file, old->learn - 1, 1, 0);
@@ -789,9 +803,8 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		m = bpf_map_lookup_elem(&rt_launches, &id);
 		nested = m && !m->merged && ctx->rsp < m->sp;
 		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
-		/* An old marker of another op: that launch never got here. */
-		if (as && *as < OP_MAX && nested && m->learn != *as + 1 &&
-		    bpf_ktime_get_ns() - m->ts >= RT_TO_DRV_WINDOW_NS)
+		/* A marker of another op whose launch returned: it never got here. */
+		if (as && *as < OP_MAX && nested && m->learn != *as + 1 && !rt_marker_live(m))
 			nested = false;
 		if (as && *as < OP_MAX && !nested)
 			return *as;
@@ -811,7 +824,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 	m = bpf_map_lookup_elem(&rt_launches, &id);
 	if (!m)
 		return op;
-	nested = ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS;
+	nested = ctx->rsp < m->sp && rt_marker_live(m);
 	bpf_map_delete_elem(&rt_launches, &id);
 	if (!nested)
 		return op;
@@ -842,10 +855,15 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 	 * NVIDIA's CUDA 13 __cudaLaunchKernel reaches cudaLaunchKernel by a
 	 * tail jump (seen on an H200: one frame, both probes fire with the
 	 * application's return address): the next runtime launch entry on the
-	 * thread, on the same stack pointer and return address, is that jump.
+	 * thread into a launch that takes no kernel handle, on the same stack
+	 * pointer and return address, is that jump, however long the thread
+	 * was off the CPU in between. A __cudaLaunchKernel that returned
+	 * without jumping leaves a marker that only a call from the same
+	 * instruction at the same depth could match, and that call would be
+	 * __cudaLaunchKernel again, which replaces it.
 	 */
-	if (m && m->tail && m->tail == ret && m->sp == ctx->rsp &&
-	    bpf_ktime_get_ns() - m->ts < RT_TAIL_WINDOW_NS) {
+	if (m && m->tail && m->ret == ret && m->sp == ctx->rsp &&
+	    !(flags_of(op) & OPF_KERNEL_HANDLE)) {
 		m->tail = 0;
 		if (learn)
 			rt_op_add(file, op, 2, m->learn);
@@ -853,25 +871,25 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return true;
 	}
 	if (flags_of(op) & OPF_KERNEL_HANDLE) {
-		mark_runtime_launch(ctx, id, m, file, learn, ret);
+		mark_runtime_launch(ctx, id, m, file, learn, ret, true);
 		return false;
 	}
 	if (flags & PF_RT_SHARED) {
 		text = bpf_map_lookup_elem(&rt_text, &pid);
 		if (!text || ret < text->start || ret >= text->end) {
 			if (learn)
-				mark_runtime_launch(ctx, id, m, file, learn, 0);
+				mark_runtime_launch(ctx, id, m, file, learn, ret, false);
 			return false;
 		}
 		count_drop(DROP_NESTED);
 		return true;
 	}
 	/* A static runtime shares its text with the application: the marker tells. */
-	if (m && ctx->rsp < m->sp && bpf_ktime_get_ns() - m->ts < RT_TO_DRV_WINDOW_NS) {
+	if (m && ctx->rsp < m->sp && rt_marker_live(m)) {
 		count_drop(DROP_NESTED);
 		return true;
 	}
-	mark_runtime_launch(ctx, id, m, file, learn, 0);
+	mark_runtime_launch(ctx, id, m, file, learn, ret, false);
 	return false;
 }
 

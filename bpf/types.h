@@ -237,12 +237,11 @@ struct launch_event {
 
 /* Runtime launch in progress on a thread, for the runtime->driver guard. */
 struct rt_launch {
-	u64 sp;
-	u64 ts;
-	u64 tail; /* return address of a __cudaLaunchKernel that tail-calls cudaLaunchKernel; 0 none
-		   */
+	u64 sp;	    /* stack pointer at the runtime launch's entry */
+	u64 ret;    /* its return address (rt_marker_live) */
 	u32 learn;  /* 1 + the counted runtime launch's op while its file learns (PF_RT_MARK); 0 */
-	u32 merged; /* a driver launch below it was seen */
+	u16 merged; /* a driver launch below it was seen */
+	u16 tail; /* a __cudaLaunchKernel whose tail jump into cudaLaunchKernel is still to come */
 };
 
 /*

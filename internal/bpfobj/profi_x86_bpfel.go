@@ -551,10 +551,10 @@ type ProfiReplayKey struct {
 type ProfiRtLaunch struct {
 	_      structs.HostLayout
 	Sp     uint64
-	Ts     uint64
-	Tail   uint64
+	Ret    uint64
 	Learn  uint32
-	Merged uint32
+	Merged uint16
+	Tail   uint16
 }
 
 type ProfiRtOpKey struct {

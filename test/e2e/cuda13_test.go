@@ -33,8 +33,29 @@ func startClient(t *testing.T, env []string, bin string, args ...string) *client
 // decodes its ground truth into truth.
 func (c *client) run(t *testing.T, a *testutil.Agent, truth any) int {
 	t.Helper()
+	return c.runStalled(t, a, truth, false)
+}
+
+// minStalls is how often a stalled client must have been stopped while it
+// made its calls for its exact counts to prove anything.
+const minStalls = 5
+
+// runStalled is run; with stalled, the client is stopped for
+// testutil.StallOff at a time while it makes its calls, at random points:
+// between any two probes of one call (no count may depend on timing).
+func (c *client) runStalled(t *testing.T, a *testutil.Agent, truth any, stalled bool) int {
+	t.Helper()
 	waitAttached(t, a, c.PID)
-	line := c.Go(t)
+	var line string
+	if stalled {
+		stop := testutil.Stall(c.PID)
+		line = c.Go(t)
+		if n := stop(); n < minStalls {
+			t.Fatalf("%s was stopped %d times while it made its calls, want at least %d", c.Bin, n, minStalls)
+		}
+	} else {
+		line = c.Go(t)
+	}
 	if err := json.Unmarshal([]byte(line), truth); err != nil {
 		t.Fatalf("%s output %q: %v", c.Bin, line, err)
 	}
@@ -52,8 +73,14 @@ func runClient(t *testing.T, a *testutil.Agent, truth any, bin string, args ...s
 // __cudaLaunchKernel_ptsz launches; env is added to its environment.
 func runLaunch13(t *testing.T, a *testutil.Agent, bin string, env []string, n, m int) (int, launch13Truth) {
 	t.Helper()
+	return runLaunch13Stalled(t, a, bin, env, n, m, false)
+}
+
+// runLaunch13Stalled is runLaunch13, stalled as client.runStalled says.
+func runLaunch13Stalled(t *testing.T, a *testutil.Agent, bin string, env []string, n, m int, stalled bool) (int, launch13Truth) {
+	t.Helper()
 	var gt launch13Truth
-	pid := startClient(t, env, bin, strconv.Itoa(n), strconv.Itoa(m)).run(t, a, &gt)
+	pid := startClient(t, env, bin, strconv.Itoa(n), strconv.Itoa(m)).runStalled(t, a, &gt, stalled)
 	if gt.Calls["__cudaLaunchKernel"] != uint64(n) || gt.Calls["__cudaLaunchKernel_ptsz"] != uint64(m) {
 		t.Fatalf("launch13 ground truth %+v, want %d and %d launches", gt, n, m)
 	}
@@ -81,14 +108,25 @@ func anonymousLaunches(p string, n, m int, gt launch13Truth) values {
 // __cudaLaunchKernel[_ptsz] of libcudart.so.13, never cudaLaunchKernel:
 // each launch is counted once, with its geometry, in anonymous mode,
 // whether the runtime launches through the driver's exported functions (the
-// driver launch is merged) or not; kernel mode off counts none.
+// driver launch is merged) or not; kernel mode off counts none. Stalled:
+// the same with the process stopped for 60 ms at a time, between any two
+// probes of a launch (the tail jump and the driver launch below it are
+// paired by identity, not time).
 func TestCUDA13Launches(t *testing.T) {
-	const n, m = 300, 200
 	for behaviour, env := range stubLaunch {
-		for _, mode := range []string{"anonymous", "off"} {
-			t.Run(behaviour+"/"+mode, func(t *testing.T) {
+		for _, tc := range []struct {
+			mode    string
+			stalled bool
+			n, m    int
+		}{{"anonymous", false, 300, 200}, {"off", false, 300, 200}, {"anonymous", true, 5000, 3000}} {
+			name := behaviour + "/" + tc.mode
+			if tc.stalled {
+				name += "/stalled"
+			}
+			mode, n, m := tc.mode, tc.n, tc.m
+			t.Run(name, func(t *testing.T) {
 				a := startAgent(t, "--kernel-mode", mode)
-				pid, gt := runLaunch13(t, a, fixtures.Launch13, env, n, m)
+				pid, gt := runLaunch13Stalled(t, a, fixtures.Launch13, env, n, m, tc.stalled)
 				p := "pid=" + strconv.Itoa(pid)
 				// Every process has its memory series, here 0.
 				want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}

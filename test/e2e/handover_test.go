@@ -52,7 +52,9 @@ func handover(t *testing.T, a *testutil.Agent) (counted []string, drops map[stri
 // every second), and a second process then launches through the same
 // runtime file with one probe hit per launch: no launch counted at the
 // runtime and skipped at the driver. A runtime that launches some other
-// way keeps its probes. Every count stays exact through the switch.
+// way keeps its probes. Every count stays exact through the switch, also
+// with both processes stopped for 60 ms at a time while they launch
+// (stalled: a thread off the CPU between two probes of one launch).
 func TestOneTrapPerLaunch(t *testing.T) {
 	const n, m = 6000, 4000
 	wantCounted := map[string][]string{
@@ -60,43 +62,55 @@ func TestOneTrapPerLaunch(t *testing.T) {
 		"runtime-only": nil,
 	}
 	for behaviour, env := range stubLaunch {
-		t.Run(behaviour, func(t *testing.T) {
-			a := startAgent(t, "--kernel-mode", "anonymous")
-			// A launches during the switch, then stays (holding the file).
-			pidA, gtA := runLaunch13(t, a, fixtures.Launch13, append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...), n, m)
-			pA := "pid=" + strconv.Itoa(pidA)
-			want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
-			maps.Copy(want, anonymousLaunches(pA, n, m, gtA))
-			requireExact(t, a, want, pidA)
-
-			var counted []string
-			var before map[string]uint64
-			err := testutil.Eventually(5*time.Second, func() error {
-				counted, before = handover(t, a)
-				if !slices.Equal(counted, wantCounted[behaviour]) {
-					return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, wantCounted[behaviour])
-				}
-				return nil
+		for _, stalled := range []bool{false, true} {
+			name := behaviour
+			if stalled {
+				name += "/stalled"
+			}
+			t.Run(name, func(t *testing.T) {
+				oneTrapPerLaunch(t, env, stalled, n, m, wantCounted[behaviour], behaviour == "via-driver")
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+		}
+	}
+}
 
-			pidB, gtB := runLaunch13(t, a, fixtures.Launch13, env, n/2, m/2)
-			pB := "pid=" + strconv.Itoa(pidB)
-			want = values{key("profi_cuda_malloc_bytes_total", pB): 0, key("profi_cuda_active_memory_bytes", pB): 0}
-			maps.Copy(want, anonymousLaunches(pB, n/2, m/2, gtB))
-			requireExact(t, a, want, pidB)
-			_, after := handover(t, a)
-			skipped := after["runtime_to_driver"] - before["runtime_to_driver"]
-			tails := after["nested"] - before["nested"]
-			if behaviour == "via-driver" && (skipped != 0 || tails != 0) {
-				t.Errorf("after the switch, %d launches were also counted at the runtime (runtime_to_driver) and %d tail jumps trapped (nested), want 0 and 0", skipped, tails)
-			}
-			if behaviour == "runtime-only" && (skipped != 0 || tails != uint64(n/2+m/2)) {
-				t.Errorf("runtime-only: runtime_to_driver +%d, nested +%d, want 0 and %d", skipped, tails, n/2+m/2)
-			}
-		})
+// oneTrapPerLaunch is one case of TestOneTrapPerLaunch: wantCounted are the
+// runtime launch probes handed to the driver.
+func oneTrapPerLaunch(t *testing.T, env []string, stalled bool, n, m int, wantCounted []string, viaDriver bool) {
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	// A launches during the switch, then stays (holding the file).
+	pidA, gtA := runLaunch13Stalled(t, a, fixtures.Launch13, append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...), n, m, stalled)
+	pA := "pid=" + strconv.Itoa(pidA)
+	want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
+	maps.Copy(want, anonymousLaunches(pA, n, m, gtA))
+	requireExact(t, a, want, pidA)
+
+	var counted []string
+	var before map[string]uint64
+	err := testutil.Eventually(5*time.Second, func() error {
+		counted, before = handover(t, a)
+		if !slices.Equal(counted, wantCounted) {
+			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, wantCounted)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pidB, gtB := runLaunch13Stalled(t, a, fixtures.Launch13, env, n/2, m/2, stalled)
+	pB := "pid=" + strconv.Itoa(pidB)
+	want = values{key("profi_cuda_malloc_bytes_total", pB): 0, key("profi_cuda_active_memory_bytes", pB): 0}
+	maps.Copy(want, anonymousLaunches(pB, n/2, m/2, gtB))
+	requireExact(t, a, want, pidB)
+	_, after := handover(t, a)
+	skipped := after["runtime_to_driver"] - before["runtime_to_driver"]
+	tails := after["nested"] - before["nested"]
+	if viaDriver && (skipped != 0 || tails != 0) {
+		t.Errorf("after the switch, %d launches were also counted at the runtime (runtime_to_driver) and %d tail jumps trapped (nested), want 0 and 0", skipped, tails)
+	}
+	if !viaDriver && (skipped != 0 || tails != uint64(n/2+m/2)) {
+		t.Errorf("runtime-only: runtime_to_driver +%d, nested +%d, want 0 and %d", skipped, tails, n/2+m/2)
 	}
 }
 
