@@ -36,11 +36,11 @@ lint:
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: skipped"; fi
-	@if command -v clang-format >/dev/null; then clang-format --dry-run --Werror bpf/*.c bpf/*.h; else echo "clang-format not installed: skipped"; fi
+	@if command -v clang-format >/dev/null; then clang-format --dry-run --Werror bpf/*.c bpf/*.h bpf/arch/*.h; else echo "clang-format not installed: skipped"; fi
 
 fmt:
 	gofmt -w .
-	@if command -v clang-format >/dev/null; then clang-format -i bpf/*.c bpf/*.h; fi
+	@if command -v clang-format >/dev/null; then clang-format -i bpf/*.c bpf/*.h bpf/arch/*.h; fi
 
 # Builds profi and the stub workload, runs both, prints a live table.
 demo: build

@@ -2,7 +2,7 @@
 /*
  * Minimal kernel definitions for profi's uprobe programs. A full vmlinux.h
  * is 2.8 MB and clashes with common names; uprobes need only basic types,
- * the map type enum and the x86-64 register frame.
+ * the map type enum and the register frame (arch/).
  */
 #pragma once
 
@@ -44,33 +44,14 @@ enum {
 };
 
 /*
- * Register frame as the kernel saves it on x86-64 (uapi layout and names,
- * which bpf_tracing.h expects when neither __KERNEL__ nor __VMLINUX_H__ is
- * defined).
+ * The register frame and argument access of the target architecture:
+ * bpf2go -target amd64 or arm64 defines __TARGET_ARCH_x86 or
+ * __TARGET_ARCH_arm64 (bpf_tracing.h reads the same macros).
  */
-struct pt_regs {
-	unsigned long r15;
-	unsigned long r14;
-	unsigned long r13;
-	unsigned long r12;
-	unsigned long rbp;
-	unsigned long rbx;
-	unsigned long r11;
-	unsigned long r10;
-	unsigned long r9;
-	unsigned long r8;
-	unsigned long rax;
-	unsigned long rcx;
-	unsigned long rdx;
-	unsigned long rsi;
-	unsigned long rdi;
-	unsigned long orig_rax;
-	unsigned long rip;
-	unsigned long cs;
-	unsigned long eflags;
-	unsigned long rsp;
-	unsigned long ss;
-};
-
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
+#if defined(__TARGET_ARCH_x86)
+#include "arch/x86_64.h"
+#elif defined(__TARGET_ARCH_arm64)
+#include "arch/arm64.h"
+#else
+#error "profi's BPF programs are built for x86-64 or arm64: bpf2go -target amd64 or arm64"
+#endif

@@ -519,7 +519,7 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 {
 	struct pid_file k = {.pid = pid, .file = file};
-	struct claim_key ck = {.pid = pid, .ip = PT_REGS_IP(ctx)};
+	struct claim_key ck = {.pid = pid, .ip = probe_ip(ctx)};
 	u32 *owner;
 	u8 *f;
 
@@ -552,34 +552,7 @@ static __always_inline u32 bucket(u64 ns, const u64 *bounds, u32 n)
 	return n;
 }
 
-/*
- * Integer argument n (1-based) at a probe on the function's first
- * instruction: six registers, then the stack, where sp points at the
- * return address.
- */
-static __always_inline u64 arg(struct pt_regs *ctx, u32 n)
-{
-	u64 v = 0;
-
-	switch (n) {
-	case 1:
-		return ctx->rdi;
-	case 2:
-		return ctx->rsi;
-	case 3:
-		return ctx->rdx;
-	case 4:
-		return ctx->rcx;
-	case 5:
-		return ctx->r8;
-	case 6:
-		return ctx->r9;
-	}
-	bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->rsp + 8 * (n - 6)));
-	return v;
-}
-
-/* Volume of a dim3 passed by value: x and y in one register, z in the next. */
+/* Volume of a dim3 passed by value: x and y in one argument slot, z in the next. */
 static __always_inline u64 dim3_volume(u64 xy, u64 z)
 {
 	return (xy & 0xffffffff) * (xy >> 32) * (z & 0xffffffff);
@@ -620,29 +593,28 @@ static __always_inline u64 unit_of(u32 op)
 }
 
 /*
- * Decodes the function, stream and geometry of a launch (x86-64 SysV).
- * A dim3 passed by value takes two registers; the driver passes six
- * unsigned dims, so its later arguments are on the stack. The stack
- * arguments (and, with ret, the return address below them) are read with
- * one bpf_probe_read_user: they are adjacent. *ret is the return address,
- * 0 if unreadable; only driver launches need it (driver_launch_op).
+ * Decodes the function, stream and geometry of a launch (argument slots:
+ * arg, args_ret in arch/). A dim3 passed by value takes two slots; the
+ * driver passes six unsigned dims, so its later arguments may be on the
+ * stack. The arguments past the sixth and the return address are read
+ * together (args_ret: at most one read of user memory). *ret is the
+ * return address, 0 if unreadable; only driver launches need it
+ * (driver_launch_op).
  */
 static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct launch_args *a,
 					  u64 *ret)
 {
-	/* sp: return address; sp+8: argument 7; sp+16: 8; sp+24: 9. */
-	u64 st[4] = {};
+	u64 v[3];
 
 	switch (args_of(op)) {
 	case ARGS_LAUNCH:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
-		bpf_probe_read_user(st, 3 * sizeof(u64), (void *)ctx->rsp);
-		a->func = ctx->rdi;
-		a->grid_blocks = dim3_volume(ctx->rsi, ctx->rdx);
-		a->block_threads = dim3_volume(ctx->rcx, ctx->r8);
-		a->shared_bytes = st[1];
-		a->stream = st[2];
-		*ret = st[0];
+		args_ret(ctx, 7, 2, v, ret);
+		a->func = arg(ctx, 1);
+		a->grid_blocks = dim3_volume(arg(ctx, 2), arg(ctx, 3));
+		a->block_threads = dim3_volume(arg(ctx, 4), arg(ctx, 5));
+		a->shared_bytes = v[0];
+		a->stream = v[1];
 		break;
 	case ARGS_LAUNCH_EXC: {
 		/* (const cudaLaunchConfig_t *config, const void *func, void **args) */
@@ -654,7 +626,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		} c = {};
 
 		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
-		bpf_probe_read_user(ret, sizeof(*ret), (void *)ctx->rsp);
+		*ret = entry_ret(ctx);
 		a->func = arg(ctx, 2);
 		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
 		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
@@ -664,13 +636,12 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 	}
 	case ARGS_CU_LAUNCH:
 		/* (f, gx, gy, gz, bx, by, bz, shmem, hStream, ...) */
-		bpf_probe_read_user(st, sizeof(st), (void *)ctx->rsp);
-		a->func = ctx->rdi;
-		a->grid_blocks = vol3(ctx->rsi, ctx->rdx, ctx->rcx);
-		a->block_threads = vol3(ctx->r8, ctx->r9, st[1]);
-		a->shared_bytes = st[2] & 0xffffffff;
-		a->stream = st[3];
-		*ret = st[0];
+		args_ret(ctx, 7, 3, v, ret);
+		a->func = arg(ctx, 1);
+		a->grid_blocks = vol3(arg(ctx, 2), arg(ctx, 3), arg(ctx, 4));
+		a->block_threads = vol3(arg(ctx, 5), arg(ctx, 6), v[0]);
+		a->shared_bytes = v[1] & 0xffffffff;
+		a->stream = v[2];
 		break;
 	case ARGS_CU_LAUNCH_EX: {
 		/* (const CUlaunchConfig *config, CUfunction f, ...): stream at offset 32 */
@@ -683,13 +654,12 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 		} c = {};
 
 		bpf_probe_read_user(&c, sizeof(c), (void *)arg(ctx, 1));
-		bpf_probe_read_user(st, sizeof(u64), (void *)ctx->rsp);
+		*ret = entry_ret(ctx);
 		a->func = arg(ctx, 2);
 		a->grid_blocks = vol3(c.grid[0], c.grid[1], c.grid[2]);
 		a->block_threads = vol3(c.block[0], c.block[1], c.block[2]);
 		a->shared_bytes = c.shmem;
 		a->stream = c.stream;
-		*ret = st[0];
 		break;
 	}
 	}
@@ -728,21 +698,16 @@ static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 
 /*
  * Whether the runtime launch that left marker m is still running on this
- * thread: its return address is still in the slot its call wrote (x86-64:
- * at the stack pointer of its entry). Once it has returned, the next call
- * from its caller's frame overwrites that slot. Identity, not time: a
- * thread stopped for any length between the runtime's probe and the
- * driver's (a pod throttled by its CPU limit) still matches, and a marker
- * whose launch never reached the driver never does (ARCHITECTURE.md,
- * "Counting a runtime launch once").
+ * thread, seen from a probe deeper on its stack (call_live in the
+ * architecture's header). Identity, not time: a thread stopped for any
+ * length between the runtime's probe and the driver's (a pod throttled
+ * by its CPU limit) still matches, and a marker whose launch returned
+ * without reaching the driver does not (ARCHITECTURE.md, "Counting a
+ * call once").
  */
-static __always_inline bool rt_marker_live(const struct rt_launch *m)
+static __always_inline bool rt_marker_live(struct pt_regs *ctx, const struct rt_launch *m)
 {
-	u64 v = 0;
-
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)m->sp))
-		return false;
-	return v == m->ret;
+	return call_live(ctx, m->sp, m->ret);
 }
 
 /*
@@ -753,7 +718,7 @@ static __always_inline bool rt_marker_live(const struct rt_launch *m)
 static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id, struct rt_launch *old,
 						u32 file, u32 learn, u64 ret, bool tail)
 {
-	struct rt_launch m = {.sp = ctx->rsp, .ret = ret, .tail = tail, .learn = learn};
+	struct rt_launch m = {.sp = entry_sp(ctx), .ret = ret, .tail = tail, .learn = learn};
 
 	if (learn && old && old->learn && !old->merged)
 		rt_op_add(file, old->learn - 1, 1, 0);
@@ -801,10 +766,10 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		if (ret < text->start || ret >= text->end)
 			return op;
 		m = bpf_map_lookup_elem(&rt_launches, &id);
-		nested = m && !m->merged && ctx->rsp < m->sp;
+		nested = m && !m->merged && entry_sp(ctx) < m->sp;
 		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
 		/* A marker of another op whose launch returned: it never got here. */
-		if (as && *as < OP_MAX && nested && m->learn != *as + 1 && !rt_marker_live(m))
+		if (as && *as < OP_MAX && nested && m->learn != *as + 1 && !rt_marker_live(ctx, m))
 			nested = false;
 		if (as && *as < OP_MAX && !nested)
 			return *as;
@@ -824,7 +789,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 	m = bpf_map_lookup_elem(&rt_launches, &id);
 	if (!m)
 		return op;
-	nested = ctx->rsp < m->sp && rt_marker_live(m);
+	nested = entry_sp(ctx) < m->sp && rt_marker_live(ctx, m);
 	bpf_map_delete_elem(&rt_launches, &id);
 	if (!nested)
 		return op;
@@ -862,7 +827,7 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 	 * instruction at the same depth could match, and that call would be
 	 * __cudaLaunchKernel again, which replaces it.
 	 */
-	if (m && m->tail && m->ret == ret && m->sp == ctx->rsp &&
+	if (m && m->tail && m->ret == ret && m->sp == entry_sp(ctx) &&
 	    !(flags_of(op) & OPF_KERNEL_HANDLE)) {
 		m->tail = 0;
 		if (learn)
@@ -885,7 +850,7 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return true;
 	}
 	/* A static runtime shares its text with the application: the marker tells. */
-	if (m && ctx->rsp < m->sp && rt_marker_live(m)) {
+	if (m && entry_sp(ctx) < m->sp && rt_marker_live(ctx, m)) {
 		count_drop(DROP_NESTED);
 		return true;
 	}
@@ -1261,9 +1226,8 @@ static __always_inline void send_name(u32 pid, u32 kind, u64 key, u64 aux, u64 n
 
 /*
  * First launch of a cudaKernel_t handle in a process: its call site (the
- * return address, at the top of the stack on entry) goes to userspace
- * once; BPF_NOEXIST makes every later launch of the handle one failed
- * update, no event.
+ * return address at entry) goes to userspace once; BPF_NOEXIST makes
+ * every later launch of the handle one failed update, no event.
  */
 static __always_inline void send_launch_site(struct pt_regs *ctx, u32 pid, u64 handle)
 {
@@ -1273,7 +1237,8 @@ static __always_inline void send_launch_site(struct pt_regs *ctx, u32 pid, u64 h
 
 	if (!handle || bpf_map_update_elem(&launch_sites, &k, &one, BPF_NOEXIST))
 		return;
-	if (bpf_probe_read_user(&ret_addr, sizeof(ret_addr), (void *)PT_REGS_SP(ctx)))
+	ret_addr = entry_ret(ctx);
+	if (!ret_addr)
 		return;
 	send_name(pid, NAME_LAUNCH_SITE, handle, ret_addr, 0);
 }
@@ -1704,7 +1669,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	in = *cur;
 	bpf_map_delete_elem(&inflight, &id);
 
-	ret = (s32)PT_REGS_RC(ctx);
+	ret = (s32)ret_value(ctx);
 	key.pid = id >> 32;
 	key.op = in.op;
 	key.kind = in.kind;
@@ -2023,7 +1988,7 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	case ARGS_NCCL_REDUCE:
 		count = arg(ctx, 3);
 		dtype = arg(ctx, 4);
-		c->comm = arg(ctx, 7); /* first stack argument */
+		c->comm = arg(ctx, 7); /* after root */
 		break;
 	case ARGS_NCCL_P2P:
 		count = arg(ctx, 2);
@@ -2033,13 +1998,13 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	case ARGS_NCCL_INIT_RANK:
 		/*
 		 * (ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ...):
-		 * the 128-byte id is passed by value, in memory, so it is the
-		 * first stack argument and rank takes the third register.
+		 * the 128-byte id is passed by value (big_arg: on the stack on
+		 * x86-64, by reference on arm64), so rank's slot depends on it.
 		 */
 		c->out = arg(ctx, 1);
 		c->info.nranks = (s32)arg(ctx, 2);
-		c->info.rank = (s32)arg(ctx, 3);
-		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)(ctx->rsp + 8));
+		c->info.rank = (s32)arg(ctx, 3 + BIG_ARG_SLOTS);
+		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)big_arg(ctx, 3));
 		break;
 	case ARGS_NCCL_INIT_ALL:
 		c->info.nranks = (s32)arg(ctx, 2);
@@ -2077,7 +2042,7 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 		c->depth--;
 		return 0;
 	}
-	ret = (s32)PT_REGS_RC(ctx);
+	ret = (s32)ret_value(ctx);
 	comm = c->comm;
 	/* ncclInProgress (7): a non-blocking init that goes on in the background. */
 	if (args_of(c->op) == ARGS_NCCL_INIT_RANK && (ret == 0 || ret == 7) && c->out &&
@@ -2242,7 +2207,7 @@ int nvtx_push(struct pt_regs *ctx)
 	count_hit(id >> 32);
 	if (!hit_flags(ctx, id >> 32, COOKIE_FILE(cookie)))
 		return 0;
-	/* Both registers read up front: the verifier refuses a computed ctx offset. */
+	/* Both arguments read up front: the verifier refuses a computed ctx offset. */
 	a1 = arg(ctx, 1);
 	a2 = arg(ctx, 2);
 	switch (args_of(COOKIE_OP(cookie))) {

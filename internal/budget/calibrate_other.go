@@ -1,4 +1,4 @@
-//go:build !(linux && amd64)
+//go:build !(linux && (amd64 || arm64))
 
 package budget
 
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Calibrate needs Linux on amd64 (its probe target is amd64 assembly).
+// Calibrate needs Linux on amd64 or arm64 (its probe target is assembly).
 func Calibrate() (time.Duration, error) {
 	return 0, errors.ErrUnsupported
 }

@@ -192,6 +192,20 @@ func TestFeatureForcedOff(t *testing.T) {
 	}
 }
 
+// TestUretprobeSyscallArch: the uretprobe syscall exists on x86-64 only;
+// on arm64 the check never claims it, not even by kernel version (as it
+// would where kallsyms is unreadable), and says there is nothing to fix.
+func TestUretprobeSyscallArch(t *testing.T) {
+	env := &Env{}
+	if haveUretprobeSyscall(env, "arm64", 6, 12) {
+		t.Error("uretprobe syscall claimed on arm64 6.12")
+	}
+	r := Report{Results: []Result{uretprobeSyscallResult("arm64", false)}}
+	want(t, r, "uretprobe_syscall", Warn, "no uretprobe syscall on arm64", "x86-64 only")
+	r = Report{Results: []Result{uretprobeSyscallResult("amd64", false)}}
+	want(t, r, "uretprobe_syscall", Warn, "no uretprobe syscall:", "kernel 6.11 or newer")
+}
+
 func closedPort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

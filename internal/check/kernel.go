@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -75,19 +76,31 @@ func kernelChecks(env *Env) []Result {
 		out = append(out, Result{Name: "uprobe_multi", Status: Warn, Detail: "no uprobe_multi links (" + why + "): every library falls back to one classic uprobe per function (slower attach, same counts)",
 			Fix: "nothing needed; kernel 6.6 or newer attaches libraries faster"})
 	}
-	if haveUretprobeSyscall(env, major, minor) {
-		out = append(out, Result{Name: "uretprobe_syscall", Status: OK, Detail: "return probes use the uretprobe syscall (cheaper returns)"})
-	} else {
-		out = append(out, Result{Name: "uretprobe_syscall", Status: Warn, Detail: "no uretprobe syscall: each return probe costs a full trap",
-			Fix: "nothing needed; kernel 6.11 or newer (x86-64) makes timed calls cheaper"})
-	}
+	out = append(out, uretprobeSyscallResult(runtime.GOARCH, haveUretprobeSyscall(env, runtime.GOARCH, major, minor)))
 	return out
 }
 
+// uretprobeSyscallArch says whether the kernel has the uretprobe syscall
+// on the architecture at all: it came with 6.11 for x86-64 only.
+func uretprobeSyscallArch(goarch string) bool { return goarch == "amd64" }
+
+func uretprobeSyscallResult(goarch string, have bool) Result {
+	switch {
+	case have:
+		return Result{Name: "uretprobe_syscall", Status: OK, Detail: "return probes use the uretprobe syscall (cheaper returns)"}
+	case !uretprobeSyscallArch(goarch):
+		return Result{Name: "uretprobe_syscall", Status: Warn, Detail: "no uretprobe syscall on " + goarch + ": each return probe costs a full trap",
+			Fix: "nothing to do: the kernel has the syscall on x86-64 only"}
+	}
+	return Result{Name: "uretprobe_syscall", Status: Warn, Detail: "no uretprobe syscall: each return probe costs a full trap",
+		Fix: "nothing needed; kernel 6.11 or newer (x86-64) makes timed calls cheaper"}
+}
+
 // haveUretprobeSyscall looks for the syscall in kallsyms (calling it
-// outside a trampoline would kill us with SIGILL), else by version.
-func haveUretprobeSyscall(env *Env, major, minor int) bool {
-	if env.pretend("uretprobe_syscall") {
+// outside a trampoline would kill us with SIGILL), else by version, on
+// an architecture that has it.
+func haveUretprobeSyscall(env *Env, goarch string, major, minor int) bool {
+	if env.pretend("uretprobe_syscall") || !uretprobeSyscallArch(goarch) {
 		return false
 	}
 	b, err := os.ReadFile("/proc/kallsyms")

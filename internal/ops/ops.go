@@ -71,7 +71,8 @@ const (
 // a case in bpf/profi.bpf.c; a new function with a known layout does not.
 type Args uint8
 
-// Argument layouts (x86-64 SysV, at the function's entry).
+// Argument layouts, at the function's entry (each architecture's calling
+// convention: bpf/arch/).
 const (
 	ArgsNone              Args = iota
 	ArgsAlloc                  // (void **ptr, size): tracked device allocation

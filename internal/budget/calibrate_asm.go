@@ -1,6 +1,8 @@
+//go:build amd64 || arm64
+
 package budget
 
-// Implemented in calibrate_amd64.s.
+// Implemented in calibrate_amd64.s and calibrate_arm64.s.
 
 //nolint:unused // called only through callN, in assembly
 func trapTarget()
