@@ -78,8 +78,15 @@ func TestOneTrapPerLaunch(t *testing.T) {
 // runtime launch probes handed to the driver.
 func oneTrapPerLaunch(t *testing.T, env []string, stalled bool, n, m int, wantCounted []string, viaDriver bool) {
 	a := startAgent(t, "--kernel-mode", "anonymous")
-	// A launches during the switch, then stays (holding the file).
-	pidA, gtA := runLaunch13Stalled(t, a, fixtures.Launch13, append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...), n, m, stalled)
+	// A launches during the switch, then stays (holding the file). Its
+	// launches are spread over 4 s; stalled, the stops spread them (a
+	// stop each 0.1-2 ms of running), and sleeps between launches would
+	// only stall sleeping.
+	envA := env
+	if !stalled {
+		envA = append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...)
+	}
+	pidA, gtA := runLaunch13Stalled(t, a, fixtures.Launch13, envA, n, m, stalled)
 	pA := "pid=" + strconv.Itoa(pidA)
 	want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
 	maps.Copy(want, anonymousLaunches(pA, n, m, gtA))
