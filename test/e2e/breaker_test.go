@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -46,16 +47,23 @@ type quarantineStatus struct {
 }
 
 // pidSeries keeps the per-process series of v (those of the given pids, as
-// observed selects them); histogram families sum over every process.
+// observed selects them; histogram families sum over every process)
+// except the driver's operations: the driver file is not quarantined, and
+// once the runtime's probes are off, the driver calls the stub runtime
+// makes inside runtime calls (graph instantiation and launches) are no
+// longer recognised as the runtime's and count as driver calls, which no
+// ground truth lists.
 func pidSeries(v values) values {
 	out := values{}
 	for k, x := range v {
-		if strings.Contains(k, "pid=") {
+		if strings.Contains(k, "pid=") && !driverOp.MatchString(k) {
 			out[k] = x
 		}
 	}
 	return out
 }
+
+var driverOp = regexp.MustCompile(`operation=cu[A-Z]`)
 
 // waitDrainAfter waits until the agent drained its maps after t, so a
 // scrape shows every call made before t.
