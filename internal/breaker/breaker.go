@@ -63,7 +63,7 @@ type Breaker struct {
 	lost   func() uint64        // crash_events reservations that failed
 	seen   map[uint32]string    // paths of quarantined files by file id: later reports of a file already handled
 
-	quarantines, outside, lostDesc *prometheus.Desc
+	quarantines, inForce, outside, lostDesc *prometheus.Desc
 }
 
 type record struct {
@@ -91,6 +91,9 @@ func New(opts Options) *Breaker {
 		seen:   map[uint32]string{},
 		quarantines: prometheus.NewDesc("profi_system_probe_quarantines_total",
 			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there.",
+			[]string{"library", "reason"}, nil),
+		inForce: prometheus.NewDesc("profi_system_probe_quarantined_files",
+			"Library files whose probes are in quarantine now, by the signal that put them there.",
 			[]string{"library", "reason"}, nil),
 		outside: prometheus.NewDesc("profi_system_probed_process_faults_total",
 			"Probed processes that died of a fault signal (reason) more than --crash-window after their latest probe hit: no quarantine.",
@@ -262,6 +265,7 @@ func (b *Breaker) Status() []status.Quarantine {
 // Describe implements prometheus.Collector.
 func (b *Breaker) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.quarantines
+	ch <- b.inForce
 	ch <- b.outside
 	ch <- b.lostDesc
 }
@@ -272,6 +276,13 @@ func (b *Breaker) Collect(ch chan<- prometheus.Metric) {
 	defer b.mu.Unlock()
 	for k, n := range b.counts {
 		ch <- prometheus.MustNewConstMetric(b.quarantines, prometheus.CounterValue, float64(n), k[0], k[1])
+	}
+	active := map[[2]string]int{}
+	for _, r := range b.active {
+		active[[2]string{r.q.Library, r.q.Reason}]++
+	}
+	for k, n := range active {
+		ch <- prometheus.MustNewConstMetric(b.inForce, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 	for r, n := range b.faults {
 		ch <- prometheus.MustNewConstMetric(b.outside, prometheus.CounterValue, float64(n), r)

@@ -86,7 +86,12 @@ profi_system_probe_quarantines_total{library="libcudart.so",reason="sigsegv"} 1
 # TYPE profi_system_probed_process_faults_total counter
 profi_system_probed_process_faults_total{reason="sigsegv"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "profi_system_probe_quarantines_total", "profi_system_probed_process_faults_total"); err != nil {
+	want += `# HELP profi_system_probe_quarantined_files Library files whose probes are in quarantine now, by the signal that put them there.
+# TYPE profi_system_probe_quarantined_files gauge
+profi_system_probe_quarantined_files{library="libcuda.so",reason="sigbus"} 1
+profi_system_probe_quarantined_files{library="libcudart.so",reason="sigsegv"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "profi_system_probe_quarantines_total", "profi_system_probed_process_faults_total", "profi_system_probe_quarantined_files"); err != nil {
 		t.Error(err)
 	}
 

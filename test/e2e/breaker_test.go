@@ -116,6 +116,14 @@ func quarantineCount(t *testing.T, a *testutil.Agent) map[string]float64 {
 	for _, s := range testutil.Samples(mfs["profi_system_probe_quarantines_total"]) {
 		out[s.Labels["library"]+"/"+s.Labels["reason"]] = s.Value
 	}
+	// Without a lift, every quarantine is still in force.
+	inForce := map[string]float64{}
+	for _, s := range testutil.Samples(mfs["profi_system_probe_quarantined_files"]) {
+		inForce[s.Labels["library"]+"/"+s.Labels["reason"]] = s.Value
+	}
+	if !maps.Equal(inForce, out) {
+		t.Errorf("profi_system_probe_quarantined_files %v, want %v (no lift)", inForce, out)
+	}
 	return out
 }
 
