@@ -30,13 +30,6 @@ const (
 	ProbeProfileFull = "full"
 )
 
-// Probing of processes with a tracer (--probe-traced-processes).
-const (
-	TracedAuto   = "auto"
-	TracedAlways = "always"
-	TracedNever  = "never"
-)
-
 // OTLP transports. Parse normalises the four accepted --otlp-protocol spellings to these two.
 const (
 	ProtocolGRPC         = "grpc"
@@ -128,7 +121,6 @@ type Config struct {
 	OverheadBudget   float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
 	CrashWindow      time.Duration // --crash-window; 0 = crash circuit breaker off
 	QuarantineLift   time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
-	ProbeTraced      string        // --probe-traced-processes: auto|always|never
 	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP             OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
@@ -245,7 +237,6 @@ type cli struct {
 	OverheadBudget   float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
 	CrashWindow      int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
 	QuarantineLift   int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
-	ProbeTraced      string  `name:"probe-traced-processes" default:"auto" placeholder:"WHEN" help:"Probe processes that have a tracer (TracerPid in /proc/PID/status: gdb, CRIU, profilers): always, never, or auto (never on arm64, always on x86-64)."`
 	LogLevel         string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
 	OTLPEndpoint      string `name:"otlp-endpoint" group:"otlp" placeholder:"URL" help:"Collector endpoint; empty means off. Env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as given), OTEL_EXPORTER_OTLP_ENDPOINT."`
@@ -491,13 +482,11 @@ func (p *parser) build(raw *cli) *Config {
 		SampleRate:       raw.SampleRate,
 		DetailedLaunches: raw.DetailedLaunches,
 		NoUprobeMulti:    raw.NoUprobeMulti,
-		ProbeTraced:      raw.ProbeTraced,
 	}
 
 	p.checkListen(raw.Listen)
 	p.checkEnum("kernel-mode", raw.KernelMode, KernelModeOff, KernelModeAnonymous, KernelModeFull)
 	p.checkEnum("probe-profile", raw.ProbeProfile, ProbeProfileLean, ProbeProfileFull)
-	p.checkEnum("probe-traced-processes", raw.ProbeTraced, TracedAuto, TracedAlways, TracedNever)
 	if raw.PID < 0 {
 		p.errorf("--pid: must be 0 (all) or a PID, got %d", raw.PID)
 	}

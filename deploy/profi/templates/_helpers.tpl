@@ -141,7 +141,6 @@ Validation of value combinations the agent would reject at startup
 - {{ printf "--overhead-budget=%v" $p.overheadBudgetPercent | quote }}
 - {{ printf "--crash-window=%v" $p.safety.crashWindowSeconds | quote }}
 - {{ printf "--quarantine-lift=%v" $p.safety.quarantineLiftSeconds | quote }}
-- {{ printf "--probe-traced-processes=%v" $p.safety.probeTracedProcesses | quote }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}
