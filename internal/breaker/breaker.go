@@ -157,8 +157,10 @@ func (b *Breaker) Handle(ev *bpfobj.ProfiCrashEvent) {
 		Time: died, SinceHitSeconds: since.Seconds(), DetachSeconds: detached.Seconds(),
 		PIDs: slices.Clone(f.PIDs),
 	}
-	if q.PIDs == nil {
-		q.PIDs = []int{}
+	// A discovery pass between the death and now no longer lists it.
+	if !slices.Contains(q.PIDs, q.PID) {
+		q.PIDs = append(q.PIDs, q.PID)
+		slices.Sort(q.PIDs)
 	}
 	if b.opts.Lift > 0 {
 		t := b.opts.Now().Add(b.opts.Lift)

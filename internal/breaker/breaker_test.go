@@ -42,7 +42,8 @@ func TestBreaker(t *testing.T) {
 	t.Parallel()
 	files := &fakeFiles{files: map[uint32]attach.QuarantinedFile{
 		3: {Key: attach.FileKey{Dev: 8<<8 | 1, Inode: 77}, Lib: discover.LibCudart, Path: "/l/libcudart.so.12", PIDs: []int{10, 11}, Links: 5},
-		4: {Key: attach.FileKey{Dev: 8<<8 | 1, Inode: 78}, Lib: discover.LibCuda, Path: "/l/libcuda.so.1", PIDs: []int{10}},
+		// The last pass ran after pid 12 died: it is not listed.
+		4: {Key: attach.FileKey{Dev: 8<<8 | 1, Inode: 78}, Lib: discover.LibCuda, Path: "/l/libcuda.so.1", PIDs: []int{10, 13}},
 	}}
 	wall := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	mono := 100 * time.Second
@@ -72,7 +73,7 @@ func TestBreaker(t *testing.T) {
 		q.DetachSeconds != 1 || !reflect.DeepEqual(q.PIDs, []int{10, 11}) || q.LiftsAt == nil || !q.LiftsAt.Equal(lifts) {
 		t.Errorf("quarantine %+v", q)
 	}
-	if st[1].Reason != "sigbus" || st[1].Library != "libcuda.so" || st[1].SinceHitSeconds != 5 {
+	if st[1].Reason != "sigbus" || st[1].Library != "libcuda.so" || st[1].SinceHitSeconds != 5 || !reflect.DeepEqual(st[1].PIDs, []int{10, 12, 13}) {
 		t.Errorf("second quarantine %+v", st[1])
 	}
 	reg := prometheus.NewRegistry()

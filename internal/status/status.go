@@ -74,7 +74,7 @@ type Quarantine struct {
 	SinceHitSeconds float64   `json:"seconds_since_probe_hit"`
 	DetachSeconds   float64   `json:"detach_seconds"`
 	// PIDs are the processes that mapped the file at the last discovery
-	// pass before (the dead one included): they are no longer probed there.
+	// pass, and the dead one: they are no longer probed there.
 	PIDs []int `json:"pids"`
 	// LiftsAt is when the quarantine ends (--quarantine-lift); absent: not
 	// before the agent restarts.
