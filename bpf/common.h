@@ -72,6 +72,6 @@ struct pt_regs {
 	unsigned long ss;
 };
 
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
