@@ -297,3 +297,39 @@ func TestCrashBreakerOff(t *testing.T) {
 		t.Errorf("profi_system_probe_quarantines_total %v, want no series", got)
 	}
 }
+
+// With --quarantine-lift, the quarantine ends on its own: /status and the
+// gauge empty, the counter stays, and the file is attached again: a
+// process started after the lift is counted exactly.
+func TestCrashBreakerLift(t *testing.T) {
+	a := startAgent(t, "--quarantine-lift", "2")
+	dying := startWorkload(t, fixtures.Workload, breakerArgs)
+	waitAttached(t, a, dying.PID)
+	runPhase(t, dying)
+	if st, err := dying.Die("segv"); err != nil || !st.Signaled() || st.Signal() != syscall.SIGSEGV {
+		t.Fatalf("exit status %v, %v; want SIGSEGV", st, err)
+	}
+	q := waitQuarantined(t, a, 1).Quarantined[0]
+	if q.LiftsAt == nil || q.LiftsAt.Sub(q.Time) < 2*time.Second || q.LiftsAt.Sub(q.Time) > 3*time.Second {
+		t.Errorf("lifts at %v for a quarantine at %v; want 2 s later", q.LiftsAt, q.Time)
+	}
+	st := waitQuarantined(t, a, 0)
+	if st.Degraded {
+		t.Errorf("degraded %q after the lift", st.DegradedReasons)
+	}
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(testutil.Samples(mfs["profi_system_probe_quarantined_files"])); n != 0 {
+		t.Errorf("%d profi_system_probe_quarantined_files series after the lift, want none", n)
+	}
+	total := testutil.Samples(mfs["profi_system_probe_quarantines_total"])
+	if len(total) != 1 || total[0].Value != 1 {
+		t.Errorf("profi_system_probe_quarantines_total %+v, want one series at 1", total)
+	}
+	late := startWorkload(t, fixtures.Workload, breakerArgs)
+	waitAttached(t, a, late.PID)
+	gt := runPhase(t, late)
+	requirePerPID(t, a, pidSeries(expected([]*testutil.GroundTruth{gt})), late.PID)
+}
