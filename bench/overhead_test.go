@@ -495,6 +495,9 @@ func classicPrograms(objs *bpfobj.Objects) (*bpfobj.Objects, error) {
 			p.AttachType = ebpf.AttachNone
 		}
 	}
+	if err := spec.Variables[bpfobj.ProfiVarCrashBreaker].Set(*flagBreaker); err != nil {
+		return nil, fmt.Errorf("set crash_breaker: %w", err)
+	}
 	var out bpfobj.Objects
 	if err := spec.LoadAndAssign(&out.ProfiPrograms, &ebpf.CollectionOptions{MapReplacements: objs.Maps()}); err != nil {
 		return nil, fmt.Errorf("load classic programs: %w", err)
