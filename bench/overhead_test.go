@@ -39,6 +39,7 @@ var (
 	flagProbed   = flag.Int("overhead.probed", 50_000, "timed calls per run with a probe on the call path")
 	flagUnprobed = flag.Int("overhead.unprobed", 50_000_000, "timed calls per run with no probe on the call path")
 	flagWarmup   = flag.Int("overhead.warmup", 100, "untimed calls before each timed loop")
+	flagBreaker  = flag.Bool("overhead.crash-breaker", true, "load the programs with the crash circuit breaker on, as the agent's default --crash-window does")
 	flagOnly     = flag.String("overhead.only", "", "comma-separated loop functions to measure (e.g. cuLaunchKernel,ncclAllReduce); empty: all")
 )
 
@@ -250,7 +251,7 @@ func BenchmarkOverhead(b *testing.B) {
 	// the same programs again as classic uprobe programs on the same maps,
 	// for the configurations that compare the two kinds of links.
 	noMulti := bpfobj.HaveUprobeMulti()
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	objs, err := bpfobj.Load(bpfobj.Sizes{CrashBreaker: *flagBreaker})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -493,6 +494,9 @@ func classicPrograms(objs *bpfobj.Objects) (*bpfobj.Objects, error) {
 		if p.AttachType == ebpf.AttachTraceUprobeMulti {
 			p.AttachType = ebpf.AttachNone
 		}
+	}
+	if err := spec.Variables[bpfobj.ProfiVarCrashBreaker].Set(*flagBreaker); err != nil {
+		return nil, fmt.Errorf("set crash_breaker: %w", err)
 	}
 	var out bpfobj.Objects
 	if err := spec.LoadAndAssign(&out.ProfiPrograms, &ebpf.CollectionOptions{MapReplacements: objs.Maps()}); err != nil {

@@ -55,3 +55,5 @@ enum {
 #else
 #error "profi's BPF programs are built for x86-64 or arm64: bpf2go -target amd64 or arm64"
 #endif
+
+#include <bpf/bpf_core_read.h>

@@ -142,7 +142,7 @@ struct {
 /*
  * Current device of each thread, from successful cudaSetDevice calls: every
  * call's key carries it (thread_dev). Deleted when the thread exits
- * (nccl_exit); LRU in case that hook is missing.
+ * (thread_exit); LRU in case that hook is missing.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -308,7 +308,7 @@ struct {
 
 /*
  * NCCL calls in progress, per thread. A plain hash, not LRU: a hung call
- * must stay visible until it returns or its thread exits (nccl_exit).
+ * must stay visible until it returns or its thread exits (thread_exit).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -350,7 +350,7 @@ volatile const bool count_hits = false;
 /*
  * Open NVTX ranges per thread (--enable-nvtx-tracing): the phase rule of
  * each, pushed and popped by nvtx_push/nvtx_pop. LRU: a thread that exits
- * with ranges open is also removed by nccl_exit, and cannot leak anyway.
+ * with ranges open is also removed by thread_exit, and cannot leak anyway.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -476,11 +476,71 @@ static __always_inline u32 thread_dev(u64 id)
 	return dev ? *dev : DEV_NONE;
 }
 
-static __always_inline void count_hit(u32 pid)
+/*
+ * The crash circuit breaker (ARCHITECTURE.md, "Crash circuit breaker"):
+ * each process's latest probe hit, which attached file trapped and when,
+ * and the processes that then died of a fault signal. One value per
+ * process, shared by its threads: written at most once a millisecond
+ * unless another file traps, so threads on other CPUs rarely write the
+ * same line. Off (crash_breaker false), the verifier drops the code.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid */
+	__type(value, struct last_hit);
+} pid_last_hit SEC(".maps");
+
+/* Fault exits of processes with an entry in pid_last_hit (one per process). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} crash_events SEC(".maps");
+
+/* crash_events reservations that failed: fault exits nobody saw. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} crash_lost SEC(".maps");
+
+volatile const bool crash_breaker = false;
+/* Forces the generated Go type of the crash_events records. */
+const struct crash_event unused_crash_event __attribute__((unused));
+
+/* Records that the probe of ctx's attached file trapped in process pid now. */
+static __always_inline void note_hit(struct pt_regs *ctx, u32 pid)
+{
+	u32 file = COOKIE_FILE(bpf_get_attach_cookie(ctx));
+	u64 now = bpf_ktime_get_ns();
+	struct last_hit *h, v = {.ns = now, .file = file};
+
+	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
+	if (!h) {
+		bpf_map_update_elem(&pid_last_hit, &pid, &v, BPF_ANY);
+		return;
+	}
+	if (h->file != file || now - h->ns > 1000000) {
+		h->ns = now;
+		h->file = file;
+	}
+}
+
+/*
+ * Counts a probe hit (a trap) of process pid. Every probe program calls it
+ * once per run, with its context named ctx: the crash breaker needs the
+ * attached file from the cookie.
+ */
+#define count_hit(pid) count_hit_at(ctx, (pid))
+
+static __always_inline void count_hit_at(struct pt_regs *ctx, u32 pid)
 {
 	u64 one = 1;
 	u64 *n;
 
+	if (crash_breaker)
+		note_hit(ctx, pid);
 	if (!count_hits)
 		return;
 	n = bpf_map_lookup_elem(&pid_hits, &pid);
@@ -2069,13 +2129,79 @@ int nccl_return(struct pt_regs *ctx)
 }
 
 /*
- * A thread that exits inside an NCCL call (a rank killed mid-collective)
- * never returns from it: its in-flight entry goes with it, so no hang is
- * reported for a process that is gone. Its current device goes too: a
- * new thread that reuses the id starts on no device set.
+ * The one field of the kernel's task_struct the crash breaker reads, at
+ * its offset in the running kernel (a CO-RE relocation against its BTF):
+ * do_exit sets it before the sched_process_exit tracepoint, the signal
+ * that killed the process in its low 7 bits (exit(n) leaves them 0).
+ */
+struct task_struct___profi {
+	int exit_code;
+} __attribute__((preserve_access_index));
+
+/* SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV: the same numbers on x86-64 and arm64. */
+static __always_inline bool fault_signal(u32 sig)
+{
+	return sig == 4 || sig == 5 || sig == 7 || sig == 8 || sig == 11;
+}
+
+/*
+ * A thread of a process with a probe hit on record exits. If a fault
+ * signal killed it, the first such thread sends one crash_events record
+ * (deleting the entry decides which: the others find it gone); the
+ * breaker in userspace decides whether the hit was recent enough. A group
+ * leader that exits otherwise (exit, SIGKILL, SIGTERM) drops the entry:
+ * a later hit of a thread still running writes it again.
+ */
+static __always_inline void note_exit(u64 id)
+{
+	struct task_struct___profi *task = (void *)bpf_get_current_task();
+	u32 pid = id >> 32, key = 0;
+	struct crash_event *e;
+	struct last_hit *h;
+	u64 hit_ns, *lost;
+	u32 file, sig;
+	int code;
+
+	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
+	if (!h)
+		return;
+	code = BPF_CORE_READ(task, exit_code);
+	sig = code & 0x7f;
+	if (!fault_signal(sig)) {
+		if ((u32)id == pid)
+			bpf_map_delete_elem(&pid_last_hit, &pid);
+		return;
+	}
+	hit_ns = h->ns;
+	file = h->file;
+	if (bpf_map_delete_elem(&pid_last_hit, &pid))
+		return; /* another thread of the process reported it */
+	e = bpf_ringbuf_reserve(&crash_events, sizeof(*e), 0);
+	if (!e) {
+		lost = bpf_map_lookup_elem(&crash_lost, &key);
+		if (lost)
+			PCPU_ADD(*lost, 1);
+		return;
+	}
+	e->pid = pid;
+	e->tid = (u32)id;
+	e->file = file;
+	e->exit_code = code;
+	e->exit_ns = bpf_ktime_get_ns();
+	e->hit_ns = hit_ns;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
+/*
+ * Every thread exit. A thread that exits inside an NCCL call (a rank
+ * killed mid-collective) never returns from it: its in-flight entry goes
+ * with it, so no hang is reported for a process that is gone. Its current
+ * device goes too: a new thread that reuses the id starts on no device
+ * set. And the crash breaker learns of probed processes killed by a fault.
  */
 SEC("raw_tracepoint/sched_process_exit")
-int nccl_exit(void *ctx)
+int thread_exit(void *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
 
@@ -2083,6 +2209,8 @@ int nccl_exit(void *ctx)
 	bpf_map_delete_elem(&thread_device, &id);
 	if (nvtx_enabled)
 		bpf_map_delete_elem(&nvtx_stack, &id);
+	if (crash_breaker)
+		note_exit(id);
 	return 0;
 }
 

@@ -285,6 +285,24 @@ struct rt_op_val {
 #define COOKIE_OP(c)   ((u32)(c))
 #define COOKIE_FILE(c) ((u32)((c) >> 32))
 
+/* pid_last_hit's value: a process's latest probe hit (the crash breaker). */
+struct last_hit {
+	u64 ns;	  /* bpf_ktime_get_ns of the hit (at most 1 ms old for the same file) */
+	u32 file; /* the attached file whose probe trapped (its cookie's file id) */
+	u32 pad;
+};
+
+/* A probed process killed by a fault signal (crash_events). */
+struct crash_event {
+	u32 pid;
+	u32 tid;       /* the thread that reported it: the first to exit */
+	u32 file;      /* the attached file of the process's latest probe hit */
+	s32 exit_code; /* task->exit_code: the signal in the low 7 bits, 0x80 if it dumped core */
+	u64 exit_ns;   /* bpf_ktime_get_ns at the exit */
+	u64 hit_ns;    /* bpf_ktime_get_ns of that hit */
+	u8 comm[16];   /* the reporting thread's comm */
+};
+
 /*
  * Key of pid_files: (pid, file) says the process maps that attached file;
  * (pid, 0) says the process is known to userspace at all. The value is a

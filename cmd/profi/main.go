@@ -27,6 +27,7 @@ import (
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/breaker"
 	"github.com/profi-dev/profi/internal/budget"
 	"github.com/profi-dev/profi/internal/check"
 	"github.com/profi-dev/profi/internal/collector"
@@ -116,6 +117,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NVTX:             cfg.EnableNVTX,
 		KernelMode:       cfg.KernelMode,
 		NoUprobeMulti:    cfg.NoUprobeMulti,
+		CrashBreaker:     cfg.CrashWindow > 0,
 	})
 	if err != nil {
 		return err
@@ -149,7 +151,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NVTX:        cfg.EnableNVTX,
 	})
 	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti}
-	exitHook, err := attach.ExitHook(objs.NcclExit)
+	exitHook, err := attach.ExitHook(objs.ThreadExit)
 	features.ExitHook = err == nil
 	if err != nil {
 		log.Warn("process-exit hook unavailable: in-flight NCCL calls of killed processes are cleared by the --gc-interval sweep instead", "err", err)
@@ -157,6 +159,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer exitHook.Close()
 	}
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
+	var brk *breaker.Breaker
+	if cfg.CrashWindow > 0 {
+		if !features.ExitHook {
+			log.Error("crash circuit breaker off: it needs the process-exit hook")
+		} else {
+			brk = breaker.New(breaker.Options{Window: cfg.CrashWindow, Lift: cfg.QuarantineLift, Files: attacher, Logger: log})
+		}
+	}
 
 	ctl, stopStats := startBudget(cfg, objs, attacher, log)
 	defer stopStats()
@@ -229,6 +239,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg.MustRegister(data)
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(httpSelf.Collectors()...)
+	if brk != nil {
+		reg.MustRegister(brk)
+	}
 	if gpus != nil {
 		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
 	}
@@ -252,6 +265,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RecentLaunches: recentLaunches(events),
 		Kubernetes:     podStatus,
 		NVML:           nvmlSnapshot,
+		Quarantined:    quarantined(brk),
 	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
@@ -292,6 +306,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
+	if brk != nil {
+		g.Go(func() error {
+			if err := brk.Run(ctx, objs.CrashEvents, objs.CrashLost); err != nil {
+				log.Error("crash circuit breaker stopped: probed processes that crash are no longer noticed", "err", err)
+			}
+			return nil
+		})
+	}
 	if pods != nil {
 		g.Go(func() error { return pods.Run(ctx) })
 	}
@@ -399,6 +421,13 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
+}
+
+func quarantined(b *breaker.Breaker) func() []status.Quarantine {
+	if b == nil {
+		return nil
+	}
+	return b.Status
 }
 
 func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {

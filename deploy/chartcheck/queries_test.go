@@ -12,6 +12,7 @@ import (
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/profi-dev/profi/internal/breaker"
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ func described(t *testing.T) map[string][]string {
 	cs = append(cs, collector.New(collector.Data{}), collector.NewGPU(func() *nvml.Snapshot { return nil }))
 	cs = append(cs, collector.NewSelf().Collectors()...)
 	cs = append(cs, collector.NewHTTP().Collectors()...)
+	cs = append(cs, breaker.New(breaker.Options{}))
 	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ch := make(chan *prometheus.Desc, 4096)
 	for _, c := range cs {

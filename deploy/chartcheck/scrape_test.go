@@ -19,10 +19,11 @@ import (
 // must be in the scrape of a real agent watching a CUDA workload, a CUDA
 // graphs workload and a 2-rank NCCL job, with every label the queries use.
 var absentWithoutHardware = map[string]string{
-	"profi_gpu_":                         "NVML families: no NVIDIA driver on CI machines",
-	"profi_nccl_straggler_ratio":         "needs a second communicator window with enough calls per rank",
-	"profi_nccl_hang_detected_total":     "exported once a call hangs (test/e2e/nccl_test.go)",
-	"profi_nccl_oldest_inflight_seconds": "exported while a call is in flight (test/e2e/nccl_test.go)",
+	"profi_gpu_":                           "NVML families: no NVIDIA driver on CI machines",
+	"profi_nccl_straggler_ratio":           "needs a second communicator window with enough calls per rank",
+	"profi_nccl_hang_detected_total":       "exported once a call hangs (test/e2e/nccl_test.go)",
+	"profi_nccl_oldest_inflight_seconds":   "exported while a call is in flight (test/e2e/nccl_test.go)",
+	"profi_system_probe_quarantined_files": "exported while a library file is quarantined (test/e2e/breaker_test.go)",
 }
 
 func absentOK(name string) bool {

@@ -181,6 +181,11 @@ type Attacher struct {
 	// with; loaded on first use.
 	trial   *ebpf.Program
 	closing sync.WaitGroup // background closes of released files
+	// quarantined are the files the crash breaker took the probes off
+	// (Quarantine): never attached while there; gone are the ids of
+	// released files, for a Quarantine that arrives after the release.
+	quarantined map[FileKey]bool
+	gone        map[uint32]Target
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -206,6 +211,9 @@ func New(opts Options) *Attacher {
 		pidFiles: map[bpfobj.ProfiPidFile]uint8{},
 		rtText:   map[uint32]rtRange{},
 		refused:  map[FileKey]map[uint64]refusal{},
+
+		quarantined: map[FileKey]bool{},
+		gone:        map[uint32]Target{},
 	}
 	a.lastPass.Store(time.Now().UnixNano())
 	return a
@@ -283,6 +291,7 @@ func (a *Attacher) Sync(targets []Target) {
 	}
 	for _, f := range released {
 		a.dropCounted(f)
+		a.rememberGone(f)
 	}
 	a.release(released)
 	for key := range a.failed {
@@ -314,6 +323,9 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 		return false // nothing to attach for this library (yet): not a failure
 	}
+	if a.quarantined[t.Key] {
+		return false
+	}
 	if f, ok := a.files[t.Key]; ok {
 		f.target.PIDs, f.target.Text = t.PIDs, t.Text
 		return false
@@ -340,7 +352,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 			continue
 		}
 		seen[t.Key] = true
-		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 || a.quarantined[t.Key] {
 			continue
 		}
 		if _, ok := a.files[t.Key]; ok {
@@ -1203,7 +1215,12 @@ type linkSet struct {
 	multi            bool // some links are uprobe_multi links
 }
 
-func (s *linkSet) len() int { return len(s.entries) + len(s.returns) }
+func (s *linkSet) len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.entries) + len(s.returns)
+}
 
 // closeLinks detaches every probe of f.
 func (f *attached) closeLinks() {

@@ -300,7 +300,7 @@ func TestOpTablesInObject(t *testing.T) {
 	}
 	// One program per role: every program the table names exists, as
 	// uprobe.multi, and there are no others but the exit hook.
-	want := map[string]bool{ProfiProgNcclExit: true}
+	want := map[string]bool{ProfiProgThreadExit: true}
 	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX, discover.LibLoader} {
 		for _, p := range ops.Probes(lib, ops.KernelModeFull, ops.ProfileFull) {
 			want[p.Entry] = true
@@ -316,7 +316,7 @@ func TestOpTablesInObject(t *testing.T) {
 		if !want[name] {
 			t.Errorf("program %s is in the object but no table row uses it", name)
 		}
-		if name != ProfiProgNcclExit && p.AttachType != ebpf.AttachTraceUprobeMulti {
+		if name != ProfiProgThreadExit && p.AttachType != ebpf.AttachTraceUprobeMulti {
 			t.Errorf("program %s: attach type %v, want uprobe.multi", name, p.AttachType)
 		}
 		delete(want, name)

@@ -28,6 +28,11 @@ type Sizes struct {
 	// CountHits counts probe hits per process in pid_hits, for the
 	// overhead estimate (--overhead-budget). Off, the code is not loaded.
 	CountHits bool
+	// CrashBreaker (--crash-window above 0): every probe hit records its
+	// process's latest hit (pid_last_hit) and the process-exit program
+	// reports probed processes killed by a fault signal (crash_events).
+	// Off, the code is not loaded.
+	CrashBreaker bool
 	// NVTX (--enable-nvtx-tracing): launches read their thread's NVTX
 	// range stack for the phase. Off, the code is not loaded.
 	NVTX bool
@@ -149,6 +154,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if sizes.CountHits {
 		if err := spec.Variables[ProfiVarCountHits].Set(true); err != nil {
 			return nil, fmt.Errorf("set count_hits: %w", err)
+		}
+	}
+	if sizes.CrashBreaker {
+		if err := spec.Variables[ProfiVarCrashBreaker].Set(true); err != nil {
+			return nil, fmt.Errorf("set crash_breaker: %w", err)
 		}
 	}
 	if sizes.NVTX {

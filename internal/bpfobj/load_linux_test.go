@@ -34,9 +34,10 @@ func TestLoadSizes(t *testing.T) {
 		},
 		{
 			// Every optional code path loaded: the NVTX phase lookup, hit
-			// counting, detailed launches, sampling.
+			// counting, detailed launches, sampling, the crash breaker
+			// (its CO-RE read of task_struct resolved against this kernel).
 			name:  "nvtx and every option",
-			sizes: Sizes{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+			sizes: Sizes{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
 			want:  Sizes{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
 		},
 	}

@@ -59,6 +59,17 @@ type ProfiClaimKey struct {
 	Ip  uint64
 }
 
+type ProfiCrashEvent struct {
+	_        structs.HostLayout
+	Pid      uint32
+	Tid      uint32
+	File     uint32
+	ExitCode int32
+	ExitNs   uint64
+	HitNs    uint64
+	Comm     [16]uint8
+}
+
 type ProfiDrop uint32
 
 const (
@@ -140,6 +151,13 @@ type ProfiInflightCall struct {
 		BlockThreads uint64
 		SharedBytes  uint64
 	}
+}
+
+type ProfiLastHit struct {
+	_    structs.HostLayout
+	Ns   uint64
+	File uint32
+	Pad  uint32
 }
 
 type ProfiLaunchEvent struct {
@@ -602,6 +620,8 @@ const (
 	ProfiMapCaptureEvents       = "capture_events"
 	ProfiMapCaptureStreams      = "capture_streams"
 	ProfiMapCaptures            = "captures"
+	ProfiMapCrashEvents         = "crash_events"
+	ProfiMapCrashLost           = "crash_lost"
 	ProfiMapDrops               = "drops"
 	ProfiMapEvents              = "events"
 	ProfiMapGraphExecs          = "graph_execs"
@@ -623,6 +643,7 @@ const (
 	ProfiMapPidClaim            = "pid_claim"
 	ProfiMapPidFiles            = "pid_files"
 	ProfiMapPidHits             = "pid_hits"
+	ProfiMapPidLastHit          = "pid_last_hit"
 	ProfiMapPidQuotas           = "pid_quotas"
 	ProfiMapPidStreams          = "pid_streams"
 	ProfiMapRtCounted           = "rt_counted"
@@ -635,13 +656,14 @@ const (
 	ProfiProgLaunchEntry        = "launch_entry"
 	ProfiProgNameEntry          = "name_entry"
 	ProfiProgNcclEntry          = "nccl_entry"
-	ProfiProgNcclExit           = "nccl_exit"
 	ProfiProgNcclReturn         = "nccl_return"
 	ProfiProgNvtxPop            = "nvtx_pop"
 	ProfiProgNvtxPush           = "nvtx_push"
+	ProfiProgThreadExit         = "thread_exit"
 	ProfiProgTimedEntry         = "timed_entry"
 	ProfiProgTimedReturn        = "timed_return"
 	ProfiVarCountHits           = "count_hits"
+	ProfiVarCrashBreaker        = "crash_breaker"
 	ProfiVarDetailedLaunches    = "detailed_launches"
 	ProfiVarGraphSeq            = "graph_seq"
 	ProfiVarKernelMode          = "kernel_mode"
@@ -656,6 +678,7 @@ const (
 	ProfiVarOpUnit              = "op_unit"
 	ProfiVarPidShare            = "pid_share"
 	ProfiVarSampleRate          = "sample_rate"
+	ProfiVarUnusedCrashEvent    = "unused_crash_event"
 	ProfiVarUnusedDrop          = "unused_drop"
 	ProfiVarUnusedGraphNodeType = "unused_graph_node_type"
 	ProfiVarUnusedLaunchEvent   = "unused_launch_event"
@@ -714,10 +737,10 @@ type ProfiProgramSpecs struct {
 	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
 	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
 	NcclEntry   *ebpf.ProgramSpec `ebpf:"nccl_entry"`
-	NcclExit    *ebpf.ProgramSpec `ebpf:"nccl_exit"`
 	NcclReturn  *ebpf.ProgramSpec `ebpf:"nccl_return"`
 	NvtxPop     *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
 	NvtxPush    *ebpf.ProgramSpec `ebpf:"nvtx_push"`
+	ThreadExit  *ebpf.ProgramSpec `ebpf:"thread_exit"`
 	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
 	TimedReturn *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
@@ -730,6 +753,8 @@ type ProfiMapSpecs struct {
 	CaptureEvents  *ebpf.MapSpec `ebpf:"capture_events"`
 	CaptureStreams *ebpf.MapSpec `ebpf:"capture_streams"`
 	Captures       *ebpf.MapSpec `ebpf:"captures"`
+	CrashEvents    *ebpf.MapSpec `ebpf:"crash_events"`
+	CrashLost      *ebpf.MapSpec `ebpf:"crash_lost"`
 	Drops          *ebpf.MapSpec `ebpf:"drops"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
 	GraphExecs     *ebpf.MapSpec `ebpf:"graph_execs"`
@@ -751,6 +776,7 @@ type ProfiMapSpecs struct {
 	PidClaim       *ebpf.MapSpec `ebpf:"pid_claim"`
 	PidFiles       *ebpf.MapSpec `ebpf:"pid_files"`
 	PidHits        *ebpf.MapSpec `ebpf:"pid_hits"`
+	PidLastHit     *ebpf.MapSpec `ebpf:"pid_last_hit"`
 	PidQuotas      *ebpf.MapSpec `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
 	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
@@ -766,6 +792,7 @@ type ProfiMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
 	CountHits           *ebpf.VariableSpec `ebpf:"count_hits"`
+	CrashBreaker        *ebpf.VariableSpec `ebpf:"crash_breaker"`
 	DetailedLaunches    *ebpf.VariableSpec `ebpf:"detailed_launches"`
 	GraphSeq            *ebpf.VariableSpec `ebpf:"graph_seq"`
 	KernelMode          *ebpf.VariableSpec `ebpf:"kernel_mode"`
@@ -780,6 +807,7 @@ type ProfiVariableSpecs struct {
 	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
 	PidShare            *ebpf.VariableSpec `ebpf:"pid_share"`
 	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
+	UnusedCrashEvent    *ebpf.VariableSpec `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
 	UnusedLaunchEvent   *ebpf.VariableSpec `ebpf:"unused_launch_event"`
@@ -816,6 +844,8 @@ type ProfiMaps struct {
 	CaptureEvents  *ebpf.Map `ebpf:"capture_events"`
 	CaptureStreams *ebpf.Map `ebpf:"capture_streams"`
 	Captures       *ebpf.Map `ebpf:"captures"`
+	CrashEvents    *ebpf.Map `ebpf:"crash_events"`
+	CrashLost      *ebpf.Map `ebpf:"crash_lost"`
 	Drops          *ebpf.Map `ebpf:"drops"`
 	Events         *ebpf.Map `ebpf:"events"`
 	GraphExecs     *ebpf.Map `ebpf:"graph_execs"`
@@ -837,6 +867,7 @@ type ProfiMaps struct {
 	PidClaim       *ebpf.Map `ebpf:"pid_claim"`
 	PidFiles       *ebpf.Map `ebpf:"pid_files"`
 	PidHits        *ebpf.Map `ebpf:"pid_hits"`
+	PidLastHit     *ebpf.Map `ebpf:"pid_last_hit"`
 	PidQuotas      *ebpf.Map `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
 	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
@@ -853,6 +884,8 @@ func (m *ProfiMaps) Close() error {
 		m.CaptureEvents,
 		m.CaptureStreams,
 		m.Captures,
+		m.CrashEvents,
+		m.CrashLost,
 		m.Drops,
 		m.Events,
 		m.GraphExecs,
@@ -874,6 +907,7 @@ func (m *ProfiMaps) Close() error {
 		m.PidClaim,
 		m.PidFiles,
 		m.PidHits,
+		m.PidLastHit,
 		m.PidQuotas,
 		m.PidStreams,
 		m.RtCounted,
@@ -890,6 +924,7 @@ func (m *ProfiMaps) Close() error {
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
 	CountHits           *ebpf.Variable `ebpf:"count_hits"`
+	CrashBreaker        *ebpf.Variable `ebpf:"crash_breaker"`
 	DetailedLaunches    *ebpf.Variable `ebpf:"detailed_launches"`
 	GraphSeq            *ebpf.Variable `ebpf:"graph_seq"`
 	KernelMode          *ebpf.Variable `ebpf:"kernel_mode"`
@@ -904,6 +939,7 @@ type ProfiVariables struct {
 	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
 	PidShare            *ebpf.Variable `ebpf:"pid_share"`
 	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
+	UnusedCrashEvent    *ebpf.Variable `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.Variable `ebpf:"unused_graph_node_type"`
 	UnusedLaunchEvent   *ebpf.Variable `ebpf:"unused_launch_event"`
@@ -924,10 +960,10 @@ type ProfiPrograms struct {
 	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
 	NameEntry   *ebpf.Program `ebpf:"name_entry"`
 	NcclEntry   *ebpf.Program `ebpf:"nccl_entry"`
-	NcclExit    *ebpf.Program `ebpf:"nccl_exit"`
 	NcclReturn  *ebpf.Program `ebpf:"nccl_return"`
 	NvtxPop     *ebpf.Program `ebpf:"nvtx_pop"`
 	NvtxPush    *ebpf.Program `ebpf:"nvtx_push"`
+	ThreadExit  *ebpf.Program `ebpf:"thread_exit"`
 	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
 	TimedReturn *ebpf.Program `ebpf:"timed_return"`
 }
@@ -938,10 +974,10 @@ func (p *ProfiPrograms) Close() error {
 		p.LaunchEntry,
 		p.NameEntry,
 		p.NcclEntry,
-		p.NcclExit,
 		p.NcclReturn,
 		p.NvtxPop,
 		p.NvtxPush,
+		p.ThreadExit,
 		p.TimedEntry,
 		p.TimedReturn,
 	)

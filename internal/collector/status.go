@@ -33,6 +33,8 @@ type StatusSource struct {
 	Kubernetes func() k8s.Status
 	// NVML is the GPU poller's latest snapshot; nil with --disable-nvml.
 	NVML func() *nvml.Snapshot
+	// Quarantined are the crash breaker's quarantines; nil when it is off.
+	Quarantined func() []status.Quarantine
 }
 
 // Document assembles /status from the current state.
@@ -135,6 +137,15 @@ func (s *StatusSource) Document() status.Doc {
 	}
 	features := s.Features
 	doc.KernelFeatures = &features
+	doc.Quarantined = []status.Quarantine{}
+	if s.Quarantined != nil {
+		doc.Quarantined = s.Quarantined()
+	}
+	for _, q := range doc.Quarantined {
+		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined: process %d (%s) died of %s %.3f s after a probe hit",
+			q.Library, q.Path, q.File, q.PID, q.Comm, q.Signal, q.SinceHitSeconds))
+	}
+	doc.Degraded = len(doc.DegradedReasons) > 0
 	return doc
 }
 

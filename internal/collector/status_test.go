@@ -97,7 +97,7 @@ func TestStatus(t *testing.T) {
 			LoaderHooks: []status.LoaderHook{}, LastDiscovery: lastSync,
 			TrackedPIDs: []int{4242}, EventsProcessed: 1234, ExportedSeries: 17, LastDrain: snap.Time,
 			AttachFailureTotals: map[string]uint64{}, Operations: map[string]uint64{}, Processes: []status.ProcessStatus{},
-			KernelFeatures: &status.KernelFeatures{},
+			KernelFeatures: &status.KernelFeatures{}, Quarantined: []status.Quarantine{},
 		}
 		if !reflect.DeepEqual(doc, want) {
 			t.Errorf("Status =\n%+v\nwant\n%+v", doc, want)
@@ -298,5 +298,24 @@ func TestStatusGraphs(t *testing.T) {
 		if g, ok := m.Processes[i]["graphs"]; ok {
 			t.Errorf("entry %d has graphs %s, want none (not the first entry, or no graph)", i, g)
 		}
+	}
+}
+
+// TestStatusDegraded: a quarantine is listed as it came and makes the node
+// degraded, with one reason naming the file, the process and the signal.
+func TestStatusDegraded(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{KernelMode: "anonymous"}
+	src := source(cfg, time.Now(), &aggregate.Snapshot{}, attach.Status{}, attach.Counters{})
+	if doc := src.Document(); doc.Degraded || doc.DegradedReasons != nil || doc.Quarantined == nil || len(doc.Quarantined) != 0 {
+		t.Fatalf("without a breaker: degraded %v %q, quarantined %v; want false, none, []", doc.Degraded, doc.DegradedReasons, doc.Quarantined)
+	}
+	q := status.Quarantine{Library: "libcudart.so", Path: "/lib/libcudart.so.12", File: "8:1/7", Reason: "sigsegv", PID: 42, Comm: "train",
+		Signal: "SIGSEGV", SinceHitSeconds: 0.0015, PIDs: []int{42, 43}}
+	src.Quarantined = func() []status.Quarantine { return []status.Quarantine{q} }
+	doc := src.Document()
+	want := []string{"probes of libcudart.so (/lib/libcudart.so.12, file 8:1/7) quarantined: process 42 (train) died of SIGSEGV 0.002 s after a probe hit"}
+	if !doc.Degraded || !reflect.DeepEqual(doc.DegradedReasons, want) || !reflect.DeepEqual(doc.Quarantined, []status.Quarantine{q}) {
+		t.Errorf("degraded %v %q, quarantined %+v; want true %q, %+v", doc.Degraded, doc.DegradedReasons, doc.Quarantined, want, q)
 	}
 }

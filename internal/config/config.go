@@ -119,6 +119,8 @@ type Config struct {
 	MallocSizesSize  uint32        // --malloc-sizes-size
 	DetailedLaunches bool          // --detailed-launches
 	OverheadBudget   float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
+	CrashWindow      time.Duration // --crash-window; 0 = crash circuit breaker off
+	QuarantineLift   time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
 	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP             OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
@@ -233,6 +235,8 @@ type cli struct {
 	DetailedLaunches bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
 	NoUprobeMulti    bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
 	OverheadBudget   float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
+	CrashWindow      int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
+	QuarantineLift   int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
 	LogLevel         string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
 	OTLPEndpoint      string `name:"otlp-endpoint" group:"otlp" placeholder:"URL" help:"Collector endpoint; empty means off. Env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as given), OTEL_EXPORTER_OTLP_ENDPOINT."`
@@ -492,6 +496,11 @@ func (p *parser) build(raw *cli) *Config {
 	cfg.ReportInterval = p.seconds("report-interval", raw.ReportInterval, 0)
 	cfg.NVMLInterval = p.seconds("nvml-interval", raw.NVMLInterval, 1)
 	cfg.NCCLHangTimeout = p.seconds("nccl-hang-timeout", raw.NCCLHangTimeout, 0)
+	cfg.CrashWindow = p.seconds("crash-window", raw.CrashWindow, 0)
+	cfg.QuarantineLift = p.seconds("quarantine-lift", raw.QuarantineLift, 0)
+	if raw.QuarantineLift > 0 && raw.CrashWindow == 0 {
+		p.warnf("--quarantine-lift is ignored: --crash-window 0 turns the crash circuit breaker off")
+	}
 
 	p.checkMin("max-time-series", raw.MaxTimeSeries, 1)
 	p.checkMin("max-streams-per-pid", raw.MaxStreamsPerPID, 1)

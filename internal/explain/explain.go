@@ -35,7 +35,13 @@ const (
 	VerdictNotCUDA     = "not_cuda"     // maps no CUDA/NCCL library
 	VerdictFiltered    = "filtered"     // excluded by the agent's --pid
 	VerdictUnknown     = "unknown"      // neither the agent nor this machine knows it
+	// VerdictQuarantined: a library it maps is in the crash breaker's
+	// quarantine (its probes are off node-wide).
+	VerdictQuarantined = "quarantined"
 )
+
+// ReasonQuarantined is Library.Reason of a quarantined library file.
+const ReasonQuarantined = "quarantined"
 
 // Library is one CUDA/NCCL library file a process maps.
 type Library struct {
@@ -188,6 +194,17 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 	if p.Comm == "" {
 		p.Comm = comm
 	}
+	for _, q := range doc.Quarantined {
+		if _, mapped := libs[q.Path]; !mapped && !slices.Contains(q.PIDs, pid) {
+			continue
+		}
+		why := fmt.Sprintf("probes off node-wide since %s: process %d (%s) died of %s %.3f s after a probe hit in this file (crash circuit breaker)",
+			q.Time.Format(time.RFC3339), q.PID, q.Comm, q.Signal, q.SinceHitSeconds)
+		if q.LiftsAt != nil {
+			why += "; lifts at " + q.LiftsAt.Format(time.RFC3339)
+		}
+		byPath[q.Path] = &Library{Library: q.Library, Path: q.Path, File: q.File, Reason: ReasonQuarantined, Error: why, AgentSeen: true}
+	}
 	for path, lib := range libs {
 		if l, ok := byPath[path]; ok {
 			l.LocalMapped = true
@@ -214,6 +231,11 @@ func refusedLines(rs []status.RefusedProbe) []string {
 
 func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
 	var attached, failed, unseen, refused int
+	for _, l := range p.Libraries {
+		if l.Reason == ReasonQuarantined {
+			return VerdictQuarantined, fmt.Sprintf("profi took the probes of %s off after a probed process crashed (%s); calls into it are not counted on this node", l.Path, l.Error)
+		}
+	}
 	for _, l := range p.Libraries {
 		switch {
 		case l.Attached:

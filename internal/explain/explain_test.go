@@ -258,3 +258,35 @@ agent dev, kernel mode anonymous, probe profile lean, up 90s, last discovery 202
 		t.Errorf("graph lines for a process without graphs: %q", none.String())
 	}
 }
+
+// TestExplainQuarantined: a process that maps a quarantined file (listed
+// with it, or seen in its maps here) gets the quarantined verdict and the
+// file's reason; the others are untouched.
+func TestExplainQuarantined(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	doc := &status.Doc{
+		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{Library: "libcuda.so", Path: "/l/libcuda.so.1", PIDs: []int{10, 11}}}},
+		Quarantined: []status.Quarantine{{Library: "libcudart.so", Path: "/l/libcudart.so.12", File: "8:1/7", Reason: "sigsegv", PID: 10,
+			Comm: "train", Signal: "SIGSEGV", Time: at, SinceHitSeconds: 0.0002, PIDs: []int{10, 11}}},
+	}
+	procs, err := Explain(doc, "11", Local{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := procs[0]
+	if p.Verdict != VerdictQuarantined || !strings.Contains(p.Why, "/l/libcudart.so.12") || !strings.Contains(p.Why, "process 10 (train) died of SIGSEGV") {
+		t.Errorf("verdict %s: %s", p.Verdict, p.Why)
+	}
+	var q *Library
+	for i := range p.Libraries {
+		if p.Libraries[i].Path == "/l/libcudart.so.12" {
+			q = &p.Libraries[i]
+		}
+	}
+	if q == nil || q.Reason != ReasonQuarantined || q.Attached || q.File != "8:1/7" {
+		t.Errorf("libraries %+v; want the quarantined runtime", p.Libraries)
+	}
+	if procs, _ := Explain(doc, "12", Local{}); procs[0].Verdict == VerdictQuarantined {
+		t.Errorf("pid 12 maps nothing quarantined, got %s", procs[0].Verdict)
+	}
+}

@@ -41,6 +41,44 @@ type Doc struct {
 	NVML *NVML `json:"nvml,omitempty"`
 	// RecentLaunches are the latest launches with --detailed-launches.
 	RecentLaunches []LaunchEvent `json:"recent_launches,omitempty"`
+	// Quarantined are the library files whose probes the crash breaker
+	// took off node-wide (ARCHITECTURE.md, "Crash circuit breaker").
+	Quarantined []Quarantine `json:"quarantined"`
+	// Degraded: some probes are off for the node's safety (a quarantine)
+	// or by policy; DegradedReasons say which and why. GPU (NVML) metrics
+	// and the agent's own health are served either way.
+	Degraded        bool     `json:"degraded"`
+	DegradedReasons []string `json:"degraded_reasons,omitempty"`
+}
+
+// Quarantine is a library file whose probes are off because a process
+// that mapped it died of a fault signal right after one of its probes
+// trapped there.
+type Quarantine struct {
+	Library string `json:"library"`
+	Path    string `json:"path"`
+	File    string `json:"file"` // dev major:minor/inode
+	// Reason is the metric's reason label: the signal, lower case
+	// ("sigsegv", "sigill", "sigbus", "sigtrap", "sigfpe").
+	Reason string `json:"reason"`
+	// PID and Comm are the process that died; Signal its signal's name
+	// (SIGSEGV), CoreDumped whether it dumped core.
+	PID        int    `json:"pid"`
+	Comm       string `json:"comm"`
+	Signal     string `json:"signal"`
+	CoreDumped bool   `json:"core_dumped,omitempty"`
+	// Time is when it died; SinceHitSeconds how long after the process's
+	// latest probe hit (at most --crash-window), DetachSeconds how long
+	// from the death to the file's last link closed.
+	Time            time.Time `json:"time"`
+	SinceHitSeconds float64   `json:"seconds_since_probe_hit"`
+	DetachSeconds   float64   `json:"detach_seconds"`
+	// PIDs are the processes that mapped the file at the last discovery
+	// pass, and the dead one: they are no longer probed there.
+	PIDs []int `json:"pids"`
+	// LiftsAt is when the quarantine ends (--quarantine-lift); absent: not
+	// before the agent restarts.
+	LiftsAt *time.Time `json:"lifts_at,omitempty"`
 }
 
 // KernelFeatures says which optional kernel features are in use, and so

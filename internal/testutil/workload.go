@@ -634,6 +634,45 @@ func (w *Workload) Run() (*GroundTruth, error) {
 	return &gt, nil
 }
 
+// Die sends cmd, a command after which the workload dies ("segv" and
+// "ill": one probed call, then that fault), and waits for it to exit. It
+// returns the kernel's wait status of the workload (no wrapper).
+func (w *Workload) Die(cmd string) (syscall.WaitStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send(cmd); err != nil {
+		return 0, err
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(stopTimeout):
+		return 0, w.errorf("still running %v after %q", stopTimeout, cmd)
+	}
+	ws, ok := w.Cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		return 0, w.errorf("no wait status")
+	}
+	return ws, nil
+}
+
+// Signal sends sig to the workload and waits for it to exit; it returns
+// the kernel's wait status (no wrapper).
+func (w *Workload) Signal(sig syscall.Signal) (syscall.WaitStatus, error) {
+	if err := w.Cmd.Process.Signal(sig); err != nil {
+		return 0, w.errorf("signal %v: %v", sig, err)
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(stopTimeout):
+		return 0, w.errorf("still running %v after %v", stopTimeout, sig)
+	}
+	ws, ok := w.Cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		return 0, w.errorf("no wait status")
+	}
+	return ws, nil
+}
+
 // Stop asks the workload to exit, waits, and kills it after a timeout. It is
 // idempotent; the error reports a non-zero exit or a needed kill.
 func (w *Workload) Stop() error {

@@ -1166,6 +1166,30 @@ static void load_nvtx(void)
 	free(path);
 }
 
+/*
+ * The crash breaker's tests: one probed call (cudaMalloc, whose stub calls
+ * no driver function: the runtime's probe is the last to trap), then a
+ * real fault, SIGSEGV (a store to an address the compiler cannot see is
+ * NULL) or SIGILL (an undefined instruction).
+ */
+static void die_of_fault(int segv)
+{
+	void *p = NULL;
+	volatile int *volatile bad = NULL;
+
+	CUDA(cudaMalloc)(&p, 64);
+	if (segv)
+		*bad = 1;
+#if defined(__x86_64__)
+	__asm__ volatile("ud2");
+#elif defined(__aarch64__)
+	__asm__ volatile(".inst 0x00000000"); /* udf #0 */
+#else
+#error "die_of_fault: no undefined instruction for this architecture"
+#endif
+	die("still alive after the fault");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct { const char *name; int *v; long max; } int_opts[] = {
@@ -1242,6 +1266,10 @@ int main(int argc, char **argv)
 			run_phase();
 		} else if (!strcmp(line, "exit")) {
 			break;
+		} else if (!strcmp(line, "segv") || !strcmp(line, "ill")) {
+			if (needs_load && !loaded)
+				die("\"segv\"/\"ill\" before \"load\"");
+			die_of_fault(line[0] == 's');
 		} else {
 			fprintf(stderr, "workload: unexpected command \"%s\"\n", line);
 			return 2;

@@ -139,6 +139,8 @@ Validation of value combinations the agent would reject at startup
 - {{ printf "--launch-agg-size=%d" (int64 $p.ebpfMaps.launchAggSize) | quote }}
 - {{ printf "--malloc-sizes-size=%d" (int64 $p.ebpfMaps.mallocSizesSize) | quote }}
 - {{ printf "--overhead-budget=%v" $p.overheadBudgetPercent | quote }}
+- {{ printf "--crash-window=%v" $p.safety.crashWindowSeconds | quote }}
+- {{ printf "--quarantine-lift=%v" $p.safety.quarantineLiftSeconds | quote }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}

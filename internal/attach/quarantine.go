@@ -1,0 +1,86 @@
+package attach
+
+import (
+	"github.com/profi-dev/profi/internal/discover"
+)
+
+// QuarantinedFile is a library file whose probes Quarantine took off.
+type QuarantinedFile struct {
+	Key  FileKey
+	Lib  discover.Library
+	Path string
+	PIDs []int // the processes that mapped it at the last pass
+	// Links is how many links were closed (0: the file was not attached).
+	Links int
+}
+
+// goneIDs bounds the memory of released files' ids (Quarantine of a file
+// released between a crash and its report).
+const goneIDs = 64
+
+// Quarantine detaches, node-wide, every probe of the library file whose
+// probes carry file id id (their cookie's file), and keeps the file off
+// until Unquarantine: no later pass attaches it, whichever process maps it
+// (the crash breaker, ARCHITECTURE.md "Crash circuit breaker"). The links
+// close before it returns (each waits for RCU grace periods, outside the
+// lock). ok is false when no file with that id was ever attached.
+func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
+	a.mu.Lock()
+	var f *attached
+	for key, af := range a.files {
+		if af.id == id {
+			f, q.Key = af, key
+			break
+		}
+	}
+	if f == nil {
+		t, seen := a.gone[id]
+		if !seen {
+			a.mu.Unlock()
+			return q, false
+		}
+		q.Key, q.Lib, q.Path = t.Key, t.Lib, t.Path
+		a.quarantined[t.Key] = true
+		a.mu.Unlock()
+		return q, true
+	}
+	q.Lib, q.Path, q.PIDs = f.target.Lib, f.target.Path, sortedPIDs(f.target.PIDs)
+	q.Links = f.links.len() + f.hot.len()
+	for _, lp := range f.launches {
+		q.Links += lp.links.len()
+	}
+	for pid := range f.upgrades {
+		q.Links += f.upgrades[pid].len()
+		a.dropUpgrade(f, pid)
+	}
+	a.quarantined[q.Key] = true
+	delete(a.files, q.Key)
+	delete(a.failed, q.Key)
+	a.dropCounted(f)
+	// Hits of the links until they are gone are refused in BPF: the file
+	// id leaves pid_files here.
+	a.syncPIDFiles()
+	a.mu.Unlock()
+	f.closeLinks()
+	return q, true
+}
+
+// Unquarantine lets passes attach the file again (a quarantine that
+// lifts: --quarantine-lift).
+func (a *Attacher) Unquarantine(key FileKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.quarantined, key)
+}
+
+// rememberGone keeps a released file's id for Quarantine. Called with
+// a.mu held.
+func (a *Attacher) rememberGone(f *attached) {
+	if len(a.gone) >= goneIDs {
+		for id := range a.gone {
+			delete(a.gone, id)
+			break
+		}
+	}
+	a.gone[f.id] = f.target
+}
