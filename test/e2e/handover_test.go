@@ -54,7 +54,7 @@ func handover(t *testing.T, a *testutil.Agent) (counted []string, drops map[stri
 // runtime and skipped at the driver. A runtime that launches some other
 // way keeps its probes. Every count stays exact through the switch.
 func TestOneTrapPerLaunch(t *testing.T) {
-	const n, m = 6000, 4000
+	n, m := testutil.ScaleDown(6000), testutil.ScaleDown(4000)
 	wantCounted := map[string][]string{
 		"via-driver":   {"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"},
 		"runtime-only": nil,
