@@ -18,6 +18,10 @@ import (
 // lists the kernels the tests boot.
 const MinKernel = "5.15"
 
+// TestedKernels are the kernels the tests run profi on: the VM kernel
+// matrix (docs/KERNELS.md) and the CI machine's.
+const TestedKernels = "6.1, 6.12 (Debian cloud kernels in VMs) and 6.18"
+
 // ErrKernelTooOld is returned (wrapped) by RequireKernel and Load on a
 // kernel without BPF cookies on uprobes.
 var ErrKernelTooOld = errors.New("uprobes cannot carry BPF cookies (bpf_get_attach_cookie)")

@@ -89,6 +89,10 @@ func objectCheck(env *Env) Result {
 		sizes = bpfobj.SizesOf(env.Config)
 	}
 	objs, err := bpfobj.Load(sizes)
+	if errors.Is(err, bpfobj.ErrKernelTooOld) {
+		return Result{Name: "bpf_object", Status: Fail, Detail: "not loaded: the kernel is too old (above)",
+			Fix: "run the node on a kernel " + bpfobj.MinKernel + " or newer"}
+	}
 	if err != nil {
 		line, _, _ := strings.Cut(err.Error(), "\n") // the verifier's last words, not its log
 		return Result{Name: "bpf_object", Status: Fail, Detail: "profi's BPF object is refused: " + line,

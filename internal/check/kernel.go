@@ -50,7 +50,8 @@ func kernelChecks(env *Env) []Result {
 		out = append(out, Result{Name: "kernel", Status: Fail, Detail: err.Error(),
 			Fix: "run the node on a kernel " + bpfobj.MinKernel + " or newer (Ubuntu 22.04, RHEL 9, Debian 12, COS 101 or later; docs/KERNELS.md)"})
 	} else {
-		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release})
+		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release + " (profi needs " + bpfobj.MinKernel +
+			"+ for BPF cookies on uprobes, uses uprobe_multi from 6.6; tested on " + bpfobj.TestedKernels + ")"})
 	}
 	btf := filepath.Join(env.SysRoot, "kernel/btf/vmlinux")
 	if exists(env, "btf", btf) {
