@@ -23,7 +23,7 @@ test-setup:
 	bash scripts/test-setup.sh
 
 # test/vm is the VM kernel matrix (docs/KERNELS.md): Debian's cloud kernels
-# under qemu, the VMs side by side, one core each (about 5 minutes).
+# under qemu, the VMs side by side, one core each (its time: docs/KERNELS.md).
 test: test-setup
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...

@@ -20,7 +20,7 @@ const (
 	// same tests with --no-uprobe-multi for the classic link mode.
 	AgentArgsEnv = "PROFI_E2E_AGENT_ARGS"
 	// ScaleDownEnv divides the call counts of the tests that read it
-	// (ScaleDown): the emulated kernels trap about 100 times slower.
+	// (ScaleDown): the VMs' emulated kernels trap far slower than hardware.
 	ScaleDownEnv = "PROFI_E2E_SCALE_DOWN"
 )
 
