@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-setup test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check image docker-build docker-push
+.PHONY: all build test test-setup test-vm test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check image docker-build docker-push
 
 all: build
 
@@ -22,9 +22,15 @@ build:
 test-setup:
 	bash scripts/test-setup.sh
 
+# test/vm is the VM kernel matrix (docs/KERNELS.md): Debian's cloud kernels
+# under qemu, the VMs side by side, one core each (its time: docs/KERNELS.md).
 test: test-setup
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
+
+# The VM kernel matrix alone, each step's result and time.
+test-vm: test-setup
+	$(GO) test -count=1 -v -timeout 30m -run TestKernelMatrix ./test/vm/
 
 test-unit:
 	$(GO) test -count=1 -short ./internal/...

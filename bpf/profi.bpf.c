@@ -628,26 +628,41 @@ static __always_inline u64 vol3(u64 x, u64 y, u64 z)
  * share a layout (_ptsz/_ptds) are decoded alike and keep their own id in
  * the maps.
  */
+/*
+ * op's index in the operation tables, masked where it is used. After
+ * op < OP_MAX the compiler drops a plain mask as redundant, and an older
+ * verifier (6.1's) loses that compare's bound when op is reloaded from a
+ * stack slot ("unbounded memory access", docs/KERNELS.md): a mask in asm
+ * is emitted as written, right before the read.
+ */
+static __always_inline u64 op_index(u32 op)
+{
+	u64 i = op;
+
+	asm volatile("%0 &= %1" : "+r"(i) : "i"(OP_TABLE - 1));
+	return i;
+}
+
 static __always_inline u32 args_of(u32 op)
 {
-	return op < OP_MAX ? op_args[op & (OP_TABLE - 1)] : ARGS_NONE;
+	return op < OP_MAX ? op_args[op_index(op)] : ARGS_NONE;
 }
 
 static __always_inline u32 flags_of(u32 op)
 {
-	return op < OP_MAX ? op_flags[op & (OP_TABLE - 1)] : 0;
+	return op < OP_MAX ? op_flags[op_index(op)] : 0;
 }
 
 /* cudaMemcpyKind of a copy whose arguments name none (the driver's). */
 static __always_inline u32 copy_kind_of(u32 op)
 {
-	return op < OP_MAX ? op_copy_kind[op & (OP_TABLE - 1)] : 0;
+	return op < OP_MAX ? op_copy_kind[op_index(op)] : 0;
 }
 
 /* Bytes per counted element of a set (cuMemsetD16/D32). */
 static __always_inline u64 unit_of(u32 op)
 {
-	u32 u = op < OP_MAX ? op_unit[op & (OP_TABLE - 1)] : 0;
+	u32 u = op < OP_MAX ? op_unit[op_index(op)] : 0;
 
 	return u ? u : 1;
 }

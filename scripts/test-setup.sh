@@ -9,13 +9,17 @@
 #     image, built without a registry and run under the chart's
 #     securityContext: scripts/build-image.sh, test/e2e/image_test.go; podman
 #     runs with a private configuration, never the machine's),
-#     ca-certificates (the image's CA bundle); apt-get install, apt-get
-#     update first, only for what is missing;
+#     ca-certificates (the image's CA bundle), qemu-system-x86 (the VM
+#     kernel matrix, test/vm); apt-get install, apt-get update first, only
+#     for what is missing;
 #   - kube-apiserver and helm, built once into the tools cache by
 #     scripts/build-kube-apiserver.sh (about 10 minutes) and
 #     scripts/build-helm.sh (about 6 minutes);
 #   - NVIDIA's real libcudart, libcuda and NVTX, fetched once into the same
-#     cache by scripts/fetch-nvidia.sh (seconds).
+#     cache by scripts/fetch-nvidia.sh (seconds);
+#   - Debian's cloud kernels of the VM kernel matrix and their static
+#     busybox, fetched once into the same cache by scripts/fetch-kernels.sh
+#     (about 20 seconds).
 # When everything is there it only checks (well under a second). Root is
 # needed to install packages, and to write the default cache
 # /var/cache/profi-tools (PROFI_TOOLS_CACHE moves it; PROFI_KUBE_APISERVER
@@ -48,6 +52,7 @@ requirements=(
 	"runc runc"
 	"ca-certificates path:/etc/ssl/certs/ca-certificates.crt"
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
+	"qemu-system-x86 qemu-system-x86_64"
 )
 packages=()
 for r in "${requirements[@]}"; do
@@ -68,6 +73,7 @@ tools=()
 	tools+=(kube-apiserver)
 [ -n "${PROFI_HELM:-}" ] || bash scripts/build-helm.sh --check >/dev/null || tools+=(helm)
 bash scripts/fetch-nvidia.sh --check >/dev/null || tools+=(nvidia)
+bash scripts/fetch-kernels.sh --check amd64 >/dev/null || tools+=(kernels)
 
 [ ${#packages[@]} -eq 0 ] && [ ${#tools[@]} -eq 0 ] && exit 0
 
@@ -77,7 +83,8 @@ missing=()
 if [ ${#tools[@]} -gt 0 ]; then
 	names=$(printf '%s, ' "${tools[@]}")
 	names=${names%, }
-	missing+=("${names/nvidia/NVIDIA\'s libcudart, libcuda and NVTX} (built or fetched into $cache)")
+	names=${names/nvidia/NVIDIA\'s libcudart, libcuda and NVTX}
+	missing+=("${names/kernels/Debian\'s cloud kernels} (built or fetched into $cache)")
 fi
 if [ "$(id -u)" != 0 ]; then
 	if [ ${#packages[@]} -gt 0 ] || ! { mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ]; }; then
@@ -98,6 +105,7 @@ for t in "${tools[@]}"; do
 	kube-apiserver) bash scripts/build-kube-apiserver.sh >/dev/null ;;
 	helm) bash scripts/build-helm.sh >/dev/null ;;
 	nvidia) bash scripts/fetch-nvidia.sh >/dev/null ;;
+	kernels) bash scripts/fetch-kernels.sh amd64 >/dev/null ;;
 	esac
 done
 echo "test-setup: done" >&2

@@ -105,20 +105,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	objs, err := bpfobj.Load(bpfobj.Sizes{
-		Aggregated:       cfg.AggregatedSize,
-		LaunchAgg:        cfg.LaunchAggSize,
-		Inflight:         cfg.EntriesSize,
-		MallocSizes:      cfg.MallocSizesSize,
-		MaxStreamsPerPID: uint32(cfg.MaxStreamsPerPID),
-		SampleRate:       uint32(cfg.SampleRate),
-		Detailed:         cfg.DetailedLaunches,
-		CountHits:        cfg.OverheadBudget > 0,
-		NVTX:             cfg.EnableNVTX,
-		KernelMode:       cfg.KernelMode,
-		NoUprobeMulti:    cfg.NoUprobeMulti,
-		CrashBreaker:     cfg.CrashWindow > 0,
-	})
+	objs, err := bpfobj.Load(bpfobj.SizesOf(cfg))
 	if err != nil {
 		return err
 	}

@@ -99,6 +99,11 @@ func Load(sizes Sizes) (*Objects, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
+	// Before the verifier sees the object: on an old kernel, one line
+	// naming what is missing, not a verifier log.
+	if err := RequireKernel(); err != nil {
+		return nil, err
+	}
 	spec, err := LoadProfi()
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded BPF object: %w", err)

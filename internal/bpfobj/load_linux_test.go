@@ -73,3 +73,41 @@ func TestLoadSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadConfigurations loads the object in every setting that changes
+// what the verifier sees (the VM kernel matrix runs it on each kernel,
+// test/vm): each kernel mode, with and without NVTX, the overhead budget's
+// hit counting, detailed launches and sampling, and classic uprobe
+// programs where the kernel has uprobe_multi.
+func TestLoadConfigurations(t *testing.T) {
+	testutil.RequireBPF(t)
+	configs := map[string]Sizes{
+		"kernel mode off":       {KernelMode: "off"},
+		"kernel mode anonymous": {KernelMode: "anonymous"},
+		"kernel mode full":      {KernelMode: "full"},
+		"full, every option":    {KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, MaxStreamsPerPID: 4},
+		"off, every option":     {KernelMode: "off", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+		"classic uprobes":       {NoUprobeMulti: true},
+		"classic, every option": {NoUprobeMulti: true, KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+	}
+	for name, sizes := range configs {
+		t.Run(name, func(t *testing.T) {
+			objs, err := Load(sizes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer objs.Close()
+			if sizes.NoUprobeMulti && objs.UprobeMulti {
+				t.Error("loaded for uprobe_multi links, want classic uprobes")
+			}
+			if !sizes.NoUprobeMulti && objs.UprobeMulti != (HaveUprobeMulti() == nil) {
+				t.Errorf("UprobeMulti = %v, but the kernel's uprobe_multi probe says %v", objs.UprobeMulti, HaveUprobeMulti())
+			}
+			for name, p := range objs.Programs() {
+				if p.FD() < 0 {
+					t.Errorf("program %s not loaded", name)
+				}
+			}
+		})
+	}
+}

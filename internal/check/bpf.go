@@ -75,9 +75,31 @@ func bpfCheck(env *Env) []Result {
 	}
 	defer prog.Close()
 	out := []Result{{Name: "bpf_load", Status: OK, Detail: "a BPF map and a uprobe program loaded"}}
-	out = append(out, uprobeCheck(env, prog, counter, multi))
+	out = append(out, objectCheck(env), uprobeCheck(env, prog, counter, multi))
 	out = append(out, tracepointCheck(env))
 	return out
+}
+
+// objectCheck loads profi's own BPF object as the agent would, with its
+// configuration: the kernel's verifier accepts it or says, in one line,
+// where it refuses it.
+func objectCheck(env *Env) Result {
+	sizes := bpfobj.Sizes{}
+	if env.Config != nil {
+		sizes = bpfobj.SizesOf(env.Config)
+	}
+	objs, err := bpfobj.Load(sizes)
+	if errors.Is(err, bpfobj.ErrKernelTooOld) {
+		return Result{Name: "bpf_object", Status: Fail, Detail: "not loaded: the kernel is too old (above)",
+			Fix: "run the node on a kernel " + bpfobj.MinKernel + " or newer"}
+	}
+	if err != nil {
+		line, _, _ := strings.Cut(err.Error(), "\n") // the verifier's last words, not its log
+		return Result{Name: "bpf_object", Status: Fail, Detail: "profi's BPF object is refused: " + line,
+			Fix: "run a kernel docs/KERNELS.md lists as tested, and report the kernel and this line"}
+	}
+	objs.Close()
+	return Result{Name: "bpf_object", Status: OK, Detail: "profi's BPF programs and maps loaded with this configuration"}
 }
 
 // permissionNote adds the seccomp state to a permission error.

@@ -45,12 +45,14 @@ func exists(env *Env, feature, path string) bool {
 func kernelChecks(env *Env) []Result {
 	release, major, minor := kernelVersion()
 	var out []Result
-	// BPF cookies on uprobes (the operation and file of every probe) need 5.15.
-	if atLeast(major, minor, 5, 15) {
-		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release})
+	// BPF cookies on uprobes (the operation and file of every probe),
+	// probed as the agent does.
+	if err := bpfobj.RequireKernel(); err != nil {
+		out = append(out, Result{Name: "kernel", Status: Fail, Detail: err.Error(),
+			Fix: "run the node on a kernel " + bpfobj.MinKernel + " or newer (Ubuntu 22.04, RHEL 9, Debian 12, COS 101 or later; docs/KERNELS.md)"})
 	} else {
-		out = append(out, Result{Name: "kernel", Status: Fail, Detail: "Linux " + release + " is older than 5.15: uprobes cannot carry BPF cookies",
-			Fix: "run the node on a kernel 5.15 or newer (Ubuntu 22.04, RHEL 9, Debian 12, COS 101 or later)"})
+		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release + " (profi needs " + bpfobj.MinKernel +
+			"+ for BPF cookies on uprobes, uses uprobe_multi from 6.6; tested on " + bpfobj.TestedKernels + ")"})
 	}
 	btf := filepath.Join(env.SysRoot, "kernel/btf/vmlinux")
 	if exists(env, "btf", btf) {

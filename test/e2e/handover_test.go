@@ -56,7 +56,7 @@ func handover(t *testing.T, a *testutil.Agent) (counted []string, drops map[stri
 // with both processes stopped for 60 ms at a time while they launch
 // (stalled: a thread off the CPU between two probes of one launch).
 func TestOneTrapPerLaunch(t *testing.T) {
-	const n, m = 6000, 4000
+	n, m := testutil.ScaleDown(6000), testutil.ScaleDown(4000)
 	wantCounted := map[string][]string{
 		"via-driver":   {"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"},
 		"runtime-only": nil,

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	if why := testutil.BPFUnavailable(); why == "" {
 		var err error
-		if fixtures, err = testutil.BuildFixtures(testutil.SharedDir()); err != nil {
+		if fixtures, err = testutil.TestFixtures(); err != nil {
 			fmt.Fprintln(os.Stderr, "build fixtures:", err)
 			return 1
 		}
@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		if agentBin, err = testutil.BuildAgent(dir); err != nil {
+		if agentBin, err = testutil.TestAgent(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -58,7 +58,7 @@ func startAgent(t *testing.T, args ...string) *testutil.Agent {
 func startAgentWith(t *testing.T, start func(context.Context, string, ...string) (*testutil.Agent, error), args ...string) *testutil.Agent {
 	t.Helper()
 	testutil.RequireBPF(t)
-	a, err := start(context.Background(), agentBin, append([]string{"--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so"}, args...)...)
+	a, err := start(context.Background(), agentBin, append(append([]string{"--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so"}, args...), testutil.AgentArgs()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
