@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
 )
 
 // Encodings from GNU as (objdump -d), so the decoder is checked against
