@@ -36,6 +36,7 @@ test-unit:
 	$(GO) test -count=1 -short ./internal/...
 
 generate:
+	$(GO) generate ./internal/ops # ops.h first: the BPF objects compile against it
 	cd internal/bpfobj && $(GO) generate ./...
 
 lint:

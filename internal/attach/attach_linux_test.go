@@ -551,7 +551,7 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 					if f == nil {
 						t.Fatalf("not attached: %+v", a.Status().Failed)
 					}
-					links[multi] = [2]int{f.links.len(), f.hot.len()}
+					links[multi] = [2]int{f.links.Len(), f.hot.Len()}
 					st[multi] = a.Status().Attached[0]
 					_ = a.Close()
 				}

@@ -12,14 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
@@ -27,12 +26,12 @@ import (
 
 // Reasons of profi_system_attach_failures_total (docs/INTERFACE.md 5.7).
 const (
-	ReasonSymbolNotFound    = "symbol_not_found"
-	ReasonProcessExited     = "process_exited"
+	ReasonSymbolNotFound    = uprobe.ReasonSymbolNotFound
+	ReasonProcessExited     = uprobe.ReasonProcessExited
 	ReasonOpenFailed        = "open_failed"
 	ReasonNotELF            = "not_elf"
-	ReasonUnsupportedKernel = "unsupported_kernel"
-	ReasonOther             = "other"
+	ReasonUnsupportedKernel = uprobe.ReasonUnsupportedKernel
+	ReasonOther             = uprobe.ReasonOther
 	// ReasonProbeRefused counts each probed function the kernel refuses a
 	// uprobe on (and that could not be moved), once per library file: the
 	// file is attached without it (refused_probes in /status).
@@ -110,14 +109,14 @@ type Options struct {
 }
 
 type attached struct {
-	id   uint32             // goes into every probe's cookie
-	syms map[string]funcSym // functions the file defines, with probe offsets
+	id   uint32                 // goes into every probe's cookie
+	syms map[string]uprobe.Func // functions the file defines, with probe offsets
 	// upgrades are PID-filtered full-mode links for processes upgraded
 	// to full mode (SetFullModePIDs), by pid.
-	upgrades   map[int]*linkSet
+	upgrades   map[int]*uprobe.Links
 	target     Target
-	links      *linkSet // every probe the budget never pauses
-	hot        *linkSet // Pausable probes; nil while paused
+	links      *uprobe.Links // every probe the budget never pauses
+	hot        *uprobe.Links // Pausable probes; nil while paused
 	paused     bool
 	probes     []ops.Probe
 	missing    []string       // required symbols the file lacks (counted as failures)
@@ -173,13 +172,11 @@ type Attacher struct {
 	pidFiles     map[bpfobj.ProfiPidFile]uint8 // mirror of the pid_files map: key → flags
 	rtText       map[uint32]rtRange            // mirror of the rt_text map
 	fullMode     func(pid int) bool            // processes upgraded to full mode; nil: none
-	// refused are the probe addresses (file offsets) the kernel refused
-	// when tried (findRefused, or a classic attach), per file seen at the
-	// last pass: never offered again while the file stays mapped.
-	refused map[FileKey]map[uint64]refusal
-	// trial is the empty uprobe_multi program findRefused tries addresses
-	// with; loaded on first use.
-	trial   *ebpf.Program
+	// refused are the probe addresses the kernel refused when tried, per
+	// file seen at the last pass: never offered again while the file
+	// stays mapped.
+	refused map[FileKey]uprobe.Refusals
+	linker  *uprobe.Linker
 	closing sync.WaitGroup // background closes of released files
 	// quarantined are the files the crash breaker took the probes off
 	// (Quarantine): never attached while there; gone are the ids of
@@ -210,11 +207,12 @@ func New(opts Options) *Attacher {
 		counts:   map[failureKey]uint64{},
 		pidFiles: map[bpfobj.ProfiPidFile]uint8{},
 		rtText:   map[uint32]rtRange{},
-		refused:  map[FileKey]map[uint64]refusal{},
+		refused:  map[FileKey]uprobe.Refusals{},
 
 		quarantined: map[FileKey]bool{},
 		gone:        map[uint32]Target{},
 	}
+	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
 	a.lastPass.Store(time.Now().UnixNano())
 	return a
 }
@@ -376,7 +374,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 // probed symbols, or why that failed.
 type opened struct {
 	file   *os.File
-	syms   map[string]funcSym
+	syms   map[string]uprobe.Func
 	reason string
 	err    error
 }
@@ -389,7 +387,7 @@ func (p *opened) close() {
 }
 
 // open opens t's file and reads the symbols of its probes. It takes no
-// lock. A panic (the parser's own is already an error of definedFuncs)
+// lock. A panic (the parser's own is already an error of DefinedFuncs)
 // becomes an attach failure of that file, not the agent's end.
 func (a *Attacher) open(t Target) (p *opened) {
 	defer func() {
@@ -404,7 +402,7 @@ func (a *Attacher) open(t Target) (p *opened) {
 		}
 		return &opened{reason: ReasonOpenFailed, err: fmt.Errorf("open %s: %w", t.Path, err)}
 	}
-	syms, err := definedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile), t.Static)
+	syms, err := uprobe.DefinedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile), t.Static, uprobe.HostMachine())
 	if err != nil {
 		f.Close()
 		return &opened{reason: ReasonNotELF, err: fmt.Errorf("read symbols of %s: %w", t.Path, err)}
@@ -508,14 +506,14 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 	}
 	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
 	if err := a.putPIDFile(k, a.pidFiles[k]|uint8(bpfobj.ProfiPidFileFlagPF_OWN|bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
-		links.close()
+		links.Close()
 		return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
 	}
 	if f.upgrades == nil {
-		f.upgrades = map[int]*linkSet{}
+		f.upgrades = map[int]*uprobe.Links{}
 	}
 	f.upgrades[pid] = links
-	a.log.Info("process upgraded to full kernel mode", "lib", f.target.Lib, "pid", pid, "links", links.len())
+	a.log.Info("process upgraded to full kernel mode", "lib", f.target.Lib, "pid", pid, "links", links.Len())
 	return nil
 }
 
@@ -528,7 +526,7 @@ func (a *Attacher) dropUpgrade(f *attached, pid int) {
 			a.log.Warn("unmark upgraded pid", "pid", pid, "err", err)
 		}
 	}
-	f.upgrades[pid].close()
+	f.upgrades[pid].Close()
 	delete(f.upgrades, pid)
 }
 
@@ -796,27 +794,28 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		}
 	}
 	cold, hot := splitPausable(rest)
-	links, reason, err := a.attachProbes(ex, t, cold, syms, att.id, a.opts.PID)
+	set := a.set(ex, t, syms, att.id, a.opts.PID)
+	links, reason, err := a.linker.Link(set, cold)
 	if err != nil {
 		return nil, reason, err
 	}
-	hotLinks, reason, err := a.attachProbes(ex, t, hot, syms, att.id, a.opts.PID)
+	hotLinks, reason, err := a.linker.Link(set, hot)
 	if err != nil {
-		links.close()
+		links.Close()
 		return nil, reason, err
 	}
 	att.links, att.hot = links, hotLinks
 	for _, lp := range att.launches {
-		if lp.links, reason, err = a.attachProbes(ex, t, []ops.Probe{lp.probe}, syms, att.id, a.opts.PID); err != nil {
+		if lp.links, reason, err = a.linker.Link(set, []ops.Probe{lp.probe}); err != nil {
 			att.closeLinks()
 			return nil, reason, err
 		}
 	}
 	for _, p := range all {
 		sym, ok := syms[p.Symbol]
-		var r *refusal
+		var r *uprobe.Refusal
 		if ok {
-			r = a.refusal(t.Key, sym)
+			r = set.Refused.Refusal(sym)
 		}
 		switch {
 		case r != nil:
@@ -860,228 +859,25 @@ func refusedNames(r []RefusedProbe) []string {
 }
 
 // refusedProbe is the /status entry of probe p refused at sym.
-func refusedProbe(p ops.Probe, sym funcSym, r *refusal) RefusedProbe {
+func refusedProbe(p ops.Probe, sym uprobe.Func, r *uprobe.Refusal) RefusedProbe {
 	return RefusedProbe{
 		Symbol:     p.Symbol,
 		Operation:  ops.Name(uint32(p.Op)),
-		Reason:     r.reason,
-		Offset:     sym.offset,
-		FileOffset: sym.probeAddr(),
-		Code:       hex.EncodeToString(r.code),
-		Error:      r.err,
+		Reason:     r.Reason,
+		Offset:     sym.Offset,
+		FileOffset: sym.ProbeAddr(),
+		Code:       hex.EncodeToString(r.Code),
+		Error:      r.Err,
 	}
 }
 
-// refusal says why the kernel refuses a probe at sym of file key: from
-// the file's bytes (place), or found by trying (findRefused, classic
-// attaches); nil when it is not known to.
-func (a *Attacher) refusal(key FileKey, sym funcSym) *refusal {
-	if sym.refused != nil {
-		return sym.refused
+// set is the probe set of file t (opened as ex) for the linker, with the
+// file's known refusals.
+func (a *Attacher) set(ex *link.Executable, t Target, syms map[string]uprobe.Func, id uint32, pid int) uprobe.Set {
+	if a.refused[t.Key] == nil {
+		a.refused[t.Key] = uprobe.Refusals{}
 	}
-	if r, ok := a.refused[key][sym.probeAddr()]; ok {
-		return &r
-	}
-	return nil
-}
-
-// refuse remembers that the kernel refused a probe at file offset addr
-// of file key.
-func (a *Attacher) refuse(key FileKey, addr uint64, err error) {
-	if a.refused[key] == nil {
-		a.refused[key] = map[uint64]refusal{}
-	}
-	a.refused[key][addr] = refusal{reason: RefusedByKernel, err: err.Error()}
-	a.log.Warn("the kernel refuses a uprobe at this address; the function is left out", "file", key, "address", fmt.Sprintf("%#x", addr), "err", err)
-}
-
-// isRefusal reports whether err is the kernel refusing a uprobe on the
-// instruction at its address: ENOTSUPP (524; cilium/ebpf prints it as
-// "operation not supported") or EOPNOTSUPP.
-func isRefusal(err error) bool {
-	return errors.Is(err, unix.Errno(524)) || errors.Is(err, unix.EOPNOTSUPP)
-}
-
-// findRefused tries each probe address of probes alone, with an empty
-// program and the same PID filter, after a uprobe_multi link of them
-// failed in a way a refused address explains (one refused address fails
-// the whole link). The addresses the kernel refuses are remembered for
-// the file (refuse). It returns how many it found; 0 when it could not
-// tell (the caller then reports the link's own error).
-func (a *Attacher) findRefused(ex *link.Executable, key FileKey, probes []ops.Probe, syms map[string]funcSym, pid int) int {
-	prog, err := a.trialProgram()
-	if err != nil {
-		a.log.Warn("cannot look for refused probe addresses", "file", key, "err", err)
-		return 0
-	}
-	var trials []link.Link
-	defer func() { closeAll(trials) }()
-	found := 0
-	tried := map[uint64]bool{}
-	for _, p := range probes {
-		sym, ok := syms[p.Symbol]
-		if !ok || tried[sym.probeAddr()] {
-			continue
-		}
-		tried[sym.probeAddr()] = true
-		l, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{
-			Addresses: []uint64{sym.addr}, Offsets: []uint64{sym.offset}, PID: uint32(pid),
-		})
-		switch {
-		case err == nil:
-			trials = append(trials, l)
-		case isRefusal(err):
-			a.refuse(key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
-			found++
-		default:
-			a.log.Debug("probe address trial failed for another reason", "file", key, "symbol", p.Symbol, "err", err)
-			return found
-		}
-	}
-	return found
-}
-
-// trialProgram returns the empty uprobe_multi program of findRefused.
-func (a *Attacher) trialProgram() (*ebpf.Program, error) {
-	if a.trial != nil {
-		return a.trial, nil
-	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "refusal_trial", // not "profi_…": that prefix is for metric names
-		Type:         ebpf.Kprobe,
-		AttachType:   ebpf.AttachTraceUprobeMulti,
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-		License:      "Dual BSD/GPL",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load the trial program: %w", err)
-	}
-	a.trial = prog
-	return prog, nil
-}
-
-// attachProbes attaches every probe whose symbol the file defines, except
-// those the kernel refuses a uprobe on: known ones are not offered; one
-// found now (a classic attach refused, or a uprobe_multi link failing
-// because of one refused address, found by findRefused) is remembered and
-// left out, and the rest attached. All or nothing otherwise: on any
-// other error the links made so far are closed.
-func (a *Attacher) attachProbes(ex *link.Executable, t Target, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (links *linkSet, reason string, err error) {
-	offered := func() []ops.Probe {
-		var out []ops.Probe
-		for _, p := range probes {
-			// A symbol the file lacks is listed as missing or absent by the caller.
-			if sym, ok := syms[p.Symbol]; ok && a.refusal(t.Key, sym) == nil {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	if a.opts.UprobeMulti {
-		links, err := a.attachMulti(ex, offered(), syms, fileID, pid)
-		if err != nil && (isRefusal(err) || errors.Is(err, unix.EINVAL)) && a.findRefused(ex, t.Key, offered(), syms, pid) > 0 {
-			links, err = a.attachMulti(ex, offered(), syms, fileID, pid)
-		}
-		if err != nil {
-			return nil, classify(err), fmt.Errorf("attach uprobe_multi in %s: %w", t.Path, err)
-		}
-		return links, "", nil
-	}
-	links = &linkSet{}
-	for _, p := range offered() {
-		sym := syms[p.Symbol]
-		// Address: cilium/ebpf takes the file offset read by elfsym
-		// instead of parsing the file's symbol tables again.
-		opts := &link.UprobeOptions{PID: pid, Cookie: ops.Cookie(p.Op, fileID), Address: sym.addr, Offset: sym.offset}
-		// Return probe first: an entry without its return would leave
-		// in-flight state behind; a return without entry is tolerated
-		// and counted in BPF.
-		var ret link.Link
-		if p.Return != "" {
-			l, err := ex.Uretprobe(p.Symbol, a.opts.Programs[p.Return], opts)
-			if err != nil && isRefusal(err) {
-				a.refuse(t.Key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
-				continue
-			}
-			if err != nil {
-				links.close()
-				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, t.Path, err)
-			}
-			ret = l
-		}
-		l, err := ex.Uprobe(p.Symbol, a.opts.Programs[p.Entry], opts)
-		if err != nil {
-			if ret != nil {
-				_ = ret.Close()
-			}
-			if isRefusal(err) {
-				a.refuse(t.Key, sym.probeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
-				continue
-			}
-			links.close()
-			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, t.Path, err)
-		}
-		if ret != nil {
-			links.returns = append(links.returns, ret)
-		}
-		links.entries = append(links.entries, l)
-	}
-	return links, "", nil
-}
-
-// attachMulti attaches probes with one uprobe_multi link per program:
-// every return program first, like the classic path, then the entry
-// programs. Each function keeps the offset the classic probe would have
-// (prologue skip) and the same cookie (operation and file). All or
-// nothing: on error the links made so far are closed.
-func (a *Attacher) attachMulti(ex *link.Executable, probes []ops.Probe, syms map[string]funcSym, fileID uint32, pid int) (*linkSet, error) {
-	type group struct {
-		prog                    string
-		symbols                 []string
-		addrs, offsets, cookies []uint64
-	}
-	var returns, entries []*group
-	add := func(groups *[]*group, prog string, p ops.Probe) {
-		i := slices.IndexFunc(*groups, func(g *group) bool { return g.prog == prog })
-		if i < 0 {
-			*groups = append(*groups, &group{prog: prog})
-			i = len(*groups) - 1
-		}
-		g := (*groups)[i]
-		g.symbols = append(g.symbols, p.Symbol)
-		g.addrs = append(g.addrs, syms[p.Symbol].addr)
-		g.offsets = append(g.offsets, syms[p.Symbol].offset)
-		g.cookies = append(g.cookies, ops.Cookie(p.Op, fileID))
-	}
-	for _, p := range probes {
-		if _, ok := syms[p.Symbol]; !ok {
-			continue // listed as missing or absent by the caller
-		}
-		add(&entries, p.Entry, p)
-		if p.Return != "" {
-			add(&returns, p.Return, p)
-		}
-	}
-	links := &linkSet{multi: true}
-	for _, g := range returns {
-		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
-		l, err := ex.UretprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
-		if err != nil {
-			links.close()
-			return nil, fmt.Errorf("return probes %v: %w", g.symbols, err)
-		}
-		links.returns = append(links.returns, l)
-	}
-	for _, g := range entries {
-		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(pid)}
-		l, err := ex.UprobeMulti(g.symbols, a.opts.Programs[g.prog], opts)
-		if err != nil {
-			links.close()
-			return nil, fmt.Errorf("entry probes %v: %w", g.symbols, err)
-		}
-		links.entries = append(links.entries, l)
-	}
-	return links, nil
+	return uprobe.Set{Exe: ex, Path: t.Path, Funcs: syms, FileID: id, PID: pid, Refused: a.refused[t.Key]}
 }
 
 // splitPausable splits probes into those the overhead budget never
@@ -1130,7 +926,7 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 		return nil
 	}
 	if paused {
-		closing := []*linkSet{f.hot}
+		closing := []*uprobe.Links{f.hot}
 		for _, lp := range f.launches {
 			if ops.Pausable(lp.probe.Op) {
 				closing = append(closing, lp.links)
@@ -1140,7 +936,7 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 		f.hot, f.paused = nil, true
 		a.mu.Unlock()
 		for _, l := range closing {
-			l.close()
+			l.Close()
 		}
 		return nil
 	}
@@ -1172,7 +968,7 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 
 // reattach attaches probes of an already attached file again, with the
 // symbols and offsets read at the first attach.
-func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*linkSet, error) {
+func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*uprobe.Links, error) {
 	file, err := f.target.Open()
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", f.target.Path, err)
@@ -1182,7 +978,7 @@ func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*linkSet,
 	if err != nil {
 		return nil, fmt.Errorf("open executable %s: %w", f.target.Path, err)
 	}
-	links, _, err := a.attachProbes(ex, f.target, probes, f.syms, f.id, pid)
+	links, _, err := a.linker.Link(a.set(ex, f.target, f.syms, f.id, pid), probes)
 	return links, err
 }
 
@@ -1196,38 +992,12 @@ func requiredProbes(lib discover.Library, mode, profile string) int {
 	return n
 }
 
-func classify(err error) string {
-	switch {
-	case errors.Is(err, syscall.ESRCH), errors.Is(err, os.ErrNotExist):
-		return ReasonProcessExited
-	case errors.Is(err, link.ErrNoSymbol):
-		return ReasonSymbolNotFound
-	case errors.Is(err, ebpf.ErrNotSupported):
-		return ReasonUnsupportedKernel
-	default:
-		return ReasonOther
-	}
-}
-
-// linkSet holds the links of one attachment.
-type linkSet struct {
-	entries, returns []link.Link
-	multi            bool // some links are uprobe_multi links
-}
-
-func (s *linkSet) len() int {
-	if s == nil {
-		return 0
-	}
-	return len(s.entries) + len(s.returns)
-}
-
 // closeLinks detaches every probe of f.
 func (f *attached) closeLinks() {
-	f.hot.close()
-	f.links.close()
+	f.hot.Close()
+	f.links.Close()
 	for _, lp := range f.launches {
-		lp.links.close()
+		lp.links.Close()
 		lp.links = nil
 	}
 }
@@ -1237,27 +1007,6 @@ func (f *attached) closeLinks() {
 // are counted at the driver, so the driver can tell the others'.
 func (f *attached) marks() bool {
 	return len(f.launches) > 0 && !f.settled
-}
-
-// close detaches every entry probe before any return probe, so no return
-// fires for a call whose entry was never recorded. Within each kind the
-// links close in parallel: each detach waits for an RCU grace period
-// (60-90 ms measured), which one by one held the attacher for seconds.
-func (s *linkSet) close() {
-	if s == nil {
-		return
-	}
-	closeAll(s.entries)
-	closeAll(s.returns)
-	s.entries, s.returns = nil, nil
-}
-
-func closeAll(links []link.Link) {
-	var wg sync.WaitGroup
-	for _, l := range links {
-		wg.Go(func() { _ = l.Close() }) // fails only if already closed
-	}
-	wg.Wait()
 }
 
 // Close detaches everything. The Attacher is unusable afterwards.
@@ -1277,10 +1026,7 @@ func (a *Attacher) Close() error {
 	}
 	wg.Wait()
 	a.closing.Wait()
-	if a.trial != nil {
-		a.trial.Close()
-		a.trial = nil
-	}
+	a.linker.Close()
 	a.closed = true
 	return nil
 }
@@ -1334,4 +1080,19 @@ func (a *Attacher) counters() Counters {
 	}
 	sort.Ints(c.TrackedPIDs)
 	return c
+}
+
+// probedSymbols are the symbols any probe of lib may need: the global
+// mode's and, for full-mode upgrades of single processes (reattach with
+// the symbols read at attach), full mode's.
+func probedSymbols(lib discover.Library, mode, profile string) []string {
+	var names []string
+	for _, m := range []string{mode, ops.KernelModeFull} {
+		for _, p := range ops.Probes(lib, m, profile) {
+			if !slices.Contains(names, p.Symbol) {
+				names = append(names, p.Symbol)
+			}
+		}
+	}
+	return names
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
@@ -46,7 +47,7 @@ type rtSite = bpfobj.ProfiRtSite
 // the driver, with its own links so that it detaches alone.
 type launchProbe struct {
 	probe  ops.Probe
-	links  *linkSet // nil while handed over or paused
+	links  *uprobe.Links // nil while handed over or paused
 	handed bool
 }
 
@@ -293,7 +294,7 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 	}
 	for _, op := range give {
 		lp := f.launches[op]
-		lp.links.close() // one by one, in order
+		lp.links.Close() // one by one, in order
 		lp.links = nil
 		a.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", lp.probe.Symbol)
 	}

@@ -45,12 +45,12 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 		return q, true
 	}
 	q.Lib, q.Path, q.PIDs = f.target.Lib, f.target.Path, sortedPIDs(f.target.PIDs)
-	q.Links = f.links.len() + f.hot.len()
+	q.Links = f.links.Len() + f.hot.Len()
 	for _, lp := range f.launches {
-		q.Links += lp.links.len()
+		q.Links += lp.links.Len()
 	}
 	for pid := range f.upgrades {
-		q.Links += f.upgrades[pid].len()
+		q.Links += f.upgrades[pid].Len()
 		a.dropUpgrade(f, pid)
 	}
 	a.quarantined[q.Key] = true

@@ -58,13 +58,13 @@ func (a *Attacher) Status() Status {
 			Refused:      slices.Clone(f.refused),
 			FullModePIDs: upgradedPIDs(f),
 			Paused:       f.paused,
-			UprobeMulti:  f.links.multi || f.hot != nil && f.hot.multi,
+			UprobeMulti:  f.links.Multi || f.hot != nil && f.hot.Multi,
 			AttachedAt:   f.attachedAt,
 		}
 		for _, p := range f.probes {
 			sym := f.syms[p.Symbol]
 			ls.Probes = append(ls.Probes, ProbeStatus{Symbol: p.Symbol, Operation: ops.Name(uint32(p.Op)), Return: p.Timed(), Traps: p.Traps(),
-				Offset: sym.offset, Placement: sym.placement, CountedAtDriver: f.launches[p.Op] != nil && f.launches[p.Op].handed})
+				Offset: sym.Offset, Placement: sym.Placement, Entry: sym.Entry, CountedAtDriver: f.launches[p.Op] != nil && f.launches[p.Op].handed})
 		}
 		s.Attached = append(s.Attached, ls)
 	}

@@ -101,6 +101,7 @@ type File struct {
 	r    io.ReaderAt
 	size uint64
 	typ  elf.Type
+	mach elf.Machine
 	segs []Segment // loadable, in header order
 
 	tabs    [2]*symtab // by Table
@@ -171,6 +172,7 @@ func Open(r io.ReaderAt, size int64) (f *File, err error) {
 		return nil, fmt.Errorf("%w: ELF version %d", ErrUnsupported, h[elf.EI_VERSION])
 	}
 	f.typ = elf.Type(le.Uint16(h[16:]))
+	f.mach = elf.Machine(le.Uint16(h[18:]))
 	if f.typ != elf.ET_DYN && f.typ != elf.ET_EXEC {
 		return nil, fmt.Errorf("%w: type %v, want a shared object or executable", ErrUnsupported, f.typ)
 	}
@@ -213,6 +215,10 @@ func Open(r io.ReaderAt, size int64) (f *File, err error) {
 
 // Type is the file's ELF type (ET_DYN or ET_EXEC).
 func (f *File) Type() elf.Type { return f.typ }
+
+// Machine is the file's ELF machine (e_machine): which instruction set
+// its code is.
+func (f *File) Machine() elf.Machine { return f.mach }
 
 // Segments returns the loadable segments with file contents, in program
 // header order.

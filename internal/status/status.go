@@ -122,6 +122,11 @@ type ProbeStatus struct {
 	// "past_refused_instruction" (a first instruction the kernel refuses,
 	// which changes neither the stack pointer nor an argument register).
 	Placement string `json:"placement,omitempty"`
+	// Entry says how the kernel runs the instruction under the probe:
+	// "simulated" (one exception per hit), "stepped" (single-stepped out
+	// of line: two), "simulated_since_6.13" (a NOP: stepped before 6.13).
+	// Reported for arm64 files; empty where not decided.
+	Entry string `json:"entry,omitempty"`
 	// CountedAtDriver: a runtime launch probe detached because the
 	// driver's probe counts its launches, under this operation (one trap
 	// per launch; ARCHITECTURE.md "One trap per launch").
@@ -138,6 +143,13 @@ const (
 	PlacementPastRefused = "past_refused_instruction"
 )
 
+// How the kernel runs the probed instruction (ProbeStatus.Entry).
+const (
+	EntrySimulated         = "simulated"
+	EntryStepped           = "stepped"
+	EntrySimulatedSince613 = "simulated_since_6.13"
+)
+
 // Reasons of RefusedProbe.
 const (
 	// RefusedLockPrefix: the address holds a lock-prefixed instruction.
@@ -147,6 +159,25 @@ const (
 	// RefusedByKernel: the kernel refused an attach there, for a reason
 	// the bytes do not show (found by trying the address alone).
 	RefusedByKernel = "kernel_refused"
+	// arm64 (docs/PROBES.md, "Probe placement"):
+	// RefusedExclusive: an exclusive load or store (LDXR, STXR, CASP...).
+	RefusedExclusive = "exclusive_access"
+	// RefusedLiteralLoad: a PC-relative literal load (LDR, LDRSW, PRFM
+	// literal; SIMD&FP LDR literal would be stepped at the wrong address).
+	RefusedLiteralLoad = "literal_load"
+	// RefusedSystem: MSR, MRS of DAIF, ERET: not steppable.
+	RefusedSystem = "system_instruction"
+	// RefusedException: an exception-generating instruction (SVC, BRK...).
+	RefusedException = "exception_instruction"
+	// RefusedHint: a hint outside the kernel's steppable list (AUTIASP...).
+	RefusedHint = "hint"
+	// RefusedBranch: a branch the kernel neither steps nor simulates
+	// (BRAA, BLRAA, RETAA...).
+	RefusedBranch = "unsimulated_branch"
+	// RefusedMOPS: a memory copy/set instruction (one of three in sequence).
+	RefusedMOPS = "memory_copy_set"
+	// RefusedUnaligned: an address not 4-byte aligned.
+	RefusedUnaligned = "unaligned"
 )
 
 // RefusedProbe is a probed function the library defines that has no
@@ -157,9 +188,9 @@ const (
 type RefusedProbe struct {
 	Symbol    string `json:"symbol"`
 	Operation string `json:"operation"`
-	// Reason: "lock_prefix" or "segment_prefix" (read from the file's
-	// bytes, never offered to the kernel), "kernel_refused" (refused when
-	// tried).
+	// Reason: "lock_prefix" or "segment_prefix" on x86-64, one of the
+	// arm64 reasons above (all read from the file's bytes, never offered
+	// to the kernel), "kernel_refused" (refused when tried).
 	Reason string `json:"reason"`
 	// Offset is the refused address past the symbol; FileOffset the same
 	// address in the file.

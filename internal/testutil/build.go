@@ -25,8 +25,8 @@ import (
 // ModulePath is the module whose root RepoRoot looks for.
 const ModulePath = "github.com/profi-dev/profi"
 
-// ErrNoCompiler is returned (wrapped) by BuildFixtures when gcc is not in PATH.
-var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the CUDA stubs and workloads")
+// ErrNoCompiler is returned (wrapped) by BuildFixtures and CC when the C compiler is not in PATH.
+var ErrNoCompiler = errors.New("C compiler not found in PATH: it is needed to build the CUDA stubs and workloads")
 
 // Compiler flags. The stub's are fixed on purpose: together with the source
 // they decide each exported function's first instruction ("push %rbp"), and
@@ -37,12 +37,20 @@ var ErrNoCompiler = errors.New("gcc not found in PATH: it is needed to build the
 // workload's kernel host stubs in .dynsym, where symbolizers look first.
 var (
 	stubFlags = []string{
-		"-O2", "-fno-omit-frame-pointer", "-fcf-protection=none", "-fno-ipa-icf",
+		"-O2", "-fno-omit-frame-pointer", "-fno-ipa-icf",
 		"-fno-inline", "-shared", "-fPIC",
 	}
 	workloadFlags = []string{"-O2", "-pthread", "-rdynamic"}
 	warnFlags     = []string{"-Wall", "-Wextra", "-Werror"}
 )
+
+// archFlags are the stub flags of one architecture (after Compiler.Flags):
+// stub adds to every stub; hardened builds CudartCET; locked builds the
+// CudartLocked variants, whose refused entries cannot be BTI landing pads.
+var archFlags = map[string]struct{ stub, hardened, locked []string }{
+	"amd64": {stub: []string{"-fcf-protection=none"}, hardened: []string{"-fcf-protection=full"}},
+	"arm64": {locked: []string{"-mbranch-protection=none"}},
+}
 
 // Source files, relative to the repository root.
 const (
@@ -172,17 +180,25 @@ func SharedDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("profi-fixtures-%d", os.Getuid()))
 }
 
-// BuildFixtures compiles the stubs and workloads with gcc into dir (created
-// if needed). It is safe to call concurrently on one dir, from goroutines or
+// BuildFixtures compiles the stubs and workloads for the host's
+// architecture into dir (BuildFixturesFor).
+func BuildFixtures(dir string) (*Fixtures, error) {
+	return BuildFixturesFor(runtime.GOARCH, dir)
+}
+
+// BuildFixturesFor compiles the stubs and workloads for goarch with its C
+// compiler (CC) into dir (created if needed). It is safe to call concurrently on one dir, from goroutines or
 // processes: builds are serialised by a lock file, and skipped when a stamp
 // shows the outputs already match the sources, flags and compiler. Skipping
 // matters beyond speed: replacing a library gives it a new inode, and uprobes
 // attached through the old one would silently stop firing for new processes.
-func BuildFixtures(dir string) (*Fixtures, error) {
-	gcc, err := exec.LookPath("gcc")
+func BuildFixturesFor(goarch, dir string) (*Fixtures, error) {
+	cc, err := CC(goarch)
 	if err != nil {
-		return nil, fmt.Errorf("testutil: %w", ErrNoCompiler)
+		return nil, err
 	}
+	af := archFlags[goarch]
+	stubFlags := cat(af.stub, stubFlags) // -shared -fPIC stay last (launch13Static drops them)
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -202,7 +218,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 	}
 	defer unlock()
 
-	stamp, err := buildStamp(gcc, root, dir)
+	stamp, err := buildStamp(cc, stubFlags, root, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -249,9 +265,9 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcuda.so.1", "-o", t.Cuda, src(cudaSrc), "-lpthread"}),
 		cudart(t.Cudart),
 		cudart(t.CudartMissing, "-DPROFI_STUB_OMIT_GRAPH"),
-		cudart(t.CudartCET, "-fcf-protection=full"), // overrides stubFlags' none
-		cudart(t.CudartLocked, "-DPROFI_STUB_LOCKED_GRAPH=2"),
-		cudart(t.CudartLockedMovable, "-DPROFI_STUB_LOCKED_GRAPH=1"),
+		cudart(t.CudartCET, af.hardened...), // overrides stubFlags' none
+		cudart(t.CudartLocked, cat([]string{"-DPROFI_STUB_LOCKED_GRAPH=2"}, af.locked)...),
+		cudart(t.CudartLockedMovable, cat([]string{"-DPROFI_STUB_LOCKED_GRAPH=1"}, af.locked)...),
 		// Likewise; -rpath-link makes ld check Cudart's NEEDED against the
 		// new driver, not whatever the final dir holds.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.Workload, src(workloadSrc),
@@ -283,7 +299,7 @@ func BuildFixtures(dir string) (*Fixtures, error) {
 			"-L" + tmp, "-l:libnccl.so.2", "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
 	)
 	for _, args := range builds {
-		cmd := exec.Command(gcc, args...)
+		cmd := cc.Command(args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("testutil: %s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 		}
@@ -332,13 +348,13 @@ func lockDir(dir string) (unlock func(), err error) {
 }
 
 // buildStamp hashes everything the outputs depend on.
-func buildStamp(gcc, root, dir string) (string, error) {
+func buildStamp(cc Compiler, stubFlags []string, root, dir string) (string, error) {
 	h := sha256.New()
-	ver, err := exec.Command(gcc, "-dumpfullversion", "-dumpversion").Output()
+	ver, err := exec.Command(cc.Path, "-dumpfullversion", "-dumpversion").Output()
 	if err != nil {
-		return "", fmt.Errorf("testutil: %s -dumpfullversion: %w", gcc, err)
+		return "", fmt.Errorf("testutil: %s -dumpfullversion: %w", cc.Path, err)
 	}
-	fmt.Fprintf(h, "%s\n%s\n%s\n%q\n%q\n%q\n", gcc, ver, dir, stubFlags, workloadFlags, warnFlags)
+	fmt.Fprintf(h, "%s\n%q\n%s\n%s\n%q\n%q\n%q\n%v\n", cc.Path, cc.Flags, ver, dir, stubFlags, workloadFlags, warnFlags, archFlags[cc.GOARCH])
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
 		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, graphsSrc,
 		cudart12Map, cudart13Map, hostileStubSrc, hostileSrc} {

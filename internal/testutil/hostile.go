@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 )
 
@@ -28,7 +29,7 @@ func WriteHostileELF(path string, dynsymBytes int64) error {
 	var eh [64]byte
 	copy(eh[:], []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
 	le.PutUint16(eh[16:], uint16(elf.ET_DYN))
-	le.PutUint16(eh[18:], uint16(elf.EM_X86_64))
+	le.PutUint16(eh[18:], uint16(hostMachine())) // a file the attacher would probe
 	le.PutUint32(eh[20:], uint32(elf.EV_CURRENT))
 	le.PutUint64(eh[32:], 64)    // e_phoff
 	le.PutUint64(eh[40:], shoff) // e_shoff
@@ -100,4 +101,12 @@ func (w *Workload) RunHostile() (*HostileTruth, error) {
 		return nil, w.errorf("bad hostile summary %q: %v", line, err)
 	}
 	return &h, nil
+}
+
+// hostMachine is the ELF machine of the host's code.
+func hostMachine() elf.Machine {
+	if runtime.GOARCH == "arm64" {
+		return elf.EM_AARCH64
+	}
+	return elf.EM_X86_64
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1120,7 +1121,11 @@ func BuildGPUWorkload(fx *Fixtures, dir string) (string, error) {
 	out := filepath.Join(dir, "gpu-workload")
 	args := cat(workloadFlags, warnFlags, []string{"-I" + filepath.Join(root, filepath.Dir(stubHeader)), "-o", out,
 		filepath.Join(root, gpuWorkloadSrc), "-L" + fx.Dir, "-l:libcudart.so.12", "-Wl,-rpath," + fx.Dir})
-	cmd := exec.Command("gcc", args...)
+	cc, err := CC(runtime.GOARCH)
+	if err != nil {
+		return "", err
+	}
+	cmd := cc.Command(args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("testutil: %s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
 	}

@@ -599,6 +599,7 @@ EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
  * the handle into the function and tail-jumps to the exported
  * cudaLaunchKernel (through the PLT), so a probe there fires inside it on
  * the same stack; likewise the _ptsz pair. A NULL handle stays NULL. */
+#if defined(__x86_64__)
 #define TAIL_LAUNCH(name, target)                                                   \
 	__asm__(".text\n.globl " #name "\n"                                         \
 		".type " #name ",@function\n" #name ":\n"                           \
@@ -608,6 +609,22 @@ EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 		"\txor %r11, %rdi\n"                                                \
 		"1:\tjmp " #target "@PLT\n"                                         \
 		".size " #name ", .-" #name "\n")
+#elif defined(__aarch64__)
+/* The same on arm64: the handle in x0, x9 a scratch register; "hint 34"
+ * is `bti c`, the landing pad of the PLT's indirect branch (a no-op
+ * without BTI); b to a preemptible symbol goes through the PLT. */
+#define TAIL_LAUNCH(name, target)                                                   \
+	__asm__(".text\n.p2align 2\n.globl " #name "\n"                             \
+		".type " #name ",%function\n" #name ":\n"                           \
+		"\thint 34\n"                                                       \
+		"\tcbz x0, 1f\n"                                                    \
+		"\tmovz x9, #0x4b00, lsl #48\n" /* KERNEL_HANDLE_XOR */             \
+		"\teor x0, x0, x9\n"                                                \
+		"1:\tb " #target "\n"                                               \
+		".size " #name ", .-" #name "\n")
+#else
+#error "TAIL_LAUNCH: no assembly for this architecture"
+#endif
 _Static_assert(KERNEL_HANDLE_XOR == 0x4b00000000000000ULL, "TAIL_LAUNCH's constant");
 TAIL_LAUNCH(__cudaLaunchKernel, cudaLaunchKernel);
 TAIL_LAUNCH(__cudaLaunchKernel_ptsz, cudaLaunchKernel_ptsz);
@@ -1031,6 +1048,7 @@ profi_graph_launch_body(cudaGraphExec_t exec, cudaStream_t stream)
 	WRAP(do_graph_launch(exec, stream));
 }
 
+#if defined(__x86_64__)
 #if PROFI_STUB_LOCKED_GRAPH == 1
 #define LOCKED_GRAPH_INSN "lock incl profi_graph_entries(%rip)"
 #else
@@ -1043,6 +1061,25 @@ EXPORT __attribute__((naked)) cudaError_t cudaGraphLaunch(__attribute__((unused)
 	__asm__(LOCKED_GRAPH_INSN "\n\t"
 		"jmp profi_graph_launch_body");
 }
+#elif defined(__aarch64__)
+/* arm64 refuses a uprobe on an exclusive load (=2) and on a literal load
+ * (=1), and profi never moves an arm64 probe: both entries are refused.
+ * Neither changes an argument register (x9 is a scratch register). The
+ * entry is no BTI landing pad: these variants are built without branch
+ * protection (internal/testutil), as the PLT reaches it indirectly. */
+#if PROFI_STUB_LOCKED_GRAPH == 1
+#define LOCKED_GRAPH_INSN "ldr w9, 2f"
+#else
+#define LOCKED_GRAPH_INSN "ldxr w9, [sp]\n\tclrex"
+#endif
+__asm__(".text\n.p2align 2\n.globl cudaGraphLaunch\n"
+	".type cudaGraphLaunch,%function\ncudaGraphLaunch:\n\t" LOCKED_GRAPH_INSN "\n"
+	"\tb profi_graph_launch_body\n"
+	"2:\t.word 0\n"
+	".size cudaGraphLaunch, .-cudaGraphLaunch\n");
+#else
+#error "cudaGraphLaunch: no locked entry for this architecture"
+#endif
 #endif
 
 EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream)

@@ -1,6 +1,11 @@
-package attach
+package uprobe
 
-import "github.com/profi-dev/profi/internal/status"
+import (
+	"slices"
+
+	"github.com/profi-dev/profi/internal/elfsym"
+	"github.com/profi-dev/profi/internal/status"
+)
 
 // The x86-64 kernel refuses a uprobe on some instructions (EOPNOTSUPP,
 // errno 524 ENOTSUPP in fact, at attach time, per address): those with a
@@ -11,21 +16,85 @@ import "github.com/profi-dev/profi/internal/status"
 // decided here, before any attach: a refused first instruction is never
 // offered to the kernel, and the probe moves past it when that is
 // provably harmless. The kernel's other refusals are found by trying
-// (attacher.go, findRefused).
+// (link.go, findRefused).
 
-// Reasons a probed function gets no probe (/status refused_probes).
+// Reasons the x86-64 kernel refuses a probed function (/status refused_probes).
 const (
 	RefusedLockPrefix    = status.RefusedLockPrefix
 	RefusedSegmentPrefix = status.RefusedSegmentPrefix
-	RefusedByKernel      = status.RefusedByKernel
 )
 
-// Placements of a probe other than the symbol's first instruction
-// (/status probes[].placement).
-const (
-	PlacementPastEndbr64 = status.PlacementPastEndbr64
-	PlacementPastRefused = status.PlacementPastRefused
-)
+// Why probe past the first instruction: the kernel emulates some
+// instructions under a uprobe (push, jumps, calls) and single-steps the
+// rest out of line, which costs a second trap. endbr64, the first
+// instruction of every function built with -fcf-protection, is
+// single-stepped. When it is followed by a push the kernel emulates, the
+// probe goes on the push: one trap instead of two, with the same
+// registers and stack as at the symbol (docs/PROBES.md, "Probe placement").
+
+var endbr64 = [4]byte{0xf3, 0x0f, 0x1e, 0xfa}
+
+// prologueOffset decides, from the first bytes of a function, where to put
+// its probes: 4 (past endbr64) when the next instruction is a push of a
+// general register, else 0.
+func prologueOffset(code []byte) uint64 {
+	if len(code) < 5 || [4]byte(code[:4]) != endbr64 {
+		return 0
+	}
+	next := code[4:]
+	switch {
+	case next[0] >= 0x50 && next[0] <= 0x57: // push %rax..%rdi
+		return 4
+	case len(next) >= 2 && next[0] == 0x41 && next[1] >= 0x50 && next[1] <= 0x57: // push %r8..%r15
+		return 4
+	}
+	return 0
+}
+
+// placeX86 decides where to probe the x86-64 function s (at file offset
+// addr): past an endbr64 followed by a push (prologueOffset); past a
+// first instruction the kernel refuses when that instruction changes no
+// register the probes read and no stack slot (movableLen), the next one
+// is accepted, and no branch of the function leads back to them; else at
+// the symbol, marked refused when the kernel would refuse it.
+func placeX86(ef *elfsym.File, s elfsym.Symbol, addr uint64) Func {
+	code := firstCode(ef, s.Value)
+	fs := Func{Addr: addr}
+	if off := prologueOffset(code); off != 0 {
+		fs.Offset, fs.Placement = off, PlacementPastEndbr64
+		return fs
+	}
+	why := refusedPrefix(code)
+	if why == "" {
+		return fs
+	}
+	if n, ok := movableLen(code); ok && len(code) >= n+maxInsn && refusedPrefix(code[n:]) == "" &&
+		uint64(n) < s.Size && s.Size <= maxScan && !loopsBack(ef, s, n) {
+		fs.Offset, fs.Placement = uint64(n), PlacementPastRefused
+		return fs
+	}
+	fs.Refused = &Refusal{Reason: why, Code: slices.Clone(code[:min(len(code), codeShown)])}
+	return fs
+}
+
+// loopsBack reads the function s (at most maxScan bytes, asked for by
+// placeX86) and reports whether a branch in it may lead to an offset in
+// [0, to], or its bytes cannot be read: unsure.
+func loopsBack(ef *elfsym.File, s elfsym.Symbol, to int) bool {
+	b := body(ef, s)
+	return b == nil || branchesTo(b, to)
+}
+
+// firstCode reads the first bytes of the function at vaddr: enough for
+// two instructions, fewer near the end of its segment (nil: none).
+func firstCode(ef *elfsym.File, vaddr uint64) []byte {
+	for _, n := range []int{2 * 16, 16, 6} {
+		if code, err := ef.Code(vaddr, n); err == nil {
+			return code
+		}
+	}
+	return nil
+}
 
 // maxInsn is the longest x86 instruction.
 const maxInsn = 15

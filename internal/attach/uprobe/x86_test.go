@@ -1,12 +1,11 @@
-package attach
+package uprobe
 
 import (
+	"debug/elf"
 	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Encodings from GNU as (objdump -d), so the decoder is checked against
@@ -58,6 +57,34 @@ var insnTests = []struct {
 	{"data16 cs nopw (not a cs first: 66 then 2e)", "662e0f1f840000000000", RefusedSegmentPrefix, 10},
 	{"rep stos", "f3ab", "", 0},
 	{"nothing", "", "", 0},
+}
+
+func TestPrologueOffset(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		code []byte
+		want uint64
+	}{
+		{"endbr64; push %rbp", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48}, 4},
+		{"endbr64; push %rbx", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x48}, 4},
+		{"endbr64; push %r12", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x54}, 4},
+		{"endbr64; push %r15", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x57}, 4},
+		{"endbr64; mov (single-stepped anyway)", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x89}, 0},
+		{"endbr64; rex.B but not a push", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x89}, 0},
+		{"endbr64 at the end of the bytes", []byte{0xf3, 0x0f, 0x1e, 0xfa}, 0},
+		{"push %rbp first (already one trap)", []byte{0x55, 0x48, 0x89, 0xe5, 0, 0}, 0},
+		{"endbr32 is not endbr64", []byte{0xf3, 0x0f, 0x1e, 0xfb, 0x55, 0}, 0},
+		{"nothing", nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := prologueOffset(tc.code); got != tc.want {
+				t.Errorf("prologueOffset(% x) = %d, want %d", tc.code, got, tc.want)
+			}
+		})
+	}
 }
 
 func TestRefusedPrefixAndMovable(t *testing.T) {
@@ -145,26 +172,26 @@ func TestDefinedFuncsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		syms, err := definedFuncs(f, probedSymbols("libcudart.so", ops.KernelModeFull, ops.ProfileFull), false)
+		syms, err := DefinedFuncs(f, probedNames("libcudart.so"), false, elf.EM_X86_64)
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for name, s := range syms {
 			if name != "cudaGraphLaunch" {
-				if s.offset != 0 || s.placement != "" || s.refused != nil {
-					t.Errorf("%s: %s placed at +%d (%q), refused %+v; want +0", tc.path, name, s.offset, s.placement, s.refused)
+				if s.Offset != 0 || s.Placement != "" || s.Refused != nil {
+					t.Errorf("%s: %s placed at +%d (%q), refused %+v; want +0", tc.path, name, s.Offset, s.Placement, s.Refused)
 				}
 				continue
 			}
-			if s.offset != tc.offset || s.placement != tc.placement {
-				t.Errorf("%s: cudaGraphLaunch at +%d (%q), want +%d (%q)", tc.path, s.offset, s.placement, tc.offset, tc.placement)
+			if s.Offset != tc.offset || s.Placement != tc.placement {
+				t.Errorf("%s: cudaGraphLaunch at +%d (%q), want +%d (%q)", tc.path, s.Offset, s.Placement, tc.offset, tc.placement)
 			}
 			switch {
-			case tc.refused == "" && s.refused != nil:
-				t.Errorf("%s: cudaGraphLaunch refused %+v", tc.path, s.refused)
-			case tc.refused != "" && (s.refused == nil || s.refused.reason != tc.refused || !strings.HasPrefix(hex.EncodeToString(s.refused.code), tc.code)):
-				t.Errorf("%s: cudaGraphLaunch refused %+v, want %s with code %s…", tc.path, s.refused, tc.refused, tc.code)
+			case tc.refused == "" && s.Refused != nil:
+				t.Errorf("%s: cudaGraphLaunch refused %+v", tc.path, s.Refused)
+			case tc.refused != "" && (s.Refused == nil || s.Refused.Reason != tc.refused || !strings.HasPrefix(hex.EncodeToString(s.Refused.Code), tc.code)):
+				t.Errorf("%s: cudaGraphLaunch refused %+v, want %s with code %s…", tc.path, s.Refused, tc.refused, tc.code)
 			}
 		}
 		if _, ok := syms["cudaGraphLaunch"]; !ok {
