@@ -10,8 +10,10 @@
 #     securityContext: scripts/build-image.sh, test/e2e/image_test.go; podman
 #     runs with a private configuration, never the machine's),
 #     ca-certificates (the image's CA bundle), qemu-system-x86 (the VM
-#     kernel matrix, test/vm); apt-get install, apt-get update first, only
-#     for what is missing;
+#     kernel matrix, test/vm), gcc-aarch64-linux-gnu and
+#     libc6-dev-arm64-cross (arm64 placement tested on cross-compiled code,
+#     the fixtures cross-built: internal/attach/uprobe, internal/testutil);
+#     apt-get install, apt-get update first, only for what is missing;
 #   - kube-apiserver and helm, built once into the tools cache by
 #     scripts/build-kube-apiserver.sh (about 10 minutes) and
 #     scripts/build-helm.sh (about 6 minutes);
@@ -53,6 +55,8 @@ requirements=(
 	"ca-certificates path:/etc/ssl/certs/ca-certificates.crt"
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
 	"qemu-system-x86 qemu-system-x86_64"
+	"gcc-aarch64-linux-gnu aarch64-linux-gnu-gcc aarch64-linux-gnu-objdump"
+	"libc6-dev-arm64-cross path:/usr/aarch64-linux-gnu/include/stdio.h"
 )
 packages=()
 for r in "${requirements[@]}"; do
