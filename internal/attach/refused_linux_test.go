@@ -11,36 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
-
-// mapFile maps path read-only into the test process for the test's
-// length. The kernel reads the instruction under a uprobe (and refuses
-// it) only when it installs the probe in a process that maps the file
-// and passes the PID filter: the tests' filter is the test process.
-func mapFile(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Munmap(m) })
-}
 
 func loadKind(t *testing.T, multi bool) *bpfobj.Objects {
 	t.Helper()
@@ -64,7 +40,7 @@ func TestAttachRefusedProbe(t *testing.T) {
 		fx := fixtures(t)
 		objs := loadKind(t, multi)
 		pid := os.Getpid()
-		mapFile(t, fx.CudartLocked)
+		testutil.MapFile(t, fx.CudartLocked)
 		a := New(Options{Programs: objs.Programs(), KernelMode: ops.KernelModeAnonymous, Profile: ops.ProfileLean, PID: pid, UprobeMulti: multi})
 		defer a.Close()
 		var opens atomic.Int32

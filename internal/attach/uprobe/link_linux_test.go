@@ -12,35 +12,12 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 )
-
-// mapFile maps path read-only into the test process for the test's
-// length. The kernel reads the instruction under a uprobe (and refuses
-// it) only when it installs the probe in a process that maps the file
-// and passes the PID filter: the tests' filter is the test process.
-func mapFile(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Munmap(m) })
-}
 
 func loadKind(t *testing.T, multi bool) *bpfobj.Objects {
 	t.Helper()
@@ -99,7 +76,7 @@ func TestLinkRefusedFoundByTrying(t *testing.T) {
 		fx := fixtures(t)
 		objs := loadKind(t, multi)
 		pid := os.Getpid()
-		mapFile(t, fx.CudartLocked)
+		testutil.MapFile(t, fx.CudartLocked)
 		l := &Linker{Programs: objs.Programs(), Multi: multi}
 		defer l.Close()
 
