@@ -68,30 +68,8 @@ mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] ||
 exec 9>"$cache/.lock"
 flock 9
 
-# The machine's Debian archive, as in scripts/fetch-nvidia.sh: the first
-# URI serving this release's suite, one-line or deb822 form.
-mirror() {
-	local codename
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	[ -n "$codename" ] || return 0
-	{
-		cat /etc/apt/sources.list 2>/dev/null || true
-		cat /etc/apt/sources.list.d/*.list 2>/dev/null || true
-	} | awk -v s="$codename" '$1 == "deb" { sub(/\[[^]]*\] */, ""); if ($3 == s && $2 ~ /debian\/?$/) { print $2; exit } }'
-	cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		awk -v s="$codename" '
-			function flush() {
-				if (!done && uris != "" && (" " suites " ") ~ (" " s " ") && uris ~ /debian\/?$/) { split(uris, u, " "); print u[1]; done = 1; exit }
-				uris = ""; suites = ""
-			}
-			/^[ \t]*$/ { flush(); next }
-			/^URIs:/ { $1 = ""; uris = $0 }
-			/^Suites:/ { $1 = ""; suites = $0 }
-			END { flush() }'
-}
-url=${PROFI_DEBIAN_MIRROR:-$(mirror | head -n 1 | tr -d ' ')}
-url=${url:-http://deb.debian.org/debian}
-url=${url%/}
+# shellcheck source=lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || die "needs $keyring (Debian package debian-archive-keyring)"
 

@@ -76,30 +76,8 @@ if complete; then # fetched by whoever held the lock
 	exit 0
 fi
 
-# The machine's Debian archive: the first URI serving the suite of this
-# release (not -security, -updates, -backports), in one-line or deb822 form.
-mirror() {
-	local codename
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	[ -n "$codename" ] || return 0
-	{
-		cat /etc/apt/sources.list 2>/dev/null || true
-		cat /etc/apt/sources.list.d/*.list 2>/dev/null || true
-	} | awk -v s="$codename" '$1 == "deb" { sub(/\[[^]]*\] */, ""); if ($3 == s && $2 ~ /debian\/?$/) { print $2; exit } }'
-	cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		awk -v s="$codename" '
-			function flush() {
-				if (!done && uris != "" && (" " suites " ") ~ (" " s " ") && uris ~ /debian\/?$/) { split(uris, u, " "); print u[1]; done = 1; exit }
-				uris = ""; suites = ""
-			}
-			/^[ \t]*$/ { flush(); next }
-			/^URIs:/ { $1 = ""; uris = $0 }
-			/^Suites:/ { $1 = ""; suites = $0 }
-			END { flush() }'
-}
-url=${PROFI_DEBIAN_MIRROR:-$(mirror | head -n 1 | tr -d ' ')}
-url=${url:-http://deb.debian.org/debian}
-url=${url%/}
+# shellcheck source=lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
 
 apt=$cache/.apt
 rm -rf "$apt"
