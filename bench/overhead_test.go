@@ -251,7 +251,7 @@ func BenchmarkOverhead(b *testing.B) {
 	// the same programs again as classic uprobe programs on the same maps,
 	// for the configurations that compare the two kinds of links.
 	noMulti := bpfobj.HaveUprobeMulti()
-	objs, err := bpfobj.Load(bpfobj.Sizes{CrashBreaker: *flagBreaker})
+	objs, err := bpfobj.Load(bpfobj.Options{CrashBreaker: *flagBreaker})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	objs, err := bpfobj.Load(bpfobj.SizesOf(cfg))
+	objs, err := bpfobj.Load(bpfobj.OptionsOf(cfg))
 	if err != nil {
 		return err
 	}

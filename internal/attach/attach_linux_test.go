@@ -32,7 +32,7 @@ func skipShort(t *testing.T) {
 func loaded(t *testing.T, mode string) Options {
 	t.Helper()
 	testutil.RequireBPF(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{})
+	objs, err := bpfobj.Load(bpfobj.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func checkLinkKind(t *testing.T, a *Attacher, multi bool) {
 
 func testFullModeUpgrade(t *testing.T, multi bool) {
 	fx := fixtures(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+	objs, err := bpfobj.Load(bpfobj.Options{NoUprobeMulti: !multi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestPauseDetachesOnlyHotProbes(t *testing.T) {
 
 func testPauseDetachesOnlyHotProbes(t *testing.T, multi bool) {
 	fx := fixtures(t)
-	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+	objs, err := bpfobj.Load(bpfobj.Options{NoUprobeMulti: !multi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 	// The same programs loaded for each kind of link.
 	objs := map[bool]*bpfobj.Objects{}
 	for _, multi := range []bool{false, true} {
-		o, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+		o, err := bpfobj.Load(bpfobj.Options{NoUprobeMulti: !multi})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +599,7 @@ func TestAttachNVIDIAFiles(t *testing.T) {
 	testutil.RequireBPF(t)
 	n := testutil.NVIDIALibs(t)
 	for _, multi := range []bool{false, true} {
-		objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+		objs, err := bpfobj.Load(bpfobj.Options{NoUprobeMulti: !multi})
 		if err != nil {
 			t.Fatal(err)
 		}

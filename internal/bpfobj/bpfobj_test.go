@@ -214,7 +214,7 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // TestSpecMapSizes: the object's placeholder sizes are the flag defaults of
-// docs/INTERFACE.md 2.1, so Load with zero Sizes matches an agent run without flags.
+// docs/INTERFACE.md 2.1, so Load with zero Options matches an agent run without flags.
 func TestSpecMapSizes(t *testing.T) {
 	t.Parallel()
 	spec, err := LoadProfi()

@@ -4,10 +4,10 @@ package bpfobj
 
 import "github.com/profi-dev/profi/internal/config"
 
-// SizesOf is what the agent's configuration loads: the agent and
+// OptionsOf is what the agent's configuration loads: the agent and
 // `profi check` load the same object.
-func SizesOf(cfg *config.Config) Sizes {
-	return Sizes{
+func OptionsOf(cfg *config.Config) Options {
+	return Options{
 		Aggregated:       cfg.AggregatedSize,
 		LaunchAgg:        cfg.LaunchAggSize,
 		Inflight:         cfg.EntriesSize,

@@ -12,9 +12,10 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-// Sizes are the max_entries of the sized maps (the --*-size flags) and
-// the other load-time settings.
-type Sizes struct {
+// Options are what changes the loaded object: the load-time constants and
+// programs the flags select, and the max_entries of the sized maps (the
+// --*-size flags).
+type Options struct {
 	SampleRate  uint32 // --sample-rate; 0 or 1 = every timed call
 	Detailed    bool   // --detailed-launches: one ring-buffer event per launch
 	Aggregated  uint32 // --aggregated-size
@@ -61,7 +62,7 @@ type Objects struct {
 	// one link per function.
 	UprobeMulti bool
 	// NoUprobeMulti is why the kernel's uprobe_multi links are not used
-	// (nil when they are, or when Sizes.NoUprobeMulti asked for classic).
+	// (nil when they are, or when Options.NoUprobeMulti asked for classic).
 	NoUprobeMulti error
 }
 
@@ -92,9 +93,9 @@ func (o *Objects) Maps() map[string]*ebpf.Map {
 	return out
 }
 
-// Load sizes the maps and loads the object into the kernel. A verifier
+// Load sets opts (map sizes, constants, programs) and loads the object into the kernel. A verifier
 // failure is returned with the full verifier log.
-func Load(sizes Sizes) (*Objects, error) {
+func Load(opts Options) (*Objects, error) {
 	// Only matters on kernels that still charge BPF memory to RLIMIT_MEMLOCK (< 5.11).
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
@@ -109,17 +110,17 @@ func Load(sizes Sizes) (*Objects, error) {
 		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
 	for name, n := range map[string]uint32{
-		ProfiMapAggregated:  sizes.Aggregated,
-		ProfiMapLaunchAgg:   sizes.LaunchAgg,
-		ProfiMapInflight:    sizes.Inflight,
-		ProfiMapMallocSizes: sizes.MallocSizes,
+		ProfiMapAggregated:  opts.Aggregated,
+		ProfiMapLaunchAgg:   opts.LaunchAgg,
+		ProfiMapInflight:    opts.Inflight,
+		ProfiMapMallocSizes: opts.MallocSizes,
 	} {
 		if n > 0 {
 			spec.Maps[name].MaxEntries = n
 		}
 	}
-	if sizes.MaxStreamsPerPID > 0 {
-		if err := spec.Variables[ProfiVarMaxStreamsPerPid].Set(sizes.MaxStreamsPerPID); err != nil {
+	if opts.MaxStreamsPerPID > 0 {
+		if err := spec.Variables[ProfiVarMaxStreamsPerPid].Set(opts.MaxStreamsPerPID); err != nil {
 			return nil, fmt.Errorf("set max_streams_per_pid: %w", err)
 		}
 	}
@@ -130,12 +131,12 @@ func Load(sizes Sizes) (*Objects, error) {
 	if err := spec.Variables[ProfiVarPidShare].Set(share); err != nil {
 		return nil, fmt.Errorf("set pid_share: %w", err)
 	}
-	if sizes.SampleRate > 1 {
-		if err := spec.Variables[ProfiVarSampleRate].Set(sizes.SampleRate); err != nil {
+	if opts.SampleRate > 1 {
+		if err := spec.Variables[ProfiVarSampleRate].Set(opts.SampleRate); err != nil {
 			return nil, fmt.Errorf("set sample_rate: %w", err)
 		}
 	}
-	if sizes.Detailed {
+	if opts.Detailed {
 		if err := spec.Variables[ProfiVarDetailedLaunches].Set(true); err != nil {
 			return nil, fmt.Errorf("set detailed_launches: %w", err)
 		}
@@ -143,7 +144,7 @@ func Load(sizes Sizes) (*Objects, error) {
 	// One program per role, built as uprobe.multi (bpf/profi.bpf.c). A
 	// classic uprobe program is the same code with no expected attach
 	// type: decided once, here, for every program.
-	multi, noMulti := !sizes.NoUprobeMulti, error(nil)
+	multi, noMulti := !opts.NoUprobeMulti, error(nil)
 	if multi {
 		if noMulti = HaveUprobeMulti(); noMulti != nil {
 			multi = false
@@ -156,23 +157,23 @@ func Load(sizes Sizes) (*Objects, error) {
 			}
 		}
 	}
-	if sizes.CountHits {
+	if opts.CountHits {
 		if err := spec.Variables[ProfiVarCountHits].Set(true); err != nil {
 			return nil, fmt.Errorf("set count_hits: %w", err)
 		}
 	}
-	if sizes.CrashBreaker {
+	if opts.CrashBreaker {
 		if err := spec.Variables[ProfiVarCrashBreaker].Set(true); err != nil {
 			return nil, fmt.Errorf("set crash_breaker: %w", err)
 		}
 	}
-	if sizes.NVTX {
+	if opts.NVTX {
 		if err := spec.Variables[ProfiVarNvtxEnabled].Set(true); err != nil {
 			return nil, fmt.Errorf("set nvtx_enabled: %w", err)
 		}
 	}
-	if mode, ok := kernelModes[sizes.KernelMode]; !ok {
-		return nil, fmt.Errorf("kernel mode %q: want off, anonymous or full", sizes.KernelMode)
+	if mode, ok := kernelModes[opts.KernelMode]; !ok {
+		return nil, fmt.Errorf("kernel mode %q: want off, anonymous or full", opts.KernelMode)
 	} else if err := spec.Variables[ProfiVarKernelMode].Set(mode); err != nil {
 		return nil, fmt.Errorf("set kernel_mode: %w", err)
 	}

@@ -14,31 +14,31 @@ func TestLoadSizes(t *testing.T) {
 	testutil.RequireBPF(t)
 	tests := []struct {
 		name  string
-		sizes Sizes
-		want  Sizes // resulting max_entries
+		sizes Options
+		want  Options // resulting max_entries
 	}{
 		{
 			name:  "defaults",
-			sizes: Sizes{},
-			want:  Sizes{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			sizes: Options{},
+			want:  Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
 		},
 		{
 			name:  "custom",
-			sizes: Sizes{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
-			want:  Sizes{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			sizes: Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			want:  Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
 		},
 		{
 			name:  "partly custom",
-			sizes: Sizes{LaunchAgg: 16},
-			want:  Sizes{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
+			sizes: Options{LaunchAgg: 16},
+			want:  Options{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
 		},
 		{
 			// Every optional code path loaded: the NVTX phase lookup, hit
 			// counting, detailed launches, sampling, the crash breaker
 			// (its CO-RE read of task_struct resolved against this kernel).
 			name:  "nvtx and every option",
-			sizes: Sizes{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
-			want:  Sizes{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			sizes: Options{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
+			want:  Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
 		},
 	}
 	for _, tc := range tests {
@@ -81,7 +81,7 @@ func TestLoadSizes(t *testing.T) {
 // programs where the kernel has uprobe_multi.
 func TestLoadConfigurations(t *testing.T) {
 	testutil.RequireBPF(t)
-	configs := map[string]Sizes{
+	configs := map[string]Options{
 		"kernel mode off":       {KernelMode: "off"},
 		"kernel mode anonymous": {KernelMode: "anonymous"},
 		"kernel mode full":      {KernelMode: "full"},

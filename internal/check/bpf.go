@@ -84,9 +84,9 @@ func bpfCheck(env *Env) []Result {
 // configuration: the kernel's verifier accepts it or says, in one line,
 // where it refuses it.
 func objectCheck(env *Env) Result {
-	sizes := bpfobj.Sizes{}
+	sizes := bpfobj.Options{}
 	if env.Config != nil {
-		sizes = bpfobj.SizesOf(env.Config)
+		sizes = bpfobj.OptionsOf(env.Config)
 	}
 	objs, err := bpfobj.Load(sizes)
 	if errors.Is(err, bpfobj.ErrKernelTooOld) {

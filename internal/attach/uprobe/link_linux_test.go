@@ -21,7 +21,7 @@ import (
 
 func loadKind(t *testing.T, multi bool) *bpfobj.Objects {
 	t.Helper()
-	objs, err := bpfobj.Load(bpfobj.Sizes{NoUprobeMulti: !multi})
+	objs, err := bpfobj.Load(bpfobj.Options{NoUprobeMulti: !multi})
 	if err != nil {
 		t.Fatal(err)
 	}
