@@ -116,13 +116,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	self := collector.NewSelf()
-	// The overhead budget samples and scales per library, and a runtime
-	// launch handed to the driver traps in the driver's: no handover then
-	// (ARCHITECTURE.md, "One trap per launch").
-	handover := attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted}
-	if cfg.OverheadBudget > 0 {
-		handover = attach.HandoverMaps{}
-	}
 	attacher := attach.New(attach.Options{
 		Programs:    objs.Programs(),
 		KernelMode:  cfg.KernelMode,
@@ -133,7 +126,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:      log,
 		PIDFiles:    objs.PidFiles,
 		RuntimeText: objs.RtText,
-		Handover:    handover,
+		Handover:    attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},
+		Budget:      cfg.OverheadBudget > 0,
 		UprobeMulti: objs.UprobeMulti,
 		NVTX:        cfg.EnableNVTX,
 	})

@@ -97,6 +97,11 @@ type Options struct {
 	// Handover: the maps that let the driver count runtime launches
 	// (handover.go); zero disables it.
 	Handover HandoverMaps
+	// Budget: --overhead-budget is on. Its duty cycle samples and scales
+	// per library, and a runtime launch handed to the driver would trap
+	// in the driver's: no handover then (ARCHITECTURE.md, "One trap per
+	// launch").
+	Budget bool
 	// UprobeMulti: Programs were loaded for uprobe_multi links
 	// (bpfobj.Objects.UprobeMulti), so the probes of one program are one
 	// link per file, budget class and PID filter instead of one link per
@@ -187,6 +192,9 @@ type Attacher struct {
 
 // New returns an Attacher; it attaches nothing until Sync.
 func New(opts Options) *Attacher {
+	if opts.Budget {
+		opts.Handover = HandoverMaps{}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
