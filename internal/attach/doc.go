@@ -8,6 +8,10 @@
 // The Attacher has one owner goroutine (the discovery loop) that calls Sync
 // and Close; Status and Counters may be called from any goroutine.
 //
-// It must not scan /proc (package discover does) nor read BPF maps
-// (package aggregate does).
+// Where to probe inside a file and how a probe set becomes links, per
+// architecture, is package uprobe's. The Attacher writes the maps that say
+// which processes and runtime ranges it serves (pid_files, rt_text), reads
+// only the handover's learning maps (rt_sites, rt_ops: handover.go) and
+// the loader's ring (WatchLoads), and never an aggregation map (package
+// aggregate reads those). It must not scan /proc (package discover does).
 package attach
