@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -57,12 +58,25 @@ var ncclDataOps = map[ops.Op]bool{
 }
 
 // CommHash is NCCL's hash of a unique id (getHash in NCCL's utils: DJB2a
-// over the bytes as signed chars), so the communicator label matches the
-// commHash of NCCL_DEBUG=INFO logs.
+// over the bytes as C chars), so the communicator label matches the
+// commHash of NCCL_DEBUG=INFO logs. A C char is signed on x86-64 and
+// unsigned on arm64 (AAPCS64): NCCL built for each hashes the same id to
+// different values, and the agent runs on the node's architecture.
 func CommHash(id []byte) uint64 {
+	return commHash(id, charSigned)
+}
+
+// charSigned: whether this architecture's C char is signed.
+const charSigned = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
+
+func commHash(id []byte, signed bool) uint64 {
 	h := uint64(5381)
 	for _, b := range id {
-		h = (h<<5 + h) ^ uint64(int64(int8(b)))
+		c := uint64(b)
+		if signed {
+			c = uint64(int64(int8(b)))
+		}
+		h = (h<<5 + h) ^ c
 	}
 	return h
 }

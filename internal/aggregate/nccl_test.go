@@ -82,3 +82,16 @@ func TestNCCLHangCountedOncePerCall(t *testing.T) {
 		t.Errorf("after return: %+v, stale %d; want hangs kept, no oldest, stale 0", n, a.Snapshot().NCCLStale)
 	}
 }
+
+// NCCL hashes the id as C chars: a byte above 0x7f is sign-extended on
+// x86-64 and not on arm64, so the two architectures' NCCL log different
+// commHashes for one id (hand-computed: 5381·33 = 0x2b5a5).
+func TestCommHashCharSignedness(t *testing.T) {
+	id := []byte{0x80}
+	if got := commHash(id, true); got != 0xfffffffffffd4a25 {
+		t.Errorf("signed char (x86-64): %#x, want 0xfffffffffffd4a25", got)
+	}
+	if got := commHash(id, false); got != 0x2b525 {
+		t.Errorf("unsigned char (arm64): %#x, want 0x2b525", got)
+	}
+}

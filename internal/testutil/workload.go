@@ -817,7 +817,8 @@ type NCCLGroundTruth struct {
 func (g *NCCLGroundTruth) TotalCalls() uint64 { return sumValues(g.Calls) }
 
 // NCCLCommHash is NCCL's commHash of a unique id given in hex: DJB2a over
-// its 128 bytes, each sign-extended as a C char.
+// its 128 bytes, each a C char: sign-extended on x86-64, not on arm64,
+// where char is unsigned.
 func NCCLCommHash(idHex string) (uint64, error) {
 	b, err := hex.DecodeString(idHex)
 	if err != nil || len(b) != 128 {
@@ -825,7 +826,11 @@ func NCCLCommHash(idHex string) (uint64, error) {
 	}
 	h := uint64(5381)
 	for _, c := range b {
-		h = (h<<5 + h) ^ uint64(int64(int8(c)))
+		v := uint64(c)
+		if runtime.GOARCH == "amd64" {
+			v = uint64(int64(int8(c)))
+		}
+		h = (h<<5 + h) ^ v
 	}
 	return h, nil
 }

@@ -49,8 +49,9 @@ func (r *initramfs) addTree(dir string) error {
 
 // addLibraries adds the interpreter and every shared library that the
 // ELF files already in r need (transitively), found in r itself (RUNPATH)
-// or in libDirs, at the path the dynamic loader looks them up under.
-func (r *initramfs) addLibraries(libDirs []string) error {
+// or on the host in libDirs, installed in vmLib, where the VM's dynamic
+// loader looks them up.
+func (r *initramfs) addLibraries(libDirs []string, vmLib string) error {
 	seen := map[string]bool{}
 	var queue []string
 	for to := range r.files {
@@ -112,9 +113,8 @@ func (r *initramfs) addLibraries(libDirs []string) error {
 					if err != nil {
 						return err
 					}
-					// Installed at the first library directory of the
-					// architecture, where the VM's loader looks.
-					in := filepath.Join(libDirs[0], n)
+					// Installed where the VM's loader looks.
+					in := filepath.Join(vmLib, n)
 					r.add(in, src)
 					queue = append(queue, in)
 					found = true

@@ -24,7 +24,8 @@ type arch struct {
 	qemu    string   // the system emulator
 	machine []string // qemu arguments naming the machine and CPU
 	console string   // the serial console's device
-	libDirs []string // where the C libraries of the fixtures come from; the first is where the VM's loader finds them
+	libDirs []string // where on the host the C libraries of the fixtures come from
+	vmLib   string   // where in the VM they go: a directory the architecture's loader searches
 	goEnv   []string // environment of the Go builds
 	// skip says why the architecture's lanes do not run yet ("" = they run).
 	skip string
@@ -34,6 +35,7 @@ var arches = []arch{
 	{
 		name: "amd64", qemu: "qemu-system-x86_64", console: "ttyS0",
 		libDirs: []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"},
+		vmLib:   "/lib/x86_64-linux-gnu",
 		goEnv:   []string{"GOARCH=amd64"},
 	},
 	{
@@ -42,6 +44,7 @@ var arches = []arch{
 		name: "arm64", qemu: "qemu-system-aarch64", console: "ttyAMA0",
 		machine: []string{"-M", "virt", "-cpu", "max,pauth-impdef=on"},
 		libDirs: []string{"/usr/aarch64-linux-gnu/lib"},
+		vmLib:   "/lib/aarch64-linux-gnu",
 		// No cgo: the VMs have no NVML, and the cross-built cgo NVML
 		// bindings cost minutes of a cold build.
 		goEnv: []string{"GOARCH=arm64", "CGO_ENABLED=0"},
@@ -210,7 +213,7 @@ func buildInitramfs(t *testing.T, root string, a arch, busybox string) (string, 
 	if err := r.addTree(fx.Dir); err != nil {
 		return "", err
 	}
-	if err := r.addLibraries(a.libDirs); err != nil {
+	if err := r.addLibraries(a.libDirs, a.vmLib); err != nil {
 		return "", err
 	}
 	r.write("/init", []byte(vmInit(fx.Dir)))

@@ -294,7 +294,7 @@ static void print_hex(const char *key, const ncclUniqueId *id)
 	printf("\"");
 }
 
-/* NCCL's commHash (getHash in utils.h): DJB2a over the id, char signed. */
+/* NCCL's commHash (getHash in utils.h): DJB2a over the id as C chars (signed on x86-64, unsigned on arm64). */
 static uint64_t comm_hash(const ncclUniqueId *id)
 {
 	uint64_t h = 5381;
