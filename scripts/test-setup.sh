@@ -9,8 +9,8 @@
 #     image, built without a registry and run under the chart's
 #     securityContext: scripts/build-image.sh, test/e2e/image_test.go; podman
 #     runs with a private configuration, never the machine's),
-#     ca-certificates (the image's CA bundle), qemu-system-x86 (the VM
-#     kernel matrix, test/vm), gcc-aarch64-linux-gnu and
+#     ca-certificates (the image's CA bundle), qemu-system-x86 and
+#     qemu-system-arm (the VM kernel matrix, test/vm), gcc-aarch64-linux-gnu and
 #     libc6-dev-arm64-cross (arm64 placement tested on cross-compiled code,
 #     the fixtures cross-built: internal/attach/uprobe, internal/testutil);
 #     apt-get install, apt-get update first, only for what is missing;
@@ -55,6 +55,7 @@ requirements=(
 	"ca-certificates path:/etc/ssl/certs/ca-certificates.crt"
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
 	"qemu-system-x86 qemu-system-x86_64"
+	"qemu-system-arm qemu-system-aarch64"
 	"gcc-aarch64-linux-gnu aarch64-linux-gnu-gcc aarch64-linux-gnu-objdump"
 	"libc6-dev-arm64-cross path:/usr/aarch64-linux-gnu/include/stdio.h"
 )
@@ -77,7 +78,8 @@ tools=()
 	tools+=(kube-apiserver)
 [ -n "${PROFI_HELM:-}" ] || bash scripts/build-helm.sh --check >/dev/null || tools+=(helm)
 bash scripts/fetch-nvidia.sh --check >/dev/null || tools+=(nvidia)
-bash scripts/fetch-kernels.sh --check amd64 >/dev/null || tools+=(kernels)
+{ bash scripts/fetch-kernels.sh --check amd64 && bash scripts/fetch-kernels.sh --check arm64; } >/dev/null ||
+	tools+=(kernels)
 
 [ ${#packages[@]} -eq 0 ] && [ ${#tools[@]} -eq 0 ] && exit 0
 
@@ -109,7 +111,7 @@ for t in "${tools[@]}"; do
 	kube-apiserver) bash scripts/build-kube-apiserver.sh >/dev/null ;;
 	helm) bash scripts/build-helm.sh >/dev/null ;;
 	nvidia) bash scripts/fetch-nvidia.sh >/dev/null ;;
-	kernels) bash scripts/fetch-kernels.sh amd64 >/dev/null ;;
+	kernels) bash scripts/fetch-kernels.sh amd64 >/dev/null && bash scripts/fetch-kernels.sh arm64 >/dev/null ;;
 	esac
 done
 echo "test-setup: done" >&2
