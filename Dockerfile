@@ -10,15 +10,30 @@
 #
 # Build stage: Go with cgo, because the NVML poller uses go-nvml
 # (internal/nvml, build tags linux && cgo), which loads libnvidia-ml.so.1 at
-# run time; the NVIDIA container runtime injects that library.
-FROM golang:1.26-bookworm AS build
+# run time; the NVIDIA container runtime injects that library. Both
+# architectures (`docker buildx build --platform linux/amd64,linux/arm64`):
+# the stage runs on the build machine's platform and cross-compiles with
+# Debian's cross gcc, no emulation.
+FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
+ARG TARGETARCH BUILDARCH
+RUN if [ "$TARGETARCH" != "$BUILDARCH" ]; then \
+      case $TARGETARCH in \
+        arm64) pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;; \
+        amd64) pkgs="gcc-x86-64-linux-gnu libc6-dev-amd64-cross" ;; \
+        *) echo "profi builds for amd64 and arm64, not $TARGETARCH" >&2; exit 1 ;; \
+      esac; \
+      apt-get update && apt-get install -y --no-install-recommends $pkgs && rm -rf /var/lib/apt/lists/*; \
+    fi
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations \
+    case $TARGETARCH in \
+      "$BUILDARCH") cc=gcc ;; arm64) cc=aarch64-linux-gnu-gcc ;; amd64) cc=x86_64-linux-gnu-gcc ;; \
+    esac; \
+    CC=$cc GOARCH=$TARGETARCH CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/profi ./cmd/profi
 
 # Runtime: distroless base (glibc, CA certificates, no shell, no package

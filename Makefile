@@ -81,16 +81,21 @@ chart-check:
 
 # The container image without a registry or a Docker daemon: buildah on the
 # Containerfile, FROM scratch plus the agent, the glibc it links and Debian's
-# CA bundle (scripts/build-image.sh). CI builds it and runs it under podman
-# with the chart's securityContext (test/e2e/image_test.go).
+# CA bundle (scripts/build-image.sh), for x86-64 and arm64 (IMAGE:VERSION-amd64,
+# -arm64) under one manifest list IMAGE:VERSION. CI builds them, runs the
+# x86-64 one under podman with the chart's securityContext
+# (test/e2e/image_test.go) and the arm64 one under qemu-user
+# (test/e2e/image_arch_test.go).
 image:
-	./scripts/build-image.sh --version $(VERSION) --tag $(IMAGE):$(VERSION)
+	./scripts/build-image.sh --manifest $(IMAGE):$(VERSION) --version $(VERSION)
 
 # The container image (Dockerfile): needs a Docker engine with buildx, which
 # our CI machines do not have. IMAGE defaults to the chart's image.repository.
 IMAGE ?= ghcr.io/profi-dev/profi
+# docker-build builds this machine's architecture into the local engine;
+# docker-push builds both and pushes them under one manifest list.
 docker-build:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+	docker buildx build --load --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
-docker-push: docker-build
-	docker push $(IMAGE):$(VERSION)
+docker-push:
+	docker buildx build --push --platform linux/amd64,linux/arm64 --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .

@@ -12,7 +12,9 @@
 #     ca-certificates (the image's CA bundle), qemu-system-x86 and
 #     qemu-system-arm (the VM kernel matrix, test/vm), gcc-aarch64-linux-gnu and
 #     libc6-dev-arm64-cross (arm64 placement tested on cross-compiled code,
-#     the fixtures cross-built: internal/attach/uprobe, internal/testutil);
+#     the fixtures cross-built: internal/attach/uprobe, internal/testutil;
+#     the arm64 image), qemu-user (the arm64 image's agent run from its own
+#     root filesystem: test/e2e/image_arch_test.go);
 #     apt-get install, apt-get update first, only for what is missing;
 #   - kube-apiserver and helm, built once into the tools cache by
 #     scripts/build-kube-apiserver.sh (about 10 minutes) and
@@ -56,6 +58,7 @@ requirements=(
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
 	"qemu-system-x86 qemu-system-x86_64"
 	"qemu-system-arm qemu-system-aarch64"
+	"qemu-user qemu-aarch64"
 	"gcc-aarch64-linux-gnu aarch64-linux-gnu-gcc aarch64-linux-gnu-objdump"
 	"libc6-dev-arm64-cross path:/usr/aarch64-linux-gnu/include/stdio.h"
 )
