@@ -48,7 +48,7 @@ type Options struct {
 	NoUprobeMulti bool
 }
 
-// kernelModes are kernel_mode's values in bpf/profi.bpf.c.
+// kernelModes are kernel_mode's values in bpf/config.h.
 var kernelModes = map[string]uint32{"off": 0, "": 1, "anonymous": 1, "full": 2}
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
