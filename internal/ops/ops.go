@@ -5,8 +5,9 @@
 // the programs read) and the probe table of docs/PROBES.md from it, and
 // TestGeneratedFilesCurrent fails when they are stale.
 //
-// Adding a probed function is one row in table.go (plus a decoder in
-// bpf/args.h only when it needs a new argument layout).
+// Adding a probed function starts with one row in table.go (plus a
+// decoder in bpf/args.h only for a new argument layout); docs/PROBES.md,
+// "Adding a function", lists every step, stub and workload included.
 package ops
 
 import (
