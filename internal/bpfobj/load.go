@@ -67,7 +67,7 @@ type Objects struct {
 }
 
 // Programs returns every loaded program by its name in the object, so
-// that a program added to profi.bpf.c reaches the attacher without a
+// that a program added to bpf/ reaches the attacher without a
 // hand-kept list.
 func (o *Objects) Programs() map[string]*ebpf.Program {
 	out := map[string]*ebpf.Program{}
