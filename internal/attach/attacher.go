@@ -69,12 +69,6 @@ type TextRange struct{ Start, End uint64 }
 
 // rtRange is an rt_text value: a process's runtime code and the runtime
 // file's id.
-type rtRange struct {
-	TextRange
-	file   uint32
-	handed bool // some of the file's launch ops are counted at the driver
-}
-
 // Options configure an Attacher.
 type Options struct {
 	Programs   map[string]*ebpf.Program // by program name
@@ -86,7 +80,7 @@ type Options struct {
 	Logger     *slog.Logger
 	Now        func() time.Time // for tests; time.Now when nil
 	// PIDFiles is the BPF map of which attached files each process maps
-	// (see pid_files in profi.bpf.c); nil in tests without BPF. Its values
+	// (see pid_files in bpf/maps.h); nil in tests without BPF. Its values
 	// also say which (pid, file) full-mode upgrade probes serve (PF_FULL)
 	// and which runtime files' processes have their range in rt_text
 	// (PF_RT_TEXT).
@@ -174,9 +168,8 @@ type Attacher struct {
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
 	nextID       uint32
-	pidFiles     map[bpfobj.ProfiPidFile]uint8 // mirror of the pid_files map: key → flags
-	rtText       map[uint32]rtRange            // mirror of the rt_text map
-	fullMode     func(pid int) bool            // processes upgraded to full mode; nil: none
+	maps         *processMaps       // pid_files and rt_text, and their mirrors
+	fullMode     func(pid int) bool // processes upgraded to full mode; nil: none
 	// refused are the probe addresses the kernel refused when tried, per
 	// file seen at the last pass: never offered again while the file
 	// stays mapped.
@@ -208,14 +201,13 @@ func New(opts Options) *Attacher {
 		opts.RetryMax = 5 * time.Minute
 	}
 	a := &Attacher{
-		opts:     opts,
-		log:      opts.Logger.With("component", "attach"),
-		files:    map[FileKey]*attached{},
-		failed:   map[FileKey]*failure{},
-		counts:   map[failureKey]uint64{},
-		pidFiles: map[bpfobj.ProfiPidFile]uint8{},
-		rtText:   map[uint32]rtRange{},
-		refused:  map[FileKey]uprobe.Refusals{},
+		opts:    opts,
+		log:     opts.Logger.With("component", "attach"),
+		files:   map[FileKey]*attached{},
+		failed:  map[FileKey]*failure{},
+		counts:  map[failureKey]uint64{},
+		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText),
+		refused: map[FileKey]uprobe.Refusals{},
 
 		quarantined: map[FileKey]bool{},
 		gone:        map[uint32]Target{},
@@ -310,15 +302,7 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.refused, key)
 		}
 	}
-	// rt_text entries are written before the pid_files values that say
-	// they are there (PF_RT_TEXT) and deleted after those values stop
-	// saying so: a runtime launch that skips its marker always finds the
-	// range at the driver.
-	rt := a.wantRuntimeText()
-	a.writeRuntimeText(rt)
-	a.syncHandover()
-	a.syncPIDFiles()
-	a.deleteRuntimeText(rt)
+	a.syncProcessMaps(true)
 	a.syncUpgrades()
 }
 
@@ -513,7 +497,8 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 		return err
 	}
 	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-	if err := a.putPIDFile(k, a.pidFiles[k]|uint8(bpfobj.ProfiPidFileFlagPF_OWN|bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
+	v, _ := a.maps.fileFlags(k)
+	if err := a.maps.putFile(k, v|uint8(bpfobj.ProfiPidFileFlagPF_OWN|bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
 		links.Close()
 		return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
 	}
@@ -527,8 +512,8 @@ func (a *Attacher) upgrade(f *attached, pid int) error {
 
 func (a *Attacher) dropUpgrade(f *attached, pid int) {
 	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-	if v, ok := a.pidFiles[k]; ok && v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
-		if err := a.putPIDFile(k, v&^uint8(bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
+	if v, ok := a.maps.fileFlags(k); ok && v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
+		if err := a.maps.putFile(k, v&^uint8(bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
 			// The links close anyway: the process's launches go uncounted
 			// by launch_entry until the next pass rewrites the value.
 			a.log.Warn("unmark upgraded pid", "pid", pid, "err", err)
@@ -538,21 +523,9 @@ func (a *Attacher) dropUpgrade(f *attached, pid int) {
 	delete(f.upgrades, pid)
 }
 
-// putPIDFile writes one pid_files value and its mirror.
-func (a *Attacher) putPIDFile(k bpfobj.ProfiPidFile, v uint8) error {
-	if a.opts.PIDFiles == nil {
-		return nil
-	}
-	if err := a.opts.PIDFiles.Update(&k, v, ebpf.UpdateAny); err != nil {
-		return err
-	}
-	a.pidFiles[k] = v
-	return nil
-}
-
 // wantRuntimeText is where libcudart's code is mapped in every process that
 // maps an attached libcudart: what rt_text should hold, so a driver launch
-// can tell whether the runtime made it (driver_launch_op in profi.bpf.c).
+// can tell whether the runtime made it (driver_launch_op in bpf/handover.h).
 func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 	want := map[uint32]rtRange{}
 	if a.opts.RuntimeText == nil {
@@ -571,64 +544,37 @@ func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 	return want
 }
 
-// writeRuntimeText adds and changes the rt_text entries of want.
-func (a *Attacher) writeRuntimeText(want map[uint32]rtRange) {
-	if a.opts.RuntimeText == nil {
-		return
+// syncProcessMaps moves pid_files and rt_text to what the attached files
+// say, in processMaps.apply's order; with handover, the runtime->driver
+// handover runs where apply allows it: after rt_text's new entries (they
+// carry the file id), before pid_files (PF_RT_MARK follows its plan).
+// Called with a.mu held.
+func (a *Attacher) syncProcessMaps(handover bool) {
+	f := a.maps.apply(a.wantRuntimeText(), func() map[bpfobj.ProfiPidFile]uint8 {
+		if handover {
+			a.syncHandover()
+		}
+		return a.wantPIDFiles()
+	})
+	if f.rtTextPut > 0 {
+		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", f.rtTextPut)
 	}
-	var failed int
-	for pid, r := range want {
-		if cur, ok := a.rtText[pid]; ok && cur == r {
-			continue
-		}
-		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End, File: r.file}
-		if r.handed {
-			v.Handed = 1
-		}
-		if err := a.opts.RuntimeText.Update(pid, &v, ebpf.UpdateAny); err != nil {
-			failed++
-			continue
-		}
-		a.rtText[pid] = r
+	if f.pidFiles > 0 {
+		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", f.pidFiles)
 	}
-	if failed > 0 {
-		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", failed)
+	if f.rtTextDelete > 0 {
+		a.log.Warn("could not delete from the rt_text map", "failures", f.rtTextDelete)
 	}
 }
 
-// deleteRuntimeText deletes the rt_text entries not in want.
-func (a *Attacher) deleteRuntimeText(want map[uint32]rtRange) {
-	if a.opts.RuntimeText == nil {
-		return
-	}
-	var failed int
-	for pid := range a.rtText {
-		if _, ok := want[pid]; ok {
-			continue
-		}
-		if err := a.opts.RuntimeText.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			failed++
-			continue
-		}
-		delete(a.rtText, pid)
-	}
-	if failed > 0 {
-		a.log.Warn("could not delete from the rt_text map", "failures", failed)
-	}
-}
-
-// syncPIDFiles tells BPF which attached files each process maps, so that
-// a file attached under two keys counts every call once (hit_flags in
-// profi.bpf.c), and in the same value whether full-mode upgrade probes
+// wantPIDFiles is what pid_files should hold: which attached files each
+// process maps, so that a file attached under two keys counts every call
+// once (hit_flags in bpf/hits.h), and in the same value whether full-mode upgrade probes
 // serve the (pid, file) (PF_FULL: set by upgrade once its links exist,
 // cleared by dropUpgrade before they close; kept here) and whether rt_text
-// holds a runtime file's process's range (PF_RT_TEXT). A process's own
-// entries are written before its "known" marker (file 0) and removed after
-// it.
-func (a *Attacher) syncPIDFiles() {
-	if a.opts.PIDFiles == nil {
-		return
-	}
+// holds a runtime file's process's range (PF_RT_TEXT: only once the
+// entry is written, processMaps.apply).
+func (a *Attacher) wantPIDFiles() map[bpfobj.ProfiPidFile]uint8 {
 	const (
 		own      = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
 		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
@@ -646,7 +592,7 @@ func (a *Attacher) syncPIDFiles() {
 			if _, ok := f.upgrades[pid]; ok {
 				v |= full
 			}
-			if _, ok := a.rtText[uint32(pid)]; ok && f.target.Lib == discover.LibCudart {
+			if _, ok := a.maps.hasText(uint32(pid)); ok && f.target.Lib == discover.LibCudart {
 				v |= rtText
 				if !f.target.Static {
 					v |= rtShared
@@ -659,42 +605,7 @@ func (a *Attacher) syncPIDFiles() {
 			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = own
 		}
 	}
-	var failed int
-	put := func(k bpfobj.ProfiPidFile, v uint8) {
-		if err := a.putPIDFile(k, v); err != nil {
-			failed++
-		}
-	}
-	del := func(k bpfobj.ProfiPidFile) {
-		if err := a.opts.PIDFiles.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			failed++
-			return
-		}
-		delete(a.pidFiles, k)
-	}
-	for k, v := range want {
-		if cur, ok := a.pidFiles[k]; (!ok || cur != v) && k.File != 0 {
-			put(k, v)
-		}
-	}
-	for k, v := range want {
-		if cur, ok := a.pidFiles[k]; (!ok || cur != v) && k.File == 0 {
-			put(k, v)
-		}
-	}
-	for k := range a.pidFiles {
-		if _, ok := want[k]; !ok && k.File == 0 {
-			del(k)
-		}
-	}
-	for k := range a.pidFiles {
-		if _, ok := want[k]; !ok {
-			del(k)
-		}
-	}
-	if failed > 0 {
-		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", failed)
-	}
+	return want
 }
 
 // merge adds the PIDs of a second target for an already seen file.

@@ -192,8 +192,9 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 }
 
 // syncHandover applies decide to every candidate runtime file. Called
-// with a.mu held, after rt_text is written (its entries carry the file
-// id) and before syncPIDFiles (PF_RT_MARK follows the plan).
+// with a.mu held, from syncProcessMaps: after rt_text's new entries are
+// written (they carry the file id), before pid_files (PF_RT_MARK follows
+// the plan).
 func (a *Attacher) syncHandover() {
 	if a.opts.Handover.Counted == nil {
 		return
@@ -222,7 +223,7 @@ func (a *Attacher) syncHandover() {
 		}
 		driverOK := len(f.target.PIDs) > 0
 		for _, pid := range f.target.PIDs {
-			if r, ok := a.rtText[uint32(pid)]; !ok || r.file != f.id || !drivers[pid] {
+			if r, ok := a.maps.hasText(uint32(pid)); !ok || r.file != f.id || !drivers[pid] {
 				driverOK = false
 			}
 		}
@@ -290,7 +291,9 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 		f.launches[op].handed = true
 	}
 	if len(give) > 0 {
-		a.writeRuntimeText(a.wantRuntimeText())
+		if n := a.maps.putText(a.wantRuntimeText()); n > 0 {
+			a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
+		}
 	}
 	for _, op := range give {
 		lp := f.launches[op]

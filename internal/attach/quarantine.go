@@ -58,8 +58,9 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 	delete(a.failed, q.Key)
 	a.dropCounted(f)
 	// Hits of the links until they are gone are refused in BPF: the file
-	// id leaves pid_files here.
-	a.syncPIDFiles()
+	// id leaves pid_files here (and a runtime file's rt_text entries after
+	// it, in apply's order).
+	a.syncProcessMaps(false)
 	a.mu.Unlock()
 	f.closeLinks()
 	return q, true

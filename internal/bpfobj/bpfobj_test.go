@@ -173,13 +173,13 @@ func TestLatencyBounds(t *testing.T) {
 		t.Errorf("agg_val has %d buckets, want %d", got, want)
 	}
 
-	src, err := os.ReadFile("../../bpf/profi.bpf.c")
+	src, err := os.ReadFile("../../bpf/core.h")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?s)lat_bounds_ns\[[^\]]*\]\s*=\s*\{([^}]*)\}`).FindSubmatch(src)
 	if m == nil {
-		t.Fatal("lat_bounds_ns initializer not found in bpf/profi.bpf.c")
+		t.Fatal("lat_bounds_ns initializer not found in bpf/core.h")
 	}
 	var cBounds []uint64
 	body := regexp.MustCompile(`(?s)/\*.*?\*/`).ReplaceAll(m[1], nil) // drop comments

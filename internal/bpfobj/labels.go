@@ -49,7 +49,7 @@ const (
 )
 
 // LatencyBoundsNs are the inclusive upper bounds of the CUDA API latency
-// buckets in BPF (lat_bounds_ns in profi.bpf.c); the last bucket is +Inf.
+// buckets in BPF (lat_bounds_ns in bpf/core.h); the last bucket is +Inf.
 var LatencyBoundsNs = [...]uint64{
 	1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9,
 }
@@ -59,7 +59,7 @@ var LatencyBoundsNs = [...]uint64{
 var KernelLatencyBoundsNs = [...]uint64{1e3, 5e3, 1e4, 5e4, 1e5, 5e5, 1e6, 1e7}
 
 // NCCLLatencyBoundsNs are the bounds of the NCCL latency buckets
-// (nlat_bounds_ns in profi.bpf.c, docs/INTERFACE.md 5.5); the last bucket is +Inf.
+// (nlat_bounds_ns in bpf/core.h, docs/INTERFACE.md 5.5); the last bucket is +Inf.
 var NCCLLatencyBoundsNs = [...]uint64{1e4, 5e4, 1e5, 5e5, 1e6, 5e6, 1e7, 5e7, 1e8, 5e8, 1e9}
 
 // StreamOther is the stream BPF puts in a key instead of a stream beyond

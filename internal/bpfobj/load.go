@@ -48,7 +48,7 @@ type Options struct {
 	NoUprobeMulti bool
 }
 
-// kernelModes are kernel_mode's values in bpf/profi.bpf.c.
+// kernelModes are kernel_mode's values in bpf/config.h.
 var kernelModes = map[string]uint32{"off": 0, "": 1, "anonymous": 1, "full": 2}
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
@@ -67,7 +67,7 @@ type Objects struct {
 }
 
 // Programs returns every loaded program by its name in the object, so
-// that a program added to profi.bpf.c reaches the attacher without a
+// that a program added to bpf/ reaches the attacher without a
 // hand-kept list.
 func (o *Objects) Programs() map[string]*ebpf.Program {
 	out := map[string]*ebpf.Program{}

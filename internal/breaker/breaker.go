@@ -112,7 +112,7 @@ func monotonic() time.Duration {
 }
 
 // signals are the fault signals (the numbers of x86-64 and arm64 alike),
-// as the BPF program recognises them (fault_signal in bpf/profi.bpf.c).
+// as the BPF program recognises them (fault_signal in bpf/exit.c).
 var signals = map[int32]string{4: "SIGILL", 5: "SIGTRAP", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
 
 // Handle decides on one crash event.

@@ -5,8 +5,9 @@
 // the programs read) and the probe table of docs/PROBES.md from it, and
 // TestGeneratedFilesCurrent fails when they are stale.
 //
-// Adding a probed function is one row in table.go (plus a C case in
-// bpf/profi.bpf.c only when it needs a new argument layout).
+// Adding a probed function starts with one row in table.go (plus a
+// decoder in bpf/args.h only for a new argument layout); docs/PROBES.md,
+// "Adding a function", lists every step, stub and workload included.
 package ops
 
 import (
@@ -68,7 +69,7 @@ const (
 
 // Args is the argument layout the BPF programs decode at entry, and what
 // the return does with it (enum op_args in bpf/ops.h). A new layout needs
-// a case in bpf/profi.bpf.c; a new function with a known layout does not.
+// a decoder in bpf/args.h; a new function with a known layout does not.
 type Args uint8
 
 // Argument layouts, at the function's entry (each architecture's calling

@@ -2,7 +2,7 @@ package ops
 
 import "github.com/profi-dev/profi/internal/discover"
 
-// Program names in bpf/profi.bpf.c (one program per role; a test in
+// Program names in bpf/*.c (one program per role; a test in
 // internal/bpfobj checks that each exists in the object).
 const (
 	ProgTimedEntry  = "timed_entry"

@@ -23,6 +23,10 @@ import (
 	"time"
 )
 
+// The function lists below name test/workloads/workload.c's groups and
+// restate the operation table's rows (TestFuncListsFollowTable fails when
+// they drift apart). docs/PROBES.md, "Adding a function", lists every step.
+
 // ProbedFuncs are the functions the default workload reports in
 // GroundTruth.Calls (always listed, 0 included).
 var ProbedFuncs = []string{
@@ -61,7 +65,9 @@ var PtszFuncs = []string{
 	"cudaLaunchCooperativeKernel_ptsz",
 }
 
-// PtszBase maps each of PtszFuncs to its base function.
+// PtszBase maps each of PtszFuncs to its base function: the operation
+// table's Base, restated here because internal/ops' tests import this
+// package (TestFuncListsFollowTable holds the two together).
 var PtszBase = map[string]string{
 	"cudaMemcpy_ptds":                  "cudaMemcpy",
 	"cudaMemcpy2D_ptds":                "cudaMemcpy2D",

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * What timed_entry keeps of a call's arguments, one decoder per argument
+ * layout (enum op_args, generated from internal/ops into ops.h): the
+ * in-flight record timed_return then reads. Argument slots come from the
+ * architecture's header (arg, big_arg, args_ret in arch/); no decoder names
+ * a register or a stack offset. A new layout is a decoder here, a case in
+ * decode_entry, and its handling at the return (cuda.c, graphs.h).
+ */
+#pragma once
+
+/* (void **ptr, size_t size): cudaMalloc, cudaMallocHost, cuMemAlloc. */
+static __always_inline void decode_alloc(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1); /* void **ptr */
+	in->arg1 = arg(ctx, 2); /* size */
+}
+
+/* (void **ptr, size_t size, stream). */
+static __always_inline void decode_alloc_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_alloc(ctx, in);
+	in->stream = arg(ctx, 3);
+}
+
+/*
+ * (ptr): the size is taken out at entry, while the pointer is still owned
+ * by this call: after the return another thread may already have been
+ * handed the same address. Put back if the free fails (timed_return).
+ */
+static __always_inline void decode_free(struct pt_regs *ctx, struct inflight_call *in, u32 pid)
+{
+	struct alloc_key ak = {.pid = pid, .ptr = arg(ctx, 1)};
+	struct alloc_val *av = bpf_map_lookup_elem(&malloc_sizes, &ak);
+
+	in->arg0 = ak.ptr;
+	in->dev = DEV_NONE;
+	if (av) {
+		in->arg1 = av->size;
+		in->dev = av->dev;
+		if (!bpf_map_delete_elem(&malloc_sizes, &ak))
+			untrack_alloc(ak.pid);
+	}
+}
+
+/* (dst, src, count, kind). */
+static __always_inline void decode_copy(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 3);
+	in->kind = arg(ctx, 4);
+}
+
+/* (dst, src, count, kind, stream). */
+static __always_inline void decode_copy_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy(ctx, in);
+	in->stream = arg(ctx, 5);
+}
+
+/* (dst, dstDevice, src, srcDevice, count). */
+static __always_inline void decode_copy_peer(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 5);
+	in->kind = KIND_P2P;
+}
+
+/* (dst, dstDevice, src, srcDevice, count, stream). */
+static __always_inline void decode_copy_peer_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_peer(ctx, in);
+	in->stream = arg(ctx, 6);
+}
+
+/* (dst, dpitch, src, spitch, width, height, kind). */
+static __always_inline void decode_copy_2d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 5) * arg(ctx, 6);
+	in->kind = arg(ctx, 7);
+}
+
+/* (dst, dpitch, src, spitch, width, height, kind, stream). */
+static __always_inline void decode_copy_2d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_2d(ctx, in);
+	in->stream = arg(ctx, 8);
+}
+
+/* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
+static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 3) * unit_of(in->op);
+}
+
+/* (dst, value, count, stream). */
+static __always_inline void decode_set_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_set(ctx, in);
+	in->stream = arg(ctx, 4);
+}
+
+/* (dst, src, bytes): the direction is the function's. */
+static __always_inline void decode_cu_copy(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 3);
+	in->kind = copy_kind_of(in->op);
+}
+
+/* (dst, src, bytes, stream). */
+static __always_inline void decode_cu_copy_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_cu_copy(ctx, in);
+	in->stream = arg(ctx, 4);
+}
+
+/* (stream): stream calls and cudaStreamBeginCapture. */
+static __always_inline void decode_stream(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->stream = arg(ctx, 1);
+}
+
+/* (handle): cudaSetDevice's device, a destroyed graph or executable graph. */
+static __always_inline void decode_handle(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+}
+
+/*
+ * (first, second): an out pointer or handle and what it is made from
+ * (instantiate: exec *out, graph; update: exec, graph; __cudaGetKernel:
+ * cudaKernel_t *out, hostFun; cuKernelGetFunction: CUfunction *out, CUkernel).
+ */
+static __always_inline void decode_pair(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+	in->arg1 = arg(ctx, 2);
+}
+
+/* (handle, stream): a graph launch (exec, stream) or an event record (event, stream). */
+static __always_inline void decode_handle_stream(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+	in->stream = arg(ctx, 2);
+}
+
+/* (stream, handle): end capture (stream, graph *out), capture to graph, wait on an event. */
+static __always_inline void decode_stream_handle(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->stream = arg(ctx, 1);
+	in->arg0 = arg(ctx, 2);
+}
+
+/* (out handle, module or library, const char *name). */
+static __always_inline void decode_get_function(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+	in->arg1 = arg(ctx, 3);
+}
+
+/*
+ * (node *out, graph, deps, n, params): cudaKernelNodeParams and
+ * CUDA_KERNEL_NODE_PARAMS alike, the function, six unsigned dims from
+ * offset 8, shared memory at 32.
+ */
+static __always_inline void decode_kernel_node(struct pt_regs *ctx, struct inflight_call *in)
+{
+	struct {
+		u64 func;
+		u32 grid[3];
+		u32 block[3];
+		u32 shmem;
+	} p = {};
+
+	bpf_probe_read_user(&p, sizeof(p), (void *)arg(ctx, 5));
+	in->arg1 = arg(ctx, 2);
+	in->launch.func = p.func;
+	in->launch.grid_blocks = vol3(p.grid[0], p.grid[1], p.grid[2]);
+	in->launch.block_threads = vol3(p.block[0], p.block[1], p.block[2]);
+	in->launch.shared_bytes = p.shmem;
+}
+
+/* (node *out, graph, deps, n, cudaMemcpy3DParms *): extent at 128, kind at 152. */
+static __always_inline void decode_memcpy_node(struct pt_regs *ctx, struct inflight_call *in)
+{
+	struct {
+		u64 extent[3];
+		u32 kind;
+	} p = {};
+
+	bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 128));
+	in->arg1 = arg(ctx, 2);
+	in->arg0 = p.extent[0] * p.extent[1] * p.extent[2];
+	in->kind = p.kind;
+}
+
+/* (node *out, graph, deps, n, dst, src, count, kind). */
+static __always_inline void decode_memcpy_node_1d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 2);
+	in->arg0 = arg(ctx, 7);
+	in->kind = arg(ctx, 8);
+}
+
+/*
+ * (node *out, graph, deps, n, params): cudaMemsetParams and
+ * CUDA_MEMSET_NODE_PARAMS, dst, pitch, then value and elementSize (u32) at
+ * 16, width and height at 24.
+ */
+static __always_inline void decode_memset_node(struct pt_regs *ctx, struct inflight_call *in)
+{
+	struct {
+		u32 value;
+		u32 element;
+		u64 width;
+		u64 height;
+	} p = {};
+
+	bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 5) + 16));
+	in->arg1 = arg(ctx, 2);
+	in->arg0 = p.element * p.width * p.height;
+}
+
+/* (node *out, graph, deps, n, child graph). */
+static __always_inline void decode_child_node(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 2);
+	in->arg0 = arg(ctx, 5); /* the child graph */
+}
+
+/* A timed launch (full mode): geometry and stream (decode_launch); a handle's call site. */
+static __always_inline void decode_timed_launch(struct pt_regs *ctx, struct inflight_call *in,
+						u32 pid)
+{
+	u64 ret;
+
+	decode_launch(ctx, in->op, &in->launch, &ret);
+	in->stream = in->launch.stream;
+	if (flags_of(in->op) & OPF_KERNEL_HANDLE)
+		send_launch_site(ctx, pid, in->launch.func);
+}
+
+/* Fills in from the arguments of in->op's layout; layouts timed_entry does not serve keep none. */
+static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_call *in, u32 pid)
+{
+	switch (args_of(in->op)) {
+	case ARGS_ALLOC:
+	case ARGS_ALLOC_HOST:
+		decode_alloc(ctx, in);
+		break;
+	case ARGS_ALLOC_ASYNC:
+		decode_alloc_async(ctx, in);
+		break;
+	case ARGS_FREE_ASYNC:
+		in->stream = arg(ctx, 2); /* (ptr, stream) */
+		/* fall through: one copy of the free's lookup serves both */
+	case ARGS_FREE:
+		decode_free(ctx, in, pid);
+		break;
+	case ARGS_COPY:
+		decode_copy(ctx, in);
+		break;
+	case ARGS_COPY_ASYNC:
+		decode_copy_async(ctx, in);
+		break;
+	case ARGS_COPY_PEER:
+		decode_copy_peer(ctx, in);
+		break;
+	case ARGS_COPY_PEER_ASYNC:
+		decode_copy_peer_async(ctx, in);
+		break;
+	case ARGS_COPY_2D:
+		decode_copy_2d(ctx, in);
+		break;
+	case ARGS_COPY_2D_ASYNC:
+		decode_copy_2d_async(ctx, in);
+		break;
+	case ARGS_SET:
+		decode_set(ctx, in);
+		break;
+	case ARGS_SET_ASYNC:
+		decode_set_async(ctx, in);
+		break;
+	case ARGS_CU_COPY:
+		decode_cu_copy(ctx, in);
+		break;
+	case ARGS_CU_COPY_ASYNC:
+		decode_cu_copy_async(ctx, in);
+		break;
+	case ARGS_STREAM:
+	case ARGS_CAPTURE_BEGIN:
+		decode_stream(ctx, in);
+		break;
+	case ARGS_SET_DEVICE:
+	case ARGS_GRAPH_EXEC_DESTROY:
+	case ARGS_GRAPH_DESTROY:
+		decode_handle(ctx, in);
+		break;
+	case ARGS_GRAPH_LAUNCH:
+	case ARGS_EVENT_RECORD:
+		decode_handle_stream(ctx, in);
+		break;
+	case ARGS_CAPTURE_TO_GRAPH:
+	case ARGS_CAPTURE_END:
+	case ARGS_STREAM_WAIT_EVENT:
+		decode_stream_handle(ctx, in);
+		break;
+	case ARGS_GRAPH_INSTANTIATE:
+	case ARGS_GRAPH_EXEC_UPDATE:
+	case ARGS_GET_KERNEL_HANDLE:
+	case ARGS_KERNEL_FUNCTION:
+		decode_pair(ctx, in);
+		break;
+	case ARGS_GET_FUNCTION:
+	case ARGS_GET_KERNEL:
+		decode_get_function(ctx, in);
+		break;
+	case ARGS_GRAPH_KERNEL_NODE:
+		decode_kernel_node(ctx, in);
+		break;
+	case ARGS_GRAPH_MEMCPY_NODE:
+		decode_memcpy_node(ctx, in);
+		break;
+	case ARGS_GRAPH_MEMCPY_NODE_1D:
+		decode_memcpy_node_1d(ctx, in);
+		break;
+	case ARGS_GRAPH_MEMSET_NODE:
+		decode_memset_node(ctx, in);
+		break;
+	case ARGS_GRAPH_CHILD_NODE:
+		decode_child_node(ctx, in);
+		break;
+	case ARGS_LAUNCH:
+	case ARGS_LAUNCH_EXC:
+	case ARGS_CU_LAUNCH:
+	case ARGS_CU_LAUNCH_EX:
+		decode_timed_launch(ctx, in, pid);
+		break;
+	}
+}

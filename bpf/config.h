@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Load-time settings: read-only globals internal/bpfobj sets from the
+ * flags before loading. A setting that is off lets the verifier drop the
+ * code it guards.
+ */
+#pragma once
+
+/* Per-process caps (issue 16): graph ids ever assigned, executable graphs alive. */
+const volatile u32 max_graphs_per_pid = 8192;
+const volatile u32 max_execs_per_pid = 8192;
+
+/* --max-streams-per-pid: streams each process may name in keys (pid_streams). */
+const volatile u32 max_streams_per_pid = 32;
+
+/*
+ * Each process's share of each shared map (enum quota_map): set by
+ * internal/bpfobj from the map sizes (max_entries / 4, at least 64; 0, no
+ * quota, for a map of 64 entries or fewer, whose share would be all of
+ * it). The defaults here are those of the default sizes.
+ */
+const volatile u32 pid_share[QUOTA_MAPS] = {512, 2048, 256, 32768, 32768, 4096};
+
+/* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
+const volatile u32 kernel_mode = 1;
+
+/* --overhead-budget: count every trap per process (pid_hits). */
+volatile const bool count_hits = false;
+
+/* --enable-nvtx-tracing: launches look up their thread's phase. Off, the code is not loaded. */
+volatile const bool nvtx_enabled = false;
+
+/*
+ * --sample-rate: 1 in sample_rate timed calls has its latency measured,
+ * chosen at random (unbiased across processes and threads), and counts
+ * sample_rate times, so histograms need no rescaling. Counts and bytes
+ * are always exact. Sampling saves BPF work, never a trap.
+ */
+const volatile u32 sample_rate = 1;
+
+/* --detailed-launches. */
+const volatile bool detailed_launches = false;
+
+/* The crash circuit breaker (pid_last_hit, crash_events). */
+volatile const bool crash_breaker = false;

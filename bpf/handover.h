@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The runtime->driver handover (ARCHITECTURE.md, "One trap per launch"):
+ * which probe counts a runtime launch, the markers runtime entries leave
+ * (rt_launches), what learning files record (rt_sites, rt_ops), and the
+ * sites whose driver entry counts for the runtime (rt_counted).
+ */
+#pragma once
+
+/*
+ * Runtime launches are implemented by a driver launch on the same thread,
+ * which must not be counted again. Timed calls see it through the
+ * in-flight depth. In anonymous mode (no return probe) the driver entry
+ * checks its return address: inside libcudart's code means the runtime
+ * made the call. Until userspace has written the process's libcudart range
+ * (its first scan), a marker left by the runtime entry stands in: the
+ * driver entry must come deeper on the same stack while the runtime
+ * launch still runs (rt_marker_live).
+ */
+static const struct rt_op_val zero_rt_op;
+static const struct rt_site_val zero_rt_site;
+
+/* what: 0 merged, 1 unmerged, 2 a tail jump from 1 + op tail_of. */
+static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
+{
+	struct rt_op_key k = {.file = file, .op = op};
+	struct rt_op_val *v = lookup_or_init(&rt_ops, &k, &zero_rt_op, DROP_RT_LEARN);
+
+	if (!v)
+		return;
+	if (what == 0)
+		PCPU_ADD(v->merged, 1);
+	else if (what == 1)
+		PCPU_ADD(v->unmerged, 1);
+	else {
+		PCPU_ADD(v->tails, 1);
+		v->tail_of = tail_of;
+	}
+}
+
+/*
+ * Whether the runtime launch that left marker m is still running on this
+ * thread, seen from a probe deeper on its stack (call_live in the
+ * architecture's header). Identity, not time: a thread stopped for any
+ * length between the runtime's probe and the driver's (a pod throttled
+ * by its CPU limit) still matches, and a marker whose launch returned
+ * without reaching the driver does not (ARCHITECTURE.md, "Counting a
+ * call once").
+ */
+static __always_inline bool rt_marker_live(struct pt_regs *ctx, const struct rt_launch *m)
+{
+	return call_live(ctx, m->sp, m->ret);
+}
+
+/*
+ * Leaves the marker of a counted runtime launch; with learn (1 + op, the
+ * file has PF_RT_MARK), the launch before it on the thread that never
+ * reached the driver is counted against its op.
+ */
+static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id, struct rt_launch *old,
+						u32 file, u32 learn, u64 ret, bool tail)
+{
+	struct rt_launch m = {.sp = entry_sp(ctx), .ret = ret, .tail = tail, .learn = learn};
+
+	if (learn && old && old->learn && !old->merged)
+		rt_op_add(file, old->learn - 1, 1, 0);
+	bpf_map_update_elem(&rt_launches, &id, &m, BPF_ANY);
+}
+
+/* A driver launch below a learning runtime launch: where it entered the driver. */
+static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 ret, u32 op)
+{
+	struct rt_site k = {.file = text->file, .drv_op = drv_op, .off = ret - text->start};
+	struct rt_site_val *v = lookup_or_init(&rt_sites, &k, &zero_rt_site, DROP_RT_LEARN);
+
+	rt_op_add(text->file, op, 0, 0);
+	if (!v)
+		return;
+	if (!v->op)
+		v->op = op + 1;
+	else if (v->op != op + 1)
+		v->mixed = 1;
+	PCPU_ADD(v->merged, 1);
+}
+
+#define RT_NESTED ((u32)~0U)
+
+/*
+ * What a driver launch at op is counted as: op (the application called
+ * the driver), RT_NESTED (the runtime made it, and the runtime's probe
+ * counted it), or the runtime op whose launches the driver counts at that
+ * site (rt_counted). ret: the driver launch's return address
+ * (decode_launch). Inside the runtime's range the return address proves
+ * who made the call; the marker only says which runtime op, so no time
+ * window applies there: every marking launch replaces the thread's marker.
+ */
+static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op)
+{
+	u32 pid = id >> 32;
+	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
+	struct rt_launch *m;
+	bool nested;
+
+	if (text) {
+		struct rt_site k = {.file = text->file, .drv_op = op, .off = ret - text->start};
+		u32 *as;
+
+		if (ret < text->start || ret >= text->end)
+			return op;
+		m = bpf_map_lookup_elem(&rt_launches, &id);
+		nested = m && !m->merged && entry_sp(ctx) < m->sp;
+		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
+		/* A marker of another op whose launch returned: it never got here. */
+		if (as && *as < OP_MAX && nested && m->learn != *as + 1 && !rt_marker_live(ctx, m))
+			nested = false;
+		if (as && *as < OP_MAX && !nested)
+			return *as;
+		if (nested) {
+			m->merged = 1;
+			/*
+			 * At a counted site, only another op's fresh launch gets
+			 * here with a marker still attached: the site is shared,
+			 * and learning it says so (userspace takes the op back).
+			 */
+			if (m->learn && (!as || m->learn != *as + 1))
+				rt_learn(text, op, ret, m->learn - 1);
+		}
+		count_drop(DROP_RT_TO_DRV);
+		return RT_NESTED;
+	}
+	m = bpf_map_lookup_elem(&rt_launches, &id);
+	if (!m)
+		return op;
+	nested = entry_sp(ctx) < m->sp && rt_marker_live(ctx, m);
+	bpf_map_delete_elem(&rt_launches, &id);
+	if (!nested)
+		return op;
+	count_drop(DROP_RT_TO_DRV);
+	return RT_NESTED;
+}
+
+/*
+ * A runtime launch the runtime makes itself: CUDA 13's __cudaLaunchKernel
+ * calls the exported cudaLaunchKernel (seen on an H200 with PyTorch 2.11;
+ * test/stubs/cudart.c models it). Counted once, as the outer call, the one
+ * the application made: its return address is in the application, the
+ * inner one's in libcudart. Where that range is not known yet, or the
+ * runtime is linked into the executable (the application's code and the
+ * runtime's share a range), the outer call's marker stands in (left in
+ * place for the driver launch below both), and every counted runtime
+ * launch leaves one.
+ */
+static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op,
+					   u32 file)
+{
+	u32 pid = id >> 32;
+	u32 learn = flags & PF_RT_MARK ? op + 1 : 0;
+	struct text_range *text;
+	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
+
+	/*
+	 * NVIDIA's CUDA 13 __cudaLaunchKernel reaches cudaLaunchKernel by a
+	 * tail jump (seen on an H200: one frame, both probes fire with the
+	 * application's return address): the next runtime launch entry on the
+	 * thread into a launch that takes no kernel handle, on the same stack
+	 * pointer and return address, is that jump, however long the thread
+	 * was off the CPU in between. A __cudaLaunchKernel that returned
+	 * without jumping leaves a marker that only a call from the same
+	 * instruction at the same depth could match, and that call would be
+	 * __cudaLaunchKernel again, which replaces it.
+	 */
+	if (m && m->tail && m->ret == ret && m->sp == entry_sp(ctx) &&
+	    !(flags_of(op) & OPF_KERNEL_HANDLE)) {
+		m->tail = 0;
+		if (learn)
+			rt_op_add(file, op, 2, m->learn);
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	if (flags_of(op) & OPF_KERNEL_HANDLE) {
+		mark_runtime_launch(ctx, id, m, file, learn, ret, true);
+		return false;
+	}
+	if (flags & PF_RT_SHARED) {
+		text = bpf_map_lookup_elem(&rt_text, &pid);
+		if (!text || ret < text->start || ret >= text->end) {
+			if (learn)
+				mark_runtime_launch(ctx, id, m, file, learn, ret, false);
+			return false;
+		}
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	/* A static runtime shares its text with the application: the marker tells. */
+	if (m && entry_sp(ctx) < m->sp && rt_marker_live(ctx, m)) {
+		count_drop(DROP_NESTED);
+		return true;
+	}
+	mark_runtime_launch(ctx, id, m, file, learn, ret, false);
+	return false;
+}

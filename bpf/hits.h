@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Every probe run: the trap it cost (count_hit: the overhead estimate and
+ * the crash breaker's last hit) and whether this attachment counts it
+ * (hit_flags: pid_files, pid_claim).
+ */
+#pragma once
+
+/* Records that the probe of ctx's attached file trapped in process pid now. */
+static __always_inline void note_hit(struct pt_regs *ctx, u32 pid)
+{
+	u32 file = COOKIE_FILE(bpf_get_attach_cookie(ctx));
+	u64 now = bpf_ktime_get_ns();
+	struct last_hit *h, v = {.ns = now, .file = file};
+
+	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
+	if (!h) {
+		bpf_map_update_elem(&pid_last_hit, &pid, &v, BPF_ANY);
+		return;
+	}
+	if (h->file != file || now - h->ns > 1000000) {
+		h->ns = now;
+		h->file = file;
+	}
+}
+
+/*
+ * Counts a probe hit (a trap) of process pid. Every probe program calls it
+ * once per run, with its context named ctx: the crash breaker needs the
+ * attached file from the cookie.
+ */
+#define count_hit(pid) count_hit_at(ctx, (pid))
+
+static __always_inline void count_hit_at(struct pt_regs *ctx, u32 pid)
+{
+	u64 one = 1;
+	u64 *n;
+
+	if (crash_breaker)
+		note_hit(ctx, pid);
+	if (!count_hits)
+		return;
+	n = bpf_map_lookup_elem(&pid_hits, &pid);
+	if (n)
+		PCPU_ADD(*n, 1);
+	else
+		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
+}
+
+/*
+ * Whether this attachment (file) counts the current hit of process pid: 0
+ * if not, else its pid_file_flag bits (PF_OWN at least). A process
+ * userspace has seen costs one lookup when the file is its own (the common
+ * case), two when it is an alias's.
+ */
+static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
+{
+	struct pid_file k = {.pid = pid, .file = file};
+	struct claim_key ck = {.pid = pid, .ip = probe_ip(ctx)};
+	u32 *owner;
+	u8 *f;
+
+	f = bpf_map_lookup_elem(&pid_files, &k);
+	if (f)
+		return *f | PF_OWN;
+	k.file = 0;
+	if (bpf_map_lookup_elem(&pid_files, &k))
+		return 0; /* known to userspace, and this file is not its own */
+	owner = bpf_map_lookup_elem(&pid_claim, &ck);
+	if (!owner) {
+		bpf_map_update_elem(&pid_claim, &ck, &file, BPF_NOEXIST);
+		owner = bpf_map_lookup_elem(&pid_claim, &ck);
+		if (!owner) {
+			count_drop(DROP_PID_CLAIM);
+			return PF_OWN;
+		}
+	}
+	return *owner == file ? PF_OWN : 0;
+}

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Every map of profi's object, by concern. Map sizes are placeholders: Go
+ * sets max_entries from the flags before loading (internal/bpfobj).
+ * ARCHITECTURE.md lists who writes and who reads each.
+ */
+#pragma once
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct agg_key);
+	__type(value, struct agg_val);
+} aggregated SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct launch_key);
+	__type(value, struct launch_val);
+} launch_agg SEC(".maps");
+
+/* LRU so that threads dying mid-call cannot leak entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 10240);
+	__type(key, u64); /* pid_tgid */
+	__type(value, struct inflight_call);
+} inflight SEC(".maps");
+
+/* Live allocations, so that frees know their size. Not LRU: eviction would be silent loss. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc_val);
+} malloc_sizes SEC(".maps");
+
+/*
+ * One library file can be attached twice under two (dev, inode) keys: two
+ * overlayfs mounts of one image layer show different inodes in
+ * /proc/PID/maps, while the uprobe lands on the one real inode beneath.
+ * Every call would then run the programs of both attachments. pid_files
+ * (written by userspace from /proc/PID/maps) says which attachments are a
+ * process's own; in a process userspace has not seen yet, each probed
+ * address is claimed by the first attachment that fires there (pid_claim).
+ * The value (enum pid_file_flag) also says whether full-mode upgrade probes
+ * serve the process (PF_FULL) and whether rt_text knows its runtime
+ * (PF_RT_TEXT): one lookup per hit answers all three.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pid_file);
+	__type(value, u8); /* enum pid_file_flag */
+} pid_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct claim_key);
+	__type(value, u32); /* file id */
+} pid_claim SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+/* Runtime launch entered on a thread (anonymous mode), for the runtime->driver guard. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* pid_tgid */
+	__type(value, struct rt_launch);
+} rt_launches SEC(".maps");
+
+/*
+ * libcudart's code in each process, written by userspace from each scan:
+ * a driver launch whose return address lies there was made by the runtime.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid */
+	__type(value, struct text_range);
+} rt_text SEC(".maps");
+
+/*
+ * One trap per runtime launch (ARCHITECTURE.md, "One trap per
+ * launch"). While a runtime file learns (PF_RT_MARK), each driver launch
+ * its launches make records which runtime op entered the driver at that
+ * site (rt_sites), and each op whether all its launches got there
+ * (rt_ops). Userspace reads both; for an op that always reaches the driver
+ * at sites no other op uses, it writes those sites into rt_counted and
+ * detaches the op's runtime probes: from then on the driver entry counts
+ * the launch, labelled with the runtime op.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_site);
+	__type(value, struct rt_site_val);
+} rt_sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_op_key);
+	__type(value, struct rt_op_val);
+} rt_ops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rt_site);
+	__type(value, u32); /* the runtime op whose launches the driver counts there */
+} rt_counted SEC(".maps");
+
+/*
+ * Current device of each thread, from successful cudaSetDevice calls: every
+ * call's key carries it (thread_dev). Deleted when the thread exits
+ * (thread_exit); LRU in case that hook is missing.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* pid_tgid */
+	__type(value, u32);
+} thread_device SEC(".maps");
+
+/*
+ * (pid, cudaKernel_t) handles whose call site was sent (NAME_LAUNCH_SITE):
+ * a handle obtained before the agent attached has no __cudaGetKernel event,
+ * and its call site (the nvcc-generated __device_stub_ function) names it.
+ * LRU: a forgotten handle is only sent again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct alloc_key); /* pid, handle */
+	__type(value, u8);
+} launch_sites SEC(".maps");
+
+/*
+ * CUDA graphs (types.h, docs/METRICS.md "CUDA graphs"). Streams capturing,
+ * by (pid, stream): the id of the graph being captured. A stream that joined
+ * a capture through an event keeps its entry after the capture ends; the
+ * capture's entry in captures going away is what ends it for every stream
+ * (capture_of deletes such stale entries as it meets them).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, stream */
+	__type(value, u64);		/* graph id */
+} capture_streams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct handle_key); /* pid, graph id */
+	__type(value, struct capture);
+} captures SEC(".maps");
+
+/* Events recorded on a capturing stream: waiting on one joins its capture. LRU: events are not
+ * tracked to their destruction. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, event */
+	__type(value, u64);		/* graph id */
+} capture_events SEC(".maps");
+
+/* Graph handles (cudaGraph_t) and executable graphs (cudaGraphExec_t) -> graph id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct handle_key);
+	__type(value, u64);
+} graph_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct handle_key);
+	__type(value, u64);
+} graph_execs SEC(".maps");
+
+/* What each graph runs: kernels, copies, sets and child graphs, by graph id. Kept until the process
+ * exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct graph_node_key);
+	__type(value, struct graph_node_val);
+} graph_nodes SEC(".maps");
+
+/* Replays, cumulative: userspace multiplies them by their graph's nodes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct replay_key);
+	__type(value, u64);
+} graph_replays SEC(".maps");
+
+/*
+ * Per-process quotas (issue 17): graph ids and executable graphs against
+ * their caps, admitted streams, and the keys the process holds in each
+ * shared map (enum quota_map) against its share (pid_share). Written only
+ * when a key is new (admit), never on the path of a key that exists.
+ * Deleted by userspace when the process exits.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, struct pid_quota);
+} pid_quotas SEC(".maps");
+
+/*
+ * The streams each process may name in keys, (pid, stream): the first
+ * --max-streams-per-pid non-default streams it used. Keys of any other
+ * stream are folded into STREAM_OTHER in BPF (userspace labels it
+ * "other"), so fake stream handles cannot multiply a process's keys.
+ * A full map folds too. Deleted by userspace when the process exits.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct handle_key); /* pid, stream */
+	__type(value, u8);
+} pid_streams SEC(".maps");
+
+/* Kernel names (full mode): a few events per process, never per launch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} kernel_regs SEC(".maps");
+
+/* --detailed-launches: one event per launch, besides (never instead of) launch_agg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 2 * 1024 * 1024);
+} events SEC(".maps");
+
+/* Processes whose dynamic loader just changed their library list. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} lib_loads SEC(".maps");
+
+/* NCCL calls per (pid, op, communicator, result, device). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct nccl_key);
+	__type(value, struct nccl_val);
+} nccl_agg SEC(".maps");
+
+/*
+ * NCCL calls in progress, per thread. A plain hash, not LRU: a hung call
+ * must stay visible until it returns or its thread exits (thread_exit).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 10240);
+	__type(key, u64);
+	__type(value, struct nccl_call);
+} nccl_inflight SEC(".maps");
+
+/* Communicators seen at init, per process: rank, size, unique id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nccl_comm_key);
+	__type(value, struct nccl_comm);
+} nccl_comms SEC(".maps");
+
+/* Zeroed scratch for an nccl_call: too big for the stack next to the rest. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct nccl_call);
+} nccl_scratch SEC(".maps");
+
+/*
+ * Probe hits per process, for the overhead estimate of --overhead-budget:
+ * every program run is one trap in that process. Counted only when
+ * count_hits is set; otherwise the verifier drops the code.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u64);
+} pid_hits SEC(".maps");
+
+/*
+ * Open NVTX ranges per thread (--enable-nvtx-tracing): the phase rule of
+ * each, pushed and popped by nvtx_push/nvtx_pop. LRU: a thread that exits
+ * with ranges open is also removed by thread_exit, and cannot leak anyway.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64); /* pid_tgid */
+	__type(value, struct nvtx_ranges);
+} nvtx_stack SEC(".maps");
+
+/* A range name being classified: too big for the stack. */
+struct nvtx_name {
+	u32 wide[NVTX_NAME_LEN];    /* UTF-32 names (nvtxRangePushW, NVTX_MESSAGE_TYPE_UNICODE) */
+	u8 buf[NVTX_NAME_LEN + 16]; /* lowercased ASCII, zero padded past the name */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct nvtx_name);
+} nvtx_scratch SEC(".maps");
+
+/*
+ * The crash circuit breaker (ARCHITECTURE.md, "Crash circuit breaker"):
+ * each process's latest probe hit, which attached file trapped and when,
+ * and the processes that then died of a fault signal. One value per
+ * process, shared by its threads: written at most once a millisecond
+ * unless another file traps, so threads on other CPUs rarely write the
+ * same line. Off (crash_breaker false), the verifier drops the code.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid */
+	__type(value, struct last_hit);
+} pid_last_hit SEC(".maps");
+
+/* Fault exits of processes with an entry in pid_last_hit (one per process). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} crash_events SEC(".maps");
+
+/* crash_events reservations that failed: fault exits nobody saw. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} crash_lost SEC(".maps");

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Per-process admission to the shared maps (pid_quotas, pid_streams):
+ * lookup_or_admit, and malloc_sizes' tracking.
+ */
+#pragma once
+
+static __always_inline struct pid_quota *quota_of(u32 pid)
+{
+	return lookup_or_init(&pid_quotas, &pid, &zero_quota, DROP_PID_QUOTA);
+}
+
+/*
+ * Per-process quotas on the shared maps (issue 17: one process calling
+ * with thousands of fake stream handles or return codes must not fill a
+ * map every other process needs). Paid only when a key is new: the hot
+ * path, a key that exists, is one lookup as before (lookup_or_admit).
+ *
+ * Units are taken before the insert and given back when it fails, so a
+ * process never holds more than its share. Two CPUs that race to insert
+ * the same new key (a per-CPU hash's key is shared by all CPUs: one
+ * BPF_NOEXIST insert wins, the other gets -EEXIST) both hold a unit for a
+ * moment: a third new key of that process at the edge of its share may be
+ * refused meanwhile. That over-count is conservative and transient.
+ */
+#define EEXIST 17
+
+/*
+ * Takes one of the n units counted in *used; false (none taken) when all
+ * are used. n = 0: no limit (a map whose share would be all of it).
+ */
+static __always_inline bool take(u32 *used, u32 n)
+{
+	if (__sync_fetch_and_add(used, 1) < (n ? n : 0xffffffff))
+		return true;
+	__sync_fetch_and_add(used, -1);
+	return false;
+}
+
+/*
+ * Whether process pid may name stream in its keys: the default stream and
+ * STREAM_OTHER always, else the first max_streams_per_pid streams it used
+ * (pid_streams). A full pid_streams admits no new stream.
+ */
+static __always_inline bool stream_admitted(struct pid_quota *q, u32 pid, u64 stream)
+{
+	struct handle_key k = {.pid = pid, .handle = stream};
+	u8 one = 1;
+	long err;
+
+	if (!stream || stream == STREAM_OTHER || bpf_map_lookup_elem(&pid_streams, &k))
+		return true;
+	if (!take(&q->streams, max_streams_per_pid))
+		return false;
+	err = bpf_map_update_elem(&pid_streams, &k, &one, BPF_NOEXIST);
+	if (!err)
+		return true;
+	__sync_fetch_and_add(&q->streams, -1);
+	return err == -EEXIST; /* another CPU admitted it first */
+}
+
+/* The drop counted when map qm itself is full. */
+static __always_inline u32 full_drop(u32 qm)
+{
+	switch (qm) {
+	case QUOTA_AGGREGATED:
+		return DROP_AGGREGATED;
+	case QUOTA_LAUNCH_AGG:
+		return DROP_LAUNCH_AGG;
+	case QUOTA_NCCL_AGG:
+		return DROP_NCCL_AGG;
+	case QUOTA_MALLOC_SIZES:
+		return DROP_MALLOC_SIZES;
+	case QUOTA_GRAPH_REPLAYS:
+		return DROP_GRAPH_REPLAYS;
+	}
+	return DROP_GRAPH_MAPS;
+}
+
+/*
+ * A key that is not in map qm yet. Its stream (NULL: the key has none)
+ * beyond the process's admitted streams is folded into STREAM_OTHER, and
+ * that key looked up again; a key still new is inserted within the
+ * process's share of the map, else dropped and counted (DROP_PID_QUOTA)
+ * without touching any other process's keys. Every key begins with its
+ * u32 pid. Not inlined: one copy serves every map.
+ */
+static __noinline void *admit(void *map, void *key, u64 *stream, const void *zero, u32 qm)
+{
+	u32 pid = *(u32 *)key;
+	struct pid_quota *q;
+	u32 *used;
+	void *v;
+
+	q = quota_of(pid);
+	if (!q)
+		return NULL;
+	if (stream && !stream_admitted(q, pid, *stream)) {
+		*stream = STREAM_OTHER;
+		v = bpf_map_lookup_elem(map, key);
+		if (v)
+			return v;
+	}
+	/* Kept: clang drops the check (every caller passes a constant), the verifier needs it. */
+	asm volatile("" : "+r"(qm));
+	if (qm >= QUOTA_MAPS)
+		return NULL;
+	used = &q->keys[qm];
+	if (!take(used, pid_share[qm])) {
+		count_drop(DROP_PID_QUOTA);
+		return NULL;
+	}
+	/* Failed: the map is full, or another CPU inserted the key (and counted it). */
+	if (bpf_map_update_elem(map, key, zero, BPF_NOEXIST))
+		__sync_fetch_and_add(used, -1);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		count_drop(full_drop(qm));
+	return v;
+}
+
+/*
+ * lookup_or_init for the shared maps with per-process quotas: this CPU's
+ * value for key, admitted first when the key is new. *stream may be
+ * folded into STREAM_OTHER.
+ */
+static __always_inline void *lookup_or_admit(void *map, void *key, u64 *stream, const void *zero,
+					     u32 qm)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	return admit(map, key, stream, zero, qm);
+}
+
+/*
+ * Records a live allocation in malloc_sizes within the process's share;
+ * false when it is not tracked (counted). An address handed out again
+ * while its entry is still there (its free was not seen) replaces the
+ * entry and takes no unit.
+ */
+static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
+{
+	struct pid_quota *q = quota_of(ak->pid);
+	u32 *used;
+	long err;
+
+	if (!q)
+		return false;
+	used = &q->keys[QUOTA_MALLOC_SIZES];
+	if (!take(used, pid_share[QUOTA_MALLOC_SIZES])) {
+		if (!bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
+			return true;
+		count_drop(DROP_PID_QUOTA);
+		return false;
+	}
+	err = bpf_map_update_elem(&malloc_sizes, ak, av, BPF_NOEXIST);
+	if (!err)
+		return true;
+	__sync_fetch_and_add(used, -1);
+	if (err == -EEXIST && !bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
+		return true;
+	count_drop(DROP_MALLOC_SIZES);
+	return false;
+}
+
+/* Gives back the unit of a malloc_sizes entry just deleted. */
+static __always_inline void untrack_alloc(u32 pid)
+{
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+
+	if (q && q->keys[QUOTA_MALLOC_SIZES])
+		__sync_fetch_and_add(&q->keys[QUOTA_MALLOC_SIZES], -1);
+}

@@ -1,0 +1,166 @@
+package attach
+
+import (
+	"errors"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
+
+// rtRange is a process's rt_text entry: its libcudart's code range and
+// which attached file it is.
+type rtRange struct {
+	TextRange
+	file   uint32
+	handed bool // some of the file's launch ops are counted at the driver
+}
+
+// processMaps owns the pid_files and rt_text maps and their mirrors (what
+// was last written), and writes both in the one order the BPF side relies
+// on (apply). Either map may be nil (tests without BPF): its writes are
+// then skipped and its mirror stays empty.
+type processMaps struct {
+	pidFilesMap *ebpf.Map
+	rtTextMap   *ebpf.Map
+	pidFiles    map[bpfobj.ProfiPidFile]uint8 // key → enum pid_file_flag bits
+	rtText      map[uint32]rtRange            // pid → range
+}
+
+func newProcessMaps(pidFiles, rtText *ebpf.Map) *processMaps {
+	return &processMaps{
+		pidFilesMap: pidFiles,
+		rtTextMap:   rtText,
+		pidFiles:    map[bpfobj.ProfiPidFile]uint8{},
+		rtText:      map[uint32]rtRange{},
+	}
+}
+
+// mapFailures counts the writes apply could not make, per map.
+type mapFailures struct {
+	rtTextPut, rtTextDelete, pidFiles int
+}
+
+// apply moves both maps to their wanted state, in this order:
+//
+//  1. rt_text entries added and changed (text);
+//  2. files called: its answer, the wanted pid_files, may depend on which
+//     rt_text entries now exist (hasText: PF_RT_TEXT says "rt_text holds
+//     this process's range"), and it may run what must come between
+//     (the handover: its plan sets PF_RT_MARK, it rewrites rt_text's
+//     handed flags through putText);
+//  3. pid_files: each process's per-file values, then its "known" marker
+//     (file 0); markers removed, then per-file values;
+//  4. rt_text entries not in text deleted.
+//
+// So an rt_text entry is there before any pid_files value says it is and
+// goes only after none does: a runtime launch that skips its marker always
+// finds the range at the driver (driver_launch_op in bpf/handover.h); and
+// a process is "known" only while its own files' values are there
+// (hit_flags in bpf/hits.h).
+func (m *processMaps) apply(text map[uint32]rtRange, files func() map[bpfobj.ProfiPidFile]uint8) mapFailures {
+	var f mapFailures
+	f.rtTextPut = m.putText(text)
+	f.pidFiles = m.syncFiles(files())
+	f.rtTextDelete = m.deleteText(text)
+	return f
+}
+
+// hasText reports whether rt_text holds pid's range, and which.
+func (m *processMaps) hasText(pid uint32) (rtRange, bool) {
+	r, ok := m.rtText[pid]
+	return r, ok
+}
+
+// putText adds and changes the rt_text entries of want (step 1 of apply;
+// also the handover's, which sets handed before it detaches a probe).
+func (m *processMaps) putText(want map[uint32]rtRange) (failed int) {
+	if m.rtTextMap == nil {
+		return 0
+	}
+	for pid, r := range want {
+		if cur, ok := m.rtText[pid]; ok && cur == r {
+			continue
+		}
+		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End, File: r.file}
+		if r.handed {
+			v.Handed = 1
+		}
+		if err := m.rtTextMap.Update(pid, &v, ebpf.UpdateAny); err != nil {
+			failed++
+			continue
+		}
+		m.rtText[pid] = r
+	}
+	return failed
+}
+
+// deleteText deletes the rt_text entries not in want (step 4 of apply).
+func (m *processMaps) deleteText(want map[uint32]rtRange) (failed int) {
+	if m.rtTextMap == nil {
+		return 0
+	}
+	for pid := range m.rtText {
+		if _, ok := want[pid]; ok {
+			continue
+		}
+		if err := m.rtTextMap.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+			continue
+		}
+		delete(m.rtText, pid)
+	}
+	return failed
+}
+
+// fileFlags is the value pid_files holds for k; ok false when none.
+func (m *processMaps) fileFlags(k bpfobj.ProfiPidFile) (uint8, bool) {
+	v, ok := m.pidFiles[k]
+	return v, ok
+}
+
+// putFile writes one pid_files value (a full-mode upgrade's PF_FULL).
+func (m *processMaps) putFile(k bpfobj.ProfiPidFile, v uint8) error {
+	if m.pidFilesMap == nil {
+		return nil
+	}
+	if err := m.pidFilesMap.Update(&k, v, ebpf.UpdateAny); err != nil {
+		return err
+	}
+	m.pidFiles[k] = v
+	return nil
+}
+
+// syncFiles moves pid_files to want (step 3 of apply).
+func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int) {
+	if m.pidFilesMap == nil {
+		return 0
+	}
+	put := func(k bpfobj.ProfiPidFile, v uint8) {
+		if err := m.putFile(k, v); err != nil {
+			failed++
+		}
+	}
+	del := func(k bpfobj.ProfiPidFile) {
+		if err := m.pidFilesMap.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+			return
+		}
+		delete(m.pidFiles, k)
+	}
+	for _, known := range []bool{false, true} {
+		for k, v := range want {
+			if cur, ok := m.pidFiles[k]; (!ok || cur != v) && (k.File == 0) == known {
+				put(k, v)
+			}
+		}
+	}
+	for _, known := range []bool{true, false} {
+		for k := range m.pidFiles {
+			if _, ok := want[k]; !ok && (k.File == 0) == known {
+				del(k)
+			}
+		}
+	}
+	return failed
+}
