@@ -47,9 +47,20 @@ var (
 // archFlags are the stub flags of one architecture (after Compiler.Flags):
 // stub adds to every stub; hardened builds CudartCET; locked builds the
 // CudartLocked variants, whose refused entries cannot be BTI landing pads.
+//
+// arm64's hardened build is BTI-marked (GNU property note), so the loader
+// maps its code guarded: an indirect branch to anything but a landing pad
+// (bti c, paciasp) or a breakpoint faults. Every input must carry the note,
+// or the marked library would hold unmarked code that the loader calls
+// indirectly: no crt files (-nostartfiles: their _init and frame_dummy
+// have no landing pads in Debian's cross toolchain) and no libgcc atomics
+// helpers (-mno-outline-atomics: lse-init is an unmarked constructor).
 var archFlags = map[string]struct{ stub, hardened, locked []string }{
 	"amd64": {stub: []string{"-fcf-protection=none"}, hardened: []string{"-fcf-protection=full"}},
-	"arm64": {locked: []string{"-mbranch-protection=none"}},
+	"arm64": {
+		hardened: []string{"-mno-outline-atomics", "-nostartfiles", "-Wl,-z,force-bti"},
+		locked:   []string{"-mbranch-protection=none"},
+	},
 }
 
 // Source files, relative to the repository root.
@@ -83,6 +94,8 @@ type Fixtures struct {
 	CudartMissing string // <dir>/missing/libcudart.so.12 (no graph symbols; same driver)
 	// CudartCET is built with -fcf-protection=full: every function starts
 	// with endbr64 then push %rbp, as in CET-hardened distribution builds.
+	// On arm64 it is the BTI-marked build (archFlags): its code is mapped
+	// guarded where the CPU has BTI.
 	CudartCET    string // <dir>/cet/libcudart.so.12
 	CudartNotELF string // <dir>/notelf/libcudart.so.12 (a text file)
 	// CudartLocked's cudaGraphLaunch starts with "lock xadd %ecx, <global>":

@@ -80,9 +80,9 @@ const loadTests = "^TestLoad"
 // smoke is the end-to-end subset run in each link mode, by group: runtime
 // launches, copies and their bytes, driver launches; the one-trap
 // handover; full-mode kernel names; a CUDA graph's replays; NVTX phases;
-// NCCL collectives (%s: the link mode's subtest). Call counts are
-// divided by scaleDown (testutil.ScaleDown): the emulator traps far slower
-// than hardware (docs/KERNELS.md).
+// NCCL collectives (%s: the link mode's subtest); on arm64 a BTI-guarded
+// runtime. Call counts are divided by scaleDown (testutil.ScaleDown): the
+// emulator traps far slower than hardware (docs/KERNELS.md).
 var smoke = []struct{ name, run string }{
 	{"launches", "^(TestWorkloadStartedAfterAgent|TestDriverAPI)$"},
 	{"handover", "^TestOneTrapPerLaunch$/^via-driver$"},
@@ -90,6 +90,7 @@ var smoke = []struct{ name, run string }{
 	{"graphs", "^TestGraphs$/^via-driver$/^anonymous$"},
 	{"nvtx", "^TestNVTXPhases$/^libnvToolsExt$"},
 	{"nccl", "^TestNCCLExact$/^%s$"},
+	{"bti", "^TestBTIGuardedLibrary$"}, // arm64: a BTI-guarded runtime (x86-64 skips)
 }
 
 const scaleDown = 10
