@@ -122,6 +122,7 @@ type Config struct {
 	CrashWindow      time.Duration // --crash-window; 0 = crash circuit breaker off
 	QuarantineLift   time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
 	NoUprobeMulti    bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
+	KmsgTrustUser    bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
 	LogLevel         slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP             OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
 	MetricsTLS       TLSConfig     // --metrics-tls-* (docs/INTERFACE.md 2.5)
@@ -234,6 +235,7 @@ type cli struct {
 	MallocSizesSize  int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
 	DetailedLaunches bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
 	NoUprobeMulti    bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
+	KmsgTrustUser    bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
 	OverheadBudget   float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
 	CrashWindow      int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
 	QuarantineLift   int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
@@ -482,6 +484,7 @@ func (p *parser) build(raw *cli) *Config {
 		SampleRate:       raw.SampleRate,
 		DetailedLaunches: raw.DetailedLaunches,
 		NoUprobeMulti:    raw.NoUprobeMulti,
+		KmsgTrustUser:    raw.KmsgTrustUser,
 	}
 
 	p.checkListen(raw.Listen)
