@@ -36,6 +36,7 @@ import (
 	"github.com/profi-dev/profi/internal/explain"
 	"github.com/profi-dev/profi/internal/gpu"
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/kbugs"
 	"github.com/profi-dev/profi/internal/kmsg"
 	"github.com/profi-dev/profi/internal/kwatch"
 	"github.com/profi-dev/profi/internal/nvml"
@@ -149,6 +150,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if crashes && !features.ExitHook {
 		log.Error("crash circuit breaker off: it needs the process-exit hook")
 		crashes = false
+	}
+	// A kernel with a known uprobe bug gets no probes unless
+	// --allow-unsafe-kernel (docs/KERNELS.md, Known uprobe bugs).
+	switch kr := kbugs.Classify(kbugs.Running()); {
+	case kr.Verdict == kbugs.Bad && !cfg.AllowUnsafeKernel:
+		brk.StopAll(breaker.ReasonUnsafeKernel, kr.Summary())
+	case kr.Verdict == kbugs.Bad:
+		log.Warn("the kernel has a known uprobe bug that can hurt a probed process; probing anyway (--allow-unsafe-kernel)", "kernel", kr.Summary())
+	case kr.Verdict == kbugs.Suspect:
+		log.Warn("the kernel may have a uprobe bug that can hurt a probed process, unless a backport fixed it; probing", "kernel", kr.Summary())
 	}
 	klog := kmsg.New(kmsg.Options{Logger: log})
 	klog.Subscribe(kwatch.New(brk.StopAll, cfg.KmsgTrustUser).Consume)

@@ -97,7 +97,7 @@ func New(opts Options) *Breaker {
 		faults: map[string]uint64{},
 		seen:   map[uint32]string{},
 		quarantines: prometheus.NewDesc("profi_system_probe_quarantines_total",
-			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library \"all\": every probe on the node, the kernel reported trouble in its uprobe code (reason kernel_warning, kernel_bug, kernel_oops).",
+			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library \"all\": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).",
 			[]string{"library", "reason"}, nil),
 		inForce: prometheus.NewDesc("profi_system_probe_quarantined_files",
 			"Library files whose probes are in quarantine now, by the signal that put them there.",
@@ -199,7 +199,7 @@ func (b *Breaker) StopAll(reason, line string) {
 		if r.q.Library == LibraryAll {
 			b.counts[[2]string{LibraryAll, reason}]++
 			b.mu.Unlock()
-			b.log.Error("the kernel reported trouble in its uprobe code again; every probe is already off", "reason", reason, "kernel_log", line)
+			b.log.Error("another reason to stop every probe; every probe is already off", "reason", reason, "detail", line)
 			return
 		}
 	}
@@ -219,9 +219,20 @@ func (b *Breaker) StopAll(reason, line string) {
 	b.active = append(b.active, record{q: q})
 	b.counts[[2]string{LibraryAll, reason}]++
 	b.mu.Unlock()
-	b.log.Error("every probe on the node is off: the kernel reported trouble in its uprobe code; not attached again before the agent restarts",
-		"reason", reason, "kernel_log", line, "files", len(files), "links", links, "pids", q.PIDs, "detach", detached)
+	b.log.Error("every probe on the node is off, not attached again before the agent restarts: "+stopWhy(reason),
+		"reason", reason, "detail", line, "files", len(files), "links", links, "pids", q.PIDs, "detach", detached)
 }
+
+// stopWhy says why in words, per reason of StopAll.
+func stopWhy(reason string) string {
+	if reason == ReasonUnsafeKernel {
+		return "the kernel has a known uprobe bug that can hurt a probed process (--allow-unsafe-kernel overrides)"
+	}
+	return "the kernel reported trouble in its uprobe code"
+}
+
+// ReasonUnsafeKernel is StopAll's reason for a known-bad kernel at start-up.
+const ReasonUnsafeKernel = "unsafe_kernel"
 
 // lift ends the quarantines whose time is up.
 func (b *Breaker) lift() {

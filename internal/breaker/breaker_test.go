@@ -91,7 +91,7 @@ func TestBreaker(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(b)
 	want := `
-# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node, the kernel reported trouble in its uprobe code (reason kernel_warning, kernel_bug, kernel_oops).
+# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).
 # TYPE profi_system_probe_quarantines_total counter
 profi_system_probe_quarantines_total{library="libcuda.so",reason="sigbus"} 1
 profi_system_probe_quarantines_total{library="libcudart.so",reason="sigsegv"} 1
@@ -148,7 +148,7 @@ func TestStopAll(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	want := `
-# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node, the kernel reported trouble in its uprobe code (reason kernel_warning, kernel_bug, kernel_oops).
+# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).
 # TYPE profi_system_probe_quarantines_total counter
 profi_system_probe_quarantines_total{library="all",reason="kernel_oops"} 1
 profi_system_probe_quarantines_total{library="all",reason="kernel_warning"} 1

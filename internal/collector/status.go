@@ -150,7 +150,7 @@ func (s *StatusSource) Document() status.Doc {
 	}
 	for _, q := range doc.Quarantined {
 		if q.Library == "all" {
-			doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("every probe on the node is off (%s): the kernel reported trouble in its uprobe code: %s", q.Reason, q.KernelLog))
+			doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("every probe on the node is off (%s): %s", q.Reason, q.KernelLog))
 			continue
 		}
 		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined: process %d (%s) died of %s %.3f s after a probe hit",

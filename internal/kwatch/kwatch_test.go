@@ -117,13 +117,13 @@ func TestClassify(t *testing.T) {
 func TestFrameFunc(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		" handle_swbp+0x3c4/0x4d0":                     "handle_swbp",
-		"pc : uprobe_single_step_handler+0x38/0x60":    "uprobe_single_step_handler",
-		"RIP: 0010:handle_swbp+0x3c4/0x4d0":            "handle_swbp",
+		" handle_swbp+0x3c4/0x4d0":                      "handle_swbp",
+		"pc : uprobe_single_step_handler+0x38/0x60":     "uprobe_single_step_handler",
+		"RIP: 0010:handle_swbp+0x3c4/0x4d0":             "handle_swbp",
 		" [<ffffffff81234567>] handle_swbp+0x3c4/0x4d0": "handle_swbp",
-		" ? handle_swbp+0x3c4/0x4d0":                   "",
-		"Modules linked in: a+0x1":                     "",
-		"uprobe: x":                                    "",
+		" ? handle_swbp+0x3c4/0x4d0":                    "",
+		"Modules linked in: a+0x1":                      "",
+		"uprobe: x":                                     "",
 	} {
 		got, _ := frameFunc(in)
 		if got != want {

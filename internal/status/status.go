@@ -89,8 +89,9 @@ type Quarantine struct {
 	// PIDs are the processes that mapped the file at the last discovery
 	// pass, and the dead one: they are no longer probed there.
 	PIDs []int `json:"pids"`
-	// KernelLog is, for a node-wide stop (library "all"), the kernel log
-	// line that caused it, as the kernel escaped it (at most 1 KiB).
+	// KernelLog is, for a node-wide stop (library "all"), what caused it:
+	// the kernel log line as the kernel escaped it (at most 1 KiB), or the
+	// known kernel bug (reason unsafe_kernel).
 	KernelLog string `json:"kernel_log,omitempty"`
 	// LiftsAt is when the quarantine ends (--quarantine-lift); absent: not
 	// before the agent restarts.
