@@ -36,6 +36,9 @@ import (
 	"github.com/profi-dev/profi/internal/explain"
 	"github.com/profi-dev/profi/internal/gpu"
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/kbugs"
+	"github.com/profi-dev/profi/internal/kmsg"
+	"github.com/profi-dev/profi/internal/kwatch"
 	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/otlp"
@@ -140,14 +143,26 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer exitHook.Close()
 	}
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
-	var brk *breaker.Breaker
-	if cfg.CrashWindow > 0 {
-		if !features.ExitHook {
-			log.Error("crash circuit breaker off: it needs the process-exit hook")
-		} else {
-			brk = breaker.New(breaker.Options{Window: cfg.CrashWindow, Lift: cfg.QuarantineLift, Files: attacher, Logger: log})
-		}
+	// The breaker reports every stop: its own quarantines (only with
+	// --crash-window and the exit hook) and the kernel-warning watch's.
+	brk := breaker.New(breaker.Options{Window: cfg.CrashWindow, Lift: cfg.QuarantineLift, Files: attacher, Logger: log})
+	crashes := cfg.CrashWindow > 0
+	if crashes && !features.ExitHook {
+		log.Error("crash circuit breaker off: it needs the process-exit hook")
+		crashes = false
 	}
+	// A kernel with a known uprobe bug gets no probes unless
+	// --allow-unsafe-kernel (docs/KERNELS.md, Known uprobe bugs).
+	switch kr := kbugs.Classify(kbugs.Running()); {
+	case kr.Verdict == kbugs.Bad && !cfg.AllowUnsafeKernel:
+		brk.StopAll(breaker.ReasonUnsafeKernel, kr.Summary())
+	case kr.Verdict == kbugs.Bad:
+		log.Warn("the kernel has a known uprobe bug that can hurt a probed process; probing anyway (--allow-unsafe-kernel)", "kernel", kr.Summary())
+	case kr.Verdict == kbugs.Suspect:
+		log.Warn("the kernel may have a uprobe bug that can hurt a probed process, unless a backport fixed it; probing", "kernel", kr.Summary())
+	}
+	klog := kmsg.New(kmsg.Options{Logger: log})
+	klog.Subscribe(kwatch.New(brk.StopAll, cfg.KmsgTrustUser).Consume)
 
 	ctl, stopStats := startBudget(cfg, objs, attacher, log)
 	defer stopStats()
@@ -220,9 +235,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg.MustRegister(data)
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(httpSelf.Collectors()...)
-	if brk != nil {
-		reg.MustRegister(brk)
-	}
+	reg.MustRegister(brk, klog)
 	if gpus != nil {
 		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
 	}
@@ -246,7 +259,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RecentLaunches: recentLaunches(events),
 		Kubernetes:     podStatus,
 		NVML:           nvmlSnapshot,
-		Quarantined:    quarantined(brk),
+		Quarantined:    brk.Status,
+		KernelLog:      klog.Stats,
 	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
@@ -287,7 +301,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
-	if brk != nil {
+	g.Go(func() error {
+		if err := klog.Run(ctx); err != nil {
+			log.Error("kernel log watch stopped: kernel warnings in the uprobe code no longer stop the probes", "err", err)
+		}
+		return nil
+	})
+	if crashes {
 		g.Go(func() error {
 			if err := brk.Run(ctx, objs.CrashEvents, objs.CrashLost); err != nil {
 				log.Error("crash circuit breaker stopped: probed processes that crash are no longer noticed", "err", err)
@@ -402,13 +422,6 @@ func otlpPusher(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	conv := otlp.NewConverter(g, otlp.Resource(cfg.OTLP, version, cfg.NodeName, os.Getenv), version, started)
 	log.Info("OTLP push on", "endpoint", cfg.OTLP.Endpoint, "protocol", cfg.OTLP.Protocol, "interval", cfg.OTLP.Interval, "tls", cfg.OTLP.UseTLS())
 	return otlp.NewPusher(conv, exp, cfg.OTLP.Interval, cfg.OTLP.Timeout, m, log), nil
-}
-
-func quarantined(b *breaker.Breaker) func() []status.Quarantine {
-	if b == nil {
-		return nil
-	}
-	return b.Status
 }
 
 func recentLaunches(e *aggregate.Events) func() []aggregate.LaunchEvent {

@@ -181,6 +181,8 @@ type Attacher struct {
 	// released files, for a Quarantine that arrives after the release.
 	quarantined map[FileKey]bool
 	gone        map[uint32]Target
+	// stopped: QuarantineAll ran; nothing is attached again.
+	stopped bool
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -313,7 +315,7 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
 		return false // nothing to attach for this library (yet): not a failure
 	}
-	if a.quarantined[t.Key] {
+	if a.quarantined[t.Key] || a.stopped {
 		return false
 	}
 	if f, ok := a.files[t.Key]; ok {
@@ -342,7 +344,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 			continue
 		}
 		seen[t.Key] = true
-		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 || a.quarantined[t.Key] {
+		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 || a.quarantined[t.Key] || a.stopped {
 			continue
 		}
 		if _, ok := a.files[t.Key]; ok {

@@ -66,6 +66,35 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 	return q, true
 }
 
+// QuarantineAll takes every probe on the node off, the loader hooks
+// included, and keeps them off until the agent restarts: no later pass
+// attaches any file (the kernel-warning watch: the kernel itself reported
+// trouble in its uprobe code, so no file of ours is safe). It returns the
+// files it detached.
+func (a *Attacher) QuarantineAll() []QuarantinedFile {
+	a.mu.Lock()
+	a.stopped = true
+	ids := make([]uint32, 0, len(a.files))
+	for _, f := range a.files {
+		ids = append(ids, f.id)
+	}
+	a.mu.Unlock()
+	out := make([]QuarantinedFile, 0, len(ids))
+	for _, id := range ids {
+		if q, ok := a.Quarantine(id); ok {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Stopped reports whether QuarantineAll ran.
+func (a *Attacher) Stopped() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stopped
+}
+
 // Unquarantine lets passes attach the file again (a quarantine that
 // lifts: --quarantine-lift).
 func (a *Attacher) Unquarantine(key FileKey) {

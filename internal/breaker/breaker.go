@@ -33,7 +33,14 @@ type Files interface {
 	Quarantine(id uint32) (attach.QuarantinedFile, bool)
 	// Unquarantine lets the file be attached again.
 	Unquarantine(key attach.FileKey)
+	// QuarantineAll takes every probe on the node off until the agent
+	// restarts.
+	QuarantineAll() []attach.QuarantinedFile
 }
+
+// LibraryAll is the library label and /status library of a node-wide stop
+// (StopAll).
+const LibraryAll = "all"
 
 // Options configure a Breaker.
 type Options struct {
@@ -90,7 +97,7 @@ func New(opts Options) *Breaker {
 		faults: map[string]uint64{},
 		seen:   map[uint32]string{},
 		quarantines: prometheus.NewDesc("profi_system_probe_quarantines_total",
-			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there.",
+			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library \"all\": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).",
 			[]string{"library", "reason"}, nil),
 		inForce: prometheus.NewDesc("profi_system_probe_quarantined_files",
 			"Library files whose probes are in quarantine now, by the signal that put them there.",
@@ -179,6 +186,53 @@ func (b *Breaker) Handle(ev *bpfobj.ProfiCrashEvent) {
 		"library", q.Library, "path", q.Path, "file", q.File, "pid", q.PID, "comm", comm, "signal", sig,
 		"since_probe_hit", since, "detach", detached, "links", f.Links, "pids", q.PIDs, "lifts", lifts)
 }
+
+// StopAll takes every probe on the node off until the agent restarts and
+// reports it as a quarantine of library "all": reason is a classified
+// reason of the caller's fixed set (it becomes a label value), record the
+// kernel log line that showed the trouble (line: for /status and the log only,
+// as the kernel escaped it, bounded by the kernel log reader). A second
+// stop is logged and counted, not repeated.
+func (b *Breaker) StopAll(reason, line string) {
+	b.mu.Lock()
+	for _, r := range b.active {
+		if r.q.Library == LibraryAll {
+			b.counts[[2]string{LibraryAll, reason}]++
+			b.mu.Unlock()
+			b.log.Error("another reason to stop every probe; every probe is already off", "reason", reason, "detail", line)
+			return
+		}
+	}
+	b.mu.Unlock()
+	start := b.opts.Monotonic()
+	files := b.opts.Files.QuarantineAll()
+	detached := b.opts.Monotonic() - start
+	q := status.Quarantine{Library: LibraryAll, Reason: reason, Time: b.opts.Now(), DetachSeconds: detached.Seconds(), KernelLog: line, PIDs: []int{}}
+	links := 0
+	for _, f := range files {
+		links += f.Links
+		q.PIDs = append(q.PIDs, f.PIDs...)
+	}
+	slices.Sort(q.PIDs)
+	q.PIDs = slices.Compact(q.PIDs)
+	b.mu.Lock()
+	b.active = append(b.active, record{q: q})
+	b.counts[[2]string{LibraryAll, reason}]++
+	b.mu.Unlock()
+	b.log.Error("every probe on the node is off, not attached again before the agent restarts: "+stopWhy(reason),
+		"reason", reason, "detail", line, "files", len(files), "links", links, "pids", q.PIDs, "detach", detached)
+}
+
+// stopWhy says why in words, per reason of StopAll.
+func stopWhy(reason string) string {
+	if reason == ReasonUnsafeKernel {
+		return "the kernel has a known uprobe bug that can hurt a probed process (--allow-unsafe-kernel overrides)"
+	}
+	return "the kernel reported trouble in its uprobe code"
+}
+
+// ReasonUnsafeKernel is StopAll's reason for a known-bad kernel at start-up.
+const ReasonUnsafeKernel = "unsafe_kernel"
 
 // lift ends the quarantines whose time is up.
 func (b *Breaker) lift() {

@@ -1,7 +1,9 @@
 package breaker
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ type fakeFiles struct {
 	files       map[uint32]attach.QuarantinedFile
 	quarantined []uint32
 	lifted      []attach.FileKey
+	all         int
 }
 
 func (f *fakeFiles) Quarantine(id uint32) (attach.QuarantinedFile, bool) {
@@ -29,6 +32,15 @@ func (f *fakeFiles) Quarantine(id uint32) (attach.QuarantinedFile, bool) {
 }
 
 func (f *fakeFiles) Unquarantine(k attach.FileKey) { f.lifted = append(f.lifted, k) }
+
+func (f *fakeFiles) QuarantineAll() []attach.QuarantinedFile {
+	f.all++
+	var out []attach.QuarantinedFile
+	for _, id := range slices.Sorted(maps.Keys(f.files)) {
+		out = append(out, f.files[id])
+	}
+	return out
+}
 
 func event(pid uint32, file uint32, code int32, exit, hit time.Duration) *bpfobj.ProfiCrashEvent {
 	ev := &bpfobj.ProfiCrashEvent{Pid: pid, Tid: pid, File: file, ExitCode: code, ExitNs: uint64(exit), HitNs: uint64(hit)}
@@ -79,7 +91,7 @@ func TestBreaker(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(b)
 	want := `
-# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there.
+# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).
 # TYPE profi_system_probe_quarantines_total counter
 profi_system_probe_quarantines_total{library="libcuda.so",reason="sigbus"} 1
 profi_system_probe_quarantines_total{library="libcudart.so",reason="sigsegv"} 1
@@ -110,5 +122,38 @@ profi_system_probe_quarantined_files{library="libcudart.so",reason="sigsegv"} 1
 	b.Handle(event(13, 3, 11, 99*time.Second, 99*time.Second))
 	if !reflect.DeepEqual(files.quarantined, []uint32{3, 4, 3}) {
 		t.Errorf("quarantined %v after the lift, want [3 4 3]", files.quarantined)
+	}
+}
+
+// TestStopAll: a node-wide stop quarantines every file once, is reported
+// as library "all" with the classified reason, and never lifts.
+func TestStopAll(t *testing.T) {
+	t.Parallel()
+	files := &fakeFiles{files: map[uint32]attach.QuarantinedFile{
+		3: {Lib: discover.LibCudart, PIDs: []int{10, 11}, Links: 5},
+		4: {Lib: discover.LibCuda, PIDs: []int{11, 12}, Links: 2},
+	}}
+	wall := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	b := New(Options{Window: time.Second, Lift: time.Nanosecond, Files: files, Now: func() time.Time { return wall }, Monotonic: func() time.Duration { return 0 }})
+	line := "WARNING: CPU: 1 PID: 10 at kernel/events/uprobes.c:1 handle_swbp+0x1/0x2"
+	b.StopAll("kernel_warning", line)
+	b.StopAll("kernel_oops", "Oops")
+	b.lift()
+	if files.all != 1 {
+		t.Errorf("QuarantineAll called %d times, want 1", files.all)
+	}
+	st := b.Status()
+	if len(st) != 1 || st[0].Library != LibraryAll || st[0].Reason != "kernel_warning" || st[0].KernelLog != line ||
+		!reflect.DeepEqual(st[0].PIDs, []int{10, 11, 12}) || !st[0].Time.Equal(wall) || st[0].LiftsAt != nil {
+		t.Fatalf("status %+v", st)
+	}
+	want := `
+# HELP profi_system_probe_quarantines_total Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library "all": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).
+# TYPE profi_system_probe_quarantines_total counter
+profi_system_probe_quarantines_total{library="all",reason="kernel_oops"} 1
+profi_system_probe_quarantines_total{library="all",reason="kernel_warning"} 1
+`
+	if err := testutil.CollectAndCompare(b, strings.NewReader(want), "profi_system_probe_quarantines_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/kbugs"
 )
 
 // kernelVersion returns the release and its major.minor.
@@ -28,6 +29,23 @@ func kernelVersion() (release string, major, minor int) {
 		minor, _ = strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
 	}
 	return release, major, minor
+}
+
+// kernelBugs classifies the running kernel against the known uprobe bugs.
+func kernelBugs() Result {
+	r := kbugs.Classify(kbugs.Running())
+	res := Result{Name: "kernel_bugs", Detail: r.Summary()}
+	switch r.Verdict {
+	case kbugs.Bad:
+		res.Status = Fail
+		res.Fix = "run a kernel with the fix (docs/KERNELS.md, Known uprobe bugs); without it the agent attaches no probe unless --allow-unsafe-kernel (NVML metrics are served either way)"
+	case kbugs.Suspect:
+		res.Status = Warn
+		res.Fix = "check that the kernel carries the fix named in docs/KERNELS.md, Known uprobe bugs; profi probes either way"
+	default:
+		res.Status = OK
+	}
+	return res
 }
 
 func atLeast(major, minor, wantMajor, wantMinor int) bool {
@@ -54,6 +72,7 @@ func kernelChecks(env *Env) []Result {
 		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release + " (profi needs " + bpfobj.MinKernel +
 			"+ for BPF cookies on uprobes, uses uprobe_multi from 6.6; tested on " + bpfobj.TestedKernels + ")"})
 	}
+	out = append(out, kernelBugs())
 	btf := filepath.Join(env.SysRoot, "kernel/btf/vmlinux")
 	if exists(env, "btf", btf) {
 		out = append(out, Result{Name: "btf", Status: OK, Detail: btf + " present"})

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/profi-dev/profi/internal/kmsg"
 	"sort"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ type StatusSource struct {
 	NVML func() *nvml.Snapshot
 	// Quarantined are the crash breaker's quarantines; nil when it is off.
 	Quarantined func() []status.Quarantine
+	// KernelLog is the kernel log reader's state; nil when it is off.
+	KernelLog func() kmsg.Stats
 }
 
 // Document assembles /status from the current state.
@@ -137,11 +140,19 @@ func (s *StatusSource) Document() status.Doc {
 	}
 	features := s.Features
 	doc.KernelFeatures = &features
+	if s.KernelLog != nil {
+		k := status.KernelLog(s.KernelLog())
+		doc.KernelLog = &k
+	}
 	doc.Quarantined = []status.Quarantine{}
 	if s.Quarantined != nil {
 		doc.Quarantined = s.Quarantined()
 	}
 	for _, q := range doc.Quarantined {
+		if q.Library == "all" {
+			doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("every probe on the node is off (%s): %s", q.Reason, q.KernelLog))
+			continue
+		}
 		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined: process %d (%s) died of %s %.3f s after a probe hit",
 			q.Library, q.Path, q.File, q.PID, q.Comm, q.Signal, q.SinceHitSeconds))
 	}

@@ -126,6 +126,7 @@ func TestFlags(t *testing.T) {
 		{"crash-window", []string{"--crash-window=2"}, func(c *Config) { c.CrashWindow = 2 * time.Second }},
 		{"crash-window off", []string{"--crash-window=0"}, func(c *Config) { c.CrashWindow = 0 }},
 		{"quarantine-lift", []string{"--quarantine-lift=600"}, func(c *Config) { c.QuarantineLift = 10 * time.Minute }},
+		{"allow-unsafe-kernel", []string{"--allow-unsafe-kernel"}, func(c *Config) { c.AllowUnsafeKernel = true }},
 		{"max-time-series", []string{"--max-time-series=7"}, func(c *Config) { c.MaxTimeSeries = 7 }},
 		{"max-streams-per-pid", []string{"--max-streams-per-pid=1"}, func(c *Config) { c.MaxStreamsPerPID = 1 }},
 		{"max-kernels-per-pid", []string{"--max-kernels-per-pid=64"}, func(c *Config) { c.MaxKernelsPerPID = 64 }},

@@ -195,6 +195,9 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 		p.Comm = comm
 	}
 	for _, q := range doc.Quarantined {
+		if q.Library == "all" {
+			continue // a node-wide stop: verdict says it
+		}
 		if _, mapped := libs[q.Path]; !mapped && !slices.Contains(q.PIDs, pid) {
 			continue
 		}
@@ -231,6 +234,12 @@ func refusedLines(rs []status.RefusedProbe) []string {
 
 func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
 	var attached, failed, unseen, refused int
+	for _, q := range doc.Quarantined {
+		if q.Library == "all" {
+			return VerdictQuarantined, fmt.Sprintf("every probe on this node is off since %s (%s: %s); no call of any process is counted until the agent restarts",
+				q.Time.Format(time.RFC3339), q.Reason, q.KernelLog)
+		}
+	}
 	for _, l := range p.Libraries {
 		if l.Reason == ReasonQuarantined {
 			return VerdictQuarantined, fmt.Sprintf("profi took the probes of %s off after a probed process crashed (%s); calls into it are not counted on this node", l.Path, l.Error)

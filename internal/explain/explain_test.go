@@ -290,3 +290,25 @@ func TestExplainQuarantined(t *testing.T) {
 		t.Errorf("pid 12 maps nothing quarantined, got %s", procs[0].Verdict)
 	}
 }
+
+// TestExplainStopAll: a node-wide stop gives every process the
+// quarantined verdict with the reason and the kernel's line, and adds no
+// library of an empty path.
+func TestExplainStopAll(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	doc := &status.Doc{Quarantined: []status.Quarantine{{Library: "all", Reason: "kernel_warning", Time: at,
+		KernelLog: "WARNING: CPU: 1 PID: 9 at kernel/events/uprobes.c:1 handle_swbp+0x1/0x2", PIDs: []int{9}}}}
+	procs, err := Explain(doc, "12", Local{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := procs[0]
+	if p.Verdict != VerdictQuarantined || !strings.Contains(p.Why, "every probe on this node is off since 2026-12-05T12:00:00Z (kernel_warning: WARNING: CPU: 1") {
+		t.Errorf("verdict %s: %s", p.Verdict, p.Why)
+	}
+	for _, l := range p.Libraries {
+		if l.Path == "" {
+			t.Errorf("a library of no path: %+v", l)
+		}
+	}
+}

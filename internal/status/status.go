@@ -44,11 +44,24 @@ type Doc struct {
 	// Quarantined are the library files whose probes the crash breaker
 	// took off node-wide (ARCHITECTURE.md, "Crash circuit breaker").
 	Quarantined []Quarantine `json:"quarantined"`
+	// KernelLog is the kernel log reader's state (the kernel-warning
+	// watch reads it).
+	KernelLog *KernelLog `json:"kernel_log,omitempty"`
 	// Degraded: some probes are off for the node's safety (a quarantine)
 	// or by policy; DegradedReasons say which and why. GPU (NVML) metrics
 	// and the agent's own health are served either way.
 	Degraded        bool     `json:"degraded"`
 	DegradedReasons []string `json:"degraded_reasons,omitempty"`
+}
+
+// KernelLog is the kernel log reader's state and counts (internal/kmsg).
+type KernelLog struct {
+	Path      string            `json:"path"`
+	Running   bool              `json:"running"`
+	Error     string            `json:"error,omitempty"`
+	Records   uint64            `json:"records"`
+	Truncated uint64            `json:"truncated"`
+	Drops     map[string]uint64 `json:"drops,omitempty"`
 }
 
 // Quarantine is a library file whose probes are off because a process
@@ -76,6 +89,10 @@ type Quarantine struct {
 	// PIDs are the processes that mapped the file at the last discovery
 	// pass, and the dead one: they are no longer probed there.
 	PIDs []int `json:"pids"`
+	// KernelLog is, for a node-wide stop (library "all"), what caused it:
+	// the kernel log line as the kernel escaped it (at most 1 KiB), or the
+	// known kernel bug (reason unsafe_kernel).
+	KernelLog string `json:"kernel_log,omitempty"`
 	// LiftsAt is when the quarantine ends (--quarantine-lift); absent: not
 	// before the agent restarts.
 	LiftsAt *time.Time `json:"lifts_at,omitempty"`

@@ -141,6 +141,9 @@ Validation of value combinations the agent would reject at startup
 - {{ printf "--overhead-budget=%v" $p.overheadBudgetPercent | quote }}
 - {{ printf "--crash-window=%v" $p.safety.crashWindowSeconds | quote }}
 - {{ printf "--quarantine-lift=%v" $p.safety.quarantineLiftSeconds | quote }}
+{{- if $p.safety.allowUnsafeKernel }}
+- "--allow-unsafe-kernel"
+{{- end }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}
