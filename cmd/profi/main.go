@@ -178,7 +178,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var gpus *nvml.Poller
 	var nvmlSnapshot func() *nvml.Snapshot // nil with --disable-nvml
 	if !cfg.DisableNVML {
-		if gpus, err = nvml.New(nvml.Options{Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log}); err != nil {
+		if gpus, err = nvml.New(nvml.Options{
+			Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log, GPM: cfg.GPM, GPMInterval: cfg.GPMInterval,
+		}); err != nil {
 			return fmt.Errorf("nvml: %w", err)
 		}
 		nvmlSnapshot = gpus.Snapshot

@@ -353,6 +353,20 @@ type NVML struct {
 	DeviceCount   int       `json:"device_count"`
 	LastError     string    `json:"last_error,omitempty"` // last failed query of the last poll
 	LastPoll      time.Time `json:"last_poll"`
+	// Devices are the GPUs and their MIG devices with the state of the
+	// per-process utilization and GPM sources ("ok" or why nothing is
+	// reported: "not supported", "off", a GPM counter held by another client).
+	Devices []NVMLDevice `json:"devices,omitempty"`
+}
+
+// NVMLDevice is one GPU or MIG device as a source of per-process
+// utilization and GPM.
+type NVMLDevice struct {
+	GPU                int    `json:"gpu"`  // NVML index (of the parent GPU for a MIG device)
+	UUID               string `json:"uuid"` // GPU-… or MIG-…
+	PCIBusID           string `json:"pci_bus_id,omitempty"`
+	ProcessUtilization string `json:"process_utilization"`
+	GPM                string `json:"gpm"`
 }
 
 // LaunchEvent is one kernel launch of --detailed-launches
