@@ -31,6 +31,26 @@ type gpuCollector struct {
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
 	processMemory, pcie, nvlinkErrors, xid                              *prometheus.Desc
+	processUtil, gpmRatio, gpmBytes                                     *prometheus.Desc
+}
+
+// gpmRatios are the GPM metrics of profi_gpu_gpm_ratio, by metric label.
+var gpmRatios = []struct {
+	id    nvml.GPMMetric
+	label string
+}{
+	{nvml.GPMGraphicsUtil, "graphics_active"}, {nvml.GPMSMUtil, "sm_active"}, {nvml.GPMSMOccupancy, "sm_occupancy"},
+	{nvml.GPMIntegerUtil, "integer_active"}, {nvml.GPMTensorUtil, "tensor_active"}, {nvml.GPMDRAMBWUtil, "dram_bandwidth"},
+	{nvml.GPMFP64Util, "fp64_active"}, {nvml.GPMFP32Util, "fp32_active"}, {nvml.GPMFP16Util, "fp16_active"},
+}
+
+// gpmLinks are the GPM metrics of profi_gpu_gpm_bytes_per_second.
+var gpmLinks = []struct {
+	id              nvml.GPMMetric
+	link, direction string
+}{
+	{nvml.GPMPCIeTX, "pcie", "tx"}, {nvml.GPMPCIeRX, "pcie", "rx"},
+	{nvml.GPMNVLinkTX, "nvlink", "tx"}, {nvml.GPMNVLinkRX, "nvlink", "rx"},
 }
 
 // GPUOption configures NewGPU.
@@ -66,6 +86,14 @@ func NewGPU(snapshot func() *nvml.Snapshot, opts ...GPUOption) prometheus.Collec
 		pcie:         d("profi_gpu_pcie_throughput_bytes_per_second", "PCIe throughput by direction (tx: out of the GPU, rx: into it), NVML's 20 ms sample in KB/s × 1024.", withGPU("direction"), nil),
 		nvlinkErrors: d("profi_gpu_nvlink_errors_total", "NVLink data-link errors summed over the active links, by error_type: replay, recovery, crc_flit, crc_data.", withGPU("error_type"), nil),
 		xid:          d("profi_gpu_xid_errors_total", "XID critical error events seen by the agent since it started, by XID (decimal).", withGPU("xid"), nil),
+		processUtil: d("profi_gpu_process_utilization_ratio", "GPU utilization of a process (host PID) sampled by the driver (nvmlDeviceGetProcessUtilization), 0-1, "+
+			"mean of the driver's samples since the previous NVML poll, by engine: sm, memory, encoder, decoder. gpu_uuid is the MIG device on a MIG GPU. "+
+			"Device-side time, not host API latency. Pod labels are those of the profiled process (empty when it is not one).",
+			withGPU("pid", "namespace", "pod", "container", "engine"), nil),
+		gpmRatio: d("profi_gpu_gpm_ratio", "NVML GPM (GPU performance monitoring) ratio over the last --gpm-interval, 0-1, by metric: sm_active, sm_occupancy, tensor_active, "+
+			"fp64_active, fp32_active, fp16_active, integer_active, graphics_active, dram_bandwidth. gpu_uuid is the MIG device for a MIG instance.", withGPU("metric"), nil),
+		gpmBytes: d("profi_gpu_gpm_bytes_per_second", "NVML GPM link throughput over the last --gpm-interval (MiB/s × 1048576), by link (pcie, nvlink) and direction (tx, rx).",
+			withGPU("link", "direction"), nil),
 	}
 	for _, o := range opts {
 		o(c)
@@ -92,6 +120,7 @@ func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.info, c.temperature, c.power, c.clock, c.utilization, c.memory, c.ecc, c.throttle,
 		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid,
+		c.processUtil, c.gpmRatio, c.gpmBytes,
 	} {
 		ch <- d
 	}
@@ -176,6 +205,28 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for xid, n := range g.XIDErrors {
 			counter(c.xid, float64(n), id, uuid, strconv.FormatUint(xid, 10))
+		}
+		for _, u := range g.ProcessUtilization {
+			m := pods[int(u.PID)]
+			pid := strconv.FormatUint(uint64(u.PID), 10)
+			for _, e := range []struct {
+				engine string
+				v      float64
+			}{{"sm", u.SM}, {"memory", u.Memory}, {"encoder", u.Encoder}, {"decoder", u.Decoder}} {
+				gauge(c.processUtil, e.v, id, u.UUID, pid, m.Namespace, m.Pod, m.Container, e.engine)
+			}
+		}
+		for _, v := range g.GPM {
+			for _, r := range gpmRatios {
+				if x, ok := v.Values[r.id]; ok {
+					gauge(c.gpmRatio, x/100, id, v.UUID, r.label)
+				}
+			}
+			for _, l := range gpmLinks {
+				if x, ok := v.Values[l.id]; ok {
+					gauge(c.gpmBytes, x*(1<<20), id, v.UUID, l.link, l.direction)
+				}
+			}
 		}
 	}
 }
