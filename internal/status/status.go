@@ -384,3 +384,36 @@ type LaunchEvent struct {
 	BlockThreads uint64    `json:"block_threads"`
 	SharedBytes  uint64    `json:"shared_bytes"`
 }
+
+// Xid is one Xid error of the kernel log with what was on its GPU when the
+// agent read it (the blast radius).
+type Xid struct {
+	Seq      uint64        `json:"seq"`       // kernel log sequence number: the identity counted once
+	Uptime   time.Duration `json:"uptime_ns"` // kernel time since boot of the record
+	Time     time.Time     `json:"time"`      // when the agent read it
+	Code     uint32        `json:"xid"`
+	PCIBusID string        `json:"pci_bus_id"`
+	GPU      int           `json:"gpu"`      // NVML index; -1 when no GPU has that bus id
+	GPUUUID  string        `json:"gpu_uuid"` // "" when unknown
+	// DriverPID and DriverName are the process the driver's line names.
+	DriverPID  uint32 `json:"driver_pid,omitempty"`
+	DriverName string `json:"driver_name,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+	// Processes are the processes on that GPU at that moment (profiled
+	// ones with their labels; NVML's compute processes), with their NCCL
+	// calls in flight.
+	Processes []XidProcess `json:"processes"`
+}
+
+// XidProcess is a process on the GPU of an Xid.
+type XidProcess struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	GPUUUID   string `json:"gpu_uuid,omitempty"`
+	// NCCLInFlight: the age in seconds of its oldest in-flight NCCL call,
+	// by operation.
+	NCCLInFlight map[string]float64 `json:"nccl_inflight,omitempty"`
+}
