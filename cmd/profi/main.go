@@ -36,12 +36,14 @@ import (
 	"github.com/profi-dev/profi/internal/explain"
 	"github.com/profi-dev/profi/internal/gpu"
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/kmsg"
 	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
 	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/top"
+	"github.com/profi-dev/profi/internal/xid"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -225,8 +227,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if brk != nil {
 		reg.MustRegister(brk)
 	}
+	// The kernel log's Xid lines (internal/xid), with NVML: their bus id
+	// names the GPU.
+	var kernelLog *kmsg.Reader
+	var xids *xid.Tracker
 	if gpus != nil {
-		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
+		kernelLog = kmsg.New(kmsg.Options{Logger: log})
+		xids = xid.NewTracker(gpus.Snapshot, agg.Snapshot, xid.DefaultKeep)
+		kernelLog.Subscribe(xids.Consume)
+		reg.MustRegister(kernelLog)
+		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot),
+			collector.WithXids(xids.Counts, func() bool { return kernelLog.Stats().Running })))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// What /metrics and OTLP export: the registry and the per-process
@@ -248,6 +259,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RecentLaunches: recentLaunches(events),
 		Kubernetes:     podStatus,
 		NVML:           nvmlSnapshot,
+		Xids:           recentXids(xids),
 		Quarantined:    quarantined(brk),
 	}
 	srv, err := server.Listen(server.Options{
@@ -302,6 +314,12 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	if gpus != nil {
 		g.Go(func() error { return gpus.Run(ctx) })
+		g.Go(func() error {
+			if err := kernelLog.Run(ctx); err != nil {
+				log.Warn("kernel log unreadable; Xids only from NVML events", "err", err)
+			}
+			return nil
+		})
 	}
 	if ctl != nil {
 		g.Go(func() error { return ctl.Run(ctx) })
@@ -425,4 +443,12 @@ func launchEventsTotal(e *aggregate.Events) func() uint64 {
 		return nil
 	}
 	return e.Total
+}
+
+// recentXids is the /status source of the Xids; nil without NVML.
+func recentXids(t *xid.Tracker) func() []status.Xid {
+	if t == nil {
+		return nil
+	}
+	return t.Recent
 }

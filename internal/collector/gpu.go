@@ -7,6 +7,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/xid"
 )
 
 // GPU label sets of docs/INTERFACE.md 5.6.
@@ -27,6 +28,9 @@ var nvlinkErrorTypes = map[nvml.NVLinkCounter]string{
 type gpuCollector struct {
 	snapshot func() *nvml.Snapshot
 	procs    func() *aggregate.Snapshot // pod labels of processes; may be nil
+	// xids and kmsgRunning: the kernel log's Xid counts (WithXids).
+	xids        func() map[xid.Key]uint64
+	kmsgRunning func() bool
 
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
@@ -61,6 +65,14 @@ type GPUOption func(*gpuCollector)
 // namespace, pod and container labels (empty otherwise).
 func WithProcesses(snapshot func() *aggregate.Snapshot) GPUOption {
 	return func(c *gpuCollector) { c.procs = snapshot }
+}
+
+// WithXids makes the kernel log the source of profi_gpu_xid_errors_total
+// while running() is true: counts(gpu, uuid, xid) replaces NVML's events,
+// which carry no identity to deduplicate against the log's (one source of
+// truth per fact; internal/xid).
+func WithXids(counts func() map[xid.Key]uint64, running func() bool) GPUOption {
+	return func(c *gpuCollector) { c.xids, c.kmsgRunning = counts, running }
 }
 
 // NewGPU returns the collector of the GPU (NVML) families. snapshot returns
@@ -142,6 +154,16 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.up, 1)
 	gauge(c.pollDuration, s.PollDuration.Seconds())
 	pods := c.podsOf()
+	fromLog := c.xids != nil && c.kmsgRunning != nil && c.kmsgRunning()
+	if fromLog {
+		for k, n := range c.xids() {
+			gpu := ""
+			if k.GPU >= 0 {
+				gpu = strconv.Itoa(k.GPU)
+			}
+			counter(c.xid, float64(n), gpu, k.UUID, strconv.FormatUint(uint64(k.Code), 10))
+		}
+	}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		id, uuid := strconv.Itoa(g.Index), g.UUID
@@ -203,8 +225,10 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.nvlinkErrors, float64(v), id, uuid, name)
 			}
 		}
-		for xid, n := range g.XIDErrors {
-			counter(c.xid, float64(n), id, uuid, strconv.FormatUint(xid, 10))
+		for code, n := range g.XIDErrors {
+			if !fromLog {
+				counter(c.xid, float64(n), id, uuid, strconv.FormatUint(code, 10))
+			}
 		}
 		for _, u := range g.ProcessUtilization {
 			m := pods[int(u.PID)]

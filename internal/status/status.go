@@ -44,6 +44,9 @@ type Doc struct {
 	// Quarantined are the library files whose probes the crash breaker
 	// took off node-wide (ARCHITECTURE.md, "Crash circuit breaker").
 	Quarantined []Quarantine `json:"quarantined"`
+	// Xids are the last Xid errors of the kernel log with their blast
+	// radius, oldest first; absent without NVML.
+	Xids []Xid `json:"xids,omitempty"`
 	// Degraded: some probes are off for the node's safety (a quarantine)
 	// or by policy; DegradedReasons say which and why. GPU (NVML) metrics
 	// and the agent's own health are served either way.

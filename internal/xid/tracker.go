@@ -98,6 +98,7 @@ func (t *Tracker) Consume(r kmsg.Record) {
 func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 	out := []status.XidProcess{}
 	at := map[int]bool{}
+	metaOf := map[int]aggregate.Meta{}
 	mine := func(uuid string) bool {
 		if uuid == g.UUID {
 			return true
@@ -110,6 +111,7 @@ func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 			for _, p := range s.Processes {
 				if first[p.Meta.PID] == nil {
 					first[p.Meta.PID] = p
+					metaOf[p.Meta.PID] = p.Meta
 				}
 			}
 			for _, p := range s.Processes {
@@ -132,7 +134,8 @@ func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 	for _, p := range g.Processes {
 		if !at[int(p.PID)] {
 			at[int(p.PID)] = true
-			out = append(out, status.XidProcess{PID: int(p.PID), GPUUUID: g.UUID})
+			m := metaOf[int(p.PID)] // a profiled process with no call attributed to this GPU yet
+			out = append(out, status.XidProcess{PID: int(p.PID), Comm: m.Comm, Namespace: m.Namespace, Pod: m.Pod, Container: m.Container, GPUUUID: g.UUID})
 		}
 	}
 	slices.SortFunc(out, func(a, b status.XidProcess) int { return a.PID - b.PID })

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -188,4 +189,90 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// TestXidFromKernelLog: Xid lines written into /dev/kmsg while a workload
+// runs on the fake NVML's GPU. A line written before the agent started is
+// not counted; the line written after is counted once, on the GPU whose
+// bus id it names, although NVML also reports the same Xid as an event
+// (the kernel log is the counting source while it is read); /status lists
+// it with the workload on that GPU.
+func TestXidFromKernelLog(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	scenario := filepath.Join(dir, "scenario")
+	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+	if err := testutil.WriteScenario(scenario, devices); err != nil {
+		t.Fatal(err)
+	}
+	kmsg := func(line string) {
+		t.Helper()
+		if err := os.WriteFile("/dev/kmsg", []byte(line), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kmsg("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=before, written before the agent started")
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	a := startAgent(t, "--nvml-interval", "1")
+	w := startWorkload(t, fixtures.Workload, nil)
+	waitAttached(t, a, w.PID)
+	pid := strconv.Itoa(w.PID)
+	if err := testutil.WriteScenario(scenario, devices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The NVML snapshot must list the workload before the line is written.
+	err = testutil.Eventually(10*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		for _, s := range testutil.Samples(mfs["profi_gpu_process_memory_bytes"]) {
+			if s.Labels["pid"] == pid {
+				return nil
+			}
+		}
+		return fmt.Errorf("pid %s not on a GPU yet", pid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid + ", name=workload, GPU has fallen off the bus.")
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err = testutil.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := st.Xids[0]
+	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
+		len(x.Processes) != 1 || x.Processes[0].PID != w.PID || x.Processes[0].Comm == "" {
+		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
+	}
+	time.Sleep(2 * time.Second) // two more NVML polls: the NVML event of the same Xid is drained
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, s := range testutil.Samples(mfs["profi_gpu_xid_errors_total"]) {
+		got[s.Labels["gpu"]+","+s.Labels["gpu_uuid"]+","+s.Labels["xid"]] = s.Value
+	}
+	if want := map[string]float64{"0," + gpuA + ",79": 1}; !maps.Equal(got, want) {
+		t.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
+	}
 }
