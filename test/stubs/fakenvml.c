@@ -353,6 +353,17 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dv, unsigned i
 	return r;
 }
 
+// The unversioned entry point (the v1 struct): go-nvml calls _v3 when it
+// exists, but profi checks that the library exports this name, as every
+// driver does.
+#undef nvmlDeviceGetComputeRunningProcesses
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dv, unsigned int *count, nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dv, unsigned int *count, nvmlProcessInfo_v1_t *infos)
+{
+	(void)dv, (void)count, (void)infos;
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
 static unsigned long long now_us(void)
 {
 	struct timeval tv;
