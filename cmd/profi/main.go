@@ -45,6 +45,7 @@ import (
 	"github.com/profi-dev/profi/internal/server"
 	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/top"
+	"github.com/profi-dev/profi/internal/xid"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -193,7 +194,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var gpus *nvml.Poller
 	var nvmlSnapshot func() *nvml.Snapshot // nil with --disable-nvml
 	if !cfg.DisableNVML {
-		if gpus, err = nvml.New(nvml.Options{Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log}); err != nil {
+		if gpus, err = nvml.New(nvml.Options{
+			Lib: nvml.NewLibrary(), Interval: cfg.NVMLInterval, Logger: log, GPM: cfg.GPM, GPMInterval: cfg.GPMInterval,
+		}); err != nil {
 			return fmt.Errorf("nvml: %w", err)
 		}
 		nvmlSnapshot = gpus.Snapshot
@@ -236,8 +239,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg.MustRegister(self.Collectors()...)
 	reg.MustRegister(httpSelf.Collectors()...)
 	reg.MustRegister(brk, klog)
+	// The kernel log's Xid lines (internal/xid), with NVML: their bus id
+	// names the GPU. The one kernel-log reader feeds them too.
+	var xids *xid.Tracker
 	if gpus != nil {
-		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot)))
+		xids = xid.NewTracker(gpus.Snapshot, agg.Snapshot, xid.DefaultKeep)
+		klog.Subscribe(xids.Consume)
+		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot),
+			collector.WithXids(xids.Counts, func() bool { return klog.Stats().Running })))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// What /metrics and OTLP export: the registry and the per-process
@@ -261,6 +270,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NVML:           nvmlSnapshot,
 		Quarantined:    brk.Status,
 		KernelLog:      klog.Stats,
+		Xids:           recentXids(xids),
 	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
@@ -303,7 +313,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return agg.Run(ctx) })
 	g.Go(func() error {
 		if err := klog.Run(ctx); err != nil {
-			log.Error("kernel log watch stopped: kernel warnings in the uprobe code no longer stop the probes", "err", err)
+			log.Error("kernel log unreadable: kernel warnings in the uprobe code no longer stop the probes, Xids come from NVML events only", "err", err)
 		}
 		return nil
 	})
@@ -436,4 +446,12 @@ func launchEventsTotal(e *aggregate.Events) func() uint64 {
 		return nil
 	}
 	return e.Total
+}
+
+// recentXids is the /status source of the Xids; nil without NVML.
+func recentXids(t *xid.Tracker) func() []status.Xid {
+	if t == nil {
+		return nil
+	}
+	return t.Recent
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/xid"
 )
 
 // GPU label sets of docs/INTERFACE.md 5.6.
@@ -27,10 +28,33 @@ var nvlinkErrorTypes = map[nvml.NVLinkCounter]string{
 type gpuCollector struct {
 	snapshot func() *nvml.Snapshot
 	procs    func() *aggregate.Snapshot // pod labels of processes; may be nil
+	// xids and kmsgRunning: the kernel log's Xid counts (WithXids).
+	xids        func() map[xid.Key]uint64
+	kmsgRunning func() bool
 
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
 	processMemory, pcie, nvlinkErrors, xid                              *prometheus.Desc
+	processUtil, gpmRatio, gpmBytes                                     *prometheus.Desc
+}
+
+// gpmRatios are the GPM metrics of profi_gpu_gpm_ratio, by metric label.
+var gpmRatios = []struct {
+	id    nvml.GPMMetric
+	label string
+}{
+	{nvml.GPMGraphicsUtil, "graphics_active"}, {nvml.GPMSMUtil, "sm_active"}, {nvml.GPMSMOccupancy, "sm_occupancy"},
+	{nvml.GPMIntegerUtil, "integer_active"}, {nvml.GPMTensorUtil, "tensor_active"}, {nvml.GPMDRAMBWUtil, "dram_bandwidth"},
+	{nvml.GPMFP64Util, "fp64_active"}, {nvml.GPMFP32Util, "fp32_active"}, {nvml.GPMFP16Util, "fp16_active"},
+}
+
+// gpmLinks are the GPM metrics of profi_gpu_gpm_bytes_per_second.
+var gpmLinks = []struct {
+	id              nvml.GPMMetric
+	link, direction string
+}{
+	{nvml.GPMPCIeTX, "pcie", "tx"}, {nvml.GPMPCIeRX, "pcie", "rx"},
+	{nvml.GPMNVLinkTX, "nvlink", "tx"}, {nvml.GPMNVLinkRX, "nvlink", "rx"},
 }
 
 // GPUOption configures NewGPU.
@@ -41,6 +65,14 @@ type GPUOption func(*gpuCollector)
 // namespace, pod and container labels (empty otherwise).
 func WithProcesses(snapshot func() *aggregate.Snapshot) GPUOption {
 	return func(c *gpuCollector) { c.procs = snapshot }
+}
+
+// WithXids makes the kernel log the source of profi_gpu_xid_errors_total
+// while running() is true: counts(gpu, uuid, xid) replaces NVML's events,
+// which carry no identity to deduplicate against the log's (one source of
+// truth per fact; internal/xid).
+func WithXids(counts func() map[xid.Key]uint64, running func() bool) GPUOption {
+	return func(c *gpuCollector) { c.xids, c.kmsgRunning = counts, running }
 }
 
 // NewGPU returns the collector of the GPU (NVML) families. snapshot returns
@@ -66,6 +98,14 @@ func NewGPU(snapshot func() *nvml.Snapshot, opts ...GPUOption) prometheus.Collec
 		pcie:         d("profi_gpu_pcie_throughput_bytes_per_second", "PCIe throughput by direction (tx: out of the GPU, rx: into it), NVML's 20 ms sample in KB/s × 1024.", withGPU("direction"), nil),
 		nvlinkErrors: d("profi_gpu_nvlink_errors_total", "NVLink data-link errors summed over the active links, by error_type: replay, recovery, crc_flit, crc_data.", withGPU("error_type"), nil),
 		xid:          d("profi_gpu_xid_errors_total", "XID critical error events seen by the agent since it started, by XID (decimal).", withGPU("xid"), nil),
+		processUtil: d("profi_gpu_process_utilization_ratio", "GPU utilization of a process (host PID) sampled by the driver (nvmlDeviceGetProcessUtilization), 0-1, "+
+			"mean of the driver's samples since the previous NVML poll, by engine: sm, memory, encoder, decoder. gpu_uuid is the MIG device on a MIG GPU. "+
+			"Device-side time, not host API latency. Pod labels are those of the profiled process (empty when it is not one).",
+			withGPU("pid", "namespace", "pod", "container", "engine"), nil),
+		gpmRatio: d("profi_gpu_gpm_ratio", "NVML GPM (GPU performance monitoring) ratio over the last --gpm-interval, 0-1, by metric: sm_active, sm_occupancy, tensor_active, "+
+			"fp64_active, fp32_active, fp16_active, integer_active, graphics_active, dram_bandwidth. gpu_uuid is the MIG device for a MIG instance.", withGPU("metric"), nil),
+		gpmBytes: d("profi_gpu_gpm_bytes_per_second", "NVML GPM link throughput over the last --gpm-interval (MiB/s × 1048576), by link (pcie, nvlink) and direction (tx, rx).",
+			withGPU("link", "direction"), nil),
 	}
 	for _, o := range opts {
 		o(c)
@@ -92,6 +132,7 @@ func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.info, c.temperature, c.power, c.clock, c.utilization, c.memory, c.ecc, c.throttle,
 		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid,
+		c.processUtil, c.gpmRatio, c.gpmBytes,
 	} {
 		ch <- d
 	}
@@ -113,6 +154,16 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.up, 1)
 	gauge(c.pollDuration, s.PollDuration.Seconds())
 	pods := c.podsOf()
+	fromLog := c.xids != nil && c.kmsgRunning != nil && c.kmsgRunning()
+	if fromLog {
+		for k, n := range c.xids() {
+			gpu := ""
+			if k.GPU >= 0 {
+				gpu = strconv.Itoa(k.GPU)
+			}
+			counter(c.xid, float64(n), gpu, k.UUID, strconv.FormatUint(uint64(k.Code), 10))
+		}
+	}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		id, uuid := strconv.Itoa(g.Index), g.UUID
@@ -174,8 +225,32 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.nvlinkErrors, float64(v), id, uuid, name)
 			}
 		}
-		for xid, n := range g.XIDErrors {
-			counter(c.xid, float64(n), id, uuid, strconv.FormatUint(xid, 10))
+		for code, n := range g.XIDErrors {
+			if !fromLog {
+				counter(c.xid, float64(n), id, uuid, strconv.FormatUint(code, 10))
+			}
+		}
+		for _, u := range g.ProcessUtilization {
+			m := pods[int(u.PID)]
+			pid := strconv.FormatUint(uint64(u.PID), 10)
+			for _, e := range []struct {
+				engine string
+				v      float64
+			}{{"sm", u.SM}, {"memory", u.Memory}, {"encoder", u.Encoder}, {"decoder", u.Decoder}} {
+				gauge(c.processUtil, e.v, id, u.UUID, pid, m.Namespace, m.Pod, m.Container, e.engine)
+			}
+		}
+		for _, v := range g.GPM {
+			for _, r := range gpmRatios {
+				if x, ok := v.Values[r.id]; ok {
+					gauge(c.gpmRatio, x/100, id, v.UUID, r.label)
+				}
+			}
+			for _, l := range gpmLinks {
+				if x, ok := v.Values[l.id]; ok {
+					gauge(c.gpmBytes, x*(1<<20), id, v.UUID, l.link, l.direction)
+				}
+			}
 		}
 	}
 }

@@ -34,6 +34,8 @@ type StatusSource struct {
 	Kubernetes func() k8s.Status
 	// NVML is the GPU poller's latest snapshot; nil with --disable-nvml.
 	NVML func() *nvml.Snapshot
+	// Xids are the last Xid errors (xid.Tracker.Recent); nil when none are tracked.
+	Xids func() []status.Xid
 	// Quarantined are the crash breaker's quarantines; nil when it is off.
 	Quarantined func() []status.Quarantine
 	// KernelLog is the kernel log reader's state; nil when it is off.
@@ -133,6 +135,9 @@ func (s *StatusSource) Document() status.Doc {
 	if s.Kubernetes != nil {
 		k := s.Kubernetes()
 		doc.Kubernetes = &k
+	}
+	if s.Xids != nil {
+		doc.Xids = s.Xids()
 	}
 	if s.NVML != nil {
 		n := s.NVML().Status()

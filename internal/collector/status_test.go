@@ -209,7 +209,7 @@ func TestStatusOptionalParts(t *testing.T) {
 	if want := (status.Kubernetes{NodeName: "node-1", Synced: true, Pods: 3}); doc.Kubernetes == nil || *doc.Kubernetes != want {
 		t.Errorf("kubernetes = %v, want %v", doc.Kubernetes, want)
 	}
-	if want := (status.NVML{Reason: "not polled yet"}); doc.NVML == nil || *doc.NVML != want {
+	if want := (status.NVML{Reason: "not polled yet"}); doc.NVML == nil || !reflect.DeepEqual(*doc.NVML, want) {
 		t.Errorf("nvml = %v, want %v", doc.NVML, want)
 	}
 	if want := []status.LaunchEvent{{Time: at, PID: 10, Operation: "cudaLaunchKernel", GridBlocks: 64}}; !reflect.DeepEqual(doc.RecentLaunches, want) {

@@ -108,6 +108,8 @@ type Config struct {
 	EnableNVTX        bool          // --enable-nvtx-tracing
 	DisableNVML       bool          // --disable-nvml
 	NVMLInterval      time.Duration // --nvml-interval
+	GPM               string        // --gpm: auto|on|off
+	GPMInterval       time.Duration // --gpm-interval
 	NCCLHangTimeout   time.Duration // --nccl-hang-timeout; 0 = hang detection off
 	MaxTimeSeries     int           // --max-time-series
 	MaxStreamsPerPID  int           // --max-streams-per-pid
@@ -225,6 +227,8 @@ type cli struct {
 	EnableNVTX        bool    `name:"enable-nvtx-tracing" help:"Also probe NVTX range push/pop to fill the phase label."`
 	DisableNVML       bool    `name:"disable-nvml" help:"Do not start the NVML poller."`
 	NVMLInterval      int     `name:"nvml-interval" default:"5" placeholder:"SECS" help:"NVML poll period, in seconds."`
+	GPM               string  `name:"gpm" default:"auto" placeholder:"MODE" help:"NVML GPM (Hopper and newer) metrics: auto (where supported), on (also warn where not), off."`
+	GPMInterval       int     `name:"gpm-interval" default:"5" placeholder:"SECS" help:"Window of each GPM value, in seconds (sampled at the first NVML poll at or after it is due)."`
 	NCCLHangTimeout   int     `name:"nccl-hang-timeout" default:"60" placeholder:"SECS" help:"Age in seconds after which an in-flight NCCL call counts as hung; 0 disables."`
 	MaxTimeSeries     int     `name:"max-time-series" default:"50000" placeholder:"N" help:"Global cap on exported label tuples."`
 	MaxStreamsPerPID  int     `name:"max-streams-per-pid" default:"32" placeholder:"N" help:"Per-PID cap on distinct stream values."`
@@ -493,6 +497,8 @@ func (p *parser) build(raw *cli) *Config {
 	p.checkListen(raw.Listen)
 	p.checkEnum("kernel-mode", raw.KernelMode, KernelModeOff, KernelModeAnonymous, KernelModeFull)
 	p.checkEnum("probe-profile", raw.ProbeProfile, ProbeProfileLean, ProbeProfileFull)
+	p.checkEnum("gpm", raw.GPM, "auto", "on", "off")
+	cfg.GPM = raw.GPM
 	if raw.PID < 0 {
 		p.errorf("--pid: must be 0 (all) or a PID, got %d", raw.PID)
 	}
@@ -501,6 +507,7 @@ func (p *parser) build(raw *cli) *Config {
 	cfg.GCInterval = p.seconds("gc-interval", raw.GCInterval, 1)
 	cfg.ReportInterval = p.seconds("report-interval", raw.ReportInterval, 0)
 	cfg.NVMLInterval = p.seconds("nvml-interval", raw.NVMLInterval, 1)
+	cfg.GPMInterval = p.seconds("gpm-interval", raw.GPMInterval, 1)
 	cfg.NCCLHangTimeout = p.seconds("nccl-hang-timeout", raw.NCCLHangTimeout, 0)
 	cfg.CrashWindow = p.seconds("crash-window", raw.CrashWindow, 0)
 	cfg.QuarantineLift = p.seconds("quarantine-lift", raw.QuarantineLift, 0)

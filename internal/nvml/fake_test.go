@@ -356,3 +356,15 @@ func (l *logBuffer) lines(subs ...string) []string {
 func (l *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+func (d *fakeDev) PCIBusID() (string, error) { return "", ErrNotSupported }
+
+func (d *fakeDev) ProcessUtilization(uint64) ([]ProcessSample, error) { return nil, ErrNotSupported }
+
+func (d *fakeDev) GPMSupported() (bool, error) { return false, ErrNotSupported }
+
+func (d *fakeDev) GPMSample(uint32) (GPMSample, error) { return nil, ErrNotSupported }
+
+func (l *fakeLib) GPMMetrics(GPMSample, GPMSample, []GPMMetric) (map[GPMMetric]float64, error) {
+	return nil, ErrNotSupported
+}

@@ -26,6 +26,11 @@ var (
 	// a driver reload, e.g. a GPU operator upgrade). A poll that meets it
 	// reports Up=false and NVML is initialised again.
 	ErrDriverGone = errors.New("NVML driver gone")
+	// ErrInUse: another client holds the resource (NVML_ERROR_IN_USE). For
+	// GPM it means the profiling counters are taken, typically by DCGM's
+	// profiling module (dcgm-exporter's DCP metrics): GPM values would be
+	// wrong, so none are reported.
+	ErrInUse = errors.New("in use by another client")
 )
 
 // Error is an NVML failure other than the sentinels. Its text is taken
@@ -153,6 +158,59 @@ type ProcessInfo struct {
 type MigDevice struct {
 	UUID          string // MIG-…
 	GPUInstanceID uint32
+	// h is the MIG device handle, for the per-instance queries (process
+	// utilization); nil when the Library gives none.
+	h Device
+}
+
+// NewMigDevice returns a MigDevice with its handle (for Library
+// implementations outside this package's real one).
+func NewMigDevice(uuid string, gi uint32, h Device) MigDevice {
+	return MigDevice{UUID: uuid, GPUInstanceID: gi, h: h}
+}
+
+// ProcessSample is one entry of nvmlDeviceGetProcessUtilization: the
+// utilization of one process over one of the driver's sampling periods,
+// in percent.
+type ProcessSample struct {
+	PID       uint32
+	TimeStamp uint64 // CPU time in microseconds (the lastSeenTimeStamp unit)
+	SM        uint32 // SM (3D/compute)
+	Memory    uint32 // frame buffer memory (read or write)
+	Encoder   uint32
+	Decoder   uint32
+}
+
+// GPMMetric is an NVML GPM metric id (nvmlGpmMetricId_t).
+type GPMMetric uint32
+
+// The GPM metrics profi reads, the values of nvml.h.
+const (
+	GPMGraphicsUtil GPMMetric = 1  // percent of time any context was active
+	GPMSMUtil       GPMMetric = 2  // percent of SMs busy (DCGM's SM active)
+	GPMSMOccupancy  GPMMetric = 3  // percent of warps resident vs the maximum
+	GPMIntegerUtil  GPMMetric = 4  // percent of time SMs ran integer instructions
+	GPMTensorUtil   GPMMetric = 5  // percent of time SMs ran any tensor instruction
+	GPMDRAMBWUtil   GPMMetric = 10 // percent of peak DRAM bandwidth
+	GPMFP64Util     GPMMetric = 11 // percent of time SMs ran non-tensor FP64
+	GPMFP32Util     GPMMetric = 12
+	GPMFP16Util     GPMMetric = 13
+	GPMPCIeTX       GPMMetric = 20 // MiB/s out of the GPU
+	GPMPCIeRX       GPMMetric = 21 // MiB/s into the GPU
+	GPMNVLinkRX     GPMMetric = 60 // MiB/s, all links
+	GPMNVLinkTX     GPMMetric = 61
+)
+
+// GPMMetrics lists every GPMMetric profi reads, in a fixed order.
+var GPMMetrics = []GPMMetric{
+	GPMGraphicsUtil, GPMSMUtil, GPMSMOccupancy, GPMIntegerUtil, GPMTensorUtil, GPMDRAMBWUtil,
+	GPMFP64Util, GPMFP32Util, GPMFP16Util, GPMPCIeTX, GPMPCIeRX, GPMNVLinkRX, GPMNVLinkTX,
+}
+
+// GPMSample is one GPM sample buffer holding the counters of one moment.
+type GPMSample interface {
+	// Free is nvmlGpmSampleFree.
+	Free() error
 }
 
 // Event is one XID critical error event.
@@ -178,6 +236,10 @@ type Library interface {
 	Device(index int) (Device, error)
 	// NewEventSet is nvmlEventSetCreate.
 	NewEventSet() (EventSet, error)
+	// GPMMetrics is nvmlGpmMetricsGet between two samples of the same
+	// device or instance: each metric's value, absent when NVML did not
+	// return it.
+	GPMMetrics(a, b GPMSample, ids []GPMMetric) (map[GPMMetric]float64, error)
 }
 
 // Device is one GPU handle.
@@ -201,6 +263,17 @@ type Device interface {
 	PCIeThroughput(PCIeCounter) (uint32, error)             // KB/s (1 KB = 1024 bytes) over a 20 ms sample
 	NVLinkActive(link int) (bool, error)                    // nvmlDeviceGetNvLinkState
 	NVLinkErrors(link int, c NVLinkCounter) (uint64, error) // nvmlDeviceGetNvLinkErrorCounter
+	// PCIBusID is nvmlDeviceGetPciInfo's busId ("00000000:3B:00.0").
+	PCIBusID() (string, error)
+	// ProcessUtilization is nvmlDeviceGetProcessUtilization: the samples
+	// newer than lastSeen (µs); ErrNotFound when there are none.
+	ProcessUtilization(lastSeen uint64) ([]ProcessSample, error)
+	// GPMSupported is nvmlGpmQueryDeviceSupport.
+	GPMSupported() (bool, error)
+	// GPMSample allocates a sample and fills it (nvmlGpmSampleAlloc, then
+	// nvmlGpmSampleGet, or nvmlGpmMigSampleGet for gpuInstance !=
+	// NoInstance); ErrInUse when the counters are held elsewhere.
+	GPMSample(gpuInstance uint32) (GPMSample, error)
 }
 
 // EventSet is an NVML event set for XID critical errors.

@@ -34,7 +34,24 @@ type worker struct {
 	gone         error               // ErrDriverGone met during this poll
 	lastErr      string              // last failed query of this poll
 	xidOverflow  bool
+
+	// Per-process utilization and GPM, by device UUID (GPU or MIG).
+	gpmMode     string // GPMAuto, GPMOn, GPMOff
+	gpmInterval time.Duration
+	gpmDue      time.Time
+	lastSeen    map[string]uint64    // newest process sample timestamp seen
+	gpmPrev     map[string]GPMSample // the sample the next interval starts from
+	gpmValues   map[string]map[GPMMetric]float64
+	gpmState    map[string]string
+	gpmWarned   map[string]bool
 }
+
+// GPM modes (--gpm).
+const (
+	GPMAuto = "auto" // where the GPU supports it; silent otherwise
+	GPMOn   = "on"   // like auto, but a GPU without GPM is logged as a warning
+	GPMOff  = "off"
+)
 
 // device is an inventoried GPU.
 type device struct {
@@ -43,8 +60,13 @@ type device struct {
 	h          Device
 }
 
-func newWorker(lib Library, log *slog.Logger) *worker {
-	return &worker{lib: lib, log: log, warned: map[string]string{}}
+func newWorker(lib Library, log *slog.Logger, gpmMode string, gpmInterval time.Duration) *worker {
+	return &worker{
+		lib: lib, log: log, warned: map[string]string{},
+		gpmMode: gpmMode, gpmInterval: gpmInterval,
+		lastSeen: map[string]uint64{}, gpmPrev: map[string]GPMSample{},
+		gpmValues: map[string]map[GPMMetric]float64{}, gpmState: map[string]string{}, gpmWarned: map[string]bool{},
+	}
 }
 
 // step runs one step; it is the body of a step goroutine.
@@ -130,6 +152,13 @@ func (w *worker) initEvents() {
 }
 
 func (w *worker) shutdown() {
+	for uuid, smp := range w.gpmPrev {
+		_ = smp.Free()
+		delete(w.gpmPrev, uuid)
+	}
+	clear(w.gpmValues)
+	clear(w.gpmState)
+	clear(w.lastSeen)
 	if w.events != nil {
 		_ = w.events.Free()
 		w.events = nil
@@ -147,6 +176,10 @@ func (w *worker) poll(started time.Time) *Snapshot {
 	w.drainEvents()
 	s := &Snapshot{Up: true, Time: started, Library: w.path, DriverVersion: w.driver, GPUs: make([]GPU, 0, len(w.devs))}
 	w.migOwner = map[string]int{}
+	gpmNow := w.gpmMode != GPMOff && !started.Before(w.gpmDue)
+	if gpmNow {
+		w.gpmDue = started.Add(w.gpmInterval)
+	}
 	for i, d := range w.devs {
 		g := w.pollGPU(d)
 		if w.xids != nil && w.xids[i] != nil {
@@ -155,6 +188,7 @@ func (w *worker) poll(started time.Time) *Snapshot {
 		for _, m := range g.MIGDevices {
 			w.migOwner[m.UUID] = i
 		}
+		w.pollInstances(&g, d, gpmNow)
 		s.GPUs = append(s.GPUs, g)
 	}
 	s.PollDuration = time.Since(started)
@@ -249,7 +283,148 @@ func (w *worker) pollGPU(d device) GPU {
 		g.PCIeRXBytesPerSecond = new(float64(v) * 1024)
 	}
 	g.NVLinkErrors = w.nvlink(i, h)
+	if v, err := h.PCIBusID(); w.ok(i, "pci_bus_id", err) {
+		g.PCIBusID = v
+	}
 	return g
+}
+
+// pollInstances reads per-process utilization and (when due) GPM of the
+// GPU and of each of its MIG devices.
+func (w *worker) pollInstances(g *GPU, d device, gpmNow bool) {
+	type inst struct {
+		uuid string
+		h    Device // for process utilization; nil: none
+		gi   uint32 // for GPM through the parent's handle
+	}
+	insts := []inst{{uuid: d.uuid, h: d.h, gi: NoInstance}}
+	for _, m := range g.MIGDevices {
+		insts = append(insts, inst{uuid: m.UUID, h: m.h, gi: m.GPUInstanceID})
+	}
+	for _, in := range insts {
+		st := Instance{UUID: in.uuid, ProcessUtilization: StateNotSupported, GPM: StateOff}
+		if in.h != nil {
+			st.ProcessUtilization = w.processUtilization(g, d.index, in.uuid, in.h)
+		}
+		if w.gpmMode != GPMOff {
+			if gpmNow {
+				w.gpmState[in.uuid] = w.gpm(d, in.uuid, in.gi)
+			}
+			st.GPM = w.gpmState[in.uuid]
+			if vals, ok := w.gpmValues[in.uuid]; ok && st.GPM == StateOK {
+				g.GPM = append(g.GPM, GPMValues{UUID: in.uuid, Values: vals})
+			}
+		}
+		g.Instances = append(g.Instances, st)
+	}
+	slices.SortFunc(g.ProcessUtilization, func(a, b ProcessUtilization) int {
+		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.PID, b.PID))
+	})
+}
+
+// processUtilization adds one device's process samples newer than the
+// last seen to g and returns the source's state. Samples are averaged per
+// PID: NVML returns one per sampling period of the driver (about 1/6 s),
+// several per poll.
+func (w *worker) processUtilization(g *GPU, gpu int, uuid string, h Device) string {
+	samples, err := h.ProcessUtilization(w.lastSeen[uuid])
+	switch {
+	case errors.Is(err, ErrNotFound): // supported; no process ran since
+		return StateOK
+	case errors.Is(err, ErrNotSupported):
+		return StateNotSupported
+	case !w.ok(gpu, "process_utilization "+uuid, err):
+		return "error: " + err.Error()
+	}
+	type sum struct {
+		sm, mem, enc, dec uint64
+		n                 int
+	}
+	by := map[uint32]*sum{}
+	var pids []uint32
+	for _, s := range samples {
+		if s.TimeStamp <= w.lastSeen[uuid] {
+			continue // an older sample a driver returned anyway
+		}
+		x := by[s.PID]
+		if x == nil {
+			x = &sum{}
+			by[s.PID] = x
+			pids = append(pids, s.PID)
+		}
+		x.sm += uint64(min(s.SM, 100))
+		x.mem += uint64(min(s.Memory, 100))
+		x.enc += uint64(min(s.Encoder, 100))
+		x.dec += uint64(min(s.Decoder, 100))
+		x.n++
+	}
+	for _, s := range samples {
+		w.lastSeen[uuid] = max(w.lastSeen[uuid], s.TimeStamp)
+	}
+	for _, pid := range pids {
+		x := by[pid]
+		n := float64(x.n) * 100
+		g.ProcessUtilization = append(g.ProcessUtilization, ProcessUtilization{
+			UUID: uuid, PID: pid, SM: float64(x.sm) / n, Memory: float64(x.mem) / n,
+			Encoder: float64(x.enc) / n, Decoder: float64(x.dec) / n, Samples: x.n,
+		})
+	}
+	return StateOK
+}
+
+// gpm takes a new GPM sample of the device (or MIG instance gi), computes
+// the metrics since the previous one and returns the state. A sample that
+// fails drops the previous one: the next interval starts afresh, so values
+// never span a period in which the counters were held by someone else.
+func (w *worker) gpm(d device, uuid string, gi uint32) string {
+	fail := func(state string) string {
+		if prev := w.gpmPrev[uuid]; prev != nil {
+			_ = prev.Free()
+			delete(w.gpmPrev, uuid)
+		}
+		delete(w.gpmValues, uuid)
+		if state != StateOK && w.gpmMode == GPMOn && !w.gpmWarned[uuid] {
+			w.gpmWarned[uuid] = true
+			w.log.Warn("--gpm=on but GPM metrics are unavailable on a device", "gpu", d.index, "uuid", uuid, "state", state)
+		}
+		return state
+	}
+	if gi == NoInstance {
+		ok, err := d.h.GPMSupported()
+		if errors.Is(err, ErrNotSupported) || (err == nil && !ok) {
+			return fail(StateNotSupported)
+		}
+		if !w.ok(d.index, "gpm_support", err) {
+			return fail("error: " + err.Error())
+		}
+	} else if st := w.gpmState[d.uuid]; st == StateNotSupported {
+		return fail(StateNotSupported) // MIG GPM needs the parent's support
+	}
+	cur, err := d.h.GPMSample(gi)
+	switch {
+	case errors.Is(err, ErrInUse):
+		return fail(StateHeld)
+	case errors.Is(err, ErrNotSupported):
+		return fail(StateNotSupported)
+	case !w.ok(d.index, "gpm_sample "+uuid, err):
+		return fail("error: " + err.Error())
+	}
+	prev := w.gpmPrev[uuid]
+	w.gpmPrev[uuid] = cur
+	if prev == nil {
+		return StateWarmingUp
+	}
+	defer func() { _ = prev.Free() }()
+	vals, err := w.lib.GPMMetrics(prev, cur, GPMMetrics)
+	if !w.ok(d.index, "gpm_metrics "+uuid, err) {
+		delete(w.gpmValues, uuid)
+		if errors.Is(err, ErrNotSupported) {
+			return StateNotSupported
+		}
+		return "error: " + err.Error()
+	}
+	w.gpmValues[uuid] = vals
+	return StateOK
 }
 
 // processes merges NVML's entries by PID (a PID appears once per MIG

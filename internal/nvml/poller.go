@@ -35,6 +35,12 @@ type Options struct {
 	InitRetry time.Duration
 	// Logger; nothing is logged when nil.
 	Logger *slog.Logger
+	// GPM is GPMAuto (when ""), GPMOn or GPMOff (--gpm).
+	GPM string
+	// GPMInterval is the period of the GPM samples (--gpm-interval), the
+	// window each GPM value covers; Interval when 0 (a sample is taken at
+	// the first poll at or after it is due).
+	GPMInterval time.Duration
 }
 
 // Poller polls NVML every Interval and publishes a Snapshot. Every NVML
@@ -74,12 +80,25 @@ func New(o Options) (*Poller, error) {
 	if o.InitRetry == 0 {
 		o.InitRetry = DefaultInitRetry
 	}
+	if o.GPMInterval < 0 {
+		return nil, fmt.Errorf("nvml: Options.GPMInterval is negative (%s)", o.GPMInterval)
+	}
+	if o.GPMInterval == 0 {
+		o.GPMInterval = o.Interval
+	}
+	switch o.GPM {
+	case "":
+		o.GPM = GPMAuto
+	case GPMAuto, GPMOn, GPMOff:
+	default:
+		return nil, fmt.Errorf("nvml: Options.GPM is %q, want auto, on or off", o.GPM)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	log = log.With("component", "nvml")
-	p := &Poller{opts: o, log: log, w: newWorker(o.Lib, log)}
+	p := &Poller{opts: o, log: log, w: newWorker(o.Lib, log, o.GPM, o.GPMInterval)}
 	p.snap.Store(&Snapshot{Reason: "not polled yet", Time: time.Now()})
 	return p, nil
 }

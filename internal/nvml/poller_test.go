@@ -108,6 +108,7 @@ func TestPollMapsValues(t *testing.T) {
 		PCIeRXBytesPerSecond: new(256000.0),
 		NVLinkErrors:         map[NVLinkCounter]uint64{NVLinkReplay: 11, NVLinkRecovery: 22, NVLinkCRCFlit: 33, NVLinkCRCData: 44},
 		XIDErrors:            map[uint64]uint64{},
+		Instances:            []Instance{{UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", ProcessUtilization: StateNotSupported, GPM: StateNotSupported}},
 	}
 	if len(s.GPUs) != 1 {
 		t.Fatalf("GPUs = %d, want 1", len(s.GPUs))
@@ -140,7 +141,8 @@ func TestNotSupportedFieldsAreSkipped(t *testing.T) {
 	if len(s.GPUs) != 2 {
 		t.Fatalf("GPUs = %d, want 2", len(s.GPUs))
 	}
-	if want := (GPU{Index: 1, UUID: "GPU-bbbb", Name: "Tesla T4"}); !reflect.DeepEqual(s.GPUs[1], want) {
+	if want := (GPU{Index: 1, UUID: "GPU-bbbb", Name: "Tesla T4",
+		Instances: []Instance{{UUID: "GPU-bbbb", ProcessUtilization: StateNotSupported, GPM: StateNotSupported}}}); !reflect.DeepEqual(s.GPUs[1], want) {
 		t.Errorf("GPU 1 =\n%s\nwant only its identity:\n%s", dump(s.GPUs[1]), dump(want))
 	}
 	if s.GPUs[0].TemperatureCelsius == nil {

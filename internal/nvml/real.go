@@ -41,6 +41,16 @@ var symbols = []string{
 	"nvmlEventSetWait",
 	"nvmlDeviceGetSupportedEventTypes",
 	"nvmlDeviceRegisterEvents",
+	"nvmlDeviceGetPciInfo_v3",
+	"nvmlDeviceGetPciInfo_v2",
+	"nvmlDeviceGetPciInfo",
+	"nvmlDeviceGetProcessUtilization",
+	"nvmlGpmQueryDeviceSupport",
+	"nvmlGpmSampleAlloc",
+	"nvmlGpmSampleFree",
+	"nvmlGpmSampleGet",
+	"nvmlGpmMigSampleGet",
+	"nvmlGpmMetricsGet",
 }
 
 // library is the real Library: go-nvml over a dlopen'ed libnvidia-ml.so.1.
@@ -119,7 +129,7 @@ func (l *library) Device(index int) (Device, error) {
 	if err := check(ret); err != nil {
 		return nil, err
 	}
-	return &realDevice{h: h, has: l.has}, nil
+	return &realDevice{h: h, has: l.has, lib: l.lib}, nil
 }
 
 func (l *library) NewEventSet() (EventSet, error) {
@@ -139,6 +149,7 @@ func (l *library) NewEventSet() (EventSet, error) {
 type realDevice struct {
 	h   nvml.Device
 	has map[string]bool
+	lib nvml.Interface // for GPM sample allocation
 }
 
 // need reports ErrNotSupported unless the library exports sym.
@@ -210,7 +221,7 @@ func (d *realDevice) MigDevices() ([]MigDevice, error) {
 				gi = uint32(id)
 			}
 		}
-		out = append(out, MigDevice{UUID: uuid, GPUInstanceID: gi})
+		out = append(out, MigDevice{UUID: uuid, GPUInstanceID: gi, h: &realDevice{h: m, has: d.has, lib: d.lib}})
 	}
 	return out, nil
 }
@@ -343,6 +354,105 @@ func (d *realDevice) NVLinkErrors(link int, c NVLinkCounter) (uint64, error) {
 	return v, check(ret)
 }
 
+func (d *realDevice) PCIBusID() (string, error) {
+	if !d.has["nvmlDeviceGetPciInfo_v3"] && !d.has["nvmlDeviceGetPciInfo_v2"] && !d.has["nvmlDeviceGetPciInfo"] {
+		return "", ErrNotSupported
+	}
+	pci, ret := d.h.GetPciInfo()
+	if err := check(ret); err != nil {
+		return "", err
+	}
+	b := make([]byte, 0, len(pci.BusId))
+	for _, c := range pci.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b), nil
+}
+
+func (d *realDevice) ProcessUtilization(lastSeen uint64) ([]ProcessSample, error) {
+	if err := d.need("nvmlDeviceGetProcessUtilization"); err != nil {
+		return nil, err
+	}
+	samples, ret := d.h.GetProcessUtilization(lastSeen)
+	if ret == nvml.ERROR_INSUFFICIENT_SIZE && len(samples) == 0 {
+		return nil, ErrNotFound // go-nvml's answer when the count was 0
+	}
+	if err := check(ret); err != nil {
+		return nil, err
+	}
+	out := make([]ProcessSample, len(samples))
+	for i, s := range samples {
+		out[i] = ProcessSample{PID: s.Pid, TimeStamp: s.TimeStamp, SM: s.SmUtil, Memory: s.MemUtil, Encoder: s.EncUtil, Decoder: s.DecUtil}
+	}
+	return out, nil
+}
+
+func (d *realDevice) GPMSupported() (bool, error) {
+	if err := d.need("nvmlGpmQueryDeviceSupport"); err != nil {
+		return false, err
+	}
+	s, ret := d.h.GpmQueryDeviceSupport()
+	return s.IsSupportedDevice != 0, check(ret)
+}
+
+// realGPMSample is an allocated GPM sample.
+type realGPMSample struct{ s nvml.GpmSample }
+
+func (s *realGPMSample) Free() error { return check(s.s.Free()) }
+
+func (d *realDevice) GPMSample(gi uint32) (GPMSample, error) {
+	for _, sym := range []string{"nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet"} {
+		if err := d.need(sym); err != nil {
+			return nil, err
+		}
+	}
+	s, ret := d.lib.GpmSampleAlloc()
+	if err := check(ret); err != nil {
+		return nil, err
+	}
+	if gi == NoInstance {
+		ret = s.Get(d.h)
+	} else {
+		ret = s.MigGet(d.h, int(gi))
+	}
+	if err := check(ret); err != nil {
+		_ = s.Free()
+		return nil, err
+	}
+	return &realGPMSample{s: s}, nil
+}
+
+func (l *library) GPMMetrics(a, b GPMSample, ids []GPMMetric) (map[GPMMetric]float64, error) {
+	if !l.has["nvmlGpmMetricsGet"] {
+		return nil, ErrNotSupported
+	}
+	sa, oka := a.(*realGPMSample)
+	sb, okb := b.(*realGPMSample)
+	if !oka || !okb {
+		return nil, fmt.Errorf("GPM samples %T, %T: %w", a, b, ErrNotSupported)
+	}
+	if len(ids) > len(nvml.GpmMetricsGetType{}.Metrics) {
+		return nil, fmt.Errorf("%d GPM metrics: more than NVML_GPM_METRIC_MAX", len(ids))
+	}
+	get := &nvml.GpmMetricsGetType{NumMetrics: uint32(len(ids)), Sample1: sa.s, Sample2: sb.s}
+	for i, id := range ids {
+		get.Metrics[i].MetricId = uint32(id)
+	}
+	if err := check(l.lib.GpmMetricsGet(get)); err != nil {
+		return nil, err
+	}
+	out := make(map[GPMMetric]float64, len(ids))
+	for i, id := range ids {
+		if nvml.Return(get.Metrics[i].NvmlReturn) == nvml.SUCCESS {
+			out[id] = get.Metrics[i].Value
+		}
+	}
+	return out, nil
+}
+
 // realEventSet is an NVML event set of XID critical errors.
 type realEventSet struct{ set nvml.EventSet }
 
@@ -389,6 +499,8 @@ func check(r nvml.Return) error {
 		return ErrNotSupported
 	case nvml.ERROR_NOT_FOUND:
 		return ErrNotFound
+	case nvml.ERROR_IN_USE:
+		return fmt.Errorf("%w (nvmlReturn_t %d)", ErrInUse, int(r))
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return ErrLibraryNotFound
 	case nvml.ERROR_UNINITIALIZED, nvml.ERROR_DRIVER_NOT_LOADED:

@@ -65,6 +65,58 @@ type GPU struct {
 	// XIDErrors counts XID critical error events by XID since the agent
 	// started; nil when events are not supported.
 	XIDErrors map[uint64]uint64
+
+	// PCIBusID is NVML's bus id ("00000000:3B:00.0"); "" when unknown.
+	PCIBusID string
+	// Instances are the sources of per-process utilization and GPM: the
+	// GPU itself, then its MIG devices, each with its state.
+	Instances []Instance
+	// ProcessUtilization is, per device (the GPU or a MIG device) and PID,
+	// the mean of the driver's samples newer than the previous poll's.
+	// Sorted by UUID, then PID. A process without a sample in that window
+	// is absent (the driver sampled no activity of it).
+	ProcessUtilization []ProcessUtilization
+	// GPM holds the last GPM values per device (GPU or MIG instance).
+	GPM []GPMValues
+}
+
+// Instance is the GPU or one of its MIG devices, as a source of
+// per-process utilization and GPM.
+type Instance struct {
+	UUID string // GPU-… or MIG-…
+	// ProcessUtilization and GPM are StateOK or why nothing is reported.
+	ProcessUtilization string
+	GPM                string
+}
+
+// States of Instance (and /status).
+const (
+	StateOK           = "ok"
+	StateOff          = "off"                      // --gpm=off
+	StateNotSupported = "not supported"            // NVML_ERROR_NOT_SUPPORTED or no such entry point
+	StateWarmingUp    = "waiting for a 2nd sample" // GPM needs two samples
+	// StateHeld: GPM's counters are held by another client (NVML_ERROR_IN_USE),
+	// typically DCGM's profiling module; its values would be wrong.
+	StateHeld = "held by another client (NVML_ERROR_IN_USE; DCGM profiling?)"
+)
+
+// ProcessUtilization is one process's utilization on one device, 0-1.
+type ProcessUtilization struct {
+	UUID    string // GPU-… or MIG-…
+	PID     uint32
+	SM      float64
+	Memory  float64
+	Encoder float64
+	Decoder float64
+	Samples int // driver samples averaged
+}
+
+// GPMValues are the GPM metrics of one device over the last GPM interval,
+// in NVML's units (percent, MiB/s); a metric NVML did not return is
+// absent.
+type GPMValues struct {
+	UUID   string
+	Values map[GPMMetric]float64
 }
 
 // Throttle are the clock event reasons active right now.
@@ -113,8 +165,17 @@ func (s *Snapshot) Status() Status {
 	if s == nil {
 		return Status{Reason: "not polled yet"}
 	}
-	return Status{
+	st := Status{
 		Up: s.Up, Reason: s.Reason, Library: s.Library, DriverVersion: s.DriverVersion,
 		DeviceCount: len(s.GPUs), LastError: s.LastError, LastPoll: s.Time,
 	}
+	for _, g := range s.GPUs {
+		for _, in := range g.Instances {
+			st.Devices = append(st.Devices, status.NVMLDevice{
+				GPU: g.Index, UUID: in.UUID, PCIBusID: g.PCIBusID,
+				ProcessUtilization: in.ProcessUtilization, GPM: in.GPM,
+			})
+		}
+	}
+	return st
 }

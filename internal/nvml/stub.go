@@ -18,3 +18,6 @@ func (stub) DriverVersion() (string, error) { return "", ErrNotSupported }
 func (stub) DeviceCount() (int, error)      { return 0, ErrNotSupported }
 func (stub) Device(int) (Device, error)     { return nil, ErrNotSupported }
 func (stub) NewEventSet() (EventSet, error) { return nil, ErrNotSupported }
+func (stub) GPMMetrics(GPMSample, GPMSample, []GPMMetric) (map[GPMMetric]float64, error) {
+	return nil, ErrNotSupported
+}

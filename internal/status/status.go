@@ -45,8 +45,11 @@ type Doc struct {
 	// took off node-wide (ARCHITECTURE.md, "Crash circuit breaker").
 	Quarantined []Quarantine `json:"quarantined"`
 	// KernelLog is the kernel log reader's state (the kernel-warning
-	// watch reads it).
+	// watch and the Xid tracker read it).
 	KernelLog *KernelLog `json:"kernel_log,omitempty"`
+	// Xids are the last Xid errors of the kernel log with their blast
+	// radius, oldest first; absent without NVML.
+	Xids []Xid `json:"xids,omitempty"`
 	// Degraded: some probes are off for the node's safety (a quarantine)
 	// or by policy; DegradedReasons say which and why. GPU (NVML) metrics
 	// and the agent's own health are served either way.
@@ -370,6 +373,20 @@ type NVML struct {
 	DeviceCount   int       `json:"device_count"`
 	LastError     string    `json:"last_error,omitempty"` // last failed query of the last poll
 	LastPoll      time.Time `json:"last_poll"`
+	// Devices are the GPUs and their MIG devices with the state of the
+	// per-process utilization and GPM sources ("ok" or why nothing is
+	// reported: "not supported", "off", a GPM counter held by another client).
+	Devices []NVMLDevice `json:"devices,omitempty"`
+}
+
+// NVMLDevice is one GPU or MIG device as a source of per-process
+// utilization and GPM.
+type NVMLDevice struct {
+	GPU                int    `json:"gpu"`  // NVML index (of the parent GPU for a MIG device)
+	UUID               string `json:"uuid"` // GPU-… or MIG-…
+	PCIBusID           string `json:"pci_bus_id,omitempty"`
+	ProcessUtilization string `json:"process_utilization"`
+	GPM                string `json:"gpm"`
 }
 
 // LaunchEvent is one kernel launch of --detailed-launches
@@ -386,4 +403,37 @@ type LaunchEvent struct {
 	GridBlocks   uint64    `json:"grid_blocks"`
 	BlockThreads uint64    `json:"block_threads"`
 	SharedBytes  uint64    `json:"shared_bytes"`
+}
+
+// Xid is one Xid error of the kernel log with what was on its GPU when the
+// agent read it (the blast radius).
+type Xid struct {
+	Seq      uint64        `json:"seq"`       // kernel log sequence number: the identity counted once
+	Uptime   time.Duration `json:"uptime_ns"` // kernel time since boot of the record
+	Time     time.Time     `json:"time"`      // when the agent read it
+	Code     uint32        `json:"xid"`
+	PCIBusID string        `json:"pci_bus_id"`
+	GPU      int           `json:"gpu"`      // NVML index; -1 when no GPU has that bus id
+	GPUUUID  string        `json:"gpu_uuid"` // "" when unknown
+	// DriverPID and DriverName are the process the driver's line names.
+	DriverPID  uint32 `json:"driver_pid,omitempty"`
+	DriverName string `json:"driver_name,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+	// Processes are the processes on that GPU at that moment (profiled
+	// ones with their labels; NVML's compute processes), with their NCCL
+	// calls in flight.
+	Processes []XidProcess `json:"processes"`
+}
+
+// XidProcess is a process on the GPU of an Xid.
+type XidProcess struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	GPUUUID   string `json:"gpu_uuid,omitempty"`
+	// NCCLInFlight: the age in seconds of its oldest in-flight NCCL call,
+	// by operation.
+	NCCLInFlight map[string]float64 `json:"nccl_inflight,omitempty"`
 }

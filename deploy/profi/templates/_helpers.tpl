@@ -126,6 +126,8 @@ Validation of value combinations the agent would reject at startup
 - "--disable-nvml"
 {{- end }}
 - {{ printf "--nvml-interval=%v" $p.intervals.nvmlSeconds | quote }}
+- {{ printf "--gpm=%v" $p.gpm | quote }}
+- {{ printf "--gpm-interval=%v" $p.intervals.gpmSeconds | quote }}
 - {{ printf "--nccl-hang-timeout=%v" $p.nccl.hangTimeoutSeconds | quote }}
 - {{ printf "--max-time-series=%d" (int64 $p.cardinality.maxTimeSeries) | quote }}
 - {{ printf "--max-streams-per-pid=%v" $p.cardinality.maxStreamsPerPid | quote }}

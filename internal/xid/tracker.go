@@ -1,0 +1,164 @@
+package xid
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/kmsg"
+	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/status"
+)
+
+// DefaultKeep is how many Xids /status keeps.
+const DefaultKeep = 32
+
+// Key counts Xids: the GPU (NVML index and UUID; -1 and "" when no GPU has
+// the line's bus id) and the code.
+type Key struct {
+	GPU  int
+	UUID string
+	Code uint32
+}
+
+// Tracker is the kernel log consumer of Xid lines.
+type Tracker struct {
+	gpus  func() *nvml.Snapshot      // may return nil
+	procs func() *aggregate.Snapshot // may return nil
+	keep  int
+	now   func() time.Time
+
+	mu        sync.Mutex
+	lastSeq   uint64
+	seen      bool
+	counts    map[Key]uint64
+	recent    []status.Xid // oldest first, at most keep
+	malformed uint64
+}
+
+// NewTracker returns a Tracker; gpus and procs are the NVML and aggregator
+// snapshots (either may be nil).
+func NewTracker(gpus func() *nvml.Snapshot, procs func() *aggregate.Snapshot, keep int) *Tracker {
+	if keep <= 0 {
+		keep = DefaultKeep
+	}
+	return &Tracker{gpus: gpus, procs: procs, keep: keep, now: time.Now, counts: map[Key]uint64{}}
+}
+
+// Consume handles one kernel log record (a kmsg.Consumer). A record whose
+// sequence number is not newer than the last one counted is ignored: each
+// record is counted once whatever delivers it twice.
+func (t *Tracker) Consume(r kmsg.Record) {
+	l, err := Parse(r.Message)
+	if errors.Is(err, ErrNotXid) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen && r.Seq <= t.lastSeq {
+		return
+	}
+	t.seen, t.lastSeq = true, r.Seq
+	if err != nil {
+		t.malformed++
+		return
+	}
+	x := status.Xid{
+		Seq: r.Seq, Uptime: r.Time, Time: t.now(), Code: l.Code, PCIBusID: l.Bus.String(), GPU: -1,
+		DriverPID: l.PID, DriverName: l.Name, Detail: l.Detail, Processes: []status.XidProcess{},
+	}
+	var g *nvml.GPU
+	if t.gpus != nil {
+		if s := t.gpus(); s != nil {
+			for i := range s.GPUs {
+				if b, err := ParseBusID(s.GPUs[i].PCIBusID); err == nil && b == l.Bus {
+					g = &s.GPUs[i]
+					x.GPU, x.GPUUUID = g.Index, g.UUID
+				}
+			}
+		}
+	}
+	if g != nil {
+		x.Processes = t.onGPU(g)
+	}
+	t.counts[Key{GPU: x.GPU, UUID: x.GPUUUID, Code: x.Code}]++
+	if len(t.recent) == t.keep {
+		t.recent = slices.Delete(t.recent, 0, 1)
+	}
+	t.recent = append(t.recent, x)
+}
+
+// onGPU lists the processes on g: the profiled processes whose calls went
+// to g (or one of its MIG devices), then NVML's compute processes not
+// already listed.
+func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
+	out := []status.XidProcess{}
+	at := map[int]bool{}
+	metaOf := map[int]aggregate.Meta{}
+	mine := func(uuid string) bool {
+		if uuid == g.UUID {
+			return true
+		}
+		return strings.HasPrefix(uuid, "MIG-") && slices.ContainsFunc(g.MIGDevices, func(m nvml.MigDevice) bool { return m.UUID == uuid })
+	}
+	if t.procs != nil {
+		if s := t.procs(); s != nil {
+			first := map[int]*aggregate.Process{} // per-process data is on the first entry
+			for _, p := range s.Processes {
+				if first[p.Meta.PID] == nil {
+					first[p.Meta.PID] = p
+					metaOf[p.Meta.PID] = p.Meta
+				}
+			}
+			for _, p := range s.Processes {
+				if !mine(p.Meta.GPUUUID) || at[p.Meta.PID] {
+					continue
+				}
+				at[p.Meta.PID] = true
+				xp := status.XidProcess{PID: p.Meta.PID, Comm: p.Meta.Comm, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod,
+					Container: p.Meta.Container, GPUUUID: p.Meta.GPUUUID}
+				if f := first[p.Meta.PID]; f.NCCL != nil && len(f.NCCL.Oldest) > 0 {
+					xp.NCCLInFlight = map[string]float64{}
+					for op, age := range f.NCCL.Oldest {
+						xp.NCCLInFlight[op] = age.Seconds()
+					}
+				}
+				out = append(out, xp)
+			}
+		}
+	}
+	for _, p := range g.Processes {
+		if !at[int(p.PID)] {
+			at[int(p.PID)] = true
+			m := metaOf[int(p.PID)] // a profiled process with no call attributed to this GPU yet
+			out = append(out, status.XidProcess{PID: int(p.PID), Comm: m.Comm, Namespace: m.Namespace, Pod: m.Pod, Container: m.Container, GPUUUID: g.UUID})
+		}
+	}
+	slices.SortFunc(out, func(a, b status.XidProcess) int { return a.PID - b.PID })
+	return out
+}
+
+// Counts returns the Xids counted, by GPU and code.
+func (t *Tracker) Counts() map[Key]uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.counts)
+}
+
+// Recent returns the last Xids, oldest first.
+func (t *Tracker) Recent() []status.Xid {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.recent)
+}
+
+// Malformed counts Xid lines the parser refused.
+func (t *Tracker) Malformed() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.malformed
+}

@@ -1,0 +1,60 @@
+package xid
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/profi-dev/profi/internal/aggregate"
+	"github.com/profi-dev/profi/internal/kmsg"
+	"github.com/profi-dev/profi/internal/nvml"
+	"github.com/profi-dev/profi/internal/status"
+)
+
+// An Xid line on GPU 1's bus is counted once (a record delivered twice has
+// the same sequence number), on GPU 1, with the processes on GPU 1 and
+// their in-flight NCCL calls; a process on GPU 0 is not listed; a
+// malformed line is counted apart; other lines are ignored.
+func TestTrackerBlastRadius(t *testing.T) {
+	t.Parallel()
+	gpus := &nvml.Snapshot{Up: true, GPUs: []nvml.GPU{
+		{Index: 0, UUID: "GPU-a", PCIBusID: "00000000:3B:00.0"},
+		{Index: 1, UUID: "GPU-b", PCIBusID: "00000000:86:00.0", Processes: []nvml.Process{{PID: 30}, {PID: 20}}},
+	}}
+	procs := &aggregate.Snapshot{Processes: []*aggregate.Process{
+		{Meta: aggregate.Meta{PID: 10, Comm: "a", Pod: "p0", GPUUUID: "GPU-a"}},
+		{Meta: aggregate.Meta{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b"},
+			NCCL: &aggregate.NCCL{Oldest: map[string]time.Duration{"ncclAllReduce": 1500 * time.Millisecond}}},
+	}}
+	tr := NewTracker(func() *nvml.Snapshot { return gpus }, func() *aggregate.Snapshot { return procs }, 2)
+	at := time.Unix(1000, 0)
+	tr.now = func() time.Time { return at }
+	line := "NVRM: Xid (PCI:0000:86:00): 79, pid=20, name=b, GPU has fallen off the bus."
+	tr.Consume(kmsg.Record{Seq: 5, Time: time.Second, Message: "usb 1-1: hello"})
+	tr.Consume(kmsg.Record{Seq: 7, Time: 2 * time.Second, Message: line})
+	tr.Consume(kmsg.Record{Seq: 7, Time: 2 * time.Second, Message: line})
+	tr.Consume(kmsg.Record{Seq: 8, Message: "NVRM: Xid (PCI:0000:86:00): x"})
+	if got, want := tr.Counts(), map[Key]uint64{{GPU: 1, UUID: "GPU-b", Code: 79}: 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("counts %v, want %v", got, want)
+	}
+	if tr.Malformed() != 1 {
+		t.Errorf("malformed %d, want 1", tr.Malformed())
+	}
+	want := []status.Xid{{Seq: 7, Uptime: 2 * time.Second, Time: at, Code: 79, PCIBusID: "00000000:86:00.0", GPU: 1, GPUUUID: "GPU-b",
+		DriverPID: 20, DriverName: "b", Detail: "GPU has fallen off the bus.", Processes: []status.XidProcess{
+			{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b", NCCLInFlight: map[string]float64{"ncclAllReduce": 1.5}},
+			{PID: 30, GPUUUID: "GPU-b"},
+		}}}
+	if got := tr.Recent(); !reflect.DeepEqual(got, want) {
+		t.Errorf("recent\n%+v\nwant\n%+v", got, want)
+	}
+	// An unknown bus: counted on gpu -1; the last 2 are kept.
+	tr.Consume(kmsg.Record{Seq: 9, Message: "NVRM: Xid (PCI:0000:99:00): 13, x"})
+	tr.Consume(kmsg.Record{Seq: 10, Message: "NVRM: Xid (PCI:0000:3b:00): 94, y"})
+	if got := tr.Counts()[Key{GPU: -1, Code: 13}]; got != 1 {
+		t.Errorf("unknown bus counted %d, want 1", got)
+	}
+	if r := tr.Recent(); len(r) != 2 || r[0].Seq != 9 || r[1].Seq != 10 || r[1].GPU != 0 || len(r[1].Processes) != 1 || r[1].Processes[0].PID != 10 {
+		t.Errorf("recent %+v", r)
+	}
+}

@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	pstatus "github.com/profi-dev/profi/internal/status"
+	"github.com/profi-dev/profi/internal/testutil"
+)
+
+// TestFakeNVMLProcessUtilizationAndGPM: the real agent loads a fake
+// libnvidia-ml.so.1 (test/stubs/fakenvml.c) through go-nvml's dlopen and
+// cgo calls. Three GPUs: one with per-process samples and GPM, one in MIG
+// mode (no per-process samples on the GPU itself; one MIG device with
+// samples and GPM, one without samples and with its GPM counters held by
+// another client), one with neither. The samples name two workloads the
+// test runs: their utilization is exported exactly, on the right device,
+// and nothing is exported where NVML has nothing; /status says why.
+func TestFakeNVMLProcessUtilizationAndGPM(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenario := filepath.Join(dir, "scenario")
+	const (
+		gpuA = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+		gpuB = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+		migC = "MIG-cccccccc-1111-2222-3333-444444444444"
+		migD = "MIG-dddddddd-1111-2222-3333-444444444444"
+		gpuE = "GPU-eeeeeeee-1111-2222-3333-444444444444"
+	)
+	devices := fmt.Sprintf(`driver 580.65.06
+gpu %s 00000000:3B:00.0 H100 procutil=ok gpm=ok
+gpu %s 00000000:86:00.0 A100 mig
+mig %s 1 procutil=ok gpm=ok
+mig %s 2 procutil=unsupported gpm=inuse
+gpu %s 00000000:AF:00.0 T4 procutil=unsupported gpm=unsupported
+`, gpuA, gpuB, migC, migD, gpuE)
+	if err := testutil.WriteScenario(scenario, devices); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	a := startAgent(t, "--nvml-interval", "1", "--gpm-interval", "1")
+	w1 := startWorkload(t, fixtures.Workload, nil)
+	w2 := startWorkload(t, fixtures.Workload, nil)
+	waitAttached(t, a, w1.PID)
+	waitAttached(t, a, w2.PID)
+	p1, p2 := strconv.Itoa(w1.PID), strconv.Itoa(w2.PID)
+	err = testutil.WriteScenario(scenario, devices+fmt.Sprintf(`
+sample %s %s 37 12 0 0
+sample %s %s 55 20 3 4
+sample %s %s 90 90 90 90
+gpmval %s 2 63.5
+gpmval %s 5 25
+gpmval %s 20 100
+gpmval %s 3 40
+gpmval %s 2 99
+`, gpuA, p1, migC, p2, migD, p1, gpuA, gpuA, gpuA, migC, migD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scenario's ground truth, as the families must say it (percent /
+	// 100, MiB/s × 2^20). migD's samples and GPM values must not appear:
+	// NVML answers NOT_SUPPORTED and IN_USE there.
+	want := map[string]float64{
+		"profi_gpu_process_utilization_ratio{0," + gpuA + "," + p1 + ",sm}":      0.37,
+		"profi_gpu_process_utilization_ratio{0," + gpuA + "," + p1 + ",memory}":  0.12,
+		"profi_gpu_process_utilization_ratio{0," + gpuA + "," + p1 + ",encoder}": 0,
+		"profi_gpu_process_utilization_ratio{0," + gpuA + "," + p1 + ",decoder}": 0,
+		"profi_gpu_process_utilization_ratio{1," + migC + "," + p2 + ",sm}":      0.55,
+		"profi_gpu_process_utilization_ratio{1," + migC + "," + p2 + ",memory}":  0.20,
+		"profi_gpu_process_utilization_ratio{1," + migC + "," + p2 + ",encoder}": 0.03,
+		"profi_gpu_process_utilization_ratio{1," + migC + "," + p2 + ",decoder}": 0.04,
+		"profi_gpu_gpm_ratio{0," + gpuA + ",sm_active}":                          0.635,
+		"profi_gpu_gpm_ratio{0," + gpuA + ",tensor_active}":                      0.25,
+		"profi_gpu_gpm_ratio{1," + migC + ",sm_occupancy}":                       0.40,
+		"profi_gpu_gpm_bytes_per_second{0," + gpuA + ",pcie,tx}":                 100 << 20,
+	}
+	got := map[string]float64{}
+	err = testutil.Eventually(20*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		clear(got)
+		for _, fam := range []string{"profi_gpu_process_utilization_ratio", "profi_gpu_gpm_ratio", "profi_gpu_gpm_bytes_per_second"} {
+			for _, s := range testutil.Samples(mfs[fam]) {
+				l := s.Labels
+				k := []string{l["gpu"], l["gpu_uuid"]}
+				switch fam {
+				case "profi_gpu_process_utilization_ratio":
+					if l["namespace"] != "" || l["pod"] != "" || l["container"] != "" {
+						return fmt.Errorf("%v: pod labels of a process outside Kubernetes", l)
+					}
+					k = append(k, l["pid"], l["engine"])
+				case "profi_gpu_gpm_ratio":
+					k = append(k, l["metric"])
+				default:
+					k = append(k, l["link"], l["direction"])
+				}
+				got[fam+"{"+strings.Join(k, ",")+"}"] = s.Value
+			}
+		}
+		if !maps.EqualFunc(got, want, func(a, b float64) bool { return abs(a-b) < 1e-9 }) {
+			return fmt.Errorf("series differ")
+		}
+		return nil
+	})
+	if err != nil {
+		keys := slices.Sorted(maps.Keys(got))
+		t.Fatalf("%v:\ngot  %v\nwant %v", err, keys, want)
+	}
+
+	var st struct {
+		NVML *pstatus.NVML `json:"nvml"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.NVML == nil || !st.NVML.Up || st.NVML.DeviceCount != 3 {
+		t.Fatalf("nvml = %+v, want up with 3 GPUs", st.NVML)
+	}
+	const held = "held by another client (NVML_ERROR_IN_USE; DCGM profiling?)"
+	wantDevs := []pstatus.NVMLDevice{
+		{GPU: 0, UUID: gpuA, PCIBusID: "00000000:3B:00.0", ProcessUtilization: "ok", GPM: "ok"},
+		{GPU: 1, UUID: gpuB, PCIBusID: "00000000:86:00.0", ProcessUtilization: "not supported", GPM: "ok"},
+		{GPU: 1, UUID: migC, PCIBusID: "00000000:86:00.0", ProcessUtilization: "ok", GPM: "ok"},
+		{GPU: 1, UUID: migD, PCIBusID: "00000000:86:00.0", ProcessUtilization: "not supported", GPM: held},
+		{GPU: 2, UUID: gpuE, PCIBusID: "00000000:AF:00.0", ProcessUtilization: "not supported", GPM: "not supported"},
+	}
+	if !slices.Equal(st.NVML.Devices, wantDevs) {
+		t.Errorf("nvml devices =\n%+v\nwant\n%+v", st.NVML.Devices, wantDevs)
+	}
+}
+
+// TestFakeNVMLGPMOff: with --gpm=off no GPM sample is taken and /status
+// says off on every device.
+func TestFakeNVMLGPMOff(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenario := filepath.Join(dir, "scenario")
+	if err := testutil.WriteScenario(scenario, "gpu GPU-aaaa 00000000:3B:00.0 H100\ngpmval GPU-aaaa 2 50\n"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	a := startAgent(t, "--nvml-interval", "1", "--gpm=off")
+	err = testutil.Eventually(10*time.Second, func() error {
+		var st struct {
+			NVML *pstatus.NVML `json:"nvml"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		want := []pstatus.NVMLDevice{{GPU: 0, UUID: "GPU-aaaa", PCIBusID: "00000000:3B:00.0", ProcessUtilization: "ok", GPM: "off"}}
+		if st.NVML == nil || !slices.Equal(st.NVML.Devices, want) {
+			return fmt.Errorf("nvml = %+v, want devices %+v", st.NVML, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(testutil.Samples(mfs["profi_gpu_gpm_ratio"])); n != 0 {
+		t.Errorf("%d profi_gpu_gpm_ratio series with --gpm=off", n)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// TestXidFromKernelLog: Xid lines written into /dev/kmsg while a workload
+// runs on the fake NVML's GPU. A line written before the agent started is
+// not counted; the line written after is counted once, on the GPU whose
+// bus id it names, although NVML also reports the same Xid as an event
+// (the kernel log is the counting source while it is read); /status lists
+// it with the workload on that GPU.
+func TestXidFromKernelLog(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	scenario := filepath.Join(dir, "scenario")
+	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+	if err := testutil.WriteScenario(scenario, devices); err != nil {
+		t.Fatal(err)
+	}
+	kmsg := func(line string) {
+		t.Helper()
+		// With its newline: the kernel finalizes a record without one only
+		// when the next arrives (it could be continued).
+		if err := os.WriteFile("/dev/kmsg", []byte(line+"\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kmsg("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=before, written before the agent started")
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	a := startAgent(t, "--nvml-interval", "1")
+	w := startWorkload(t, fixtures.Workload, nil)
+	waitAttached(t, a, w.PID)
+	pid := strconv.Itoa(w.PID)
+	if err := testutil.WriteScenario(scenario, devices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The NVML snapshot must list the workload before the line is written.
+	err = testutil.Eventually(10*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		for _, s := range testutil.Samples(mfs["profi_gpu_process_memory_bytes"]) {
+			if s.Labels["pid"] == pid {
+				return nil
+			}
+		}
+		return fmt.Errorf("pid %s not on a GPU yet", pid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid + ", name=workload, GPU has fallen off the bus.")
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err = testutil.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := st.Xids[0]
+	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
+		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
+		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
+	}
+	time.Sleep(2 * time.Second) // two more NVML polls: the NVML event of the same Xid is drained
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, s := range testutil.Samples(mfs["profi_gpu_xid_errors_total"]) {
+		got[s.Labels["gpu"]+","+s.Labels["gpu_uuid"]+","+s.Labels["xid"]] = s.Value
+	}
+	if want := map[string]float64{"0," + gpuA + ",79": 1}; !maps.Equal(got, want) {
+		t.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
+	}
+}
