@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,4 +351,25 @@ func TestLabelerNVMLLate(t *testing.T) {
 	check(t, l, 10, 1, want{"0", uuidA, SourceSetDevice})
 	snap = &nvml.Snapshot{Reason: "down"}
 	check(t, l, 10, 0, want{"2", uuidC, SourceSetDevice}) // kept
+}
+
+// A 4 MiB environment of 2 million one-byte variables (issue 30 item 7)
+// cost about 48 MiB to split in one piece; streamed, reading it allocates
+// a bounded amount whatever its size, and the variables after the
+// padding are still found.
+func TestLabelerHugeEnviron(t *testing.T) {
+	root := t.TempDir()
+	env := strings.Repeat("a\x00", 2<<20-64) + "CUDA_VISIBLE_DEVICES=1\x00"
+	fakeProc(t, root, 50, env)
+	l := &Labeler{ProcRoot: root, NVML: up(node())}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	check(t, l, 50, 0, want{"1", uuidB, SourceSetDevice})
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("environment of %d bytes: %d KiB allocated", len(env), alloc>>10)
+	if alloc > 256<<10 {
+		t.Errorf("reading a %d-byte environment allocated %d KiB, want at most 256 KiB", len(env), alloc>>10)
+	}
 }
