@@ -143,7 +143,7 @@ func (l *Labeler) resolve(pd *discover.Proc, dev uint32, vis list, gpus []nvml.G
 		if !ok {
 			d = Device{Index: -1}
 		}
-		return Attribution{Device: d, Source: SourceSetDevice}
+		return Attribution{Device: l.held(pd, d, gpus), Source: SourceSetDevice}
 	}
 	if d, ok := nvmlProcessDevice(pd.PID(), gpus); ok {
 		return Attribution{Device: d, Source: SourceNVMLProcess}
@@ -155,7 +155,32 @@ func (l *Labeler) resolve(pd *discover.Proc, dev uint32, vis list, gpus []nvml.G
 	if !ok {
 		d = Device{Index: -1}
 	}
-	return Attribution{Device: d, Source: SourceDefault}
+	return Attribution{Device: l.held(pd, d, gpus), Source: SourceDefault}
+}
+
+// held checks a device the process's environment named against the GPUs
+// whose /dev/nvidiaN it holds open (CUDA opens those of every visible GPU
+// when it initialises): the process writes its environment, so without
+// this it could label its series with any GPU of the node (issue 30). A
+// device it does not hold is not believed (counted in Rejected). Only
+// with NVML (minor numbers to map the files); a process that holds no
+// GPU device file cannot be checked. NVML's process list is not used: it
+// is as old as the last poll, and the answer is kept.
+func (l *Labeler) held(pd *discover.Proc, d Device, gpus []nvml.GPU) Device {
+	if gpus == nil || d.Index < 0 {
+		return d
+	}
+	minors := deviceFiles(pd)
+	if len(minors) == 0 {
+		return d
+	}
+	for _, m := range minors {
+		if minorDevice(m, gpus).Index == d.Index {
+			return d
+		}
+	}
+	l.rejected.Add(1)
+	return Device{Index: -1}
 }
 
 // Forget drops what is known about an exited process.
