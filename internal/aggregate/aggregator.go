@@ -203,6 +203,8 @@ type Aggregator struct {
 	expired, badComms uint64
 	// graphRefused counts graphs whose expansion was refused, by reason.
 	graphRefused map[string]uint64
+	// readFailures counts drains that went on without a map, by map.
+	readFailures map[string]uint64
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -230,6 +232,7 @@ func New(opts Options) *Aggregator {
 		log:          opts.Logger.With("component", "aggregate"),
 		procs:        map[int]*procState{},
 		graphRefused: map[string]uint64{},
+		readFailures: map[string]uint64{},
 		hists:        newHistFamily[HistKey](famHist),
 		kernelHists:  newHistFamily[KernelHistKey](famKernelHist),
 		ncclHists:    newHistFamily[HistKey](famNCCLHist),
@@ -356,8 +359,13 @@ func (a *Aggregator) Drain() error {
 	if err := a.readGraphs(get, func(pid uint32) *pidData { return byPID[int(pid)] }); err != nil {
 		return fmt.Errorf("read graph maps: %w", err)
 	}
-	if err := a.readComms(); err != nil {
-		return fmt.Errorf("read nccl_comms map: %w", err)
+	// One map's failed walk must not fail the drain (issue 30): the
+	// communicator table is kept as it was, the failure counted.
+	if seen, err := a.readComms(); err != nil {
+		a.readFailures["nccl_comms"]++
+		a.log.Warn("read nccl_comms map; communicators kept from the last drain", "tries", commReadTries, "err", err)
+	} else {
+		a.pruneComms(byPID, seen)
 	}
 	drops, err := a.opts.Source.Drops()
 	if err != nil {
@@ -465,6 +473,7 @@ func (a *Aggregator) Drain() error {
 	snap.ExpiredSeries = a.expired
 	snap.RejectedComms = a.badComms
 	snap.GraphRefusals = maps.Clone(a.graphRefused)
+	snap.ReadFailures = maps.Clone(a.readFailures)
 	snap.Series = len(a.admitted)
 	snap.DrainDuration = a.opts.Now().Sub(began)
 	a.snap.Store(snap)

@@ -81,7 +81,7 @@ type Collector struct {
 	ncclDurations                                latencyFamilies
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
 	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
-	limitRefusals                                *prometheus.Desc
+	limitRefusals, readFailures                  *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -134,6 +134,7 @@ func New(data Data) *Collector {
 		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
 		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
 		limitRefusals:   d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once), nccl_comms_per_pid, nccl_comms (communicators not kept), attached_files_per_pid, attached_files (library files not attached).", []string{"limit"}, nil),
+		readFailures:    d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
 		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
 	}
 }
@@ -153,7 +154,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
-		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals,
+		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals, c.readFailures,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -308,6 +309,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.rejectedLabels, gpuRejected, "gpu_uuid")
 	counter(c.rejectedLabels, s.RejectedComms, "comm")
 	counter(c.expiredSeries, s.ExpiredSeries)
+	counter(c.readFailures, s.ReadFailures["nccl_comms"], "nccl_comms")
 	for limit, n := range Refusals(s, att) {
 		counter(c.limitRefusals, n, limit)
 	}
