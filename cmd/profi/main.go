@@ -121,19 +121,21 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	self := collector.NewSelf()
 	attacher := attach.New(attach.Options{
-		Programs:    objs.Programs(),
-		KernelMode:  cfg.KernelMode,
-		Profile:     cfg.ProbeProfile,
-		PID:         cfg.PID,
-		RetryBase:   cfg.RefreshInterval,
-		RetryMax:    5 * time.Minute,
-		Logger:      log,
-		PIDFiles:    objs.PidFiles,
-		RuntimeText: objs.RtText,
-		Handover:    attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},
-		Budget:      cfg.OverheadBudget > 0,
-		UprobeMulti: objs.UprobeMulti,
-		NVTX:        cfg.EnableNVTX,
+		MaxFilesPerPID: cfg.MaxAttachedFilesPerPID,
+		MaxFiles:       cfg.MaxAttachedFiles,
+		Programs:       objs.Programs(),
+		KernelMode:     cfg.KernelMode,
+		Profile:        cfg.ProbeProfile,
+		PID:            cfg.PID,
+		RetryBase:      cfg.RefreshInterval,
+		RetryMax:       5 * time.Minute,
+		Logger:         log,
+		PIDFiles:       objs.PidFiles,
+		RuntimeText:    objs.RtText,
+		Handover:       attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},
+		Budget:         cfg.OverheadBudget > 0,
+		UprobeMulti:    objs.UprobeMulti,
+		NVTX:           cfg.EnableNVTX,
 	})
 	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti}
 	exitHook, err := attach.ExitHook(objs.ThreadExit)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -108,6 +109,9 @@ type procState struct {
 	// With Options.Scale: per key, the last raw value and the estimate.
 	aggEst    map[bpfobj.ProfiAggKey]*[2]bpfobj.ProfiAggVal
 	launchEst map[bpfobj.ProfiLaunchKey]*[2]bpfobj.ProfiLaunchVal
+	// refusedGraphs are the graphs whose expansion was refused (counted
+	// once each in graphRefused); at most the process's graph quota.
+	refusedGraphs map[uint64]bool
 }
 
 // PodLabeler tells which pod a process runs in.
@@ -197,6 +201,10 @@ type Aggregator struct {
 	// expired counts retained histogram series dropped after
 	// RetainedExpiry; badComms counts comm values made label-safe.
 	expired, badComms uint64
+	// graphRefused counts graphs whose expansion was refused, by reason.
+	graphRefused map[string]uint64
+	// readFailures counts drains that went on without a map, by map.
+	readFailures map[string]uint64
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -220,16 +228,18 @@ func New(opts Options) *Aggregator {
 		opts.Now = time.Now
 	}
 	a := &Aggregator{
-		opts:        opts,
-		log:         opts.Logger.With("component", "aggregate"),
-		procs:       map[int]*procState{},
-		hists:       newHistFamily[HistKey](famHist),
-		kernelHists: newHistFamily[KernelHistKey](famKernelHist),
-		ncclHists:   newHistFamily[HistKey](famNCCLHist),
-		admitted:    map[tuple]struct{}{},
-		refused:     map[tuple]struct{}{},
-		undeleted:   map[int]bool{},
-		nccl:        newNCCLState(),
+		opts:         opts,
+		log:          opts.Logger.With("component", "aggregate"),
+		procs:        map[int]*procState{},
+		graphRefused: map[string]uint64{},
+		readFailures: map[string]uint64{},
+		hists:        newHistFamily[HistKey](famHist),
+		kernelHists:  newHistFamily[KernelHistKey](famKernelHist),
+		ncclHists:    newHistFamily[HistKey](famNCCLHist),
+		admitted:     map[tuple]struct{}{},
+		refused:      map[tuple]struct{}{},
+		undeleted:    map[int]bool{},
+		nccl:         newNCCLState(),
 	}
 	a.snap.Store(&Snapshot{Time: opts.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}})
 	return a
@@ -349,8 +359,13 @@ func (a *Aggregator) Drain() error {
 	if err := a.readGraphs(get, func(pid uint32) *pidData { return byPID[int(pid)] }); err != nil {
 		return fmt.Errorf("read graph maps: %w", err)
 	}
-	if err := a.readComms(); err != nil {
-		return fmt.Errorf("read nccl_comms map: %w", err)
+	// One map's failed walk must not fail the drain (issue 30): the
+	// communicator table is kept as it was, the failure counted.
+	if seen, err := a.readComms(); err != nil {
+		a.readFailures["nccl_comms"]++
+		a.log.Warn("read nccl_comms map; communicators kept from the last drain", "tries", commReadTries, "err", err)
+	} else {
+		a.pruneComms(byPID, seen)
 	}
 	drops, err := a.opts.Source.Drops()
 	if err != nil {
@@ -385,7 +400,15 @@ func (a *Aggregator) Drain() error {
 		if a.opts.Scale != nil {
 			a.estimate(ps, d)
 		}
-		graphs := a.expandGraphs(d)
+		graphs := a.expandGraphs(d, func(graph uint64, reason string) {
+			if ps.refusedGraphs == nil {
+				ps.refusedGraphs = map[uint64]bool{}
+			}
+			if !ps.refusedGraphs[graph] {
+				ps.refusedGraphs[graph] = true
+				a.graphRefused[reason]++
+			}
+		})
 		var parts []*Process
 		for _, part := range a.splitByGPU(ps, d) {
 			p := a.build(ps, part.meta, part.data, snap)
@@ -449,6 +472,8 @@ func (a *Aggregator) Drain() error {
 	snap.CardinalityDrops = a.cardDrops
 	snap.ExpiredSeries = a.expired
 	snap.RejectedComms = a.badComms
+	snap.GraphRefusals = maps.Clone(a.graphRefused)
+	snap.ReadFailures = maps.Clone(a.readFailures)
 	snap.Series = len(a.admitted)
 	snap.DrainDuration = a.opts.Now().Sub(began)
 	a.snap.Store(snap)

@@ -29,6 +29,9 @@ type fakeSource struct {
 	deleted   []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr error             // returned by DeletePIDs (keys are then kept)
 	readErr   error             // returned by Aggregated
+	// commsErrs are returned by the next NCCLComms calls, one each, after
+	// handing out the entries read so far (a walk aborted midway).
+	commsErrs []error
 	// gcPIDs are the PIDs DeleteDead asks about; gcAlive their answers.
 	gcPIDs  []uint32
 	gcAlive []bool
@@ -62,10 +65,17 @@ func (s *fakeSource) NCCLInflight(fn func(uint64, *bpfobj.ProfiNcclCall)) error 
 }
 
 func (s *fakeSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error {
+	var err error
+	if len(s.commsErrs) > 0 {
+		err, s.commsErrs = s.commsErrs[0], s.commsErrs[1:]
+	}
 	for k, v := range s.comms {
 		fn(k, &v)
+		if err != nil {
+			return err // after one entry: an aborted walk
+		}
 	}
-	return nil
+	return err
 }
 
 func (s *fakeSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal)) error {

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
@@ -67,15 +68,190 @@ func TestGraphExpansion(t *testing.T) {
 	}
 }
 
-// A graph that embeds itself (only a forged map can) is cut at the depth bound, not followed forever.
-func TestGraphExpansionCycle(t *testing.T) {
-	s := &graphState{nodes: map[uint64][]graphNode{
-		1: {{key: bpfobj.ProfiGraphNodeKey{Type: uint32(bpfobj.GraphNodeKernel)}, val: bpfobj.ProfiGraphNodeVal{Count: 1}},
-			{key: bpfobj.ProfiGraphNodeKey{Type: uint32(bpfobj.GraphNodeChild), Func: 2}, val: bpfobj.ProfiGraphNodeVal{Count: 1}}},
-		2: {{key: bpfobj.ProfiGraphNodeKey{Type: uint32(bpfobj.GraphNodeChild), Func: 1}, val: bpfobj.ProfiGraphNodeVal{Count: 1}}},
-	}}
-	if n := len(s.flatten(1, 1, 0)); n != maxGraphDepth/2+1 {
-		t.Errorf("flatten of a cycle: %d nodes, want %d", n, maxGraphDepth/2+1)
+// hostileGraphs is a process's graph maps built for TestGraphExpansionBounds.
+type hostileGraphs struct {
+	src *fakeSource
+	pid uint32
+}
+
+// kernel adds n kernel nodes of function fn (grid 3 blocks each) and a
+// 10-byte host-to-device copy to graph g.
+func (h hostileGraphs) kernel(g, fn, n uint64) {
+	h.src.nodes[bpfobj.ProfiGraphNodeKey{Pid: h.pid, Op: uint32(ops.OpCudaLaunchKernel), Graph: g, Func: fn, Type: uint32(bpfobj.GraphNodeKernel)}] = bpfobj.ProfiGraphNodeVal{Count: n, GridBlocks: 3 * n}
+	h.src.nodes[bpfobj.ProfiGraphNodeKey{Pid: h.pid, Op: uint32(ops.OpCudaMemcpyAsync), Graph: g, Kind: 1, Type: uint32(bpfobj.GraphNodeMemcpy)}] = bpfobj.ProfiGraphNodeVal{Count: 1, Bytes: 10}
+}
+
+// child embeds graph c in graph g n times.
+func (h hostileGraphs) child(g, c, n uint64) {
+	h.src.nodes[bpfobj.ProfiGraphNodeKey{Pid: h.pid, Op: uint32(ops.OpCudaGraphAddChildGraphNode), Graph: g, Func: c, Type: uint32(bpfobj.GraphNodeChild)}] = bpfobj.ProfiGraphNodeVal{Count: n}
+}
+
+// replay replays graph g n times on stream.
+func (h hostileGraphs) replay(g, stream, n uint64) {
+	h.src.replays[bpfobj.ProfiReplayKey{Pid: h.pid, Dev: bpfobj.DevNone, Graph: g, Stream: stream}] += n
+	h.src.agg[bpfobj.ProfiAggKey{Pid: h.pid, Op: uint32(ops.OpCudaGraphLaunch), Dev: bpfobj.DevNone, Stream: stream}] = bpfobj.ProfiAggVal{Count: 1}
+}
+
+// TestGraphExpansionBounds: a process writes its own graph maps (issue 30
+// item 1). Child graphs that multiply (8 graphs that each embed every
+// other one expanded to 6,725,601 kernels per replay and a 17 s drain),
+// cycles, nesting past the depth bound and more work than a drain may do
+// are refused, counted per graph and reason, with their replays in
+// RefusedReplays; a victim process's graphs in the same drain, and
+// legitimate graphs as deep and as multiplied as the bounds allow, are
+// expanded exactly. Expectations from the shapes, by hand.
+func TestGraphExpansionBounds(t *testing.T) {
+	const victim = 9
+	for _, tc := range []struct {
+		name  string
+		build func(h hostileGraphs)
+		// kernels and bytes of the hostile process's replays, replays refused,
+		// refusals by reason.
+		kernels, bytes, refused uint64
+		reasons                 map[string]uint64
+	}{{
+		name: "complete graph of 8: each embeds every other one",
+		build: func(h hostileGraphs) {
+			for g := uint64(1); g <= 8; g++ {
+				h.kernel(g, 0x100, 1)
+				for c := uint64(1); c <= 8; c++ {
+					if c != g {
+						h.child(g, c, 1)
+					}
+				}
+			}
+			h.replay(1, 0x60, 1)
+		},
+		refused: 1, reasons: map[string]uint64{GraphRefusedCycle: 1},
+	}, {
+		name: "self-embedding graph and a two-graph cycle",
+		build: func(h hostileGraphs) {
+			h.kernel(1, 0x100, 1)
+			h.child(1, 1, 1)
+			h.child(2, 3, 1)
+			h.child(3, 2, 1)
+			h.replay(1, 0x60, 2)
+			h.replay(2, 0x60, 3)
+		},
+		refused: 5, reasons: map[string]uint64{GraphRefusedCycle: 2},
+	}, {
+		// Graph i embeds every graph j > i 1000 times: 1001^7 nodes per
+		// replay of graph 1, past 2^64 (the old expansion wrapped).
+		name: "dense DAG of 8, 1000 times each",
+		build: func(h hostileGraphs) {
+			for g := uint64(1); g <= 8; g++ {
+				h.kernel(g, 0x100, 1)
+				for c := g + 1; c <= 8; c++ {
+					h.child(g, c, 1000)
+				}
+			}
+			h.replay(1, 0x60, 1)
+		},
+		refused: 1, reasons: map[string]uint64{GraphRefusedNodes: 1},
+	}, {
+		// The same DAG twice each: graph i runs 3^(8-i) kernels (1 + 2 x the
+		// sum of its successors'), so graph 1: 2187 kernels and copies.
+		name: "dense DAG of 8, twice each (legitimate)",
+		build: func(h hostileGraphs) {
+			for g := uint64(1); g <= 8; g++ {
+				h.kernel(g, 0x100, 1)
+				for c := g + 1; c <= 8; c++ {
+					h.child(g, c, 2)
+				}
+			}
+			h.replay(1, 0x60, 5)
+		},
+		kernels: 5 * 2187, bytes: 5 * 2187 * 10, reasons: map[string]uint64{},
+	}, {
+		// A chain of 9 graphs: 8 levels of child graphs, the bound.
+		name: "chain at the depth bound",
+		build: func(h hostileGraphs) {
+			for g := uint64(1); g <= 9; g++ {
+				h.kernel(g, 0x100, 1)
+				if g < 9 {
+					h.child(g, g+1, 1)
+				}
+			}
+			h.replay(1, 0x60, 4)
+		},
+		kernels: 4 * 9, bytes: 4 * 9 * 10, reasons: map[string]uint64{},
+	}, {
+		name: "chain past the depth bound",
+		build: func(h hostileGraphs) {
+			for g := uint64(1); g <= 10; g++ {
+				h.kernel(g, 0x100, 1)
+				if g < 10 {
+					h.child(g, g+1, 1)
+				}
+			}
+			h.replay(1, 0x60, 4)
+			h.replay(2, 0x60, 3) // 8 levels below it: expanded
+		},
+		kernels: 3 * 9, bytes: 3 * 9 * 10, refused: 4, reasons: map[string]uint64{GraphRefusedDepth: 1},
+	}, {
+		// One graph of 1023 kernel functions and a copy (1024 node keys)
+		// replayed once on each of 300 streams: the expansion itself costs
+		// 1024, each replay key 1024, so 255 streams (the lowest handles)
+		// are expanded and 45 refused.
+		name: "work bound",
+		build: func(h hostileGraphs) {
+			for fn := uint64(1); fn <= 1023; fn++ {
+				h.kernel(1, fn, 1)
+			}
+			for s := uint64(1); s <= 300; s++ {
+				h.replay(1, 0x1000+s, 1)
+			}
+		},
+		kernels: 255 * 1023, bytes: 255 * 10, refused: 45, reasons: map[string]uint64{GraphRefusedWork: 1},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newFakeSource()
+			tc.build(hostileGraphs{src, 7})
+			// The victim: graph 1 runs 2 kernels and its child graph 2 (3
+			// kernels) twice, replayed 10 times.
+			v := hostileGraphs{src, victim}
+			v.kernel(1, 0x200, 2)
+			v.kernel(2, 0x200, 3)
+			v.child(1, 2, 2)
+			v.replay(1, 0x70, 10)
+			a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{7: {"hostile", 1}, victim: {"victim", 1}})})
+			began := time.Now()
+			if err := a.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("drain: %v", time.Since(began))
+			got := map[int]*Process{}
+			for _, p := range a.Snapshot().Processes {
+				got[p.Meta.PID] = p
+			}
+			if p := got[victim]; p == nil || p.Graphs == nil || p.Graphs.Kernels != 80 || p.Memcpy[DirStream{"h2d", "0x70"}] != 10*(10+2*10) {
+				t.Errorf("victim: %+v", p)
+			}
+			h := got[7]
+			if h == nil || h.Graphs == nil {
+				t.Fatalf("hostile process: %+v", h)
+			}
+			if h.Graphs.Kernels != tc.kernels || h.Graphs.RefusedReplays != tc.refused {
+				t.Errorf("hostile: kernels %d, refused replays %d; want %d, %d", h.Graphs.Kernels, h.Graphs.RefusedReplays, tc.kernels, tc.refused)
+			}
+			var bytes uint64
+			for _, b := range h.Memcpy {
+				bytes += b
+			}
+			if bytes != tc.bytes {
+				t.Errorf("hostile: %d bytes, want %d", bytes, tc.bytes)
+			}
+			if !reflect.DeepEqual(a.Snapshot().GraphRefusals, tc.reasons) {
+				t.Errorf("refusals %v, want %v", a.Snapshot().GraphRefusals, tc.reasons)
+			}
+			// A graph is counted once, not once per drain.
+			if err := a.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(a.Snapshot().GraphRefusals, tc.reasons) {
+				t.Errorf("second drain: refusals %v, want %v", a.Snapshot().GraphRefusals, tc.reasons)
+			}
+		})
 	}
 }
 

@@ -132,17 +132,64 @@ func (s *ncclState) forget(pid int) {
 	}
 }
 
-// readComms adds the communicators of nccl_comms to the table; entries
-// stay known until the process exits, even after BPF's LRU drops them.
-func (a *Aggregator) readComms() error {
-	return a.opts.Source.NCCLComms(func(k bpfobj.ProfiNcclCommKey, v *bpfobj.ProfiNcclComm) {
-		m := a.nccl.comms[int(k.Pid)]
-		if m == nil {
-			m = map[uint64]Communicator{}
-			a.nccl.comms[int(k.Pid)] = m
+// commReadTries bounds the walks of nccl_comms per drain: a walk of a
+// map whose keys are deleted under it (an LRU map at a process's churn
+// of communicators) can abort ("iteration aborted"); the next usually
+// succeeds.
+const commReadTries = 3
+
+// readComms adds the communicators of nccl_comms to the table and returns
+// the keys the map held, per process (nil when no walk succeeded: the
+// table is kept as it was). The map is LRU: the table keeps an entry
+// after it leaves the map only while a call key names it (pruneComms).
+func (a *Aggregator) readComms() (map[int]map[uint64]bool, error) {
+	var err error
+	for range commReadTries {
+		seen := map[int]map[uint64]bool{}
+		err = a.opts.Source.NCCLComms(func(k bpfobj.ProfiNcclCommKey, v *bpfobj.ProfiNcclComm) {
+			pid := int(k.Pid)
+			m := a.nccl.comms[pid]
+			if m == nil {
+				m = map[uint64]Communicator{}
+				a.nccl.comms[pid] = m
+			}
+			m[k.Comm] = commOf(v)
+			if seen[pid] == nil {
+				seen[pid] = map[uint64]bool{}
+			}
+			seen[pid][k.Comm] = true
+		})
+		if err == nil {
+			return seen, nil
 		}
-		m[k.Comm] = commOf(v)
-	})
+	}
+	return nil, err
+}
+
+// pruneComms drops the communicators that are neither in nccl_comms
+// (seen) nor named by a call key of their process: a process creating
+// communicators with fresh handles grew the table without limit (issue
+// 30: 44 → 118 MiB in 150 s). The table is now bounded by nccl_comms and
+// nccl_agg; no label is lost, since only call keys use the table.
+func (a *Aggregator) pruneComms(byPID map[int]*pidData, seen map[int]map[uint64]bool) {
+	for pid, m := range a.nccl.comms {
+		var named map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
+		if d := byPID[pid]; d != nil {
+			named = d.nccl
+		}
+		keep := map[uint64]bool{}
+		for k := range named {
+			keep[k.Comm] = true
+		}
+		for c := range m {
+			if !seen[pid][c] && !keep[c] {
+				delete(m, c)
+			}
+		}
+		if len(m) == 0 {
+			delete(a.nccl.comms, pid)
+		}
+	}
 }
 
 // buildNCCL turns one process's nccl_agg values into its NCCL data.

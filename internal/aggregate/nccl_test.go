@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
@@ -93,5 +95,85 @@ func TestCommHashCharSignedness(t *testing.T) {
 	}
 	if got := commHash(id, false); got != 0x2b525 {
 		t.Errorf("unsigned char (arm64): %#x, want 0x2b525", got)
+	}
+}
+
+// A process that creates communicators with fresh handles (issue 30 item
+// 4: 44 → 118 MiB in 150 s) grew the communicator table without limit:
+// every handle ever read from nccl_comms (an LRU map, so older entries
+// leave it) was kept until the process exited. The table now keeps what
+// the map holds and what the process's NCCL call keys name, so it is
+// bounded by the two maps; communicators its calls name keep their labels.
+func TestCommTableBounded(t *testing.T) {
+	src := newFakeSource()
+	const pid = 7
+	procs := newFakeProcs(map[int]fakeProc{pid: {"rank", 1}})
+	a := New(Options{Source: src, Procs: procs})
+	// The communicator its calls use, created first.
+	used := bpfobj.ProfiNcclCommKey{Pid: pid, Comm: 0x1}
+	src.comms[used] = bpfobj.ProfiNcclComm{Rank: 1, Nranks: 2}
+	src.nccl[bpfobj.ProfiNcclKey{Pid: pid, Op: uint32(ops.OpNcclAllReduce), Comm: 0x1, Dev: bpfobj.DevNone}] = bpfobj.ProfiNcclVal{Count: 3}
+	drain(t, a)
+	// 100 drains, each finding 64 new handles in the map; the LRU map has
+	// lost the older ones, the first one included.
+	delete(src.comms, used)
+	for d := range 100 {
+		clear(src.comms)
+		for i := range 64 {
+			src.comms[bpfobj.ProfiNcclCommKey{Pid: pid, Comm: uint64(0x1000 + d*64 + i)}] = bpfobj.ProfiNcclComm{Rank: 0, Nranks: 2}
+		}
+		drain(t, a)
+	}
+	if n := len(a.nccl.comms[pid]); n != 64+1 {
+		t.Errorf("communicator table: %d entries, want 65 (the map's 64 and the one its calls name)", n)
+	}
+	p := a.Snapshot().Processes[0]
+	if p.NCCL == nil || len(p.NCCL.CommCalls) != 1 {
+		t.Fatalf("NCCL = %+v", p.NCCL)
+	}
+	for co, n := range p.NCCL.CommCalls {
+		if co.Comm.Rank != 1 || co.Comm.NRanks != 2 || n != 3 {
+			t.Errorf("communicator calls %+v = %d, want rank 1 of 2, 3 calls", co, n)
+		}
+	}
+}
+
+// A walk of nccl_comms aborted by concurrent deletions ("iteration
+// aborted": 30 of about 160 drains failed in issue 30) failed the whole
+// drain. It is retried a bounded number of times; if every try fails the
+// drain goes on with the table it had, every other map drained, and the
+// failure counted.
+func TestCommReadFailureDoesNotAbortDrain(t *testing.T) {
+	src := newFakeSource()
+	const pid = 7
+	a := New(Options{Source: src, Procs: newFakeProcs(map[int]fakeProc{pid: {"rank", 1}})})
+	src.comms[bpfobj.ProfiNcclCommKey{Pid: pid, Comm: 0x1}] = bpfobj.ProfiNcclComm{Rank: 1, Nranks: 2}
+	src.nccl[bpfobj.ProfiNcclKey{Pid: pid, Op: uint32(ops.OpNcclAllReduce), Comm: 0x1, Dev: bpfobj.DevNone}] = bpfobj.ProfiNcclVal{Count: 3}
+	src.add(akey(pid, ops.OpCudaMalloc, 0, 0, 0), aval(1, 10, 4096, 0))
+	aborted := ebpf.ErrIterationAborted
+	// One failed try: retried, nothing lost or counted.
+	src.commsErrs = []error{aborted}
+	drain(t, a)
+	if got := a.Snapshot().ReadFailures["nccl_comms"]; got != 0 {
+		t.Errorf("after one retried failure: %d read failures counted, want 0", got)
+	}
+	// Every try fails: the drain still publishes, with the calls.
+	src.commsErrs = []error{aborted, aborted, aborted}
+	src.add(akey(pid, ops.OpCudaMalloc, 0, 0, 0), aval(2, 10, 8192, 0))
+	if err := a.Drain(); err != nil {
+		t.Fatalf("drain with nccl_comms unreadable: %v", err)
+	}
+	s := a.Snapshot()
+	if got := s.ReadFailures["nccl_comms"]; got != 1 {
+		t.Errorf("read failures = %d, want 1", got)
+	}
+	p := s.Processes[0]
+	if p.Calls[OpStream{"cudaMalloc", "default"}] != 3 {
+		t.Errorf("cudaMalloc calls = %v, want 3 (the other maps drained)", p.Calls)
+	}
+	for co, n := range p.NCCL.CommCalls {
+		if co.Comm.Rank != 1 || n != 3 {
+			t.Errorf("communicator calls %+v = %d, want rank 1, 3 calls (the table kept)", co, n)
+		}
 	}
 }

@@ -129,6 +129,12 @@ type Snapshot struct {
 	// RejectedComms counts processes whose comm was not label-safe
 	// (invalid UTF-8, control characters, too long) and was cleaned.
 	RejectedComms uint64
+	// GraphRefusals counts CUDA graphs whose expansion was refused, by
+	// reason (GraphRefused*): each graph of a process once.
+	GraphRefusals map[string]uint64
+	// ReadFailures counts drains in which a map could not be read after
+	// retries, by map name; the drain went on without it.
+	ReadFailures map[string]uint64
 	// Series is the number of label tuples currently exported.
 	Series int
 	// Events is the number of calls counted so far (live and exited processes).

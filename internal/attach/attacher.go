@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -105,7 +106,19 @@ type Options struct {
 	// NVTX (--enable-nvtx-tracing): the load-triggered check looks for
 	// NVTX libraries too (the discovery pass's Scanner must set NVTX).
 	NVTX bool
+	// MaxFilesPerPID (--max-attached-files-per-pid) and MaxFiles
+	// (--max-attached-files) cap the library files attached or being
+	// retried: a new file is refused when every process mapping it holds
+	// MaxFilesPerPID already, or the node MaxFiles (issue 30: 1,000
+	// mapped copies of a runtime cost 10,069 descriptors). 0: no cap.
+	MaxFilesPerPID, MaxFiles int
 }
+
+// Limit labels of the file caps (profi_system_limit_refusals_total).
+const (
+	LimitFilesPerPID = "attached_files_per_pid"
+	LimitFiles       = "attached_files"
+)
 
 type attached struct {
 	id   uint32                 // goes into every probe's cookie
@@ -183,6 +196,10 @@ type Attacher struct {
 	gone        map[uint32]Target
 	// stopped: QuarantineAll ran; nothing is attached again.
 	stopped bool
+	// capped are the files the caps refuse (seen at the last pass, each
+	// counted once in limitRefused, by limit).
+	capped       map[FileKey]bool
+	limitRefused map[string]uint64
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -211,8 +228,10 @@ func New(opts Options) *Attacher {
 		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText),
 		refused: map[FileKey]uprobe.Refusals{},
 
-		quarantined: map[FileKey]bool{},
-		gone:        map[uint32]Target{},
+		quarantined:  map[FileKey]bool{},
+		gone:         map[uint32]Target{},
+		capped:       map[FileKey]bool{},
+		limitRefused: map[string]uint64{},
 	}
 	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
 	a.lastPass.Store(time.Now().UnixNano())
@@ -262,6 +281,7 @@ func (a *Attacher) Sync(targets []Target) {
 	}
 	a.lastSync = now
 	seen := make(map[FileKey]bool, len(targets)+len(a.static))
+	held := a.held()
 	for _, t := range append(slices.Clone(a.static), targets...) {
 		if seen[t.Key] {
 			a.merge(t)
@@ -271,6 +291,19 @@ func (a *Attacher) Sync(targets []Target) {
 		if !a.wantsAttach(t, now) {
 			continue
 		}
+		if _, retry := a.failed[t.Key]; !retry {
+			if limit := a.overCap(t, held); limit != "" {
+				if !a.capped[t.Key] {
+					a.capped[t.Key] = true
+					a.limitRefused[limit]++
+					a.log.Warn("library file not attached: cap reached", "limit", limit, "lib", t.Lib, "path", t.Path, "pids", t.PIDs,
+						"max_per_pid", a.opts.MaxFilesPerPID, "max", a.opts.MaxFiles)
+				}
+				continue
+			}
+		}
+		delete(a.capped, t.Key)
+		held.add(t)
 		p := prepared[t.Key]
 		delete(prepared, t.Key)
 		if p == nil {
@@ -304,6 +337,11 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.refused, key)
 		}
 	}
+	for key := range a.capped {
+		if !seen[key] {
+			delete(a.capped, key)
+		}
+	}
 	a.syncProcessMaps(true)
 	a.syncUpgrades()
 }
@@ -329,6 +367,51 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	return true
 }
 
+// heldFiles are the files attached or being retried, in all and per
+// process: what the caps count.
+type heldFiles struct {
+	all    int
+	perPID map[int]int
+}
+
+func (h *heldFiles) add(t Target) {
+	h.all++
+	for _, pid := range t.PIDs {
+		h.perPID[pid]++
+	}
+}
+
+// held counts the files attached or being retried. Called with a.mu held.
+func (a *Attacher) held() *heldFiles {
+	h := &heldFiles{perPID: map[int]int{}}
+	for _, f := range a.files {
+		h.add(f.target)
+	}
+	for _, fl := range a.failed {
+		h.add(fl.target)
+	}
+	return h
+}
+
+// overCap is the cap that refuses new file t, or "": the node's, or, when
+// every process that maps it holds its share already, the per-process
+// one (a file a process with room maps is attached: a victim sharing a
+// file with a process at its cap keeps it). Called with a.mu held.
+func (a *Attacher) overCap(t Target, h *heldFiles) string {
+	if a.opts.MaxFiles > 0 && h.all >= a.opts.MaxFiles {
+		return LimitFiles
+	}
+	if a.opts.MaxFilesPerPID <= 0 || len(t.PIDs) == 0 {
+		return ""
+	}
+	for _, pid := range t.PIDs {
+		if h.perPID[pid] < a.opts.MaxFilesPerPID {
+			return ""
+		}
+	}
+	return LimitFilesPerPID
+}
+
 // prepare opens and reads the symbols of each target file that Sync will
 // attach, without holding a.mu.
 func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened {
@@ -339,6 +422,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 	}
 	var todo []Target
 	seen := make(map[FileKey]bool, len(targets)+len(a.static))
+	held := a.held()
 	for _, t := range append(slices.Clone(a.static), targets...) {
 		if seen[t.Key] {
 			continue
@@ -353,6 +437,10 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
 			continue
 		}
+		if _, ok := a.failed[t.Key]; !ok && a.overCap(t, held) != "" {
+			continue // not opened: Sync counts it
+		}
+		held.add(t)
 		todo = append(todo, t)
 	}
 	a.mu.Unlock()
@@ -970,6 +1058,11 @@ type Counters struct {
 	// TriggersCoalesced counts library-load triggers merged into a pass
 	// already due or held back by MinTriggeredPassInterval.
 	TriggersCoalesced uint64
+	// LimitRefusals count the files the caps refused, each once while it
+	// stays mapped, by limit (LimitFilesPerPID, LimitFiles).
+	LimitRefusals map[string]uint64
+	// CappedFiles are the files the caps refuse now.
+	CappedFiles int
 }
 
 // Counters returns a copy of the counters.
@@ -986,6 +1079,8 @@ func (a *Attacher) counters() Counters {
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}
+	c.LimitRefusals = maps.Clone(a.limitRefused)
+	c.CappedFiles = len(a.capped)
 	pids := map[int]bool{}
 	for _, f := range a.files {
 		if !profiled(f.target.Lib) {

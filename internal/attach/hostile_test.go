@@ -1,8 +1,10 @@
 package attach
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,5 +90,52 @@ func TestAttachParsesOutsideLock(t *testing.T) {
 	<-done
 	if fl := onlyFailure(t, a); fl.Reason != ReasonOpenFailed {
 		t.Errorf("failure = %+v, want open_failed", fl)
+	}
+}
+
+// A process mapping 1,000 copies of a runtime (issue 30 item 5: 10,069
+// descriptors; 3,000 reached the machine's limit) had every copy opened,
+// parsed and attached. Files beyond a process's cap are refused unopened
+// and counted once each; a file that a process with room also maps (the
+// victim) is still attached; the node's cap bounds several such processes.
+func TestAttachFileCaps(t *testing.T) {
+	t.Parallel()
+	var opens atomic.Int32
+	denied := func() (*os.File, error) { return nil, os.ErrPermission } // each a failure kept for retry: held like a file
+	const hostile, victim = 5, 6
+	var targets []Target
+	for i := range 1000 {
+		targets = append(targets, target(FileKey{Dev: 1, Inode: uint64(1000 + i)}, discover.LibCudart, fmt.Sprintf("/copies/%d/libcudart.so.12", i), []int{hostile}, &opens, denied))
+	}
+	targets = append(targets,
+		target(FileKey{Dev: 1, Inode: 1}, discover.LibCudart, "/lib/libcudart.so.12", []int{hostile, victim}, &opens, denied),
+		target(FileKey{Dev: 1, Inode: 2}, discover.LibCuda, "/lib/libcuda.so.1", []int{victim}, &opens, denied))
+	a := New(Options{KernelMode: ops.KernelModeAnonymous, Now: (&clock{now: t0}).Now, MaxFilesPerPID: 64, MaxFiles: 1024})
+	a.Sync(targets)
+	if got := opens.Load(); got != 64+2 {
+		t.Errorf("files opened: %d, want 66 (the hostile process's 64 and the victim's 2)", got)
+	}
+	c := a.Counters()
+	if want := map[string]uint64{LimitFilesPerPID: 1000 - 64}; !reflect.DeepEqual(c.LimitRefusals, want) {
+		t.Errorf("refusals = %v, want %v", c.LimitRefusals, want)
+	}
+	// The next pass counts nothing again and opens nothing refused.
+	a.Sync(targets)
+	if c := a.Counters(); opens.Load() != 66 || c.LimitRefusals[LimitFilesPerPID] != 936 || c.CappedFiles != 936 {
+		t.Errorf("second pass: %d opens, refusals %v, %d capped; want 66, 936, 936", opens.Load(), c.LimitRefusals, c.CappedFiles)
+	}
+
+	// Three processes of 64 copies each under a node cap of 100.
+	opens.Store(0)
+	targets = targets[:0]
+	for p := range 3 {
+		for i := range 64 {
+			targets = append(targets, target(FileKey{Dev: 2, Inode: uint64(p*100 + i)}, discover.LibCudart, fmt.Sprintf("/p%d/%d/libcudart.so.12", p, i), []int{10 + p}, &opens, denied))
+		}
+	}
+	b := New(Options{KernelMode: ops.KernelModeAnonymous, Now: (&clock{now: t0}).Now, MaxFilesPerPID: 64, MaxFiles: 100})
+	b.Sync(targets)
+	if c := b.Counters(); opens.Load() != 100 || c.LimitRefusals[LimitFiles] != 92 {
+		t.Errorf("node cap: %d opens, refusals %v; want 100, 92 at attached_files", opens.Load(), c.LimitRefusals)
 	}
 }

@@ -414,9 +414,24 @@ func (a *Authenticator) review(ctx context.Context, token string, key [32]byte, 
 	return a.shared(ctx, token, key, func(now time.Time, n int) bool {
 		// The client's own budget first: a client that exhausted it
 		// takes nothing from the agent-wide one.
-		return a.clientLimiter(client).AllowN(now, n) && a.limiter.AllowN(now, n)
+		cl := a.clientLimiter(client)
+		quiet := cl.TokensAt(now) >= float64(cl.Burst())
+		if !cl.AllowN(now, n) {
+			return false
+		}
+		// A client that used its budget lately takes the agent-wide one
+		// only down to a reserve, which quiet clients draw on: five
+		// flooding addresses at their own rate used all of it (issue 30).
+		if !quiet && a.limiter.TokensAt(now) < float64(a.reserve()+n) {
+			return false
+		}
+		return a.limiter.AllowN(now, n)
 	})
 }
+
+// reserve is the part of the agent-wide burst that clients which used
+// their own budget lately cannot take: half of it.
+func (a *Authenticator) reserve() int { return a.opts.Burst / 2 }
 
 func (a *Authenticator) clientLimiter(client string) *rate.Limiter {
 	if l, ok := a.clients.Get(client); ok {

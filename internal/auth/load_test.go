@@ -47,7 +47,7 @@ func TestKnownTokensThroughFloodAndOutage(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
 	const ttl = time.Minute
 	a, err := New(Options{Mode: config.AuthModeBearer, Reviews: rv, CacheTTL: ttl, NegativeTTL: 10 * time.Second,
-		Rate: 5, Burst: 20, ClientRate: 1, ClientBurst: 5, KnownRate: 1, KnownBurst: 2, Metrics: m, Now: clk.Now})
+		Rate: 5, Burst: 30, ClientRate: 1, ClientBurst: 5, KnownRate: 1, KnownBurst: 2, Metrics: m, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,5 +284,48 @@ func TestAllowedSANs(t *testing.T) {
 		if got := get(m.Failures, string(CertNotAllowed)); got != wantRefused {
 			t.Errorf("%s: cert_not_allowed = %v, want %v", mode, got, wantRefused)
 		}
+	}
+}
+
+// Five client addresses flooding random tokens at their own rate (1/s
+// each) used the whole agent-wide budget (5/s), so a sixth client's new,
+// valid token was refused (issue 30 item 7). Clients that used their own
+// budget lately may only take the agent-wide budget down to a reserve
+// (half its burst) that clients quiet for a while draw on: every new
+// scraper is reviewed, and the flood still gets at most the agent's rate.
+func TestClientsCannotStarveOthers(t *testing.T) {
+	user := authenticationv1.UserInfo{Username: "prometheus"}
+	rv := &scripted{status: map[string]authenticationv1.TokenReviewStatus{}}
+	clk := &clock{now: time.Unix(1000, 0)}
+	a, err := New(Options{Mode: config.AuthModeBearer, Reviews: rv, CacheTTL: time.Minute, NegativeTTL: 10 * time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seconds, steps = 60, 10 // 100 ms steps
+	ok, newcomers := 0, 0
+	attackerCalls := int64(0)
+	for i := range seconds * steps {
+		for c := range 5 {
+			before := rv.calls.Load()
+			from(a, fmt.Sprintf("10.0.0.%d:1", c+1), fmt.Sprintf("random-%d-%d", c, i))
+			attackerCalls += rv.calls.Load() - before
+		}
+		if i%(2*steps) == steps { // a new scraper every 2 s, each from its own address
+			tok := fmt.Sprintf("scraper-%d", i)
+			rv.status[tok] = authenticationv1.TokenReviewStatus{Authenticated: true, User: user} // one goroutine
+			newcomers++
+			if code := from(a, fmt.Sprintf("10.1.0.%d:1", i/steps), tok); code == 200 {
+				ok++
+			}
+		}
+		clk.Add(time.Second / steps)
+	}
+	t.Logf("new scrapers reviewed: %d of %d; the flood's reviews: %d in %d s", ok, newcomers, attackerCalls, seconds)
+	if ok != newcomers {
+		t.Errorf("new scrapers reviewed: %d of %d, want all", ok, newcomers)
+	}
+	// The agent-wide budget bounds the flood: its burst and 5/s.
+	if max := int64(DefaultBurst + seconds*5); attackerCalls > max {
+		t.Errorf("the flood got %d reviews, want at most %d", attackerCalls, max)
 	}
 }

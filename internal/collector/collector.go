@@ -81,6 +81,7 @@ type Collector struct {
 	ncclDurations                                latencyFamilies
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
 	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
+	limitRefusals, readFailures                  *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -132,6 +133,8 @@ func New(data Data) *Collector {
 		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
 		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
 		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
+		limitRefusals:   d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
+		readFailures:    d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
 		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
 	}
 }
@@ -151,7 +154,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
-		c.rejectedLabels, c.expiredSeries, c.coalesced,
+		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals, c.readFailures,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -306,6 +309,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.rejectedLabels, gpuRejected, "gpu_uuid")
 	counter(c.rejectedLabels, s.RejectedComms, "comm")
 	counter(c.expiredSeries, s.ExpiredSeries)
+	counter(c.readFailures, s.ReadFailures["nccl_comms"], "nccl_comms")
+	for limit, n := range Refusals(s, att) {
+		counter(c.limitRefusals, n, limit)
+	}
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
 	}
@@ -389,4 +396,17 @@ func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Proces
 			send(c.ncclCommInfo, prometheus.GaugeValue, 1, pid, m.Comm, comm.ID, strconv.Itoa(comm.Rank), strconv.Itoa(comm.NRanks), m.Namespace, m.Pod, m.GPU)
 		}
 	}
+}
+
+// Refusals are the limit refusals of profi_system_limit_refusals_total and
+// /status, by limit label; every label is present (0 when none).
+func Refusals(s *aggregate.Snapshot, att attach.Counters) map[string]uint64 {
+	r := map[string]uint64{}
+	for _, reason := range []string{aggregate.GraphRefusedCycle, aggregate.GraphRefusedDepth, aggregate.GraphRefusedNodes, aggregate.GraphRefusedWork} {
+		r["graph_"+reason] = s.GraphRefusals[reason]
+	}
+	for _, limit := range []string{attach.LimitFilesPerPID, attach.LimitFiles} {
+		r[limit] = att.LimitRefusals[limit]
+	}
+	return r
 }

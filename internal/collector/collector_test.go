@@ -376,7 +376,7 @@ func TestLabelSetsAndBuckets(t *testing.T) {
 	}
 
 	// Descriptor order is the interface order.
-	descs := make(chan *prometheus.Desc, 64)
+	descs := make(chan *prometheus.Desc, 128)
 	newCollector(t).Describe(descs)
 	close(descs)
 	for d := range descs {

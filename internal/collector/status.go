@@ -128,6 +128,7 @@ func (s *StatusSource) Document() status.Doc {
 		Operations:          ops,
 		Processes:           procs,
 		UnknownGraphReplays: unknownReplays,
+		Refusals:            Refusals(snap, c),
 	}
 	if s.RecentLaunches != nil {
 		doc.RecentLaunches = s.RecentLaunches()
@@ -224,7 +225,7 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 		ps.CapturedLaunches += l.Count
 	}
 	if g := p.Graphs; g != nil {
-		ps.Graphs = &status.Graphs{Graphs: g.Graphs, Execs: g.Execs, Replays: g.Replays, UnknownReplays: g.UnknownReplays}
+		ps.Graphs = &status.Graphs{Graphs: g.Graphs, Execs: g.Execs, Replays: g.Replays, UnknownReplays: g.UnknownReplays, RefusedReplays: g.RefusedReplays}
 	}
 	if p.HasMemory() {
 		ps.ActiveMemoryBytes = p.ActiveBytes()

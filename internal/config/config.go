@@ -95,41 +95,43 @@ var ErrVersion = errors.New("version requested")
 // Config is the validated agent configuration. Durations given in seconds on the command line are
 // already converted.
 type Config struct {
-	Listen            string        // --listen
-	ProcPath          string        // --proc-path
-	KernelMode        string        // --kernel-mode: off|anonymous|full
-	ProbeProfile      string        // --probe-profile: lean|full
-	Cudart            string        // --cudart
-	PID               int           // --pid / -p; 0 = all processes
-	NodeName          string        // --node-name, env NODE_NAME
-	RefreshInterval   time.Duration // --refresh-interval
-	GCInterval        time.Duration // --gc-interval
-	ReportInterval    time.Duration // --report-interval; 0 = off
-	EnableNVTX        bool          // --enable-nvtx-tracing
-	DisableNVML       bool          // --disable-nvml
-	NVMLInterval      time.Duration // --nvml-interval
-	GPM               string        // --gpm: auto|on|off
-	GPMInterval       time.Duration // --gpm-interval
-	NCCLHangTimeout   time.Duration // --nccl-hang-timeout; 0 = hang detection off
-	MaxTimeSeries     int           // --max-time-series
-	MaxStreamsPerPID  int           // --max-streams-per-pid
-	MaxKernelsPerPID  int           // --max-kernels-per-pid
-	SampleRate        int           // --sample-rate; 1 = no sampling
-	EntriesSize       uint32        // --entries-size
-	AggregatedSize    uint32        // --aggregated-size
-	LaunchAggSize     uint32        // --launch-agg-size
-	MallocSizesSize   uint32        // --malloc-sizes-size
-	DetailedLaunches  bool          // --detailed-launches
-	OverheadBudget    float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
-	CrashWindow       time.Duration // --crash-window; 0 = crash circuit breaker off
-	QuarantineLift    time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
-	NoUprobeMulti     bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
-	AllowUnsafeKernel bool          // --allow-unsafe-kernel: attach probes on a kernel with a known uprobe bug
-	KmsgTrustUser     bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
-	LogLevel          slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
-	OTLP              OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
-	MetricsTLS        TLSConfig     // --metrics-tls-* (docs/INTERFACE.md 2.5)
-	MetricsAuth       AuthConfig    // --metrics-auth-* (docs/INTERFACE.md 2.5)
+	Listen                 string        // --listen
+	ProcPath               string        // --proc-path
+	KernelMode             string        // --kernel-mode: off|anonymous|full
+	ProbeProfile           string        // --probe-profile: lean|full
+	Cudart                 string        // --cudart
+	PID                    int           // --pid / -p; 0 = all processes
+	NodeName               string        // --node-name, env NODE_NAME
+	RefreshInterval        time.Duration // --refresh-interval
+	GCInterval             time.Duration // --gc-interval
+	ReportInterval         time.Duration // --report-interval; 0 = off
+	EnableNVTX             bool          // --enable-nvtx-tracing
+	DisableNVML            bool          // --disable-nvml
+	NVMLInterval           time.Duration // --nvml-interval
+	GPM                    string        // --gpm: auto|on|off
+	GPMInterval            time.Duration // --gpm-interval
+	NCCLHangTimeout        time.Duration // --nccl-hang-timeout; 0 = hang detection off
+	MaxTimeSeries          int           // --max-time-series
+	MaxStreamsPerPID       int           // --max-streams-per-pid
+	MaxKernelsPerPID       int           // --max-kernels-per-pid
+	MaxAttachedFilesPerPID int           // --max-attached-files-per-pid
+	MaxAttachedFiles       int           // --max-attached-files: node-wide
+	SampleRate             int           // --sample-rate; 1 = no sampling
+	EntriesSize            uint32        // --entries-size
+	AggregatedSize         uint32        // --aggregated-size
+	LaunchAggSize          uint32        // --launch-agg-size
+	MallocSizesSize        uint32        // --malloc-sizes-size
+	DetailedLaunches       bool          // --detailed-launches
+	OverheadBudget         float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
+	CrashWindow            time.Duration // --crash-window; 0 = crash circuit breaker off
+	QuarantineLift         time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
+	NoUprobeMulti          bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
+	AllowUnsafeKernel      bool          // --allow-unsafe-kernel: attach probes on a kernel with a known uprobe bug
+	KmsgTrustUser          bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
+	LogLevel               slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
+	OTLP                   OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
+	MetricsTLS             TLSConfig     // --metrics-tls-* (docs/INTERFACE.md 2.5)
+	MetricsAuth            AuthConfig    // --metrics-auth-* (docs/INTERFACE.md 2.5)
 }
 
 // OTLPConfig holds the OTLP push settings after the precedence rules of docs/INTERFACE.md 2.4.
@@ -214,38 +216,40 @@ type cli struct {
 	Help    helpFlag    `name:"help" short:"h" help:"Show this help and exit."`
 	Version versionFlag `name:"version" short:"V" help:"Print the version and exit."`
 
-	Listen            string  `name:"listen" default:"0.0.0.0:9401" placeholder:"ADDR" help:"Listen address for /metrics, /health, /ready, /status."`
-	ProcPath          string  `name:"proc-path" default:"/proc" placeholder:"PATH" help:"Root of procfs (in a container: the host's, e.g. /host/proc)."`
-	KernelMode        string  `name:"kernel-mode" default:"anonymous" placeholder:"MODE" help:"Kernel launch tracing: off, anonymous or full."`
-	ProbeProfile      string  `name:"probe-profile" default:"lean" placeholder:"PROFILE" help:"Probe set: lean or full."`
-	Cudart            string  `name:"cudart" default:"/usr/local/cuda/lib64/libcudart.so" placeholder:"PATH" help:"libcudart attached at startup, in the agent's own mount namespace."`
-	PID               int     `name:"pid" short:"p" default:"0" placeholder:"PID" help:"Attach only to this host PID; 0 means all processes."`
-	NodeName          string  `name:"node-name" env:"NODE_NAME" placeholder:"NAME" help:"Kubernetes node name; turns on pod enrichment."`
-	RefreshInterval   int     `name:"refresh-interval" default:"10" placeholder:"SECS" help:"Period of the /proc discovery rescan, in seconds."`
-	GCInterval        int     `name:"gc-interval" default:"60" placeholder:"SECS" help:"Period of the cleanup pass, in seconds."`
-	ReportInterval    int     `name:"report-interval" default:"0" placeholder:"SECS" help:"Print a throughput table every N seconds; 0 means off."`
-	EnableNVTX        bool    `name:"enable-nvtx-tracing" help:"Also probe NVTX range push/pop to fill the phase label."`
-	DisableNVML       bool    `name:"disable-nvml" help:"Do not start the NVML poller."`
-	NVMLInterval      int     `name:"nvml-interval" default:"5" placeholder:"SECS" help:"NVML poll period, in seconds."`
-	GPM               string  `name:"gpm" default:"auto" placeholder:"MODE" help:"NVML GPM (Hopper and newer) metrics: auto (where supported), on (also warn where not), off."`
-	GPMInterval       int     `name:"gpm-interval" default:"5" placeholder:"SECS" help:"Window of each GPM value, in seconds (sampled at the first NVML poll at or after it is due)."`
-	NCCLHangTimeout   int     `name:"nccl-hang-timeout" default:"60" placeholder:"SECS" help:"Age in seconds after which an in-flight NCCL call counts as hung; 0 disables."`
-	MaxTimeSeries     int     `name:"max-time-series" default:"50000" placeholder:"N" help:"Global cap on exported label tuples."`
-	MaxStreamsPerPID  int     `name:"max-streams-per-pid" default:"32" placeholder:"N" help:"Per-PID cap on distinct stream values."`
-	MaxKernelsPerPID  int     `name:"max-kernels-per-pid" default:"512" placeholder:"N" help:"Per-PID cap on distinct kernels."`
-	SampleRate        int     `name:"sample-rate" default:"1" placeholder:"N" help:"Measure the duration of one call in N; 1 means no sampling."`
-	EntriesSize       int64   `name:"entries-size" default:"10240" placeholder:"N" help:"max_entries of the in-flight BPF map."`
-	AggregatedSize    int64   `name:"aggregated-size" default:"2048" placeholder:"N" help:"max_entries of the CUDA aggregation BPF map."`
-	LaunchAggSize     int64   `name:"launch-agg-size" default:"8192" placeholder:"N" help:"max_entries of the kernel-launch aggregation BPF map."`
-	MallocSizesSize   int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
-	DetailedLaunches  bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
-	NoUprobeMulti     bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
-	AllowUnsafeKernel bool    `name:"allow-unsafe-kernel" help:"Attach probes even on a kernel with a known uprobe bug that can hurt a probed process (docs/KERNELS.md, Known uprobe bugs); without it such a kernel gets no probes."`
-	KmsgTrustUser     bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
-	OverheadBudget    float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
-	CrashWindow       int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
-	QuarantineLift    int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
-	LogLevel          string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
+	Listen                 string  `name:"listen" default:"0.0.0.0:9401" placeholder:"ADDR" help:"Listen address for /metrics, /health, /ready, /status."`
+	ProcPath               string  `name:"proc-path" default:"/proc" placeholder:"PATH" help:"Root of procfs (in a container: the host's, e.g. /host/proc)."`
+	KernelMode             string  `name:"kernel-mode" default:"anonymous" placeholder:"MODE" help:"Kernel launch tracing: off, anonymous or full."`
+	ProbeProfile           string  `name:"probe-profile" default:"lean" placeholder:"PROFILE" help:"Probe set: lean or full."`
+	Cudart                 string  `name:"cudart" default:"/usr/local/cuda/lib64/libcudart.so" placeholder:"PATH" help:"libcudart attached at startup, in the agent's own mount namespace."`
+	PID                    int     `name:"pid" short:"p" default:"0" placeholder:"PID" help:"Attach only to this host PID; 0 means all processes."`
+	NodeName               string  `name:"node-name" env:"NODE_NAME" placeholder:"NAME" help:"Kubernetes node name; turns on pod enrichment."`
+	RefreshInterval        int     `name:"refresh-interval" default:"10" placeholder:"SECS" help:"Period of the /proc discovery rescan, in seconds."`
+	GCInterval             int     `name:"gc-interval" default:"60" placeholder:"SECS" help:"Period of the cleanup pass, in seconds."`
+	ReportInterval         int     `name:"report-interval" default:"0" placeholder:"SECS" help:"Print a throughput table every N seconds; 0 means off."`
+	EnableNVTX             bool    `name:"enable-nvtx-tracing" help:"Also probe NVTX range push/pop to fill the phase label."`
+	DisableNVML            bool    `name:"disable-nvml" help:"Do not start the NVML poller."`
+	NVMLInterval           int     `name:"nvml-interval" default:"5" placeholder:"SECS" help:"NVML poll period, in seconds."`
+	GPM                    string  `name:"gpm" default:"auto" placeholder:"MODE" help:"NVML GPM (Hopper and newer) metrics: auto (where supported), on (also warn where not), off."`
+	GPMInterval            int     `name:"gpm-interval" default:"5" placeholder:"SECS" help:"Window of each GPM value, in seconds (sampled at the first NVML poll at or after it is due)."`
+	NCCLHangTimeout        int     `name:"nccl-hang-timeout" default:"60" placeholder:"SECS" help:"Age in seconds after which an in-flight NCCL call counts as hung; 0 disables."`
+	MaxTimeSeries          int     `name:"max-time-series" default:"50000" placeholder:"N" help:"Global cap on exported label tuples."`
+	MaxStreamsPerPID       int     `name:"max-streams-per-pid" default:"32" placeholder:"N" help:"Per-PID cap on distinct stream values."`
+	MaxKernelsPerPID       int     `name:"max-kernels-per-pid" default:"512" placeholder:"N" help:"Per-PID cap on distinct kernels."`
+	MaxAttachedFilesPerPID int     `name:"max-attached-files-per-pid" default:"64" placeholder:"N" help:"A new library file is not attached when every process mapping it has N attached (or retried) files already."`
+	MaxAttachedFiles       int     `name:"max-attached-files" default:"1024" placeholder:"N" help:"Node-wide cap on library files attached (or retried)."`
+	SampleRate             int     `name:"sample-rate" default:"1" placeholder:"N" help:"Measure the duration of one call in N; 1 means no sampling."`
+	EntriesSize            int64   `name:"entries-size" default:"10240" placeholder:"N" help:"max_entries of the in-flight BPF map."`
+	AggregatedSize         int64   `name:"aggregated-size" default:"2048" placeholder:"N" help:"max_entries of the CUDA aggregation BPF map."`
+	LaunchAggSize          int64   `name:"launch-agg-size" default:"8192" placeholder:"N" help:"max_entries of the kernel-launch aggregation BPF map."`
+	MallocSizesSize        int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
+	DetailedLaunches       bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
+	NoUprobeMulti          bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
+	AllowUnsafeKernel      bool    `name:"allow-unsafe-kernel" help:"Attach probes even on a kernel with a known uprobe bug that can hurt a probed process (docs/KERNELS.md, Known uprobe bugs); without it such a kernel gets no probes."`
+	KmsgTrustUser          bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
+	OverheadBudget         float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
+	CrashWindow            int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
+	QuarantineLift         int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
+	LogLevel               string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
 	OTLPEndpoint      string `name:"otlp-endpoint" group:"otlp" placeholder:"URL" help:"Collector endpoint; empty means off. Env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as given), OTEL_EXPORTER_OTLP_ENDPOINT."`
 	OTLPProtocol      string `name:"otlp-protocol" group:"otlp" default:"grpc" placeholder:"PROTO" help:"grpc, grpc/protobuf, http/protobuf or http. Env: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL."`
@@ -475,23 +479,25 @@ func Usage(w io.Writer) error {
 // build converts and validates the raw flags, recording every problem in p.
 func (p *parser) build(raw *cli) *Config {
 	cfg := &Config{
-		Listen:            raw.Listen,
-		ProcPath:          raw.ProcPath,
-		KernelMode:        raw.KernelMode,
-		ProbeProfile:      raw.ProbeProfile,
-		Cudart:            raw.Cudart,
-		PID:               raw.PID,
-		NodeName:          strings.TrimSpace(raw.NodeName),
-		EnableNVTX:        raw.EnableNVTX,
-		DisableNVML:       raw.DisableNVML,
-		MaxTimeSeries:     raw.MaxTimeSeries,
-		MaxStreamsPerPID:  raw.MaxStreamsPerPID,
-		MaxKernelsPerPID:  raw.MaxKernelsPerPID,
-		SampleRate:        raw.SampleRate,
-		DetailedLaunches:  raw.DetailedLaunches,
-		NoUprobeMulti:     raw.NoUprobeMulti,
-		KmsgTrustUser:     raw.KmsgTrustUser,
-		AllowUnsafeKernel: raw.AllowUnsafeKernel,
+		Listen:                 raw.Listen,
+		ProcPath:               raw.ProcPath,
+		KernelMode:             raw.KernelMode,
+		ProbeProfile:           raw.ProbeProfile,
+		Cudart:                 raw.Cudart,
+		PID:                    raw.PID,
+		NodeName:               strings.TrimSpace(raw.NodeName),
+		EnableNVTX:             raw.EnableNVTX,
+		DisableNVML:            raw.DisableNVML,
+		MaxTimeSeries:          raw.MaxTimeSeries,
+		MaxStreamsPerPID:       raw.MaxStreamsPerPID,
+		MaxKernelsPerPID:       raw.MaxKernelsPerPID,
+		MaxAttachedFilesPerPID: raw.MaxAttachedFilesPerPID,
+		MaxAttachedFiles:       raw.MaxAttachedFiles,
+		SampleRate:             raw.SampleRate,
+		DetailedLaunches:       raw.DetailedLaunches,
+		NoUprobeMulti:          raw.NoUprobeMulti,
+		KmsgTrustUser:          raw.KmsgTrustUser,
+		AllowUnsafeKernel:      raw.AllowUnsafeKernel,
 	}
 
 	p.checkListen(raw.Listen)
@@ -518,6 +524,8 @@ func (p *parser) build(raw *cli) *Config {
 	p.checkMin("max-time-series", raw.MaxTimeSeries, 1)
 	p.checkMin("max-streams-per-pid", raw.MaxStreamsPerPID, 1)
 	p.checkMin("max-kernels-per-pid", raw.MaxKernelsPerPID, 1)
+	p.checkMin("max-attached-files-per-pid", raw.MaxAttachedFilesPerPID, 1)
+	p.checkMin("max-attached-files", raw.MaxAttachedFiles, 1)
 	p.checkMin("sample-rate", raw.SampleRate, 1)
 	if raw.OverheadBudget < 0 || raw.OverheadBudget > 100 || math.IsNaN(raw.OverheadBudget) {
 		p.errorf("%s: must be a percentage from 0 (off) to 100, got %v", p.source("overhead-budget"), raw.OverheadBudget)

@@ -5,6 +5,7 @@ package discover
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 )
@@ -60,6 +61,9 @@ func (p *Proc) PID() int { return p.pid }
 
 // Close does nothing.
 func (p *Proc) Close() error { return nil }
+
+// Open needs Linux.
+func (p *Proc) Open(name string) (io.ReadCloser, error) { return nil, errUnsupported }
 
 // ReadFile needs Linux.
 func (p *Proc) ReadFile(name string, max int) ([]byte, error) { return nil, errUnsupported }

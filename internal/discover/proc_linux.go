@@ -72,6 +72,16 @@ func (p *Proc) wrap(name string, err error) error {
 	return fmt.Errorf("read %s of pid %d: %w", name, p.pid, err)
 }
 
+// Open opens the file name (e.g. "environ") of the process for a
+// streaming read; the caller closes it and bounds what it reads.
+func (p *Proc) Open(name string) (io.ReadCloser, error) {
+	fd, err := openat(p.fd, name)
+	if err != nil {
+		return nil, p.wrap(name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
 // ReadFile reads at most max bytes of the file name (e.g. "environ",
 // "cgroup") of the process.
 func (p *Proc) ReadFile(name string, max int) ([]byte, error) {

@@ -379,6 +379,9 @@ func writeGraphs(w io.Writer, s status.ProcessStatus) {
 	if g.UnknownReplays > 0 {
 		line += fmt.Sprintf(" (%d of them ran graphs built before profi attached or past its caps: their kernels are not counted)", g.UnknownReplays)
 	}
+	if g.RefusedReplays > 0 {
+		line += fmt.Sprintf(" (%d of them ran graphs profi refused to expand: a cycle, or nesting, size or work past its bounds; see /status refusals)", g.RefusedReplays)
+	}
 	if g.GraphKernelShare != nil {
 		line += fmt.Sprintf(", %s of the process's counted kernels ran through graphs", percent(*g.GraphKernelShare))
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,4 +351,57 @@ func TestLabelerNVMLLate(t *testing.T) {
 	check(t, l, 10, 1, want{"0", uuidA, SourceSetDevice})
 	snap = &nvml.Snapshot{Reason: "down"}
 	check(t, l, 10, 0, want{"2", uuidC, SourceSetDevice}) // kept
+}
+
+// A 4 MiB environment of 2 million one-byte variables (issue 30 item 7)
+// cost about 48 MiB to split in one piece; streamed, reading it allocates
+// a bounded amount whatever its size, and the variables after the
+// padding are still found.
+func TestLabelerHugeEnviron(t *testing.T) {
+	root := t.TempDir()
+	env := strings.Repeat("a\x00", 2<<20-64) + "CUDA_VISIBLE_DEVICES=1\x00"
+	fakeProc(t, root, 50, env)
+	l := &Labeler{ProcRoot: root, NVML: up(node())}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	check(t, l, 50, 0, want{"1", uuidB, SourceSetDevice})
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("environment of %d bytes: %d KiB allocated", len(env), alloc>>10)
+	if alloc > 256<<10 {
+		t.Errorf("reading a %d-byte environment allocated %d KiB, want at most 256 KiB", len(env), alloc>>10)
+	}
+}
+
+// A process chooses its own environment: with NVML up, a device it names
+// there (here another GPU's UUID, with NVIDIA_VISIBLE_DEVICES=all) is
+// believed only if the process holds that GPU's /dev/nvidiaN open (CUDA
+// opens those of every visible GPU at initialisation; issue 30 item 7); a
+// claim of a GPU it does not hold gives no label and counts a rejected
+// value. A process holding no GPU device file cannot be checked: its
+// environment is used. NVML's process list is no evidence here: it is as
+// old as the last poll, and an answer is kept.
+func TestLabelerRefusesClaimedGPU(t *testing.T) {
+	root := t.TempDir()
+	gpus := node()
+	// Holds GPU 0 (minor 3) and claims GPU 3's UUID.
+	fakeProc(t, root, 60, "NVIDIA_VISIBLE_DEVICES=all\x00CUDA_VISIBLE_DEVICES="+uuidD+",0\x00", "/dev/nvidiactl", "/dev/nvidia3")
+	// Holds GPU 3 (minor 0): the same list is true for it.
+	fakeProc(t, root, 61, "NVIDIA_VISIBLE_DEVICES=all\x00CUDA_VISIBLE_DEVICES="+uuidD+",0\x00", "/dev/nvidia0", "/dev/nvidia3")
+	// Holds GPU 2 (minor 1), names GPU 2 and GPU 1.
+	fakeProc(t, root, 62, "CUDA_VISIBLE_DEVICES=2,1\x00", "/dev/nvidia1")
+	// Holds no GPU device file: unchecked.
+	fakeProc(t, root, 63, "CUDA_VISIBLE_DEVICES=3\x00", "/dev/nvidiactl")
+	l := &Labeler{ProcRoot: root, NVML: up(gpus)}
+	check(t, l, 60, 0, want{"", "", SourceSetDevice})
+	check(t, l, 60, 1, want{"0", uuidA, SourceSetDevice})
+	check(t, l, 61, 0, want{"3", uuidD, SourceSetDevice})
+	check(t, l, 61, 1, want{"0", uuidA, SourceSetDevice})
+	check(t, l, 62, 0, want{"2", uuidC, SourceSetDevice})
+	check(t, l, 62, 1, want{"", "", SourceSetDevice})
+	check(t, l, 63, 0, want{"3", uuidD, SourceSetDevice})
+	if got := l.Rejected(); got != 2 {
+		t.Errorf("Rejected() = %d, want 2 (pid 60's GPU 3, pid 62's GPU 1)", got)
+	}
 }

@@ -1,8 +1,11 @@
 package gpu
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,7 +143,7 @@ func (l *Labeler) resolve(pd *discover.Proc, dev uint32, vis list, gpus []nvml.G
 		if !ok {
 			d = Device{Index: -1}
 		}
-		return Attribution{Device: d, Source: SourceSetDevice}
+		return Attribution{Device: l.held(pd, d, gpus), Source: SourceSetDevice}
 	}
 	if d, ok := nvmlProcessDevice(pd.PID(), gpus); ok {
 		return Attribution{Device: d, Source: SourceNVMLProcess}
@@ -152,7 +155,32 @@ func (l *Labeler) resolve(pd *discover.Proc, dev uint32, vis list, gpus []nvml.G
 	if !ok {
 		d = Device{Index: -1}
 	}
-	return Attribution{Device: d, Source: SourceDefault}
+	return Attribution{Device: l.held(pd, d, gpus), Source: SourceDefault}
+}
+
+// held checks a device the process's environment named against the GPUs
+// whose /dev/nvidiaN it holds open (CUDA opens those of every visible GPU
+// when it initialises): the process writes its environment, so without
+// this it could label its series with any GPU of the node (issue 30). A
+// device it does not hold is not believed (counted in Rejected). Only
+// with NVML (minor numbers to map the files); a process that holds no
+// GPU device file cannot be checked. NVML's process list is not used: it
+// is as old as the last poll, and the answer is kept.
+func (l *Labeler) held(pd *discover.Proc, d Device, gpus []nvml.GPU) Device {
+	if gpus == nil || d.Index < 0 {
+		return d
+	}
+	minors := deviceFiles(pd)
+	if len(minors) == 0 {
+		return d
+	}
+	for _, m := range minors {
+		if minorDevice(m, gpus).Index == d.Index {
+			return d
+		}
+	}
+	l.rejected.Add(1)
+	return Device{Index: -1}
 }
 
 // Forget drops what is known about an exited process.
@@ -247,32 +275,77 @@ func deviceFiles(pd *discover.Proc) []int {
 // /proc/PID/environ: the environment the process started with (a variable
 // the process sets itself later, e.g. in Python before importing torch, is
 // not seen).
+//
+// The environment is streamed (issue 30): a 4 MiB one of two million
+// tiny variables cost about 58 MiB to read and split whole; now a 4 KiB
+// buffer and at most one variable's first maxVisibleLen+1 bytes.
 func readEnviron(pd *discover.Proc) (*environ, error) {
-	b, err := pd.ReadFile("environ", maxEnviron)
+	f, err := pd.Open("environ")
 	if err != nil {
 		return nil, fmt.Errorf("read environment: %w", err)
 	}
-	return parseEnviron(b), nil
+	defer f.Close()
+	env, err := scanEnviron(io.LimitReader(f, maxEnviron))
+	if err != nil {
+		return nil, fmt.Errorf("read environment of pid %d: %w", pd.PID(), err)
+	}
+	return env, nil
 }
 
 // parseEnviron extracts the two variables from a NUL-separated environment.
 func parseEnviron(b []byte) *environ {
+	env, _ := scanEnviron(bytes.NewReader(b)) // a bytes.Reader fails only at EOF
+	return env
+}
+
+// envKeep is how much of one variable is kept: the longer name, "=", and
+// one byte more than a value that can be believed.
+const envKeep = len("NVIDIA_VISIBLE_DEVICES=") + maxVisibleLen + 1
+
+// scanEnviron reads NUL-separated variables and keeps the two that choose
+// a process's GPUs (the last of each, as before); memory is bounded by the
+// reader's buffer and envKeep, whatever the environment's size.
+func scanEnviron(r io.Reader) (*environ, error) {
 	env := &environ{}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		k, v, ok := bytes.Cut(kv, []byte{'='})
-		if !ok {
-			continue
+	br := bufio.NewReaderSize(r, 4096)
+	var cur []byte
+	for {
+		chunk, err := br.ReadSlice(0)
+		ended := err == nil
+		if ended {
+			chunk = chunk[:len(chunk)-1]
 		}
-		if len(v) > maxVisibleLen {
-			v = v[:maxVisibleLen+1] // still too long to believe, but not kept whole
+		if room := envKeep - len(cur); room > 0 {
+			cur = append(cur, chunk[:min(room, len(chunk))]...)
 		}
-		s := string(v)
-		switch string(k) {
-		case "CUDA_VISIBLE_DEVICES":
-			env.cuda = &s
-		case "NVIDIA_VISIBLE_DEVICES":
-			env.nvidia = &s
+		if ended || (err == io.EOF && len(cur) > 0) {
+			env.set(cur)
+			cur = cur[:0]
+		}
+		switch {
+		case err == io.EOF:
+			return env, nil
+		case err != nil && !errors.Is(err, bufio.ErrBufferFull):
+			return nil, err
 		}
 	}
-	return env
+}
+
+// set keeps kv if it is one of the two variables.
+func (env *environ) set(kv []byte) {
+	k, v, ok := bytes.Cut(kv, []byte{'='})
+	if !ok {
+		return
+	}
+	if len(v) > maxVisibleLen {
+		v = v[:maxVisibleLen+1] // still too long to believe, but not kept whole
+	}
+	switch string(k) {
+	case "CUDA_VISIBLE_DEVICES":
+		s := string(v)
+		env.cuda = &s
+	case "NVIDIA_VISIBLE_DEVICES":
+		s := string(v)
+		env.nvidia = &s
+	}
 }

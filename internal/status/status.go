@@ -33,6 +33,10 @@ type Doc struct {
 	// instantiated before it attached, or past the per-process caps):
 	// the kernels they ran are not counted anywhere.
 	UnknownGraphReplays uint64 `json:"unknown_graph_replays"`
+	// Refusals are profi_system_limit_refusals_total by limit: work
+	// refused at a bound that keeps one tenant from exhausting the agent
+	// (docs/SECURITY.md).
+	Refusals map[string]uint64 `json:"refusals"`
 	// Kubernetes is the pod watch state; absent without --node-name.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 	// KernelFeatures are the optional kernel features the agent uses.
@@ -348,6 +352,10 @@ type Graphs struct {
 	// see built (built or instantiated before it attached, or past the
 	// caps): the kernels they ran are not counted.
 	UnknownReplays uint64 `json:"unknown_replays"`
+	// RefusedReplays are replays of graphs whose expansion profi refused
+	// (a cycle, or nesting, size or work past its bounds): the kernels,
+	// copies and sets they ran are not counted.
+	RefusedReplays uint64 `json:"refused_replays,omitempty"`
 	// GraphKernelShare is graph kernels / (direct launches + graph
 	// kernels) over every GPU of the process, since it was attached;
 	// absent while it ran no kernel.

@@ -132,6 +132,8 @@ Validation of value combinations the agent would reject at startup
 - {{ printf "--max-time-series=%d" (int64 $p.cardinality.maxTimeSeries) | quote }}
 - {{ printf "--max-streams-per-pid=%v" $p.cardinality.maxStreamsPerPid | quote }}
 - {{ printf "--max-kernels-per-pid=%v" $p.cardinality.maxKernelsPerPid | quote }}
+- {{ printf "--max-attached-files-per-pid=%v" $p.cardinality.maxAttachedFilesPerPid | quote }}
+- {{ printf "--max-attached-files=%v" $p.cardinality.maxAttachedFiles | quote }}
 - {{ printf "--sample-rate=%v" $p.cardinality.sampleRate | quote }}
 {{- if $p.cardinality.detailedLaunches }}
 - "--detailed-launches"
