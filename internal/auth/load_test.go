@@ -259,8 +259,8 @@ func TestAllowedSANs(t *testing.T) {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)
 				want := 200
-				switch {
-				case name == "other dns" || name == "no san at all":
+				switch name {
+				case "other dns", "no san at all":
 					want = map[bool]int{true: 403, false: 401}[mode == config.AuthModeOff]
 					if token != "" && mode != config.AuthModeOff {
 						want = 200

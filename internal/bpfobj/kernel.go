@@ -40,5 +40,6 @@ func RequireKernel() error {
 	if unix.Uname(&u) == nil {
 		release = unix.ByteSliceToString(u.Release[:])
 	}
+	//nolint:staticcheck // ST1005: "Linux" is a name, and the line starts the operator's error (docs/KERNELS.md)
 	return fmt.Errorf("Linux %s is too old for profi: %w, which needs %s or newer", release, ErrKernelTooOld, MinKernel)
 }

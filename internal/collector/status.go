@@ -104,10 +104,7 @@ func (s *StatusSource) Document() status.Doc {
 	for _, f := range st.Failed {
 		fails = append(fails, status.FailureView{FailureStatus: f, Pods: podsOf(f.PIDs, podOf)})
 	}
-	hooks := make([]status.LoaderHook, 0, len(st.LoaderHooks))
-	for _, h := range st.LoaderHooks {
-		hooks = append(hooks, h)
-	}
+	hooks := append(make([]status.LoaderHook, 0, len(st.LoaderHooks)), st.LoaderHooks...)
 	doc := status.Doc{
 		Version:             s.Version,
 		UptimeSeconds:       time.Since(s.Started).Seconds(),

@@ -133,7 +133,7 @@ func groundTruth(t testing.TB, path string, table Table) map[string]elf.Symbol {
 		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 || s.Name == "" {
 			continue
 		}
-		if prev, ok := out[s.Name]; ok && !(prev.HasVersion && prev.VersionIndex&0x8000 != 0) {
+		if prev, ok := out[s.Name]; ok && (!prev.HasVersion || prev.VersionIndex&0x8000 == 0) {
 			continue // keep the first, unless it was a hidden version
 		}
 		out[s.Name] = s

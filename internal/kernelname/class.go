@@ -142,7 +142,7 @@ func IsUnknown(name string) bool {
 		return false
 	}
 	for _, c := range rest[i+3:] {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

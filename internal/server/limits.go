@@ -161,12 +161,6 @@ func (sl *slot) release() {
 	s.mu.Unlock()
 }
 
-func (s *slots) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.set)
-}
-
 // limitListener bounds the connections open at once (see slots).
 type limitListener struct {
 	net.Listener

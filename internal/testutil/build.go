@@ -26,7 +26,7 @@ import (
 const ModulePath = "github.com/profi-dev/profi"
 
 // ErrNoCompiler is returned (wrapped) by BuildFixtures and CC when the C compiler is not in PATH.
-var ErrNoCompiler = errors.New("C compiler not found in PATH: it is needed to build the CUDA stubs and workloads")
+var ErrNoCompiler = errors.New("no C compiler in PATH: it is needed to build the CUDA stubs and workloads")
 
 // Compiler flags. The stub's are fixed on purpose: together with the source
 // they decide each exported function's first instruction ("push %rbp"), and

@@ -137,7 +137,7 @@ func DefinedFuncs(f *os.File, names []string, withSymtab bool, machine elf.Machi
 		return nil, fmt.Errorf("ELF machine %v: no instruction decoder", ef.Machine())
 	}
 	found, err := ef.Lookup(names)
-	if err != nil && !(withSymtab && errors.Is(err, elfsym.ErrNoSymbols)) {
+	if err != nil && (!withSymtab || !errors.Is(err, elfsym.ErrNoSymbols)) {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
 	if found == nil {
