@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
 )
@@ -124,4 +128,64 @@ func nvccExpected(t *testing.T, m mode, gt nvccTruth, pid int) values {
 	want[key("profi_cuda_kernel_block_threads_total", p)] = float64(64 * gt.Launches)
 	want[key("profi_cuda_kernel_shared_memory_bytes_total", p)] = 0
 	return want
+}
+
+// NVIDIA's NCCL 2.29.7 (Debian's build: endbr64 at every export, ncclX weak
+// aliases of pncclX at the same address, the CUDA runtime linked in
+// statically) run through trixie's loader (it needs glibc 2.38) with the
+// 550 driver library, without a GPU: every probed call and return code is
+// counted once (one probe per address, not one per alias): group start 0,
+// the collective on a NULL communicator 4, group end 4 (the group's
+// error), ncclCommInitRank 1 (unhandled CUDA error, no communicator).
+func TestNVIDIANCCL(t *testing.T) {
+	nv := testutil.NVIDIA12Libs(t)
+	bin := filepath.Join(t.TempDir(), "ncclclient")
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("cc", "-O1", "-o", bin, filepath.Join(root, "test/nvcc/ncclclient.c"), "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("cc ncclclient: %v\n%s", err, b)
+	}
+	const iters = 200
+	a := startAgent(t)
+	libPath := strings.Join([]string{filepath.Dir(nv.LdSo), filepath.Dir(nv.Cuda), "/usr/lib/x86_64-linux-gnu"}, ":")
+	c := startClient(t, nil, nv.LdSo, "--library-path", libPath, bin, nv.NCCL, strconv.Itoa(iters))
+	var gt struct {
+		Calls map[string]map[string]uint64 `json:"calls"`
+	}
+	pid := c.run(t, a, &gt)
+	want := values{}
+	p := "pid=" + strconv.Itoa(pid)
+	for _, op := range ncclProbed {
+		for rc, n := range gt.Calls[op] {
+			want[key("profi_nccl_calls_total", "operation="+op, p)] += float64(n)
+			if op != "ncclGroupStart" {
+				want[key("profi_nccl_duration_count_total", "operation="+op)] += float64(n)
+			}
+			if rc != "0" {
+				want[key("profi_cuda_errors_total", "operation="+op, p, "error_code="+rc)] += float64(n)
+			}
+		}
+	}
+	if gt.Calls["ncclAllReduce"]["4"] != iters || gt.Calls["ncclCommInitRank"]["1"] != 1 {
+		t.Fatalf("ncclclient ground truth %+v: want %d collectives returning 4, ncclCommInitRank 1", gt, iters)
+	}
+	// A collective's bytes are counted at entry, failed or not.
+	want[key("profi_nccl_bytes_total", "operation=ncclAllReduce", p)] = float64(iters * 1024 * 4)
+	err = testutil.Eventually(10*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		if d := diff(want, ncclObserved(mfs, []int{pid})); d != "" {
+			return fmt.Errorf("NCCL metrics differ from the ground truth:\n%s", d)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := layersOf(a, pid)
+	t.Logf("layers of the NCCL client: %v (%v)", layers, err)
 }
