@@ -42,6 +42,7 @@ command -v go >/dev/null ||
 # Debian package -> what shows it is installed (a command, or path:FILE).
 requirements=(
 	"gcc gcc"
+	"g++-12 g++-12" # nvcc 12.4's host compiler (test/e2e/nvidia12_test.go)
 	"libc6-dev path:/usr/include/stdio.h"
 	"make make"
 	"binutils c++filt"
