@@ -79,6 +79,12 @@ func TestNVIDIA12Clients(t *testing.T) {
 					t.Fatalf("%s ground truth %+v: want %d launches, 5 functions", b.name, gt, n)
 				}
 				requireExact(t, a, nvccExpected(t, tc.m, gt, pid), pid)
+				// The 550 driver library stays mapped after cuInit fails.
+				rtState := "probed"
+				if b.static {
+					rtState = "static"
+				}
+				requireLayers(t, a, pid, map[string]string{"runtime": rtState, "driver": "probed", "nccl": "absent", "nvtx": "absent"})
 			})
 		}
 	}
