@@ -51,3 +51,46 @@ func TestTableAgainstNVIDIA(t *testing.T) {
 		}
 	}
 }
+
+// The same against NVIDIA's CUDA 12.4 stack from Debian trixie/sid
+// (libcudart 12.4.127, libcuda 550.163.01, NCCL 2.29.7, whose ncclX are weak
+// aliases of pncclX: both are exported).
+func TestTableAgainstNVIDIA12(t *testing.T) {
+	t.Parallel()
+	n := testutil.NVIDIA12Libs(t)
+	// Every row is exported there, CUDA 13's __cudaGetKernel and
+	// __cudaLaunchKernel[_ptsz] included (12.4 has them).
+	for lib, path := range map[discover.Library]string{rt: n.Cudart, drv: n.Cuda, nccl: n.NCCL} {
+		if got := notExported(t, lib, path); len(got) > 0 {
+			t.Errorf("%s: rows not exported by %s: %q, want none", lib, path, got)
+		}
+	}
+}
+
+// notExported lists the rows of lib that path does not export as a
+// function, sorted.
+func notExported(t *testing.T, lib discover.Library, path string) []string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.DynamicSymbols()
+	_ = f.Close()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defined := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			defined[strings.Split(s.Name, "@")[0]] = true
+		}
+	}
+	missing := map[string]bool{}
+	for _, r := range Table {
+		if r.Lib == lib && !defined[r.Symbol] {
+			missing[r.Symbol] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(missing))
+}

@@ -32,15 +32,16 @@ func (n NVIDIA) LibraryPath() string {
 	return strings.Join([]string{filepath.Dir(n.Cudart), filepath.Dir(n.Cuda), filepath.Dir(n.NVTX)}, ":")
 }
 
-// The packages fetch-nvidia.sh unpacks and the file each provides, as a
-// glob under the package's directory.
+// The packages fetch-nvidia.sh unpacks (PACKAGE_VERSIONPREFIX: libcuda1 is
+// there twice, 535 and 550) and the file each provides, as a glob under the
+// package's directory.
 var nvidiaFiles = []struct {
 	pkg, glob string
 	field     func(*NVIDIA) *string
 }{
-	{"libcudart11.0", "usr/lib/*/libcudart.so.11.*.*", func(n *NVIDIA) *string { return &n.Cudart }},
-	{"libcuda1", "usr/lib/*/nvidia/current/libcuda.so.*.*", func(n *NVIDIA) *string { return &n.Cuda }},
-	{"libnvtoolsext1", "usr/lib/*/libnvToolsExt.so.1", func(n *NVIDIA) *string { return &n.NVTX }},
+	{"libcudart11.0_11", "usr/lib/*/libcudart.so.11.*.*", func(n *NVIDIA) *string { return &n.Cudart }},
+	{"libcuda1_535", "usr/lib/*/nvidia/current/libcuda.so.*.*", func(n *NVIDIA) *string { return &n.Cuda }},
+	{"libnvtoolsext1_11", "usr/lib/*/libnvToolsExt.so.1", func(n *NVIDIA) *string { return &n.NVTX }},
 }
 
 // FindNVIDIA locates the libraries that scripts/fetch-nvidia.sh fetched, or
@@ -54,7 +55,7 @@ func FindNVIDIA() (NVIDIA, error) {
 	}
 	var n NVIDIA
 	for _, f := range nvidiaFiles {
-		dirs, _ := filepath.Glob(filepath.Join(cache, "nvidia", f.pkg+"_*"))
+		dirs, _ := filepath.Glob(filepath.Join(cache, "nvidia", f.pkg+".*"))
 		var found string
 		for _, d := range dirs { // sorted: the last complete match wins
 			if _, err := os.Stat(filepath.Join(d, ".complete")); err != nil {
