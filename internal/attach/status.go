@@ -2,6 +2,7 @@ package attach
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -127,7 +128,10 @@ var layerLibs = []struct {
 // are blind: one entry per layer, in layerLibs order. A static runtime
 // without symbols (the executable reported by discovery defines none of
 // the runtime's functions) is blind: its calls are not seen, and the driver
-// layer counts its launches and memory as driver calls.
+// layer counts its launches and memory as driver calls. So is the runtime
+// of a process whose libnccl is probed but that maps no libcudart.so: NCCL
+// links the runtime into itself (docs/REAL-CUDA.md), and had it needed
+// libcudart.so, the process would map it.
 func Layers(s Status) map[int][]Layer {
 	type seen struct {
 		att  *LibraryStatus
@@ -163,7 +167,13 @@ func Layers(s Status) map[int][]Layer {
 		layers := make([]Layer, 0, len(layerLibs))
 		for _, ll := range layerLibs {
 			v := libs[ll.lib]
+			nccl := libs[discover.LibNCCL].att
+			inNCCL := ll.lib == discover.LibCudart && nccl != nil && v.att == nil &&
+				(v.fail == nil || v.fail.Static && v.fail.Reason == ReasonSymbolNotFound)
 			switch {
+			case inNCCL:
+				layers = append(layers, Layer{Layer: ll.name, State: "blind", Path: nccl.Path,
+					Detail: "runtime linked into " + filepath.Base(nccl.Path) + ": its runtime calls are not seen; the driver layer counts its launches and memory"})
 			case v.att != nil && (len(v.att.Missing) > 0 || len(v.att.Refused) > 0):
 				layers = append(layers, Layer{Layer: ll.name, State: "partial", Path: v.att.Path, Detail: partialDetail(v.att)})
 			case v.att != nil && v.att.Static:
