@@ -25,6 +25,8 @@ var (
 		"profi:cuda_kernel_duration:p99:5m", "profi:cuda_errors:rate5m",
 		// Addition (CUDA graphs, issue 16).
 		"profi:cuda_graph_kernel_launches:rate5m", "profi:cuda_graph_kernel_ratio",
+		// Addition (issue 32): CPU-bound or GPU-bound per pod.
+		"profi:pod_kernels_run:rate5m", "profi:pod_api_latency:p99:5m", "profi:pod_sm_utilization",
 	}
 	// alert -> runbook slug (section 8.2).
 	wantAlerts = map[string]string{
@@ -36,6 +38,8 @@ var (
 		"ProfiMetricsAuthFailures": "metrics-auth-failures",
 		// Addition (issue 31): the crash circuit breaker.
 		"ProfiProbesQuarantined": "probe-quarantine",
+		// Addition (issue 32): Xid errors.
+		"ProfiGPUXid": "gpu-xid",
 	}
 )
 
@@ -51,7 +55,7 @@ func prometheusRule(t *testing.T) *monitoringv1.PrometheusRule {
 	return &pr
 }
 
-// TestRuleNamesAndRunbooks pins the groups, the 15 recording rules and 12
+// TestRuleNamesAndRunbooks pins the groups, the 18 recording rules and 14
 // alerts by name, their labels and annotations, and that each alert links
 // to its own runbook, which exists and has the three sections.
 func TestRuleNamesAndRunbooks(t *testing.T) {
@@ -146,8 +150,8 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 28 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (15 recording rules, 13 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory)", out, want)
+	if want := "SUCCESS: 32 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 14 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir
