@@ -445,7 +445,15 @@ const (
 	ProfiOpOP_CU_GRAPH_ADD_KERNEL_NODE_V_2          ProfiOp = 163
 	ProfiOpOP_CU_GRAPH_ADD_MEMSET_NODE              ProfiOp = 164
 	ProfiOpOP_CU_GRAPH_ADD_CHILD_GRAPH_NODE         ProfiOp = 165
-	ProfiOpOP_MAX                                   ProfiOp = 166
+	ProfiOpOP_CUDA_MEMCPY_3D                        ProfiOp = 166
+	ProfiOpOP_CUDA_MEMCPY_3D_ASYNC                  ProfiOp = 167
+	ProfiOpOP_CUDA_MEMCPY_3D_PTDS                   ProfiOp = 168
+	ProfiOpOP_CUDA_MEMCPY_3D_ASYNC_PTSZ             ProfiOp = 169
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER                   ProfiOp = 170
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC             ProfiOp = 171
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_PTDS              ProfiOp = 172
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC_PTSZ        ProfiOp = 173
+	ProfiOpOP_MAX                                   ProfiOp = 174
 )
 
 type ProfiOpArgs uint32
@@ -504,6 +512,10 @@ const (
 	ProfiOpArgsARGS_GRAPH_MEMCPY_NODE_1D ProfiOpArgs = 50
 	ProfiOpArgsARGS_GRAPH_MEMSET_NODE    ProfiOpArgs = 51
 	ProfiOpArgsARGS_GRAPH_CHILD_NODE     ProfiOpArgs = 52
+	ProfiOpArgsARGS_COPY_3D              ProfiOpArgs = 53
+	ProfiOpArgsARGS_COPY_3D_ASYNC        ProfiOpArgs = 54
+	ProfiOpArgsARGS_COPY_3D_PEER         ProfiOpArgs = 55
+	ProfiOpArgsARGS_COPY_3D_PEER_ASYNC   ProfiOpArgs = 56
 )
 
 type ProfiPhase uint32

@@ -170,5 +170,13 @@ const (
 	OpCuGraphAddKernelNodeV2           Op = 163 // cuGraphAddKernelNode_v2
 	OpCuGraphAddMemsetNode             Op = 164 // cuGraphAddMemsetNode
 	OpCuGraphAddChildGraphNode         Op = 165 // cuGraphAddChildGraphNode
-	NumOps                             Op = 166 // OP_MAX
+	OpCudaMemcpy3D                     Op = 166 // cudaMemcpy3D
+	OpCudaMemcpy3DAsync                Op = 167 // cudaMemcpy3DAsync
+	OpCudaMemcpy3DPtds                 Op = 168 // cudaMemcpy3D_ptds
+	OpCudaMemcpy3DAsyncPtsz            Op = 169 // cudaMemcpy3DAsync_ptsz
+	OpCudaMemcpy3DPeer                 Op = 170 // cudaMemcpy3DPeer
+	OpCudaMemcpy3DPeerAsync            Op = 171 // cudaMemcpy3DPeerAsync
+	OpCudaMemcpy3DPeerPtds             Op = 172 // cudaMemcpy3DPeer_ptds
+	OpCudaMemcpy3DPeerAsyncPtsz        Op = 173 // cudaMemcpy3DPeerAsync_ptsz
+	NumOps                             Op = 174 // OP_MAX
 )

@@ -42,6 +42,7 @@ var ExtraFuncs = []string{
 	"cudaMemcpy2DAsync", "cudaMallocManaged", "cudaMallocHost", "cudaFreeHost",
 	"cudaMemset", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaEventSynchronize",
 	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
+	"cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 }
 
 // DriverFuncs are the driver functions the workload calls directly with
@@ -63,6 +64,7 @@ var PtszFuncs = []string{
 	"cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz", "cudaGraphLaunch_ptsz",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaLaunchKernelExC_ptsz",
 	"cudaLaunchCooperativeKernel_ptsz",
+	"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz",
 }
 
 // PtszBase maps each of PtszFuncs to its base function: the operation
@@ -80,6 +82,10 @@ var PtszBase = map[string]string{
 	"cudaFreeAsync_ptsz":               "cudaFreeAsync",
 	"cudaLaunchKernelExC_ptsz":         "cudaLaunchKernelExC",
 	"cudaLaunchCooperativeKernel_ptsz": "cudaLaunchCooperativeKernel",
+	"cudaMemcpy3D_ptds":                "cudaMemcpy3D",
+	"cudaMemcpy3DAsync_ptsz":           "cudaMemcpy3DAsync",
+	"cudaMemcpy3DPeer_ptds":            "cudaMemcpy3DPeer",
+	"cudaMemcpy3DPeerAsync_ptsz":       "cudaMemcpy3DPeerAsync",
 }
 
 // AllFuncs are all keys GroundTruth.Calls may have.
@@ -100,6 +106,7 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaMemcpy2DAsync_ptsz", "cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz",
 	"cudaGraphLaunch_ptsz", "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz",
 	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
+	"cudaMemcpy3DAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeerAsync_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
@@ -127,8 +134,8 @@ var (
 )
 
 // MemcpyKinds are the keys of GroundTruth.MemcpyBytes (cudaMemcpyKind 0..4);
-// MemcpyCalls also has "unknown" for invalid kinds. With --extra both also
-// have MemcpyPeer.
+// MemcpyCalls also has "unknown" for invalid kinds. With --extra or --ptsz
+// both also have MemcpyPeer.
 var MemcpyKinds = []string{"h2h", "h2d", "d2h", "d2d", "default"}
 
 // MemcpyPeer is the memcpy_bytes/memcpy_calls key of peer-to-peer copies.
@@ -138,9 +145,11 @@ const MemcpyPeer = "p2p"
 // kind, and the peer copies under MemcpyPeer.
 var (
 	memcpyFuncs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync",
-		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz"}
-	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync"}
-	memsetFuncs     = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}
+		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz", "cudaMemcpy3D", "cudaMemcpy3DAsync",
+		"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz"}
+	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
+		"cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz"}
+	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}
 )
 
 // GroundTruth is what the workload did in all its measured phases so far,

@@ -45,6 +45,10 @@ var countedFuncs = map[string]counts{
 	"cudaMemcpy2D_ptds": {label: "cudaMemcpy2D_ptds"}, "cudaMemcpy2DAsync_ptsz": {label: "cudaMemcpy2DAsync_ptsz"},
 	"cudaGraphLaunch_ptsz": {label: "cudaGraphLaunch_ptsz"}, "cudaMallocAsync_ptsz": {label: "cudaMallocAsync_ptsz"},
 	"cudaFreeAsync_ptsz": {label: "cudaFreeAsync_ptsz"},
+	"cudaMemcpy3D":       {label: "cudaMemcpy3D"}, "cudaMemcpy3DAsync": {label: "cudaMemcpy3DAsync"},
+	"cudaMemcpy3D_ptds": {label: "cudaMemcpy3D_ptds"}, "cudaMemcpy3DAsync_ptsz": {label: "cudaMemcpy3DAsync_ptsz"},
+	"cudaMemcpy3DPeer": {label: "cudaMemcpy3DPeer"}, "cudaMemcpy3DPeerAsync": {label: "cudaMemcpy3DPeerAsync"},
+	"cudaMemcpy3DPeer_ptds": {label: "cudaMemcpy3DPeer_ptds"}, "cudaMemcpy3DPeerAsync_ptsz": {label: "cudaMemcpy3DPeerAsync_ptsz"},
 
 	"cudaStreamSynchronize": {label: "cudaStreamSync", diag: true}, "cudaEventSynchronize": {label: "cudaEventSync", diag: true},
 	"cudaMemset": {label: "cudaMemset", diag: true}, "cudaMemsetAsync": {label: "cudaMemsetAsync", diag: true},

@@ -130,6 +130,21 @@ struct cudaMemcpy3DParms {
 };
 _Static_assert(offsetof(struct cudaMemcpy3DParms, extent) == 128, "cudaMemcpy3DParms.extent offset");
 _Static_assert(offsetof(struct cudaMemcpy3DParms, kind) == 152, "cudaMemcpy3DParms.kind offset");
+struct cudaMemcpy3DPeerParms {
+	cudaArray_t srcArray;
+	struct cudaPos srcPos;
+	struct cudaPitchedPtr srcPtr;
+	int srcDevice;
+	cudaArray_t dstArray;
+	struct cudaPos dstPos;
+	struct cudaPitchedPtr dstPtr;
+	int dstDevice;
+	struct cudaExtent extent;
+};
+/* bpf/args.h reads the extent (and the kind) at these offsets. */
+_Static_assert(offsetof(struct cudaMemcpy3DPeerParms, dstDevice) == 136, "cudaMemcpy3DPeerParms.dstDevice offset");
+_Static_assert(offsetof(struct cudaMemcpy3DPeerParms, extent) == 144, "cudaMemcpy3DPeerParms.extent offset");
+_Static_assert(sizeof(struct cudaMemcpy3DPeerParms) == 168, "cudaMemcpy3DPeerParms size");
 
 typedef struct {
 	unsigned long long flags;
@@ -191,6 +206,12 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemcpy2DAsync, (void *dst, size_t dpitch, const void *src,      \
 			      size_t spitch, size_t width, size_t height,     \
 			      enum cudaMemcpyKind kind, cudaStream_t stream)) \
+	X(cudaMemcpy3D, (const struct cudaMemcpy3DParms *p))                  \
+	X(cudaMemcpy3DAsync, (const struct cudaMemcpy3DParms *p,              \
+			      cudaStream_t stream))                           \
+	X(cudaMemcpy3DPeer, (const struct cudaMemcpy3DPeerParms *p))          \
+	X(cudaMemcpy3DPeerAsync, (const struct cudaMemcpy3DPeerParms *p,      \
+				  cudaStream_t stream))                       \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -217,6 +238,12 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 				   size_t spitch, size_t width,               \
 				   size_t height, enum cudaMemcpyKind kind,   \
 				   cudaStream_t stream))                      \
+	X(cudaMemcpy3D_ptds, (const struct cudaMemcpy3DParms *p))             \
+	X(cudaMemcpy3DAsync_ptsz, (const struct cudaMemcpy3DParms *p,         \
+				   cudaStream_t stream))                      \
+	X(cudaMemcpy3DPeer_ptds, (const struct cudaMemcpy3DPeerParms *p))     \
+	X(cudaMemcpy3DPeerAsync_ptsz, (const struct cudaMemcpy3DPeerParms *p, \
+				       cudaStream_t stream))                  \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \
 				 cudaStream_t stream))                        \

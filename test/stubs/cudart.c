@@ -321,6 +321,27 @@ INTERNAL cudaError_t do_memcpy_peer(int mode, void *dst, int dstDevice, const vo
 	return cudaSuccess;
 }
 
+/* The extent's width is in bytes for linear memory: width x height x
+ * depth bytes, with the pitches of srcPtr/dstPtr only spacing the rows. */
+INTERNAL cudaError_t do_memcpy_3d(int mode, const struct cudaMemcpy3DParms *p,
+				  cudaStream_t stream)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	sink = p->srcPtr.pitch ^ p->dstPtr.pitch;
+	return do_memcpy(mode, p->dstPtr.ptr, p->srcPtr.ptr,
+			 p->extent.width * p->extent.height * p->extent.depth, p->kind, stream);
+}
+
+INTERNAL cudaError_t do_memcpy_3d_peer(int mode, const struct cudaMemcpy3DPeerParms *p,
+				       cudaStream_t stream)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	return do_memcpy_peer(mode, p->dstPtr.ptr, p->dstDevice, p->srcPtr.ptr, p->srcDevice,
+			      p->extent.width * p->extent.height * p->extent.depth, stream);
+}
+
 INTERNAL cudaError_t do_memset(int mode, void *devPtr, int value, size_t count, cudaStream_t stream)
 {
 	cudaError_t rc;
@@ -674,6 +695,27 @@ EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
 	WRAP(do_memcpy_2d(ASYNC, dst, dpitch, src, spitch, width, height, kind, stream));
 }
 
+EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
+{
+	WRAP(do_memcpy_3d(SYNC, p, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d(ASYNC, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
+{
+	WRAP(do_memcpy_3d_peer(SYNC, p, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p,
+					 cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d_peer(ASYNC, p, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -745,6 +787,27 @@ EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *
 					  enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	WRAP(do_memcpy_2d(ASYNC_PTSZ, dst, dpitch, src, spitch, width, height, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
+{
+	WRAP(do_memcpy_3d(SYNC, p, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d(ASYNC_PTSZ, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
+{
+	WRAP(do_memcpy_3d_peer(SYNC, p, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p,
+					      cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d_peer(ASYNC_PTSZ, p, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

@@ -79,6 +79,8 @@ enum {
 	F_MEMCPY_PTDS, F_MEMCPY_2D_PTDS, F_MEMCPY_2D_ASYNC_PTSZ, F_MEMSET_PTDS,
 	F_MEMSET_ASYNC_PTSZ, F_STREAM_SYNC_PTSZ, F_GRAPH_LAUNCH_PTSZ,
 	F_MALLOC_ASYNC_PTSZ, F_FREE_ASYNC_PTSZ, F_LAUNCH_EXC_PTSZ, F_LAUNCH_COOP_PTSZ,
+	F_MEMCPY_3D, F_MEMCPY_3D_ASYNC, F_MEMCPY_3D_PEER, F_MEMCPY_3D_PEER_ASYNC,
+	F_MEMCPY_3D_PTDS, F_MEMCPY_3D_ASYNC_PTSZ, F_MEMCPY_3D_PEER_PTDS, F_MEMCPY_3D_PEER_ASYNC_PTSZ,
 	NFN
 };
 static const struct {
@@ -110,6 +112,10 @@ static const struct {
 	{"cudaGraphLaunch_ptsz", 1, G_PTSZ}, {"cudaMallocAsync_ptsz", 1, G_PTSZ},
 	{"cudaFreeAsync_ptsz", 1, G_PTSZ}, {"cudaLaunchKernelExC_ptsz", 1, G_PTSZ},
 	{"cudaLaunchCooperativeKernel_ptsz", 1, G_PTSZ},
+	{"cudaMemcpy3D", 0, G_EXTRA}, {"cudaMemcpy3DAsync", 1, G_EXTRA},
+	{"cudaMemcpy3DPeer", 0, G_EXTRA}, {"cudaMemcpy3DPeerAsync", 1, G_EXTRA},
+	{"cudaMemcpy3D_ptds", 0, G_PTSZ}, {"cudaMemcpy3DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemcpy3DPeer_ptds", 0, G_PTSZ}, {"cudaMemcpy3DPeerAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -348,6 +354,60 @@ static void copy_2d(struct tally *t, int f, void *dst, size_t dpitch, const void
 	}
 	record(t, f, s, rc);
 	tally_copy(t, kind, width * height, rc);
+}
+
+/* f: one of the F_MEMCPY_3D* copies between linear buffers; width is in
+ * bytes, the pitches only space the rows (never counted). Peer copies
+ * count as p2p, the others under kind. */
+static void copy_3d(struct tally *t, int f, void *dst, const void *src, size_t width,
+		    size_t height, size_t depth, int kind, cudaStream_t s)
+{
+	struct cudaMemcpy3DParms p = {
+		.srcPtr = {(void *)src, width + 64, width, height},
+		.dstPtr = {dst, width + 128, width, height},
+		.extent = {width, height, depth},
+		.kind = kind,
+	};
+	struct cudaMemcpy3DPeerParms pp = {
+		.srcPtr = p.srcPtr, .srcDevice = 0, .dstPtr = p.dstPtr, .dstDevice = 1,
+		.extent = p.extent,
+	};
+	size_t bytes = width * height * depth;
+	cudaError_t rc;
+	switch (f) {
+	case F_MEMCPY_3D_ASYNC:
+		rc = CUDA(cudaMemcpy3DAsync)(&p, s);
+		break;
+	case F_MEMCPY_3D_PTDS:
+		rc = CUDA(cudaMemcpy3D_ptds)(&p);
+		break;
+	case F_MEMCPY_3D_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpy3DAsync_ptsz)(&p, s);
+		break;
+	case F_MEMCPY_3D_PEER:
+		rc = CUDA(cudaMemcpy3DPeer)(&pp);
+		break;
+	case F_MEMCPY_3D_PEER_ASYNC:
+		rc = CUDA(cudaMemcpy3DPeerAsync)(&pp, s);
+		break;
+	case F_MEMCPY_3D_PEER_PTDS:
+		rc = CUDA(cudaMemcpy3DPeer_ptds)(&pp);
+		break;
+	case F_MEMCPY_3D_PEER_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpy3DPeerAsync_ptsz)(&pp, s);
+		break;
+	default:
+		rc = CUDA(cudaMemcpy3D)(&p);
+	}
+	record(t, f, s, rc);
+	if (f == F_MEMCPY_3D_PEER || f == F_MEMCPY_3D_PEER_ASYNC || f == F_MEMCPY_3D_PEER_PTDS ||
+	    f == F_MEMCPY_3D_PEER_ASYNC_PTSZ) {
+		t->p2p_calls++;
+		if (rc == cudaSuccess)
+			t->p2p_bytes += bytes;
+	} else {
+		tally_copy(t, kind, bytes, rc);
+	}
 }
 
 static void copy_peer(struct tally *t, int async, void *dst, const void *src, size_t count,
@@ -783,6 +843,14 @@ static void *worker_main(void *arg)
 				4 + i % 3, (i + 1) % 5, NULL);
 			copy_2d(t, F_MEMCPY_2D_ASYNC, host[0], 1024, kv, 512, 384, 2 + i % 5,
 				(i + 2) % 5, s1);
+			copy_3d(t, F_MEMCPY_3D, weights, host[1], 96 + 32 * (i % 3), 3 + i % 4,
+				2 + i % 3, (i + 3) % 5, NULL);
+			copy_3d(t, F_MEMCPY_3D_ASYNC, host[0], kv, 160, 2 + i % 3, 1 + i % 5,
+				(i + 4) % 5, s2);
+			copy_3d(t, F_MEMCPY_3D_PEER, weights, kv, 256 + 16 * (i % 4), 5, 1 + i % 2,
+				cudaMemcpyDeviceToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC, weights, kv, 64, 4 + i % 3, 3,
+				cudaMemcpyDeviceToDevice, s3);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
@@ -809,6 +877,14 @@ static void *worker_main(void *arg)
 				2 + i % 3, (i + 4) % 5, NULL);
 			copy_2d(t, F_MEMCPY_2D_ASYNC_PTSZ, weights, 1024, kv, 1024, 256, 1 + i % 4,
 				i % 5, p1);
+			copy_3d(t, F_MEMCPY_3D_PTDS, kv, host[1], 48 + 16 * (i % 5), 2 + i % 2, 3,
+				(i + 1) % 5, NULL);
+			copy_3d(t, F_MEMCPY_3D_ASYNC_PTSZ, host[0], weights, 200, 1 + i % 4, 2 + i % 2,
+				(i + 2) % 5, p2);
+			copy_3d(t, F_MEMCPY_3D_PEER_PTDS, weights, kv, 128, 3 + i % 5, 2,
+				cudaMemcpyDeviceToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC_PTSZ, kv, weights, 72 + 8 * (i % 3), 2, 2 + i % 4,
+				cudaMemcpyDeviceToDevice, p3);
 			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
@@ -951,12 +1027,12 @@ static void print_truth(const struct tally *t)
 	printf("},\"memcpy_bytes\":{");
 	for (int k = 0; k < 5; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_bytes[k]);
-	if (opt.extra)
+	if (opt.extra || opt.ptsz)
 		printf(",\"p2p\":%" PRIu64, t->p2p_bytes);
 	printf("},\"memcpy_calls\":{");
 	for (int k = 0; k < 6; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_calls[k]);
-	if (opt.extra)
+	if (opt.extra || opt.ptsz)
 		printf(",\"p2p\":%" PRIu64, t->p2p_calls);
 	printf("},\"malloc_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
 	       ",\"active_bytes\":%" PRIu64 ",\"launches\":%" PRIu64
