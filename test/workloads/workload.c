@@ -843,14 +843,16 @@ static void *worker_main(void *arg)
 				4 + i % 3, (i + 1) % 5, NULL);
 			copy_2d(t, F_MEMCPY_2D_ASYNC, host[0], 1024, kv, 512, 384, 2 + i % 5,
 				(i + 2) % 5, s1);
+			/* 3D copies: one direction and stream each (their series
+			 * stay within the process's share of the maps in full mode). */
 			copy_3d(t, F_MEMCPY_3D, weights, host[1], 96 + 32 * (i % 3), 3 + i % 4,
-				2 + i % 3, (i + 3) % 5, NULL);
+				2 + i % 3, cudaMemcpyHostToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_ASYNC, host[0], kv, 160, 2 + i % 3, 1 + i % 5,
-				(i + 4) % 5, s2);
+				cudaMemcpyDeviceToHost, s[0]);
 			copy_3d(t, F_MEMCPY_3D_PEER, weights, kv, 256 + 16 * (i % 4), 5, 1 + i % 2,
 				cudaMemcpyDeviceToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC, weights, kv, 64, 4 + i % 3, 3,
-				cudaMemcpyDeviceToDevice, s3);
+				cudaMemcpyDeviceToDevice, s[0]);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
@@ -878,13 +880,13 @@ static void *worker_main(void *arg)
 			copy_2d(t, F_MEMCPY_2D_ASYNC_PTSZ, weights, 1024, kv, 1024, 256, 1 + i % 4,
 				i % 5, p1);
 			copy_3d(t, F_MEMCPY_3D_PTDS, kv, host[1], 48 + 16 * (i % 5), 2 + i % 2, 3,
-				(i + 1) % 5, NULL);
+				cudaMemcpyDeviceToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_ASYNC_PTSZ, host[0], weights, 200, 1 + i % 4, 2 + i % 2,
-				(i + 2) % 5, p2);
+				cudaMemcpyDefault, s[0]);
 			copy_3d(t, F_MEMCPY_3D_PEER_PTDS, weights, kv, 128, 3 + i % 5, 2,
 				cudaMemcpyDeviceToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC_PTSZ, kv, weights, 72 + 8 * (i % 3), 2, 2 + i % 4,
-				cudaMemcpyDeviceToDevice, p3);
+				cudaMemcpyDeviceToDevice, s[0]);
 			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
