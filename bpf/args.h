@@ -127,6 +127,23 @@ static __always_inline void decode_copy_3d_peer_async(struct pt_regs *ctx, struc
 	in->stream = arg(ctx, 2);
 }
 
+/*
+ * (symbol, src, count, offset, kind) and (dst, symbol, count, offset,
+ * kind): cudaMemcpyToSymbol and cudaMemcpyFromSymbol alike.
+ */
+static __always_inline void decode_copy_symbol(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 3);
+	in->kind = arg(ctx, 5);
+}
+
+/* (..., count, offset, kind, stream). */
+static __always_inline void decode_copy_symbol_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_symbol(ctx, in);
+	in->stream = arg(ctx, 6);
+}
+
 /* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
 static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -326,6 +343,12 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_COPY_3D_PEER_ASYNC:
 		decode_copy_3d_peer_async(ctx, in);
+		break;
+	case ARGS_COPY_SYMBOL:
+		decode_copy_symbol(ctx, in);
+		break;
+	case ARGS_COPY_SYMBOL_ASYNC:
+		decode_copy_symbol_async(ctx, in);
 		break;
 	case ARGS_SET:
 		decode_set(ctx, in);

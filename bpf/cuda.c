@@ -122,6 +122,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_COPY_3D_ASYNC:
 	case ARGS_COPY_3D_PEER:
 	case ARGS_COPY_3D_PEER_ASYNC:
+	case ARGS_COPY_SYMBOL:
+	case ARGS_COPY_SYMBOL_ASYNC:
 	case ARGS_SET:
 	case ARGS_SET_ASYNC:
 	case ARGS_CU_COPY:

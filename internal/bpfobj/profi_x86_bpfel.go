@@ -453,7 +453,15 @@ const (
 	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC             ProfiOp = 171
 	ProfiOpOP_CUDA_MEMCPY_3D_PEER_PTDS              ProfiOp = 172
 	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC_PTSZ        ProfiOp = 173
-	ProfiOpOP_MAX                                   ProfiOp = 174
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL                 ProfiOp = 174
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL               ProfiOp = 175
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_ASYNC           ProfiOp = 176
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_ASYNC         ProfiOp = 177
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_PTDS            ProfiOp = 178
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_PTDS          ProfiOp = 179
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_ASYNC_PTSZ      ProfiOp = 180
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_ASYNC_PTSZ    ProfiOp = 181
+	ProfiOpOP_MAX                                   ProfiOp = 182
 )
 
 type ProfiOpArgs uint32
@@ -516,6 +524,8 @@ const (
 	ProfiOpArgsARGS_COPY_3D_ASYNC        ProfiOpArgs = 54
 	ProfiOpArgsARGS_COPY_3D_PEER         ProfiOpArgs = 55
 	ProfiOpArgsARGS_COPY_3D_PEER_ASYNC   ProfiOpArgs = 56
+	ProfiOpArgsARGS_COPY_SYMBOL          ProfiOpArgs = 57
+	ProfiOpArgsARGS_COPY_SYMBOL_ASYNC    ProfiOpArgs = 58
 )
 
 type ProfiPhase uint32

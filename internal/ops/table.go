@@ -218,4 +218,14 @@ var Table = []Row{
 	{Const: "CudaMemcpy3DPeerAsync", Symbol: "cudaMemcpy3DPeerAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeerAsync, Optional: true, Pausable: true},
 	{Const: "CudaMemcpy3DPeerPtds", Symbol: "cudaMemcpy3DPeer_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeer, Optional: true, Pausable: true, Base: "cudaMemcpy3DPeer"},
 	{Const: "CudaMemcpy3DPeerAsyncPtsz", Symbol: "cudaMemcpy3DPeerAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeerAsync, Optional: true, Pausable: true, Base: "cudaMemcpy3DPeerAsync"},
+	// Copies to and from a __device__ variable (its host-side symbol): the
+	// count argument's bytes, in the kind's direction.
+	{Const: "CudaMemcpyToSymbol", Symbol: "cudaMemcpyToSymbol", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyFromSymbol", Symbol: "cudaMemcpyFromSymbol", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyToSymbolAsync", Symbol: "cudaMemcpyToSymbolAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyFromSymbolAsync", Symbol: "cudaMemcpyFromSymbolAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyToSymbolPtds", Symbol: "cudaMemcpyToSymbol_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true, Base: "cudaMemcpyToSymbol"},
+	{Const: "CudaMemcpyFromSymbolPtds", Symbol: "cudaMemcpyFromSymbol_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbol"},
+	{Const: "CudaMemcpyToSymbolAsyncPtsz", Symbol: "cudaMemcpyToSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyToSymbolAsync"},
+	{Const: "CudaMemcpyFromSymbolAsyncPtsz", Symbol: "cudaMemcpyFromSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbolAsync"},
 }

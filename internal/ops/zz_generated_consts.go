@@ -178,5 +178,13 @@ const (
 	OpCudaMemcpy3DPeerAsync            Op = 171 // cudaMemcpy3DPeerAsync
 	OpCudaMemcpy3DPeerPtds             Op = 172 // cudaMemcpy3DPeer_ptds
 	OpCudaMemcpy3DPeerAsyncPtsz        Op = 173 // cudaMemcpy3DPeerAsync_ptsz
-	NumOps                             Op = 174 // OP_MAX
+	OpCudaMemcpyToSymbol               Op = 174 // cudaMemcpyToSymbol
+	OpCudaMemcpyFromSymbol             Op = 175 // cudaMemcpyFromSymbol
+	OpCudaMemcpyToSymbolAsync          Op = 176 // cudaMemcpyToSymbolAsync
+	OpCudaMemcpyFromSymbolAsync        Op = 177 // cudaMemcpyFromSymbolAsync
+	OpCudaMemcpyToSymbolPtds           Op = 178 // cudaMemcpyToSymbol_ptds
+	OpCudaMemcpyFromSymbolPtds         Op = 179 // cudaMemcpyFromSymbol_ptds
+	OpCudaMemcpyToSymbolAsyncPtsz      Op = 180 // cudaMemcpyToSymbolAsync_ptsz
+	OpCudaMemcpyFromSymbolAsyncPtsz    Op = 181 // cudaMemcpyFromSymbolAsync_ptsz
+	NumOps                             Op = 182 // OP_MAX
 )

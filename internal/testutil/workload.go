@@ -43,6 +43,7 @@ var ExtraFuncs = []string{
 	"cudaMemset", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaEventSynchronize",
 	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
 	"cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
+	"cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync",
 }
 
 // DriverFuncs are the driver functions the workload calls directly with
@@ -65,6 +66,8 @@ var PtszFuncs = []string{
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaLaunchKernelExC_ptsz",
 	"cudaLaunchCooperativeKernel_ptsz",
 	"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz",
+	"cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds", "cudaMemcpyToSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz",
 }
 
 // PtszBase maps each of PtszFuncs to its base function: the operation
@@ -86,6 +89,10 @@ var PtszBase = map[string]string{
 	"cudaMemcpy3DAsync_ptsz":           "cudaMemcpy3DAsync",
 	"cudaMemcpy3DPeer_ptds":            "cudaMemcpy3DPeer",
 	"cudaMemcpy3DPeerAsync_ptsz":       "cudaMemcpy3DPeerAsync",
+	"cudaMemcpyToSymbol_ptds":          "cudaMemcpyToSymbol",
+	"cudaMemcpyFromSymbol_ptds":        "cudaMemcpyFromSymbol",
+	"cudaMemcpyToSymbolAsync_ptsz":     "cudaMemcpyToSymbolAsync",
+	"cudaMemcpyFromSymbolAsync_ptsz":   "cudaMemcpyFromSymbolAsync",
 }
 
 // AllFuncs are all keys GroundTruth.Calls may have.
@@ -107,6 +114,8 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaGraphLaunch_ptsz", "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz",
 	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
 	"cudaMemcpy3DAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeerAsync_ptsz",
+	"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
@@ -146,7 +155,9 @@ const MemcpyPeer = "p2p"
 var (
 	memcpyFuncs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync",
 		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz", "cudaMemcpy3D", "cudaMemcpy3DAsync",
-		"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz"}
+		"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+		"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds",
+		"cudaMemcpyToSymbolAsync_ptsz", "cudaMemcpyFromSymbolAsync_ptsz"}
 	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 		"cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz"}
 	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}

@@ -49,6 +49,10 @@ var countedFuncs = map[string]counts{
 	"cudaMemcpy3D_ptds": {label: "cudaMemcpy3D_ptds"}, "cudaMemcpy3DAsync_ptsz": {label: "cudaMemcpy3DAsync_ptsz"},
 	"cudaMemcpy3DPeer": {label: "cudaMemcpy3DPeer"}, "cudaMemcpy3DPeerAsync": {label: "cudaMemcpy3DPeerAsync"},
 	"cudaMemcpy3DPeer_ptds": {label: "cudaMemcpy3DPeer_ptds"}, "cudaMemcpy3DPeerAsync_ptsz": {label: "cudaMemcpy3DPeerAsync_ptsz"},
+	"cudaMemcpyToSymbol": {label: "cudaMemcpyToSymbol"}, "cudaMemcpyFromSymbol": {label: "cudaMemcpyFromSymbol"},
+	"cudaMemcpyToSymbolAsync": {label: "cudaMemcpyToSymbolAsync"}, "cudaMemcpyFromSymbolAsync": {label: "cudaMemcpyFromSymbolAsync"},
+	"cudaMemcpyToSymbol_ptds": {label: "cudaMemcpyToSymbol_ptds"}, "cudaMemcpyFromSymbol_ptds": {label: "cudaMemcpyFromSymbol_ptds"},
+	"cudaMemcpyToSymbolAsync_ptsz": {label: "cudaMemcpyToSymbolAsync_ptsz"}, "cudaMemcpyFromSymbolAsync_ptsz": {label: "cudaMemcpyFromSymbolAsync_ptsz"},
 
 	"cudaStreamSynchronize": {label: "cudaStreamSync", diag: true}, "cudaEventSynchronize": {label: "cudaEventSync", diag: true},
 	"cudaMemset": {label: "cudaMemset", diag: true}, "cudaMemsetAsync": {label: "cudaMemsetAsync", diag: true},

@@ -45,6 +45,7 @@ enum {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
+	cudaErrorInvalidSymbol = 13,
 	cudaErrorInvalidMemcpyDirection = 21,
 	cudaErrorInvalidDeviceFunction = 98,
 	cudaErrorInvalidDevice = 101,
@@ -212,6 +213,19 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemcpy3DPeer, (const struct cudaMemcpy3DPeerParms *p))          \
 	X(cudaMemcpy3DPeerAsync, (const struct cudaMemcpy3DPeerParms *p,      \
 				  cudaStream_t stream))                       \
+	X(cudaMemcpyToSymbol, (const void *symbol, const void *src,           \
+			       size_t count, size_t offset,                   \
+			       enum cudaMemcpyKind kind))                     \
+	X(cudaMemcpyFromSymbol, (void *dst, const void *symbol, size_t count, \
+				 size_t offset, enum cudaMemcpyKind kind))    \
+	X(cudaMemcpyToSymbolAsync, (const void *symbol, const void *src,      \
+				    size_t count, size_t offset,              \
+				    enum cudaMemcpyKind kind,                 \
+				    cudaStream_t stream))                     \
+	X(cudaMemcpyFromSymbolAsync, (void *dst, const void *symbol,          \
+				      size_t count, size_t offset,            \
+				      enum cudaMemcpyKind kind,               \
+				      cudaStream_t stream))                   \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -244,6 +258,20 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemcpy3DPeer_ptds, (const struct cudaMemcpy3DPeerParms *p))     \
 	X(cudaMemcpy3DPeerAsync_ptsz, (const struct cudaMemcpy3DPeerParms *p, \
 				       cudaStream_t stream))                  \
+	X(cudaMemcpyToSymbol_ptds, (const void *symbol, const void *src,      \
+				    size_t count, size_t offset,              \
+				    enum cudaMemcpyKind kind))                \
+	X(cudaMemcpyFromSymbol_ptds, (void *dst, const void *symbol,          \
+				      size_t count, size_t offset,            \
+				      enum cudaMemcpyKind kind))              \
+	X(cudaMemcpyToSymbolAsync_ptsz, (const void *symbol, const void *src, \
+					 size_t count, size_t offset,         \
+					 enum cudaMemcpyKind kind,            \
+					 cudaStream_t stream))                \
+	X(cudaMemcpyFromSymbolAsync_ptsz, (void *dst, const void *symbol,     \
+					   size_t count, size_t offset,       \
+					   enum cudaMemcpyKind kind,          \
+					   cudaStream_t stream))              \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \
 				 cudaStream_t stream))                        \

@@ -342,6 +342,17 @@ INTERNAL cudaError_t do_memcpy_3d_peer(int mode, const struct cudaMemcpy3DPeerPa
 			      p->extent.width * p->extent.height * p->extent.depth, stream);
 }
 
+/* A NULL symbol is no registered __device__ variable. */
+INTERNAL cudaError_t do_memcpy_symbol(int mode, void *dst, const void *src, const void *symbol,
+				      size_t count, size_t offset, enum cudaMemcpyKind kind,
+				      cudaStream_t stream)
+{
+	sink = offset;
+	if (!symbol)
+		return cudaErrorInvalidSymbol;
+	return do_memcpy(mode, dst, src, count, kind, stream);
+}
+
 INTERNAL cudaError_t do_memset(int mode, void *devPtr, int value, size_t count, cudaStream_t stream)
 {
 	cudaError_t rc;
@@ -716,6 +727,32 @@ EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p,
 	WRAP(do_memcpy_3d_peer(ASYNC, p, stream));
 }
 
+EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count,
+				      size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, (void *)symbol, src, symbol, count, offset, kind, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count,
+					size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, dst, symbol, symbol, count, offset, kind, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count,
+					   size_t offset, enum cudaMemcpyKind kind,
+					   cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC, (void *)symbol, src, symbol, count, offset, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count,
+					     size_t offset, enum cudaMemcpyKind kind,
+					     cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC, dst, symbol, symbol, count, offset, kind, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -808,6 +845,34 @@ EXPORT cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms
 					      cudaStream_t stream)
 {
 	WRAP(do_memcpy_3d_peer(ASYNC_PTSZ, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t count,
+					   size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, (void *)symbol, src, symbol, count, offset, kind,
+			      PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t count,
+					     size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, dst, symbol, symbol, count, offset, kind, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src,
+						size_t count, size_t offset,
+						enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC_PTSZ, (void *)symbol, src, symbol, count, offset, kind,
+			      stream));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t count,
+						  size_t offset, enum cudaMemcpyKind kind,
+						  cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC_PTSZ, dst, symbol, symbol, count, offset, kind, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

@@ -81,6 +81,8 @@ enum {
 	F_MALLOC_ASYNC_PTSZ, F_FREE_ASYNC_PTSZ, F_LAUNCH_EXC_PTSZ, F_LAUNCH_COOP_PTSZ,
 	F_MEMCPY_3D, F_MEMCPY_3D_ASYNC, F_MEMCPY_3D_PEER, F_MEMCPY_3D_PEER_ASYNC,
 	F_MEMCPY_3D_PTDS, F_MEMCPY_3D_ASYNC_PTSZ, F_MEMCPY_3D_PEER_PTDS, F_MEMCPY_3D_PEER_ASYNC_PTSZ,
+	F_TO_SYMBOL, F_FROM_SYMBOL, F_TO_SYMBOL_ASYNC, F_FROM_SYMBOL_ASYNC,
+	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
 	NFN
 };
 static const struct {
@@ -116,6 +118,10 @@ static const struct {
 	{"cudaMemcpy3DPeer", 0, G_EXTRA}, {"cudaMemcpy3DPeerAsync", 1, G_EXTRA},
 	{"cudaMemcpy3D_ptds", 0, G_PTSZ}, {"cudaMemcpy3DAsync_ptsz", 1, G_PTSZ},
 	{"cudaMemcpy3DPeer_ptds", 0, G_PTSZ}, {"cudaMemcpy3DPeerAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemcpyToSymbol", 0, G_EXTRA}, {"cudaMemcpyFromSymbol", 0, G_EXTRA},
+	{"cudaMemcpyToSymbolAsync", 1, G_EXTRA}, {"cudaMemcpyFromSymbolAsync", 1, G_EXTRA},
+	{"cudaMemcpyToSymbol_ptds", 0, G_PTSZ}, {"cudaMemcpyFromSymbol_ptds", 0, G_PTSZ},
+	{"cudaMemcpyToSymbolAsync_ptsz", 1, G_PTSZ}, {"cudaMemcpyFromSymbolAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -408,6 +414,45 @@ static void copy_3d(struct tally *t, int f, void *dst, const void *src, size_t w
 	} else {
 		tally_copy(t, kind, bytes, rc);
 	}
+}
+
+/* The host-side address of a __device__ variable: the symbol the copies
+ * below name (the stub only checks that it is not NULL). */
+static char dev_symbol[1 << 16];
+
+/* f: one of the F_*_SYMBOL* copies: count bytes at offset into (To) or out
+ * of (From) dev_symbol, in kind's direction. */
+static void copy_symbol(struct tally *t, int f, void *host, size_t count, size_t offset,
+			int kind, cudaStream_t s)
+{
+	cudaError_t rc;
+	switch (f) {
+	case F_TO_SYMBOL:
+		rc = CUDA(cudaMemcpyToSymbol)(dev_symbol, host, count, offset, kind);
+		break;
+	case F_FROM_SYMBOL:
+		rc = CUDA(cudaMemcpyFromSymbol)(host, dev_symbol, count, offset, kind);
+		break;
+	case F_TO_SYMBOL_ASYNC:
+		rc = CUDA(cudaMemcpyToSymbolAsync)(dev_symbol, host, count, offset, kind, s);
+		break;
+	case F_FROM_SYMBOL_ASYNC:
+		rc = CUDA(cudaMemcpyFromSymbolAsync)(host, dev_symbol, count, offset, kind, s);
+		break;
+	case F_TO_SYMBOL_PTDS:
+		rc = CUDA(cudaMemcpyToSymbol_ptds)(dev_symbol, host, count, offset, kind);
+		break;
+	case F_FROM_SYMBOL_PTDS:
+		rc = CUDA(cudaMemcpyFromSymbol_ptds)(host, dev_symbol, count, offset, kind);
+		break;
+	case F_TO_SYMBOL_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpyToSymbolAsync_ptsz)(dev_symbol, host, count, offset, kind, s);
+		break;
+	default:
+		rc = CUDA(cudaMemcpyFromSymbolAsync_ptsz)(host, dev_symbol, count, offset, kind, s);
+	}
+	record(t, f, s, rc);
+	tally_copy(t, kind, count, rc);
 }
 
 static void copy_peer(struct tally *t, int async, void *dst, const void *src, size_t count,
@@ -853,6 +898,14 @@ static void *worker_main(void *arg)
 				cudaMemcpyDeviceToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC, weights, kv, 64, 4 + i % 3, 3,
 				cudaMemcpyDeviceToDevice, s[0]);
+			copy_symbol(t, F_TO_SYMBOL, host[1], 256 + 64 * (i % 4), 128 * (i % 3),
+				    cudaMemcpyHostToDevice, NULL);
+			copy_symbol(t, F_FROM_SYMBOL, host[0], 512 + 8 * (i % 5), 0,
+				    cudaMemcpyDeviceToHost, NULL);
+			copy_symbol(t, F_TO_SYMBOL_ASYNC, host[1], 1024, 64 * (i % 2),
+				    cudaMemcpyHostToDevice, s[0]);
+			copy_symbol(t, F_FROM_SYMBOL_ASYNC, host[0], 96 + 32 * (i % 3), 16,
+				    cudaMemcpyDeviceToHost, s[0]);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
@@ -887,6 +940,14 @@ static void *worker_main(void *arg)
 				cudaMemcpyDeviceToDevice, NULL);
 			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC_PTSZ, kv, weights, 72 + 8 * (i % 3), 2, 2 + i % 4,
 				cudaMemcpyDeviceToDevice, s[0]);
+			copy_symbol(t, F_TO_SYMBOL_PTDS, host[1], 192 + 16 * (i % 6), 0,
+				    cudaMemcpyHostToDevice, NULL);
+			copy_symbol(t, F_FROM_SYMBOL_PTDS, host[0], 640, 32 * (i % 4),
+				    cudaMemcpyDeviceToHost, NULL);
+			copy_symbol(t, F_TO_SYMBOL_ASYNC_PTSZ, host[1], 48 * (i % 5 + 1), 8,
+				    cudaMemcpyHostToDevice, s[0]);
+			copy_symbol(t, F_FROM_SYMBOL_ASYNC_PTSZ, host[0], 4096, 0,
+				    cudaMemcpyDeviceToHost, s[0]);
 			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
