@@ -150,6 +150,19 @@ static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call
 	in->arg1 = arg(ctx, 3) * unit_of(in->op);
 }
 
+/* (dst, pitch, value, width, height): width bytes in each of height rows. */
+static __always_inline void decode_set_2d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 4) * arg(ctx, 5);
+}
+
+/* (dst, pitch, value, width, height, stream). */
+static __always_inline void decode_set_2d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_set_2d(ctx, in);
+	in->stream = arg(ctx, 6);
+}
+
 /* (dst, value, count, stream). */
 static __always_inline void decode_set_async(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -355,6 +368,12 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_SET_ASYNC:
 		decode_set_async(ctx, in);
+		break;
+	case ARGS_SET_2D:
+		decode_set_2d(ctx, in);
+		break;
+	case ARGS_SET_2D_ASYNC:
+		decode_set_2d_async(ctx, in);
 		break;
 	case ARGS_CU_COPY:
 		decode_cu_copy(ctx, in);

@@ -461,7 +461,11 @@ const (
 	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_PTDS          ProfiOp = 179
 	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_ASYNC_PTSZ      ProfiOp = 180
 	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_ASYNC_PTSZ    ProfiOp = 181
-	ProfiOpOP_MAX                                   ProfiOp = 182
+	ProfiOpOP_CUDA_MEMSET_2D                        ProfiOp = 182
+	ProfiOpOP_CUDA_MEMSET_2D_ASYNC                  ProfiOp = 183
+	ProfiOpOP_CUDA_MEMSET_2D_PTDS                   ProfiOp = 184
+	ProfiOpOP_CUDA_MEMSET_2D_ASYNC_PTSZ             ProfiOp = 185
+	ProfiOpOP_MAX                                   ProfiOp = 186
 )
 
 type ProfiOpArgs uint32
@@ -526,6 +530,8 @@ const (
 	ProfiOpArgsARGS_COPY_3D_PEER_ASYNC   ProfiOpArgs = 56
 	ProfiOpArgsARGS_COPY_SYMBOL          ProfiOpArgs = 57
 	ProfiOpArgsARGS_COPY_SYMBOL_ASYNC    ProfiOpArgs = 58
+	ProfiOpArgsARGS_SET_2D               ProfiOpArgs = 59
+	ProfiOpArgsARGS_SET_2D_ASYNC         ProfiOpArgs = 60
 )
 
 type ProfiPhase uint32

@@ -134,6 +134,8 @@ const (
 	ArgsCopy3DPeerAsync        // (const cudaMemcpy3DPeerParms *, stream)
 	ArgsCopySymbol             // (symbol or dst, src or symbol, count, offset, kind)
 	ArgsCopySymbolAsync        // (..., count, offset, kind, stream)
+	ArgsSet2D                  // (ptr, pitch, value, width, height)
+	ArgsSet2DAsync             // (ptr, pitch, value, width, height, stream)
 	NumArgs
 )
 
@@ -149,7 +151,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_INSTANTIATE", "GRAPH_EXEC_UPDATE", "GRAPH_EXEC_DESTROY", "GRAPH_DESTROY",
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
-	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC",
+	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

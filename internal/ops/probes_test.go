@@ -95,7 +95,7 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCudart, KernelModeOff, ProfileLean, 58, 116}, // + 21 graph and capture rows, 8 3D and 8 symbol copies (timed),
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 66, 124},
 		{discover.LibCudart, KernelModeFull, ProfileLean, 68, 135},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 76, 144},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 80, 152},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 60, 120},       // + cuGraphLaunch_ptsz and 26 graph and capture rows (timed)
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 66, 126}, // + two _ptsz launches (entry only)
 		{discover.LibCuda, KernelModeFull, ProfileFull, 81, 162},

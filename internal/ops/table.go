@@ -228,4 +228,9 @@ var Table = []Row{
 	{Const: "CudaMemcpyFromSymbolPtds", Symbol: "cudaMemcpyFromSymbol_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbol"},
 	{Const: "CudaMemcpyToSymbolAsyncPtsz", Symbol: "cudaMemcpyToSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyToSymbolAsync"},
 	{Const: "CudaMemcpyFromSymbolAsyncPtsz", Symbol: "cudaMemcpyFromSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbolAsync"},
+	// Pitched sets: width bytes in each of height rows.
+	{Const: "CudaMemset2D", Symbol: "cudaMemset2D", Lib: rt, Family: FamilyMemset, Args: ArgsSet2D, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset2DAsync", Symbol: "cudaMemset2DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset2DPtds", Symbol: "cudaMemset2D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet2D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2D"},
+	{Const: "CudaMemset2DAsyncPtsz", Symbol: "cudaMemset2DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2DAsync"},
 }

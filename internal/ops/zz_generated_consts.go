@@ -186,5 +186,9 @@ const (
 	OpCudaMemcpyFromSymbolPtds         Op = 179 // cudaMemcpyFromSymbol_ptds
 	OpCudaMemcpyToSymbolAsyncPtsz      Op = 180 // cudaMemcpyToSymbolAsync_ptsz
 	OpCudaMemcpyFromSymbolAsyncPtsz    Op = 181 // cudaMemcpyFromSymbolAsync_ptsz
-	NumOps                             Op = 182 // OP_MAX
+	OpCudaMemset2D                     Op = 182 // cudaMemset2D
+	OpCudaMemset2DAsync                Op = 183 // cudaMemset2DAsync
+	OpCudaMemset2DPtds                 Op = 184 // cudaMemset2D_ptds
+	OpCudaMemset2DAsyncPtsz            Op = 185 // cudaMemset2DAsync_ptsz
+	NumOps                             Op = 186 // OP_MAX
 )

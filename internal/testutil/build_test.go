@@ -855,7 +855,7 @@ func TestGroundTruthCheck(t *testing.T) {
 	// Without the new APIs nothing of them may show.
 	g := clone()
 	g.MemsetBytes = map[string]uint64{"default": 1}
-	for _, fn := range []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"} {
+	for _, fn := range memsetFuncs {
 		g.Calls[fn] = 0
 		delete(g.CallsByStream, fn)
 	}
@@ -1201,9 +1201,9 @@ func TestWorkloadDefaultSizePtsz(t *testing.T) {
 	for _, n := range wantCalls(p, true, true) {
 		want += n
 	}
-	// 19 variants per iteration and thread, 2 failing calls every 10th.
-	if gt.TotalCalls() != want || want != 18328+2*200*19+2*20*2 {
-		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*19+2*20*2)
+	// 21 variants per iteration and thread, 2 failing calls every 10th.
+	if gt.TotalCalls() != want || want != 18328+2*200*21+2*20*2 {
+		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*21+2*20*2)
 	}
 	checkPtsz(t, gt, p, 1, true, true)
 

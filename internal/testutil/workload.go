@@ -44,6 +44,7 @@ var ExtraFuncs = []string{
 	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
 	"cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 	"cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync",
+	"cudaMemset2D", "cudaMemset2DAsync",
 }
 
 // DriverFuncs are the driver functions the workload calls directly with
@@ -67,7 +68,7 @@ var PtszFuncs = []string{
 	"cudaLaunchCooperativeKernel_ptsz",
 	"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz",
 	"cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds", "cudaMemcpyToSymbolAsync_ptsz",
-	"cudaMemcpyFromSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz",
 }
 
 // PtszBase maps each of PtszFuncs to its base function: the operation
@@ -93,6 +94,8 @@ var PtszBase = map[string]string{
 	"cudaMemcpyFromSymbol_ptds":        "cudaMemcpyFromSymbol",
 	"cudaMemcpyToSymbolAsync_ptsz":     "cudaMemcpyToSymbolAsync",
 	"cudaMemcpyFromSymbolAsync_ptsz":   "cudaMemcpyFromSymbolAsync",
+	"cudaMemset2D_ptds":                "cudaMemset2D",
+	"cudaMemset2DAsync_ptsz":           "cudaMemset2DAsync",
 }
 
 // AllFuncs are all keys GroundTruth.Calls may have.
@@ -115,7 +118,7 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
 	"cudaMemcpy3DAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeerAsync_ptsz",
 	"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz",
-	"cudaMemcpyFromSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2DAsync", "cudaMemset2DAsync_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
@@ -160,7 +163,8 @@ var (
 		"cudaMemcpyToSymbolAsync_ptsz", "cudaMemcpyFromSymbolAsync_ptsz"}
 	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 		"cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz"}
-	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}
+	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz",
+		"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz"}
 )
 
 // GroundTruth is what the workload did in all its measured phases so far,

@@ -60,6 +60,8 @@ var countedFuncs = map[string]counts{
 	"cudaDeviceSynchronize":      {label: "cudaDeviceSynchronize", diag: true},
 	"cudaStreamSynchronize_ptsz": {label: "cudaStreamSynchronize_ptsz", diag: true},
 	"cudaMemset_ptds":            {label: "cudaMemset_ptds", diag: true}, "cudaMemsetAsync_ptsz": {label: "cudaMemsetAsync_ptsz", diag: true},
+	"cudaMemset2D": {label: "cudaMemset2D", diag: true}, "cudaMemset2DAsync": {label: "cudaMemset2DAsync", diag: true},
+	"cudaMemset2D_ptds": {label: "cudaMemset2D_ptds", diag: true}, "cudaMemset2DAsync_ptsz": {label: "cudaMemset2DAsync_ptsz", diag: true},
 
 	"cudaLaunchKernel": {label: "cudaLaunchKernel", launch: true}, "cudaLaunchKernel_ptsz": {label: "cudaLaunchKernel_ptsz", launch: true},
 	"cudaLaunchKernelExC":              {label: "cudaLaunchKernelExC", launch: true},

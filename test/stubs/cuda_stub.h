@@ -226,6 +226,11 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 				      size_t count, size_t offset,            \
 				      enum cudaMemcpyKind kind,               \
 				      cudaStream_t stream))                   \
+	X(cudaMemset2D, (void *devPtr, size_t pitch, int value, size_t width, \
+			 size_t height))                                      \
+	X(cudaMemset2DAsync, (void *devPtr, size_t pitch, int value,          \
+			      size_t width, size_t height,                    \
+			      cudaStream_t stream))                           \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -272,6 +277,11 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 					   size_t count, size_t offset,       \
 					   enum cudaMemcpyKind kind,          \
 					   cudaStream_t stream))              \
+	X(cudaMemset2D_ptds, (void *devPtr, size_t pitch, int value,          \
+			      size_t width, size_t height))                   \
+	X(cudaMemset2DAsync_ptsz, (void *devPtr, size_t pitch, int value,     \
+				   size_t width, size_t height,               \
+				   cudaStream_t stream))                      \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \
 				 cudaStream_t stream))                        \

@@ -753,6 +753,27 @@ EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size
 	WRAP(do_memcpy_symbol(ASYNC, dst, symbol, symbol, count, offset, kind, stream));
 }
 
+/* A row wider than its pitch is cudaErrorInvalidValue. */
+static cudaError_t do_memset_2d(int mode, void *devPtr, size_t pitch, int value, size_t width,
+				size_t height, cudaStream_t stream)
+{
+	if (width > pitch && height > 1)
+		return cudaErrorInvalidValue;
+	return do_memset(mode, devPtr, value, width * height, stream);
+}
+
+EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width,
+				size_t height)
+{
+	WRAP(do_memset_2d(SYNC, devPtr, pitch, value, width, height, NULL));
+}
+
+EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width,
+				     size_t height, cudaStream_t stream)
+{
+	WRAP(do_memset_2d(ASYNC, devPtr, pitch, value, width, height, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -873,6 +894,18 @@ EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol,
 						  cudaStream_t stream)
 {
 	WRAP(do_memcpy_symbol(ASYNC_PTSZ, dst, symbol, symbol, count, offset, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width,
+				     size_t height)
+{
+	WRAP(do_memset_2d(SYNC, devPtr, pitch, value, width, height, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t width,
+					  size_t height, cudaStream_t stream)
+{
+	WRAP(do_memset_2d(ASYNC_PTSZ, devPtr, pitch, value, width, height, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

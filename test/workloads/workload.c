@@ -83,6 +83,7 @@ enum {
 	F_MEMCPY_3D_PTDS, F_MEMCPY_3D_ASYNC_PTSZ, F_MEMCPY_3D_PEER_PTDS, F_MEMCPY_3D_PEER_ASYNC_PTSZ,
 	F_TO_SYMBOL, F_FROM_SYMBOL, F_TO_SYMBOL_ASYNC, F_FROM_SYMBOL_ASYNC,
 	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
+	F_MEMSET_2D, F_MEMSET_2D_ASYNC, F_MEMSET_2D_PTDS, F_MEMSET_2D_ASYNC_PTSZ,
 	NFN
 };
 static const struct {
@@ -122,6 +123,8 @@ static const struct {
 	{"cudaMemcpyToSymbolAsync", 1, G_EXTRA}, {"cudaMemcpyFromSymbolAsync", 1, G_EXTRA},
 	{"cudaMemcpyToSymbol_ptds", 0, G_PTSZ}, {"cudaMemcpyFromSymbol_ptds", 0, G_PTSZ},
 	{"cudaMemcpyToSymbolAsync_ptsz", 1, G_PTSZ}, {"cudaMemcpyFromSymbolAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemset2D", 0, G_EXTRA}, {"cudaMemset2DAsync", 1, G_EXTRA},
+	{"cudaMemset2D_ptds", 0, G_PTSZ}, {"cudaMemset2DAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -477,6 +480,21 @@ static void set_mem(struct tally *t, int f, void *p, size_t count, cudaStream_t 
 	record(t, f, s, rc);
 	if (rc == cudaSuccess)
 		stream_row(t, (uintptr_t)s)->memset_bytes += count;
+}
+
+/* f: one of the F_MEMSET_2D* sets: width bytes in each of height rows
+ * pitch apart; the synchronous ones get s = NULL. */
+static void set_mem_2d(struct tally *t, int f, void *p, size_t pitch, size_t width,
+		       size_t height, cudaStream_t s)
+{
+	cudaError_t rc = f == F_MEMSET_2D_ASYNC ? CUDA(cudaMemset2DAsync)(p, pitch, 0, width, height, s)
+			 : f == F_MEMSET_2D_ASYNC_PTSZ
+				 ? CUDA(cudaMemset2DAsync_ptsz)(p, pitch, 0, width, height, s)
+			 : f == F_MEMSET_2D_PTDS ? CUDA(cudaMemset2D_ptds)(p, pitch, 0, width, height)
+						 : CUDA(cudaMemset2D)(p, pitch, 0, width, height);
+	record(t, f, s, rc);
+	if (rc == cudaSuccess)
+		stream_row(t, (uintptr_t)s)->memset_bytes += width * height;
 }
 
 /* NVTX (--nvtx), always through dlsym'd pointers: the library is opened
@@ -911,6 +929,8 @@ static void *worker_main(void *arg)
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
 			set_mem(t, F_MEMSET, weights, 4096 * (i % 3 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
+			set_mem_2d(t, F_MEMSET_2D, weights, 1024, 512 + 64 * (i % 4), 3 + i % 3, NULL);
+			set_mem_2d(t, F_MEMSET_2D_ASYNC, kv, 256, 200, 1 + i % 7, s[0]);
 			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
 			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
 			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
@@ -950,6 +970,8 @@ static void *worker_main(void *arg)
 				    cudaMemcpyDeviceToHost, s[0]);
 			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
+			set_mem_2d(t, F_MEMSET_2D_PTDS, kv, 512, 300 + 20 * (i % 5), 2 + i % 4, NULL);
+			set_mem_2d(t, F_MEMSET_2D_ASYNC_PTSZ, weights, 128, 128, 4 + i % 2, s[0]);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
 			if (have_graphs && have_graph_ptsz)
 				graph_launch_ptsz(t, exec, p1);
