@@ -85,10 +85,82 @@ static __always_inline void decode_copy_2d_async(struct pt_regs *ctx, struct inf
 	in->stream = arg(ctx, 8);
 }
 
+/*
+ * (const cudaMemcpy3DParms *p): extent {width (bytes for linear memory),
+ * height, depth} at 128, kind at 152 (offsets checked against the stub
+ * header's struct, test/stubs/cuda_stub.h). One bounded read; an
+ * unreadable struct counts the call without bytes.
+ */
+static __always_inline void decode_copy_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	struct {
+		u64 extent[3];
+		u32 kind;
+	} p = {};
+
+	bpf_probe_read_user(&p, sizeof(p), (void *)(arg(ctx, 1) + 128));
+	in->arg1 = p.extent[0] * p.extent[1] * p.extent[2];
+	in->kind = p.kind;
+}
+
+/* (const cudaMemcpy3DParms *p, stream). */
+static __always_inline void decode_copy_3d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_3d(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
+/* (const cudaMemcpy3DPeerParms *p): extent at 144, a peer copy. */
+static __always_inline void decode_copy_3d_peer(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 extent[3] = {};
+
+	bpf_probe_read_user(extent, sizeof(extent), (void *)(arg(ctx, 1) + 144));
+	in->arg1 = extent[0] * extent[1] * extent[2];
+	in->kind = KIND_P2P;
+}
+
+/* (const cudaMemcpy3DPeerParms *p, stream). */
+static __always_inline void decode_copy_3d_peer_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_3d_peer(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
+/*
+ * (symbol, src, count, offset, kind) and (dst, symbol, count, offset,
+ * kind): cudaMemcpyToSymbol and cudaMemcpyFromSymbol alike.
+ */
+static __always_inline void decode_copy_symbol(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 3);
+	in->kind = arg(ctx, 5);
+}
+
+/* (..., count, offset, kind, stream). */
+static __always_inline void decode_copy_symbol_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_copy_symbol(ctx, in);
+	in->stream = arg(ctx, 6);
+}
+
 /* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
 static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
 {
 	in->arg1 = arg(ctx, 3) * unit_of(in->op);
+}
+
+/* (dst, pitch, value, width, height): width bytes in each of height rows. */
+static __always_inline void decode_set_2d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg1 = arg(ctx, 4) * arg(ctx, 5);
+}
+
+/* (dst, pitch, value, width, height, stream). */
+static __always_inline void decode_set_2d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_set_2d(ctx, in);
+	in->stream = arg(ctx, 6);
 }
 
 /* (dst, value, count, stream). */
@@ -273,11 +345,35 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 	case ARGS_COPY_2D_ASYNC:
 		decode_copy_2d_async(ctx, in);
 		break;
+	case ARGS_COPY_3D:
+		decode_copy_3d(ctx, in);
+		break;
+	case ARGS_COPY_3D_ASYNC:
+		decode_copy_3d_async(ctx, in);
+		break;
+	case ARGS_COPY_3D_PEER:
+		decode_copy_3d_peer(ctx, in);
+		break;
+	case ARGS_COPY_3D_PEER_ASYNC:
+		decode_copy_3d_peer_async(ctx, in);
+		break;
+	case ARGS_COPY_SYMBOL:
+		decode_copy_symbol(ctx, in);
+		break;
+	case ARGS_COPY_SYMBOL_ASYNC:
+		decode_copy_symbol_async(ctx, in);
+		break;
 	case ARGS_SET:
 		decode_set(ctx, in);
 		break;
 	case ARGS_SET_ASYNC:
 		decode_set_async(ctx, in);
+		break;
+	case ARGS_SET_2D:
+		decode_set_2d(ctx, in);
+		break;
+	case ARGS_SET_2D_ASYNC:
+		decode_set_2d_async(ctx, in);
 		break;
 	case ARGS_CU_COPY:
 		decode_cu_copy(ctx, in);

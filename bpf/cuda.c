@@ -118,8 +118,16 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_COPY_PEER_ASYNC:
 	case ARGS_COPY_2D:
 	case ARGS_COPY_2D_ASYNC:
+	case ARGS_COPY_3D:
+	case ARGS_COPY_3D_ASYNC:
+	case ARGS_COPY_3D_PEER:
+	case ARGS_COPY_3D_PEER_ASYNC:
+	case ARGS_COPY_SYMBOL:
+	case ARGS_COPY_SYMBOL_ASYNC:
 	case ARGS_SET:
 	case ARGS_SET_ASYNC:
+	case ARGS_SET_2D:
+	case ARGS_SET_2D_ASYNC:
 	case ARGS_CU_COPY:
 	case ARGS_CU_COPY_ASYNC:
 		if (ret == 0)
@@ -127,7 +135,9 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		/* Recorded into a capturing stream's graph: its replays move the bytes. */
 		if (bytes && in.stream) {
 			u64 graph = capture_of(key.pid, in.stream);
-			u32 set = args_of(in.op) == ARGS_SET || args_of(in.op) == ARGS_SET_ASYNC;
+			u32 a = args_of(in.op);
+			u32 set = a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D ||
+				  a == ARGS_SET_2D_ASYNC;
 
 			if (graph) {
 				add_node(key.pid, in.op, graph, 0, set ? 0 : in.kind,

@@ -445,7 +445,27 @@ const (
 	ProfiOpOP_CU_GRAPH_ADD_KERNEL_NODE_V_2          ProfiOp = 163
 	ProfiOpOP_CU_GRAPH_ADD_MEMSET_NODE              ProfiOp = 164
 	ProfiOpOP_CU_GRAPH_ADD_CHILD_GRAPH_NODE         ProfiOp = 165
-	ProfiOpOP_MAX                                   ProfiOp = 166
+	ProfiOpOP_CUDA_MEMCPY_3D                        ProfiOp = 166
+	ProfiOpOP_CUDA_MEMCPY_3D_ASYNC                  ProfiOp = 167
+	ProfiOpOP_CUDA_MEMCPY_3D_PTDS                   ProfiOp = 168
+	ProfiOpOP_CUDA_MEMCPY_3D_ASYNC_PTSZ             ProfiOp = 169
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER                   ProfiOp = 170
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC             ProfiOp = 171
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_PTDS              ProfiOp = 172
+	ProfiOpOP_CUDA_MEMCPY_3D_PEER_ASYNC_PTSZ        ProfiOp = 173
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL                 ProfiOp = 174
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL               ProfiOp = 175
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_ASYNC           ProfiOp = 176
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_ASYNC         ProfiOp = 177
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_PTDS            ProfiOp = 178
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_PTDS          ProfiOp = 179
+	ProfiOpOP_CUDA_MEMCPY_TO_SYMBOL_ASYNC_PTSZ      ProfiOp = 180
+	ProfiOpOP_CUDA_MEMCPY_FROM_SYMBOL_ASYNC_PTSZ    ProfiOp = 181
+	ProfiOpOP_CUDA_MEMSET_2D                        ProfiOp = 182
+	ProfiOpOP_CUDA_MEMSET_2D_ASYNC                  ProfiOp = 183
+	ProfiOpOP_CUDA_MEMSET_2D_PTDS                   ProfiOp = 184
+	ProfiOpOP_CUDA_MEMSET_2D_ASYNC_PTSZ             ProfiOp = 185
+	ProfiOpOP_MAX                                   ProfiOp = 186
 )
 
 type ProfiOpArgs uint32
@@ -504,6 +524,14 @@ const (
 	ProfiOpArgsARGS_GRAPH_MEMCPY_NODE_1D ProfiOpArgs = 50
 	ProfiOpArgsARGS_GRAPH_MEMSET_NODE    ProfiOpArgs = 51
 	ProfiOpArgsARGS_GRAPH_CHILD_NODE     ProfiOpArgs = 52
+	ProfiOpArgsARGS_COPY_3D              ProfiOpArgs = 53
+	ProfiOpArgsARGS_COPY_3D_ASYNC        ProfiOpArgs = 54
+	ProfiOpArgsARGS_COPY_3D_PEER         ProfiOpArgs = 55
+	ProfiOpArgsARGS_COPY_3D_PEER_ASYNC   ProfiOpArgs = 56
+	ProfiOpArgsARGS_COPY_SYMBOL          ProfiOpArgs = 57
+	ProfiOpArgsARGS_COPY_SYMBOL_ASYNC    ProfiOpArgs = 58
+	ProfiOpArgsARGS_SET_2D               ProfiOpArgs = 59
+	ProfiOpArgsARGS_SET_2D_ASYNC         ProfiOpArgs = 60
 )
 
 type ProfiPhase uint32

@@ -128,6 +128,14 @@ const (
 	ArgsGraphMemcpyNode1D      // (node *out, graph, deps, n, dst, src, count, kind)
 	ArgsGraphMemsetNode        // (node *out, graph, deps, n, memset params *)
 	ArgsGraphChildNode         // (node *out, graph, deps, n, child graph)
+	ArgsCopy3D                 // (const cudaMemcpy3DParms *): extent at 128, kind at 152
+	ArgsCopy3DAsync            // (const cudaMemcpy3DParms *, stream)
+	ArgsCopy3DPeer             // (const cudaMemcpy3DPeerParms *): extent at 144
+	ArgsCopy3DPeerAsync        // (const cudaMemcpy3DPeerParms *, stream)
+	ArgsCopySymbol             // (symbol or dst, src or symbol, count, offset, kind)
+	ArgsCopySymbolAsync        // (..., count, offset, kind, stream)
+	ArgsSet2D                  // (ptr, pitch, value, width, height)
+	ArgsSet2DAsync             // (ptr, pitch, value, width, height, stream)
 	NumArgs
 )
 
@@ -142,7 +150,8 @@ var argsNames = [NumArgs]string{
 	"CAPTURE_BEGIN", "CAPTURE_TO_GRAPH", "CAPTURE_END", "EVENT_RECORD", "STREAM_WAIT_EVENT",
 	"GRAPH_INSTANTIATE", "GRAPH_EXEC_UPDATE", "GRAPH_EXEC_DESTROY", "GRAPH_DESTROY",
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
-	"GRAPH_CHILD_NODE",
+	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
+	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

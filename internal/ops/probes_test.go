@@ -92,10 +92,10 @@ func TestProbesExactSets(t *testing.T) {
 		mode, profile string
 		n, traps      int
 	}{
-		{discover.LibCudart, KernelModeOff, ProfileLean, 42, 84}, // + 21 graph and capture rows (timed),
-		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 50, 92},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 52, 103},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 60, 112},
+		{discover.LibCudart, KernelModeOff, ProfileLean, 58, 116}, // + 21 graph and capture rows, 8 3D and 8 symbol copies (timed),
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 66, 124},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 68, 135},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 80, 152},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 60, 120},       // + cuGraphLaunch_ptsz and 26 graph and capture rows (timed)
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 66, 126}, // + two _ptsz launches (entry only)
 		{discover.LibCuda, KernelModeFull, ProfileFull, 81, 162},
@@ -116,7 +116,7 @@ func TestProbesReturnsACopy(t *testing.T) {
 	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
 	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 50 {
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 66 {
 		t.Errorf("Probes changed by its callers: %+v", got)
 	}
 }

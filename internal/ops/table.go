@@ -207,4 +207,30 @@ var Table = []Row{
 	{Const: "CuGraphAddKernelNodeV2", Symbol: "cuGraphAddKernelNode_v2", Lib: drv, Args: ArgsGraphKernelNode, Optional: true, Since: "CUDA 12.0"},
 	{Const: "CuGraphAddMemsetNode", Symbol: "cuGraphAddMemsetNode", Lib: drv, Args: ArgsGraphMemsetNode, Optional: true},
 	{Const: "CuGraphAddChildGraphNode", Symbol: "cuGraphAddChildGraphNode", Lib: drv, Args: ArgsGraphChildNode, Optional: true},
+	// 3D copies: the bytes are the extent's width (bytes, for linear
+	// memory) x height x depth, read from the parameter struct at entry
+	// (bpf/args.h); peer copies count as "p2p".
+	{Const: "CudaMemcpy3D", Symbol: "cudaMemcpy3D", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3D, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy3DAsync", Symbol: "cudaMemcpy3DAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy3DPtds", Symbol: "cudaMemcpy3D_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3D, Optional: true, Pausable: true, Base: "cudaMemcpy3D"},
+	{Const: "CudaMemcpy3DAsyncPtsz", Symbol: "cudaMemcpy3DAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DAsync, Optional: true, Pausable: true, Base: "cudaMemcpy3DAsync"},
+	{Const: "CudaMemcpy3DPeer", Symbol: "cudaMemcpy3DPeer", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeer, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy3DPeerAsync", Symbol: "cudaMemcpy3DPeerAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeerAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpy3DPeerPtds", Symbol: "cudaMemcpy3DPeer_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeer, Optional: true, Pausable: true, Base: "cudaMemcpy3DPeer"},
+	{Const: "CudaMemcpy3DPeerAsyncPtsz", Symbol: "cudaMemcpy3DPeerAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopy3DPeerAsync, Optional: true, Pausable: true, Base: "cudaMemcpy3DPeerAsync"},
+	// Copies to and from a __device__ variable (its host-side symbol): the
+	// count argument's bytes, in the kind's direction.
+	{Const: "CudaMemcpyToSymbol", Symbol: "cudaMemcpyToSymbol", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyFromSymbol", Symbol: "cudaMemcpyFromSymbol", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyToSymbolAsync", Symbol: "cudaMemcpyToSymbolAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyFromSymbolAsync", Symbol: "cudaMemcpyFromSymbolAsync", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true},
+	{Const: "CudaMemcpyToSymbolPtds", Symbol: "cudaMemcpyToSymbol_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true, Base: "cudaMemcpyToSymbol"},
+	{Const: "CudaMemcpyFromSymbolPtds", Symbol: "cudaMemcpyFromSymbol_ptds", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbol, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbol"},
+	{Const: "CudaMemcpyToSymbolAsyncPtsz", Symbol: "cudaMemcpyToSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyToSymbolAsync"},
+	{Const: "CudaMemcpyFromSymbolAsyncPtsz", Symbol: "cudaMemcpyFromSymbolAsync_ptsz", Lib: rt, Family: FamilyMemcpy, Args: ArgsCopySymbolAsync, Optional: true, Pausable: true, Base: "cudaMemcpyFromSymbolAsync"},
+	// Pitched sets: width bytes in each of height rows.
+	{Const: "CudaMemset2D", Symbol: "cudaMemset2D", Lib: rt, Family: FamilyMemset, Args: ArgsSet2D, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset2DAsync", Symbol: "cudaMemset2DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset2DPtds", Symbol: "cudaMemset2D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet2D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2D"},
+	{Const: "CudaMemset2DAsyncPtsz", Symbol: "cudaMemset2DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2DAsync"},
 }

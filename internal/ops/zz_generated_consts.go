@@ -170,5 +170,25 @@ const (
 	OpCuGraphAddKernelNodeV2           Op = 163 // cuGraphAddKernelNode_v2
 	OpCuGraphAddMemsetNode             Op = 164 // cuGraphAddMemsetNode
 	OpCuGraphAddChildGraphNode         Op = 165 // cuGraphAddChildGraphNode
-	NumOps                             Op = 166 // OP_MAX
+	OpCudaMemcpy3D                     Op = 166 // cudaMemcpy3D
+	OpCudaMemcpy3DAsync                Op = 167 // cudaMemcpy3DAsync
+	OpCudaMemcpy3DPtds                 Op = 168 // cudaMemcpy3D_ptds
+	OpCudaMemcpy3DAsyncPtsz            Op = 169 // cudaMemcpy3DAsync_ptsz
+	OpCudaMemcpy3DPeer                 Op = 170 // cudaMemcpy3DPeer
+	OpCudaMemcpy3DPeerAsync            Op = 171 // cudaMemcpy3DPeerAsync
+	OpCudaMemcpy3DPeerPtds             Op = 172 // cudaMemcpy3DPeer_ptds
+	OpCudaMemcpy3DPeerAsyncPtsz        Op = 173 // cudaMemcpy3DPeerAsync_ptsz
+	OpCudaMemcpyToSymbol               Op = 174 // cudaMemcpyToSymbol
+	OpCudaMemcpyFromSymbol             Op = 175 // cudaMemcpyFromSymbol
+	OpCudaMemcpyToSymbolAsync          Op = 176 // cudaMemcpyToSymbolAsync
+	OpCudaMemcpyFromSymbolAsync        Op = 177 // cudaMemcpyFromSymbolAsync
+	OpCudaMemcpyToSymbolPtds           Op = 178 // cudaMemcpyToSymbol_ptds
+	OpCudaMemcpyFromSymbolPtds         Op = 179 // cudaMemcpyFromSymbol_ptds
+	OpCudaMemcpyToSymbolAsyncPtsz      Op = 180 // cudaMemcpyToSymbolAsync_ptsz
+	OpCudaMemcpyFromSymbolAsyncPtsz    Op = 181 // cudaMemcpyFromSymbolAsync_ptsz
+	OpCudaMemset2D                     Op = 182 // cudaMemset2D
+	OpCudaMemset2DAsync                Op = 183 // cudaMemset2DAsync
+	OpCudaMemset2DPtds                 Op = 184 // cudaMemset2D_ptds
+	OpCudaMemset2DAsyncPtsz            Op = 185 // cudaMemset2DAsync_ptsz
+	NumOps                             Op = 186 // OP_MAX
 )

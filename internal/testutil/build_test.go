@@ -855,7 +855,7 @@ func TestGroundTruthCheck(t *testing.T) {
 	// Without the new APIs nothing of them may show.
 	g := clone()
 	g.MemsetBytes = map[string]uint64{"default": 1}
-	for _, fn := range []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"} {
+	for _, fn := range memsetFuncs {
 		g.Calls[fn] = 0
 		delete(g.CallsByStream, fn)
 	}
@@ -922,7 +922,13 @@ func checkClosedForm(t *testing.T, gt *GroundTruth, p params, phases uint64) {
 	if n := gt.LaunchesByKernel[DriverKernels[2]]; n == 0 || n >= gt.LaunchesByAPI["cuLaunchKernel"] {
 		t.Errorf("paged attention launches %d, cuLaunchKernel %d", n, gt.LaunchesByAPI["cuLaunchKernel"])
 	}
-	if gt.ActiveBytes != T*(72<<20) || gt.MemcpyCalls[MemcpyPeer] != 2*T*I {
+	// Peer copies: cudaMemcpyPeer[Async] and cudaMemcpy3DPeer[Async] per
+	// --extra iteration, the two per-thread 3D peer variants per --ptsz one.
+	peers := 4 * T * I
+	if p.ptsz {
+		peers += 2 * T * I
+	}
+	if gt.ActiveBytes != T*(72<<20) || gt.MemcpyCalls[MemcpyPeer] != peers {
 		t.Errorf("active_bytes %d, memcpy_calls[p2p] %d", gt.ActiveBytes, gt.MemcpyCalls[MemcpyPeer])
 	}
 }
@@ -1195,9 +1201,9 @@ func TestWorkloadDefaultSizePtsz(t *testing.T) {
 	for _, n := range wantCalls(p, true, true) {
 		want += n
 	}
-	// 11 variants per iteration and thread, 2 failing calls every 10th.
-	if gt.TotalCalls() != want || want != 18328+2*200*11+2*20*2 {
-		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*11+2*20*2)
+	// 21 variants per iteration and thread, 2 failing calls every 10th.
+	if gt.TotalCalls() != want || want != 18328+2*200*21+2*20*2 {
+		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*21+2*20*2)
 	}
 	checkPtsz(t, gt, p, 1, true, true)
 

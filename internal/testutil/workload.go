@@ -42,6 +42,9 @@ var ExtraFuncs = []string{
 	"cudaMemcpy2DAsync", "cudaMallocManaged", "cudaMallocHost", "cudaFreeHost",
 	"cudaMemset", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaEventSynchronize",
 	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
+	"cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
+	"cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync",
+	"cudaMemset2D", "cudaMemset2DAsync",
 }
 
 // DriverFuncs are the driver functions the workload calls directly with
@@ -63,6 +66,9 @@ var PtszFuncs = []string{
 	"cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz", "cudaGraphLaunch_ptsz",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaLaunchKernelExC_ptsz",
 	"cudaLaunchCooperativeKernel_ptsz",
+	"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz",
+	"cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds", "cudaMemcpyToSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz",
 }
 
 // PtszBase maps each of PtszFuncs to its base function: the operation
@@ -80,6 +86,16 @@ var PtszBase = map[string]string{
 	"cudaFreeAsync_ptsz":               "cudaFreeAsync",
 	"cudaLaunchKernelExC_ptsz":         "cudaLaunchKernelExC",
 	"cudaLaunchCooperativeKernel_ptsz": "cudaLaunchCooperativeKernel",
+	"cudaMemcpy3D_ptds":                "cudaMemcpy3D",
+	"cudaMemcpy3DAsync_ptsz":           "cudaMemcpy3DAsync",
+	"cudaMemcpy3DPeer_ptds":            "cudaMemcpy3DPeer",
+	"cudaMemcpy3DPeerAsync_ptsz":       "cudaMemcpy3DPeerAsync",
+	"cudaMemcpyToSymbol_ptds":          "cudaMemcpyToSymbol",
+	"cudaMemcpyFromSymbol_ptds":        "cudaMemcpyFromSymbol",
+	"cudaMemcpyToSymbolAsync_ptsz":     "cudaMemcpyToSymbolAsync",
+	"cudaMemcpyFromSymbolAsync_ptsz":   "cudaMemcpyFromSymbolAsync",
+	"cudaMemset2D_ptds":                "cudaMemset2D",
+	"cudaMemset2DAsync_ptsz":           "cudaMemset2DAsync",
 }
 
 // AllFuncs are all keys GroundTruth.Calls may have.
@@ -100,6 +116,9 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaMemcpy2DAsync_ptsz", "cudaMemsetAsync_ptsz", "cudaStreamSynchronize_ptsz",
 	"cudaGraphLaunch_ptsz", "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz",
 	"cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel_ptsz",
+	"cudaMemcpy3DAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeerAsync_ptsz",
+	"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz",
+	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2DAsync", "cudaMemset2DAsync_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
@@ -127,8 +146,8 @@ var (
 )
 
 // MemcpyKinds are the keys of GroundTruth.MemcpyBytes (cudaMemcpyKind 0..4);
-// MemcpyCalls also has "unknown" for invalid kinds. With --extra both also
-// have MemcpyPeer.
+// MemcpyCalls also has "unknown" for invalid kinds. With --extra or --ptsz
+// both also have MemcpyPeer.
 var MemcpyKinds = []string{"h2h", "h2d", "d2h", "d2d", "default"}
 
 // MemcpyPeer is the memcpy_bytes/memcpy_calls key of peer-to-peer copies.
@@ -138,9 +157,14 @@ const MemcpyPeer = "p2p"
 // kind, and the peer copies under MemcpyPeer.
 var (
 	memcpyFuncs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz", "cudaMemcpy2D", "cudaMemcpy2DAsync",
-		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz"}
-	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync"}
-	memsetFuncs     = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz"}
+		"cudaMemcpy_ptds", "cudaMemcpy2D_ptds", "cudaMemcpy2DAsync_ptsz", "cudaMemcpy3D", "cudaMemcpy3DAsync",
+		"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+		"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds",
+		"cudaMemcpyToSymbolAsync_ptsz", "cudaMemcpyFromSymbolAsync_ptsz"}
+	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
+		"cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz"}
+	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz",
+		"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz"}
 )
 
 // GroundTruth is what the workload did in all its measured phases so far,

@@ -45,6 +45,14 @@ var countedFuncs = map[string]counts{
 	"cudaMemcpy2D_ptds": {label: "cudaMemcpy2D_ptds"}, "cudaMemcpy2DAsync_ptsz": {label: "cudaMemcpy2DAsync_ptsz"},
 	"cudaGraphLaunch_ptsz": {label: "cudaGraphLaunch_ptsz"}, "cudaMallocAsync_ptsz": {label: "cudaMallocAsync_ptsz"},
 	"cudaFreeAsync_ptsz": {label: "cudaFreeAsync_ptsz"},
+	"cudaMemcpy3D":       {label: "cudaMemcpy3D"}, "cudaMemcpy3DAsync": {label: "cudaMemcpy3DAsync"},
+	"cudaMemcpy3D_ptds": {label: "cudaMemcpy3D_ptds"}, "cudaMemcpy3DAsync_ptsz": {label: "cudaMemcpy3DAsync_ptsz"},
+	"cudaMemcpy3DPeer": {label: "cudaMemcpy3DPeer"}, "cudaMemcpy3DPeerAsync": {label: "cudaMemcpy3DPeerAsync"},
+	"cudaMemcpy3DPeer_ptds": {label: "cudaMemcpy3DPeer_ptds"}, "cudaMemcpy3DPeerAsync_ptsz": {label: "cudaMemcpy3DPeerAsync_ptsz"},
+	"cudaMemcpyToSymbol": {label: "cudaMemcpyToSymbol"}, "cudaMemcpyFromSymbol": {label: "cudaMemcpyFromSymbol"},
+	"cudaMemcpyToSymbolAsync": {label: "cudaMemcpyToSymbolAsync"}, "cudaMemcpyFromSymbolAsync": {label: "cudaMemcpyFromSymbolAsync"},
+	"cudaMemcpyToSymbol_ptds": {label: "cudaMemcpyToSymbol_ptds"}, "cudaMemcpyFromSymbol_ptds": {label: "cudaMemcpyFromSymbol_ptds"},
+	"cudaMemcpyToSymbolAsync_ptsz": {label: "cudaMemcpyToSymbolAsync_ptsz"}, "cudaMemcpyFromSymbolAsync_ptsz": {label: "cudaMemcpyFromSymbolAsync_ptsz"},
 
 	"cudaStreamSynchronize": {label: "cudaStreamSync", diag: true}, "cudaEventSynchronize": {label: "cudaEventSync", diag: true},
 	"cudaMemset": {label: "cudaMemset", diag: true}, "cudaMemsetAsync": {label: "cudaMemsetAsync", diag: true},
@@ -52,6 +60,8 @@ var countedFuncs = map[string]counts{
 	"cudaDeviceSynchronize":      {label: "cudaDeviceSynchronize", diag: true},
 	"cudaStreamSynchronize_ptsz": {label: "cudaStreamSynchronize_ptsz", diag: true},
 	"cudaMemset_ptds":            {label: "cudaMemset_ptds", diag: true}, "cudaMemsetAsync_ptsz": {label: "cudaMemsetAsync_ptsz", diag: true},
+	"cudaMemset2D": {label: "cudaMemset2D", diag: true}, "cudaMemset2DAsync": {label: "cudaMemset2DAsync", diag: true},
+	"cudaMemset2D_ptds": {label: "cudaMemset2D_ptds", diag: true}, "cudaMemset2DAsync_ptsz": {label: "cudaMemset2DAsync_ptsz", diag: true},
 
 	"cudaLaunchKernel": {label: "cudaLaunchKernel", launch: true}, "cudaLaunchKernel_ptsz": {label: "cudaLaunchKernel_ptsz", launch: true},
 	"cudaLaunchKernelExC":              {label: "cudaLaunchKernelExC", launch: true},

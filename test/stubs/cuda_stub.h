@@ -45,6 +45,7 @@ enum {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
+	cudaErrorInvalidSymbol = 13,
 	cudaErrorInvalidMemcpyDirection = 21,
 	cudaErrorInvalidDeviceFunction = 98,
 	cudaErrorInvalidDevice = 101,
@@ -130,6 +131,21 @@ struct cudaMemcpy3DParms {
 };
 _Static_assert(offsetof(struct cudaMemcpy3DParms, extent) == 128, "cudaMemcpy3DParms.extent offset");
 _Static_assert(offsetof(struct cudaMemcpy3DParms, kind) == 152, "cudaMemcpy3DParms.kind offset");
+struct cudaMemcpy3DPeerParms {
+	cudaArray_t srcArray;
+	struct cudaPos srcPos;
+	struct cudaPitchedPtr srcPtr;
+	int srcDevice;
+	cudaArray_t dstArray;
+	struct cudaPos dstPos;
+	struct cudaPitchedPtr dstPtr;
+	int dstDevice;
+	struct cudaExtent extent;
+};
+/* bpf/args.h reads the extent (and the kind) at these offsets. */
+_Static_assert(offsetof(struct cudaMemcpy3DPeerParms, dstDevice) == 136, "cudaMemcpy3DPeerParms.dstDevice offset");
+_Static_assert(offsetof(struct cudaMemcpy3DPeerParms, extent) == 144, "cudaMemcpy3DPeerParms.extent offset");
+_Static_assert(sizeof(struct cudaMemcpy3DPeerParms) == 168, "cudaMemcpy3DPeerParms size");
 
 typedef struct {
 	unsigned long long flags;
@@ -191,6 +207,30 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemcpy2DAsync, (void *dst, size_t dpitch, const void *src,      \
 			      size_t spitch, size_t width, size_t height,     \
 			      enum cudaMemcpyKind kind, cudaStream_t stream)) \
+	X(cudaMemcpy3D, (const struct cudaMemcpy3DParms *p))                  \
+	X(cudaMemcpy3DAsync, (const struct cudaMemcpy3DParms *p,              \
+			      cudaStream_t stream))                           \
+	X(cudaMemcpy3DPeer, (const struct cudaMemcpy3DPeerParms *p))          \
+	X(cudaMemcpy3DPeerAsync, (const struct cudaMemcpy3DPeerParms *p,      \
+				  cudaStream_t stream))                       \
+	X(cudaMemcpyToSymbol, (const void *symbol, const void *src,           \
+			       size_t count, size_t offset,                   \
+			       enum cudaMemcpyKind kind))                     \
+	X(cudaMemcpyFromSymbol, (void *dst, const void *symbol, size_t count, \
+				 size_t offset, enum cudaMemcpyKind kind))    \
+	X(cudaMemcpyToSymbolAsync, (const void *symbol, const void *src,      \
+				    size_t count, size_t offset,              \
+				    enum cudaMemcpyKind kind,                 \
+				    cudaStream_t stream))                     \
+	X(cudaMemcpyFromSymbolAsync, (void *dst, const void *symbol,          \
+				      size_t count, size_t offset,            \
+				      enum cudaMemcpyKind kind,               \
+				      cudaStream_t stream))                   \
+	X(cudaMemset2D, (void *devPtr, size_t pitch, int value, size_t width, \
+			 size_t height))                                      \
+	X(cudaMemset2DAsync, (void *devPtr, size_t pitch, int value,          \
+			      size_t width, size_t height,                    \
+			      cudaStream_t stream))                           \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -216,6 +256,31 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemcpy2DAsync_ptsz, (void *dst, size_t dpitch, const void *src, \
 				   size_t spitch, size_t width,               \
 				   size_t height, enum cudaMemcpyKind kind,   \
+				   cudaStream_t stream))                      \
+	X(cudaMemcpy3D_ptds, (const struct cudaMemcpy3DParms *p))             \
+	X(cudaMemcpy3DAsync_ptsz, (const struct cudaMemcpy3DParms *p,         \
+				   cudaStream_t stream))                      \
+	X(cudaMemcpy3DPeer_ptds, (const struct cudaMemcpy3DPeerParms *p))     \
+	X(cudaMemcpy3DPeerAsync_ptsz, (const struct cudaMemcpy3DPeerParms *p, \
+				       cudaStream_t stream))                  \
+	X(cudaMemcpyToSymbol_ptds, (const void *symbol, const void *src,      \
+				    size_t count, size_t offset,              \
+				    enum cudaMemcpyKind kind))                \
+	X(cudaMemcpyFromSymbol_ptds, (void *dst, const void *symbol,          \
+				      size_t count, size_t offset,            \
+				      enum cudaMemcpyKind kind))              \
+	X(cudaMemcpyToSymbolAsync_ptsz, (const void *symbol, const void *src, \
+					 size_t count, size_t offset,         \
+					 enum cudaMemcpyKind kind,            \
+					 cudaStream_t stream))                \
+	X(cudaMemcpyFromSymbolAsync_ptsz, (void *dst, const void *symbol,     \
+					   size_t count, size_t offset,       \
+					   enum cudaMemcpyKind kind,          \
+					   cudaStream_t stream))              \
+	X(cudaMemset2D_ptds, (void *devPtr, size_t pitch, int value,          \
+			      size_t width, size_t height))                   \
+	X(cudaMemset2DAsync_ptsz, (void *devPtr, size_t pitch, int value,     \
+				   size_t width, size_t height,               \
 				   cudaStream_t stream))                      \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \

@@ -321,6 +321,38 @@ INTERNAL cudaError_t do_memcpy_peer(int mode, void *dst, int dstDevice, const vo
 	return cudaSuccess;
 }
 
+/* The extent's width is in bytes for linear memory: width x height x
+ * depth bytes, with the pitches of srcPtr/dstPtr only spacing the rows. */
+INTERNAL cudaError_t do_memcpy_3d(int mode, const struct cudaMemcpy3DParms *p,
+				  cudaStream_t stream)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	sink = p->srcPtr.pitch ^ p->dstPtr.pitch;
+	return do_memcpy(mode, p->dstPtr.ptr, p->srcPtr.ptr,
+			 p->extent.width * p->extent.height * p->extent.depth, p->kind, stream);
+}
+
+INTERNAL cudaError_t do_memcpy_3d_peer(int mode, const struct cudaMemcpy3DPeerParms *p,
+				       cudaStream_t stream)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	return do_memcpy_peer(mode, p->dstPtr.ptr, p->dstDevice, p->srcPtr.ptr, p->srcDevice,
+			      p->extent.width * p->extent.height * p->extent.depth, stream);
+}
+
+/* A NULL symbol is no registered __device__ variable. */
+INTERNAL cudaError_t do_memcpy_symbol(int mode, void *dst, const void *src, const void *symbol,
+				      size_t count, size_t offset, enum cudaMemcpyKind kind,
+				      cudaStream_t stream)
+{
+	sink = offset;
+	if (!symbol)
+		return cudaErrorInvalidSymbol;
+	return do_memcpy(mode, dst, src, count, kind, stream);
+}
+
 INTERNAL cudaError_t do_memset(int mode, void *devPtr, int value, size_t count, cudaStream_t stream)
 {
 	cudaError_t rc;
@@ -674,6 +706,74 @@ EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
 	WRAP(do_memcpy_2d(ASYNC, dst, dpitch, src, spitch, width, height, kind, stream));
 }
 
+EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
+{
+	WRAP(do_memcpy_3d(SYNC, p, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d(ASYNC, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
+{
+	WRAP(do_memcpy_3d_peer(SYNC, p, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p,
+					 cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d_peer(ASYNC, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count,
+				      size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, (void *)symbol, src, symbol, count, offset, kind, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count,
+					size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, dst, symbol, symbol, count, offset, kind, NULL));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count,
+					   size_t offset, enum cudaMemcpyKind kind,
+					   cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC, (void *)symbol, src, symbol, count, offset, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count,
+					     size_t offset, enum cudaMemcpyKind kind,
+					     cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC, dst, symbol, symbol, count, offset, kind, stream));
+}
+
+/* A row wider than its pitch is cudaErrorInvalidValue. */
+static cudaError_t do_memset_2d(int mode, void *devPtr, size_t pitch, int value, size_t width,
+				size_t height, cudaStream_t stream)
+{
+	if (width > pitch && height > 1)
+		return cudaErrorInvalidValue;
+	return do_memset(mode, devPtr, value, width * height, stream);
+}
+
+EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width,
+				size_t height)
+{
+	WRAP(do_memset_2d(SYNC, devPtr, pitch, value, width, height, NULL));
+}
+
+EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width,
+				     size_t height, cudaStream_t stream)
+{
+	WRAP(do_memset_2d(ASYNC, devPtr, pitch, value, width, height, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -745,6 +845,67 @@ EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *
 					  enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	WRAP(do_memcpy_2d(ASYNC_PTSZ, dst, dpitch, src, spitch, width, height, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p)
+{
+	WRAP(do_memcpy_3d(SYNC, p, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d(ASYNC_PTSZ, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeer_ptds(const struct cudaMemcpy3DPeerParms *p)
+{
+	WRAP(do_memcpy_3d_peer(SYNC, p, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpy3DPeerAsync_ptsz(const struct cudaMemcpy3DPeerParms *p,
+					      cudaStream_t stream)
+{
+	WRAP(do_memcpy_3d_peer(ASYNC_PTSZ, p, stream));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t count,
+					   size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, (void *)symbol, src, symbol, count, offset, kind,
+			      PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t count,
+					     size_t offset, enum cudaMemcpyKind kind)
+{
+	WRAP(do_memcpy_symbol(SYNC, dst, symbol, symbol, count, offset, kind, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src,
+						size_t count, size_t offset,
+						enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC_PTSZ, (void *)symbol, src, symbol, count, offset, kind,
+			      stream));
+}
+
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t count,
+						  size_t offset, enum cudaMemcpyKind kind,
+						  cudaStream_t stream)
+{
+	WRAP(do_memcpy_symbol(ASYNC_PTSZ, dst, symbol, symbol, count, offset, kind, stream));
+}
+
+EXPORT cudaError_t cudaMemset2D_ptds(void *devPtr, size_t pitch, int value, size_t width,
+				     size_t height)
+{
+	WRAP(do_memset_2d(SYNC, devPtr, pitch, value, width, height, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value, size_t width,
+					  size_t height, cudaStream_t stream)
+{
+	WRAP(do_memset_2d(ASYNC_PTSZ, devPtr, pitch, value, width, height, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

@@ -79,6 +79,11 @@ enum {
 	F_MEMCPY_PTDS, F_MEMCPY_2D_PTDS, F_MEMCPY_2D_ASYNC_PTSZ, F_MEMSET_PTDS,
 	F_MEMSET_ASYNC_PTSZ, F_STREAM_SYNC_PTSZ, F_GRAPH_LAUNCH_PTSZ,
 	F_MALLOC_ASYNC_PTSZ, F_FREE_ASYNC_PTSZ, F_LAUNCH_EXC_PTSZ, F_LAUNCH_COOP_PTSZ,
+	F_MEMCPY_3D, F_MEMCPY_3D_ASYNC, F_MEMCPY_3D_PEER, F_MEMCPY_3D_PEER_ASYNC,
+	F_MEMCPY_3D_PTDS, F_MEMCPY_3D_ASYNC_PTSZ, F_MEMCPY_3D_PEER_PTDS, F_MEMCPY_3D_PEER_ASYNC_PTSZ,
+	F_TO_SYMBOL, F_FROM_SYMBOL, F_TO_SYMBOL_ASYNC, F_FROM_SYMBOL_ASYNC,
+	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
+	F_MEMSET_2D, F_MEMSET_2D_ASYNC, F_MEMSET_2D_PTDS, F_MEMSET_2D_ASYNC_PTSZ,
 	NFN
 };
 static const struct {
@@ -110,6 +115,16 @@ static const struct {
 	{"cudaGraphLaunch_ptsz", 1, G_PTSZ}, {"cudaMallocAsync_ptsz", 1, G_PTSZ},
 	{"cudaFreeAsync_ptsz", 1, G_PTSZ}, {"cudaLaunchKernelExC_ptsz", 1, G_PTSZ},
 	{"cudaLaunchCooperativeKernel_ptsz", 1, G_PTSZ},
+	{"cudaMemcpy3D", 0, G_EXTRA}, {"cudaMemcpy3DAsync", 1, G_EXTRA},
+	{"cudaMemcpy3DPeer", 0, G_EXTRA}, {"cudaMemcpy3DPeerAsync", 1, G_EXTRA},
+	{"cudaMemcpy3D_ptds", 0, G_PTSZ}, {"cudaMemcpy3DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemcpy3DPeer_ptds", 0, G_PTSZ}, {"cudaMemcpy3DPeerAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemcpyToSymbol", 0, G_EXTRA}, {"cudaMemcpyFromSymbol", 0, G_EXTRA},
+	{"cudaMemcpyToSymbolAsync", 1, G_EXTRA}, {"cudaMemcpyFromSymbolAsync", 1, G_EXTRA},
+	{"cudaMemcpyToSymbol_ptds", 0, G_PTSZ}, {"cudaMemcpyFromSymbol_ptds", 0, G_PTSZ},
+	{"cudaMemcpyToSymbolAsync_ptsz", 1, G_PTSZ}, {"cudaMemcpyFromSymbolAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemset2D", 0, G_EXTRA}, {"cudaMemset2DAsync", 1, G_EXTRA},
+	{"cudaMemset2D_ptds", 0, G_PTSZ}, {"cudaMemset2DAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -350,6 +365,99 @@ static void copy_2d(struct tally *t, int f, void *dst, size_t dpitch, const void
 	tally_copy(t, kind, width * height, rc);
 }
 
+/* f: one of the F_MEMCPY_3D* copies between linear buffers; width is in
+ * bytes, the pitches only space the rows (never counted). Peer copies
+ * count as p2p, the others under kind. */
+static void copy_3d(struct tally *t, int f, void *dst, const void *src, size_t width,
+		    size_t height, size_t depth, int kind, cudaStream_t s)
+{
+	struct cudaMemcpy3DParms p = {
+		.srcPtr = {(void *)src, width + 64, width, height},
+		.dstPtr = {dst, width + 128, width, height},
+		.extent = {width, height, depth},
+		.kind = kind,
+	};
+	struct cudaMemcpy3DPeerParms pp = {
+		.srcPtr = p.srcPtr, .srcDevice = 0, .dstPtr = p.dstPtr, .dstDevice = 1,
+		.extent = p.extent,
+	};
+	size_t bytes = width * height * depth;
+	cudaError_t rc;
+	switch (f) {
+	case F_MEMCPY_3D_ASYNC:
+		rc = CUDA(cudaMemcpy3DAsync)(&p, s);
+		break;
+	case F_MEMCPY_3D_PTDS:
+		rc = CUDA(cudaMemcpy3D_ptds)(&p);
+		break;
+	case F_MEMCPY_3D_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpy3DAsync_ptsz)(&p, s);
+		break;
+	case F_MEMCPY_3D_PEER:
+		rc = CUDA(cudaMemcpy3DPeer)(&pp);
+		break;
+	case F_MEMCPY_3D_PEER_ASYNC:
+		rc = CUDA(cudaMemcpy3DPeerAsync)(&pp, s);
+		break;
+	case F_MEMCPY_3D_PEER_PTDS:
+		rc = CUDA(cudaMemcpy3DPeer_ptds)(&pp);
+		break;
+	case F_MEMCPY_3D_PEER_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpy3DPeerAsync_ptsz)(&pp, s);
+		break;
+	default:
+		rc = CUDA(cudaMemcpy3D)(&p);
+	}
+	record(t, f, s, rc);
+	if (f == F_MEMCPY_3D_PEER || f == F_MEMCPY_3D_PEER_ASYNC || f == F_MEMCPY_3D_PEER_PTDS ||
+	    f == F_MEMCPY_3D_PEER_ASYNC_PTSZ) {
+		t->p2p_calls++;
+		if (rc == cudaSuccess)
+			t->p2p_bytes += bytes;
+	} else {
+		tally_copy(t, kind, bytes, rc);
+	}
+}
+
+/* The host-side address of a __device__ variable: the symbol the copies
+ * below name (the stub only checks that it is not NULL). */
+static char dev_symbol[1 << 16];
+
+/* f: one of the F_*_SYMBOL* copies: count bytes at offset into (To) or out
+ * of (From) dev_symbol, in kind's direction. */
+static void copy_symbol(struct tally *t, int f, void *host, size_t count, size_t offset,
+			int kind, cudaStream_t s)
+{
+	cudaError_t rc;
+	switch (f) {
+	case F_TO_SYMBOL:
+		rc = CUDA(cudaMemcpyToSymbol)(dev_symbol, host, count, offset, kind);
+		break;
+	case F_FROM_SYMBOL:
+		rc = CUDA(cudaMemcpyFromSymbol)(host, dev_symbol, count, offset, kind);
+		break;
+	case F_TO_SYMBOL_ASYNC:
+		rc = CUDA(cudaMemcpyToSymbolAsync)(dev_symbol, host, count, offset, kind, s);
+		break;
+	case F_FROM_SYMBOL_ASYNC:
+		rc = CUDA(cudaMemcpyFromSymbolAsync)(host, dev_symbol, count, offset, kind, s);
+		break;
+	case F_TO_SYMBOL_PTDS:
+		rc = CUDA(cudaMemcpyToSymbol_ptds)(dev_symbol, host, count, offset, kind);
+		break;
+	case F_FROM_SYMBOL_PTDS:
+		rc = CUDA(cudaMemcpyFromSymbol_ptds)(host, dev_symbol, count, offset, kind);
+		break;
+	case F_TO_SYMBOL_ASYNC_PTSZ:
+		rc = CUDA(cudaMemcpyToSymbolAsync_ptsz)(dev_symbol, host, count, offset, kind, s);
+		break;
+	default:
+		rc = CUDA(cudaMemcpyFromSymbolAsync_ptsz)(host, dev_symbol, count, offset, kind, s);
+	}
+	record(t, f, s, rc);
+	tally_copy(t, kind, count, rc);
+}
+
 static void copy_peer(struct tally *t, int async, void *dst, const void *src, size_t count,
 		      cudaStream_t s)
 {
@@ -372,6 +480,21 @@ static void set_mem(struct tally *t, int f, void *p, size_t count, cudaStream_t 
 	record(t, f, s, rc);
 	if (rc == cudaSuccess)
 		stream_row(t, (uintptr_t)s)->memset_bytes += count;
+}
+
+/* f: one of the F_MEMSET_2D* sets: width bytes in each of height rows
+ * pitch apart; the synchronous ones get s = NULL. */
+static void set_mem_2d(struct tally *t, int f, void *p, size_t pitch, size_t width,
+		       size_t height, cudaStream_t s)
+{
+	cudaError_t rc = f == F_MEMSET_2D_ASYNC ? CUDA(cudaMemset2DAsync)(p, pitch, 0, width, height, s)
+			 : f == F_MEMSET_2D_ASYNC_PTSZ
+				 ? CUDA(cudaMemset2DAsync_ptsz)(p, pitch, 0, width, height, s)
+			 : f == F_MEMSET_2D_PTDS ? CUDA(cudaMemset2D_ptds)(p, pitch, 0, width, height)
+						 : CUDA(cudaMemset2D)(p, pitch, 0, width, height);
+	record(t, f, s, rc);
+	if (rc == cudaSuccess)
+		stream_row(t, (uintptr_t)s)->memset_bytes += width * height;
 }
 
 /* NVTX (--nvtx), always through dlsym'd pointers: the library is opened
@@ -783,11 +906,31 @@ static void *worker_main(void *arg)
 				4 + i % 3, (i + 1) % 5, NULL);
 			copy_2d(t, F_MEMCPY_2D_ASYNC, host[0], 1024, kv, 512, 384, 2 + i % 5,
 				(i + 2) % 5, s1);
+			/* 3D copies: one direction and stream each (their series
+			 * stay within the process's share of the maps in full mode). */
+			copy_3d(t, F_MEMCPY_3D, weights, host[1], 96 + 32 * (i % 3), 3 + i % 4,
+				2 + i % 3, cudaMemcpyHostToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_ASYNC, host[0], kv, 160, 2 + i % 3, 1 + i % 5,
+				cudaMemcpyDeviceToHost, s[0]);
+			copy_3d(t, F_MEMCPY_3D_PEER, weights, kv, 256 + 16 * (i % 4), 5, 1 + i % 2,
+				cudaMemcpyDeviceToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC, weights, kv, 64, 4 + i % 3, 3,
+				cudaMemcpyDeviceToDevice, s[0]);
+			copy_symbol(t, F_TO_SYMBOL, host[1], 256 + 64 * (i % 4), 128 * (i % 3),
+				    cudaMemcpyHostToDevice, NULL);
+			copy_symbol(t, F_FROM_SYMBOL, host[0], 512 + 8 * (i % 5), 0,
+				    cudaMemcpyDeviceToHost, NULL);
+			copy_symbol(t, F_TO_SYMBOL_ASYNC, host[1], 1024, 64 * (i % 2),
+				    cudaMemcpyHostToDevice, s[0]);
+			copy_symbol(t, F_FROM_SYMBOL_ASYNC, host[0], 96 + 32 * (i % 3), 16,
+				    cudaMemcpyDeviceToHost, s[0]);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
 			set_mem(t, F_MEMSET, weights, 4096 * (i % 3 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
+			set_mem_2d(t, F_MEMSET_2D, weights, 1024, 512 + 64 * (i % 4), 3 + i % 3, NULL);
+			set_mem_2d(t, F_MEMSET_2D_ASYNC, kv, 256, 200, 1 + i % 7, s[0]);
 			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
 			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
 			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
@@ -809,8 +952,26 @@ static void *worker_main(void *arg)
 				2 + i % 3, (i + 4) % 5, NULL);
 			copy_2d(t, F_MEMCPY_2D_ASYNC_PTSZ, weights, 1024, kv, 1024, 256, 1 + i % 4,
 				i % 5, p1);
+			copy_3d(t, F_MEMCPY_3D_PTDS, kv, host[1], 48 + 16 * (i % 5), 2 + i % 2, 3,
+				cudaMemcpyDeviceToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_ASYNC_PTSZ, host[0], weights, 200, 1 + i % 4, 2 + i % 2,
+				cudaMemcpyDefault, s[0]);
+			copy_3d(t, F_MEMCPY_3D_PEER_PTDS, weights, kv, 128, 3 + i % 5, 2,
+				cudaMemcpyDeviceToDevice, NULL);
+			copy_3d(t, F_MEMCPY_3D_PEER_ASYNC_PTSZ, kv, weights, 72 + 8 * (i % 3), 2, 2 + i % 4,
+				cudaMemcpyDeviceToDevice, s[0]);
+			copy_symbol(t, F_TO_SYMBOL_PTDS, host[1], 192 + 16 * (i % 6), 0,
+				    cudaMemcpyHostToDevice, NULL);
+			copy_symbol(t, F_FROM_SYMBOL_PTDS, host[0], 640, 32 * (i % 4),
+				    cudaMemcpyDeviceToHost, NULL);
+			copy_symbol(t, F_TO_SYMBOL_ASYNC_PTSZ, host[1], 48 * (i % 5 + 1), 8,
+				    cudaMemcpyHostToDevice, s[0]);
+			copy_symbol(t, F_FROM_SYMBOL_ASYNC_PTSZ, host[0], 4096, 0,
+				    cudaMemcpyDeviceToHost, s[0]);
 			set_mem(t, F_MEMSET_PTDS, weights, 2048 * (i % 2 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
+			set_mem_2d(t, F_MEMSET_2D_PTDS, kv, 512, 300 + 20 * (i % 5), 2 + i % 4, NULL);
+			set_mem_2d(t, F_MEMSET_2D_ASYNC_PTSZ, weights, 128, 128, 4 + i % 2, s[0]);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
 			if (have_graphs && have_graph_ptsz)
 				graph_launch_ptsz(t, exec, p1);
@@ -951,12 +1112,12 @@ static void print_truth(const struct tally *t)
 	printf("},\"memcpy_bytes\":{");
 	for (int k = 0; k < 5; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_bytes[k]);
-	if (opt.extra)
+	if (opt.extra || opt.ptsz)
 		printf(",\"p2p\":%" PRIu64, t->p2p_bytes);
 	printf("},\"memcpy_calls\":{");
 	for (int k = 0; k < 6; k++)
 		printf("%s\"%s\":%" PRIu64, k ? "," : "", kind_name[k], t->memcpy_calls[k]);
-	if (opt.extra)
+	if (opt.extra || opt.ptsz)
 		printf(",\"p2p\":%" PRIu64, t->p2p_calls);
 	printf("},\"malloc_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
 	       ",\"active_bytes\":%" PRIu64 ",\"launches\":%" PRIu64
