@@ -115,6 +115,18 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 			nested = false;
 		if (as && *as < OP_MAX && !nested)
 			return *as;
+		/*
+		 * Ops of this file are handed over and the site is not one of
+		 * theirs (a path the runtime did not take while learning): a
+		 * handed op's probe is detached and leaves no marker, so only a
+		 * live marker of a probed op proves the runtime counted this
+		 * launch. Otherwise the driver counts it, as its own op
+		 * (ARCHITECTURE.md, "One trap per launch").
+		 */
+		if (text->handed && !as && nested && !rt_marker_live(ctx, m))
+			nested = false;
+		if (text->handed && !as && !nested)
+			return op;
 		if (nested) {
 			m->merged = 1;
 			/*

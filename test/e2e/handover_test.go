@@ -229,3 +229,49 @@ func TestOneTrapPerLaunchEveryAPI(t *testing.T) {
 		})
 	}
 }
+
+// After the handover, a runtime that reaches the driver from a call site it
+// did not use while learning (issue 30 item 6): nothing proves the runtime
+// counted those launches (its probe is detached, no live marker, no site
+// in rt_counted), so the driver counts them, under the driver's op. Before
+// the fix the driver skipped them as the runtime's: 300 of 300 lost.
+func TestOneTrapPerLaunchUnseenSite(t *testing.T) {
+	n, m := testutil.ScaleDown(2000), testutil.ScaleDown(1000)
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	pidA, gtA := runLaunch13Stalled(t, a, fixtures.Launch13, []string{"LAUNCH13_SPREAD_MS=4000"}, n, m, false)
+	pA := "pid=" + strconv.Itoa(pidA)
+	wantA := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
+	maps.Copy(wantA, anonymousLaunches(pA, n, m, gtA))
+	requireExact(t, a, wantA, pidA)
+	want := []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"}
+	var before map[string]uint64
+	err := testutil.Eventually(5*time.Second, func() error {
+		var counted []string
+		counted, before = handover(t, a)
+		if !slices.Equal(counted, want) {
+			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const nb, mb = 300, 200
+	pidB, gtB := runLaunch13Stalled(t, a, fixtures.Launch13, []string{"PROFI_STUB_LAUNCH=second-site"}, nb, mb, false)
+	pB := "pid=" + strconv.Itoa(pidB)
+	requireExact(t, a, values{
+		key("profi_cuda_malloc_bytes_total", pB):                                             0,
+		key("profi_cuda_active_memory_bytes", pB):                                            0,
+		key("profi_cuda_calls_total", "operation=cuLaunchKernel", pB, "stream=default"):      nb,
+		key("profi_cuda_calls_total", "operation=cuLaunchKernel_ptsz", pB, "stream=default"): mb,
+		key("profi_cuda_kernel_launches_total", "kernel=anonymous", pB):                      nb + mb,
+		key("profi_cuda_kernel_grid_blocks_total", pB):                                       float64(gtB.GridBlocks),
+		key("profi_cuda_kernel_block_threads_total", pB):                                     float64(gtB.BlockThreads),
+		key("profi_cuda_kernel_shared_memory_bytes_total", pB):                               float64(gtB.SharedBytes),
+	}, pidB)
+	_, after := handover(t, a)
+	if d := after["runtime_to_driver"] - before["runtime_to_driver"]; d != 0 {
+		t.Errorf("runtime_to_driver +%d: launches skipped at the driver with no runtime probe to count them, want 0", d)
+	}
+}

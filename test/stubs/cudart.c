@@ -35,6 +35,8 @@
  * PROFI_STUB_LAUNCH=runtime in the environment makes every launch return in
  * the runtime without calling the driver (a runtime that launches some other
  * way than through the driver's exported functions).
+ * PROFI_STUB_LAUNCH=second-site makes cudaLaunchKernel(_ptsz) reach the
+ * driver from other call sites of the runtime (issue 30 item 6).
  *
  * CUDA 13's launch entry points (what nvcc 13 lowers kernel<<<...>>> to):
  * __cudaGetKernel(&handle, hostStub) hands out an opaque cudaKernel_t (not
@@ -403,6 +405,37 @@ static cudaError_t launch_here(int ptsz, CUfunction f, dim3 grid, dim3 block, un
 	return cudaSuccess;
 }
 
+/* launch_second_site: PROFI_STUB_LAUNCH=second-site, read once (issue 30
+ * item 6): the runtime reaches the driver from call sites of its own that
+ * profi did not see while it learned (as a runtime with another code path
+ * for some launches would). */
+static int launch_second_site(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("PROFI_STUB_LAUNCH");
+		v = e && e[0] == 's';
+	}
+	return v;
+}
+
+/* The second call sites: not tail calls, so the driver's return address
+ * lies here, apart from do_launch's. */
+__attribute__((noinline)) static cudaError_t launch_elsewhere(int ptsz, CUfunction f, dim3 grid,
+							      dim3 block, unsigned shm,
+							      CUstream s, void **args)
+{
+	CUresult rc;
+	if (ptsz)
+		rc = cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+					 shm, s, args, NULL);
+	else
+		rc = cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shm, s,
+				    args, NULL);
+	__asm__ volatile("" ::: "memory");
+	return (cudaError_t)rc;
+}
+
 INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 			       dim3 block, void **args, size_t sharedMem,
 			       cudaStream_t stream)
@@ -424,6 +457,8 @@ INTERNAL cudaError_t do_launch(enum launch_api api, const void *func, dim3 grid,
 	unsigned shm = (unsigned)sharedMem;
 	if (launch_in_runtime())
 		return launch_here(api == L_PTSZ, f, grid, block, shm, s);
+	if (launch_second_site() && api != L_COOP)
+		return launch_elsewhere(api == L_PTSZ, f, grid, block, shm, s, args);
 	switch (api) {
 	case L_PTSZ:
 		return cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y,
