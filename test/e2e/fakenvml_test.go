@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -265,7 +266,46 @@ func TestXidFromKernelLog(t *testing.T) {
 		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
 		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
 	}
-	time.Sleep(2 * time.Second) // two more NVML polls: the NVML event of the same Xid is drained
+	// The NVML event of the same Xid must not count it twice: wait, by
+	// identity rather than for a while, until the poll that drained it
+	// has been published. The fake notes the delivery; the poll under way
+	// then (or an earlier one) is what /status shows, so a poll newer than
+	// the one shown after the note drained it.
+	delivered := scenario + ".delivered"
+	err = testutil.Eventually(10*time.Second, func() error {
+		b, err := os.ReadFile(delivered)
+		if err != nil || string(b) != "1\n" {
+			return fmt.Errorf("NVML event 1 not delivered yet (%q, %v)", b, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastPoll := func() (time.Time, error) {
+		var st pstatus.Doc
+		if err := a.Status(&st); err != nil {
+			return time.Time{}, err
+		}
+		if st.NVML == nil {
+			return time.Time{}, fmt.Errorf("no nvml in /status")
+		}
+		return st.NVML.LastPoll, nil
+	}
+	seen, err := lastPoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testutil.Eventually(10*time.Second, func() error {
+		p, err := lastPoll()
+		if err == nil && !p.After(seen) {
+			err = fmt.Errorf("last poll %v, waiting for one after %v", p, seen)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := a.Metrics()
 	if err != nil {
 		t.Fatal(err)
@@ -276,5 +316,81 @@ func TestXidFromKernelLog(t *testing.T) {
 	}
 	if want := map[string]float64{"0," + gpuA + ",79": 1}; !maps.Equal(got, want) {
 		t.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
+	}
+}
+
+// TestXidFromNVMLEvents: where the kernel log cannot be read (here a
+// mount namespace whose /dev is empty; in a pod without CAP_SYSLOG), Xids
+// are counted from NVML's events, each event once, on the GPU it names.
+// /status says the kernel log is not read.
+func TestXidFromNVMLEvents(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	scenario := filepath.Join(dir, "scenario")
+	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+	if err := testutil.WriteScenario(scenario, devices); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	addr, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs none /dev && exec "$@"`, "sh",
+		agentBin, "--listen", addr, "--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so", "--nvml-interval", "1"},
+		testutil.AgentArgs()...)
+	a, err := testutil.StartAgentCommand(context.Background(), addr, "/ready", argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("agent did not exit cleanly: %v\n%s", err, a.Logs())
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Logs())
+		}
+	})
+	var st struct {
+		KernelLog *pstatus.KernelLog `json:"kernel_log"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.KernelLog == nil || st.KernelLog.Running || st.KernelLog.Error == "" {
+		t.Fatalf("kernel_log %+v, want not running, with the error", st.KernelLog)
+	}
+	// Three events: two Xids on GPU A (one code twice), one on GPU B.
+	events := "xid " + gpuA + " 79 1\nxid " + gpuA + " 79 2\nxid " + gpuB + " 48 3\n"
+	if err := testutil.WriteScenario(scenario, devices+events); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"0," + gpuA + ",79": 2, "1," + gpuB + ",48": 1}
+	got := map[string]float64{}
+	err = testutil.Eventually(10*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		clear(got)
+		for _, s := range testutil.Samples(mfs["profi_gpu_xid_errors_total"]) {
+			got[s.Labels["gpu"]+","+s.Labels["gpu_uuid"]+","+s.Labels["xid"]] = s.Value
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(scenario + ".delivered"); err != nil || string(b) != "1\n2\n3\n" {
+		t.Errorf("events delivered %q (%v), want each of 1, 2, 3 once", b, err)
 	}
 }
