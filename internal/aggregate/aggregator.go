@@ -25,6 +25,8 @@ type Source interface {
 	NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error
 	// NCCLInflight reads the NCCL calls in progress, by pid_tgid.
 	NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) error
+	// CUDAInflight reads the timed CUDA calls in progress, by pid_tgid.
+	CUDAInflight(fn func(tid uint64, c *bpfobj.ProfiInflightCall)) error
 	NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error
 	Drops() ([bpfobj.NumDrops]uint64, error)
 	// DeletePIDs removes every key of these processes from every map.
@@ -456,6 +458,9 @@ func (a *Aggregator) Drain() error {
 	}
 	if err := a.watchInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight NCCL calls", "err", err)
+	}
+	if err := a.cudaInflight(live, a.opts.Monotonic()); err != nil {
+		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}
 	a.stragglers(live, began)
 	snap.NCCLStale = a.nccl.stale

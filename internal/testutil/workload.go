@@ -1092,6 +1092,19 @@ func (w *NCCLWorkload) Block(op string) error {
 	return nil
 }
 
+// BlockCUDA makes one cudaMemcpy that blocks inside the stub
+// runtime until the process is killed (a GPU that never answers), and
+// returns once the workload said it is about to make it. The rank answers
+// nothing more: Kill it.
+func (w *NCCLWorkload) BlockCUDA() error {
+	const want = "cuda-blocking cudaMemcpy"
+	line, err := w.exchange("cudablock", strconv.Quote(want), loadTimeout)
+	if err == nil && line != want {
+		err = w.errorf("printed %q, want %q", line, want)
+	}
+	return err
+}
+
 // SetDelay makes every later data call take at least ns of host time.
 func (w *NCCLWorkload) SetDelay(ns uint64) error {
 	want := fmt.Sprintf("delay %d", ns)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -393,4 +394,147 @@ func TestXidFromNVMLEvents(t *testing.T) {
 	if b, err := os.ReadFile(scenario + ".delivered"); err != nil || string(b) != "1\n2\n3\n" {
 		t.Errorf("events delivered %q (%v), want each of 1, 2, 3 once", b, err)
 	}
+}
+
+// TestXidBlastRadiusInFlight: a 2-rank NCCL job on the fake NVML's GPU A,
+// rank 0 blocked inside ncclAllReduce and rank 1 inside a device-to-host
+// cudaMemcpy (a GPU that never answers), a process on GPU B.
+// An Xid on GPU A lists exactly the two ranks, each with exactly the call
+// it is blocked in; the process on GPU B is not listed.
+func TestXidBlastRadiusInFlight(t *testing.T) {
+	testutil.RequireBPF(t)
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	scenario := filepath.Join(dir, "scenario")
+	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+	if err := testutil.WriteScenario(scenario, devices); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	a := startAgent(t, "--nvml-interval", "1", "--kmsg-trust-user")
+	ranks := startJob(t, a, 2, nil)
+	other := startWorkload(t, fixtures.Workload, nil)
+	waitAttached(t, a, other.PID)
+	procs := "proc " + gpuA + " " + strconv.Itoa(ranks[0].PID) + " 1024\n" +
+		"proc " + gpuA + " " + strconv.Itoa(ranks[1].PID) + " 1024\n" +
+		"proc " + gpuB + " " + strconv.Itoa(other.PID) + " 1024\n"
+	if err := testutil.WriteScenario(scenario, devices+procs); err != nil {
+		t.Fatal(err)
+	}
+	if err := ranks[0].Block("ncclAllReduce"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ranks[1].BlockCUDA(); err != nil {
+		t.Fatal(err)
+	}
+	// Each rank printed before its call: it is in the call, past the
+	// probe, once it sleeps in the stub's pause (its only syscall after
+	// the print).
+	for _, w := range ranks {
+		if err := testutil.Eventually(10*time.Second, func() error { return sleepingInPause(w.PID) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The second drain published after that began after both calls
+	// entered (the first may have read the maps before).
+	lastDrain := func() (time.Time, error) {
+		var st struct {
+			LastDrain time.Time `json:"last_drain"`
+		}
+		err := a.Status(&st)
+		return st.LastDrain, err
+	}
+	seen, err := lastDrain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err = testutil.Eventually(10*time.Second, func() error {
+			d, err := lastDrain()
+			if err == nil && !d.After(seen) {
+				err = fmt.Errorf("last drain %v, waiting for one after %v", d, seen)
+			}
+			if err == nil {
+				seen = d
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NVML must list the ranks on GPU A before the line is written.
+	err = testutil.Eventually(10*time.Second, func() error {
+		var st struct {
+			NVML *pstatus.NVML `json:"nvml"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if st.NVML == nil || !st.NVML.LastPoll.After(seen) {
+			return fmt.Errorf("no NVML poll after the drain yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/dev/kmsg", []byte("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err = testutil.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := st.Xids[0]
+	type inFlight struct {
+		pid        int
+		cuda, nccl []string
+	}
+	var got []inFlight
+	for _, p := range x.Processes {
+		got = append(got, inFlight{p.PID, slices.Sorted(maps.Keys(p.CUDAInFlight)), slices.Sorted(maps.Keys(p.NCCLInFlight))})
+		for op, age := range p.CUDAInFlight {
+			if age < 0 {
+				t.Errorf("pid %d: %s in flight with no age (every call is sampled by default)", p.PID, op)
+			}
+		}
+	}
+	want := []inFlight{{ranks[0].PID, nil, []string{"ncclAllReduce"}}, {ranks[1].PID, []string{"cudaMemcpy"}, nil}}
+	if x.GPUUUID != gpuA || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("xid on %s with processes and calls in flight %v, want %s with %v", x.GPUUUID, got, gpuA, want)
+	}
+	for _, w := range ranks {
+		w.Kill()
+	}
+}
+
+// sleepingInPause reports nil once pid sleeps in pause(2) (ppoll on arm64,
+// where glibc's pause is a ppoll without descriptors).
+func sleepingInPause(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return err
+	}
+	nr := map[string]string{"amd64": "34", "arm64": "73"}[runtime.GOARCH]
+	if f := strings.Fields(string(b)); len(f) == 0 || f[0] != nr {
+		return fmt.Errorf("pid %d in syscall %q, want pause (%s)", pid, b, nr)
+	}
+	return nil
 }
