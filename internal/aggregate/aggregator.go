@@ -151,10 +151,12 @@ type Namer interface {
 	Forget(pid int)
 }
 
-type family uint8
+// seriesFamily is a group of exported series that --max-time-series
+// counts apart (not an operation's ops.Family).
+type seriesFamily uint8
 
 const (
-	famCalls family = iota
+	famCalls seriesFamily = iota
 	famErrors
 	famMemcpy
 	famMemory // malloc bytes and active memory of a process
@@ -172,7 +174,7 @@ const (
 
 // tuple identifies one exported label tuple for the --max-time-series cap.
 type tuple struct {
-	fam  family
+	fam  seriesFamily
 	pid  int
 	gpu  string // gpu/gpu_uuid of per-process series
 	a, b string
