@@ -252,8 +252,8 @@ func New(opts Options) *Aggregator {
 // Snapshot returns the latest published snapshot; never nil.
 func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 
-// Drain pacing: a drain's work grows with the map keys (about 150 ms
-// for 5·10⁴ on a slow vCPU), so the pause after a drain grows with it,
+// Drain pacing: a drain's work grows with the map keys (measured in
+// docs/BENCHMARK.md, "Userspace cost"), so the pause after a drain grows with it,
 // keeping the drain under drainShare of one CPU. Snapshots are then at
 // most maxDrainPause old, well inside any scrape interval.
 const (

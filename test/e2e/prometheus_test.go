@@ -111,7 +111,7 @@ func (p *prometheusServer) query(expr string) ([]sample, error) {
 	return out, nil
 }
 
-// promqlExample is one query of docs/METRICS_REFERENCE.md.
+// promqlExample is one query of docs/NCCL-PROMQL.md.
 type promqlExample struct {
 	expr string
 	// by is the label the results are keyed by; want the exact values
@@ -198,18 +198,18 @@ var promqlExamples = []promqlExample{
 	},
 }
 
-// The PromQL examples of docs/METRICS_REFERENCE.md, run by a real
+// The PromQL examples of docs/NCCL-PROMQL.md, run by a real
 // Prometheus against a real agent watching a 2-rank NCCL job: the exact
 // ones equal the ground truth, the rate ones return exactly the expected
 // series. Every example is quoted verbatim in the document.
 func TestNCCLPromQLExamples(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/METRICS_REFERENCE.md")
+	doc, err := os.ReadFile("../../docs/NCCL-PROMQL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ex := range promqlExamples {
 		if !strings.Contains(string(doc), ex.expr) {
-			t.Errorf("docs/METRICS_REFERENCE.md does not quote %s", ex.expr)
+			t.Errorf("docs/NCCL-PROMQL.md does not quote %s", ex.expr)
 		}
 	}
 	a := startAgent(t)
