@@ -21,7 +21,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
-	proftest "github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/promtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -470,7 +470,7 @@ func TestLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		if f := p.Metric + ": " + p.Text; !slices.Contains(proftest.InterfaceLintFindings, f) {
+		if f := p.Metric + ": " + p.Text; !slices.Contains(promtest.InterfaceLintFindings, f) {
 			t.Errorf("lint finding not forced by the interface: %s", f)
 		}
 	}
@@ -479,7 +479,7 @@ func TestLint(t *testing.T) {
 func TestPromtool(t *testing.T) {
 	t.Parallel()
 	reg := newExposition(t, newCollector(t))
-	proftest.CheckPromtool(t, exposition(t, reg, true))
+	promtest.CheckPromtool(t, exposition(t, reg, true))
 }
 
 func TestSelfBuckets(t *testing.T) {

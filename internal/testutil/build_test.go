@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 var (
@@ -482,7 +484,7 @@ func TestBuildFixturesConcurrentAndCached(t *testing.T) {
 }
 
 func TestRepoRoot(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

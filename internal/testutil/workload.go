@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // The function lists below name test/workloads/workload.c's groups and
@@ -1162,7 +1164,7 @@ const gpuWorkloadSrc = "test/workloads/gpu_workload.c"
 // against fx's stub runtime (found through its RUNPATH). A program, not a
 // library: rebuilding it cannot strand uprobes.
 func BuildGPUWorkload(fx *Fixtures, dir string) (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 
 	pstatus "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // TestFakeNVMLProcessUtilizationAndGPM: the real agent loads a fake
@@ -89,7 +90,7 @@ gpmval %s 2 99
 		"profi_gpu_gpm_bytes_per_second{0," + gpuA + ",pcie,tx}":                 100 << 20,
 	}
 	got := map[string]float64{}
-	err = testutil.Eventually(20*time.Second, func() error {
+	err = testenv.Eventually(20*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -161,7 +162,7 @@ func TestFakeNVMLGPMOff(t *testing.T) {
 	t.Setenv("PROFI_NVML_LIBRARY", lib)
 	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
 	a := startAgent(t, "--nvml-interval", "1", "--gpm=off")
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		var st struct {
 			NVML *pstatus.NVML `json:"nvml"`
 		}
@@ -231,7 +232,7 @@ func TestXidFromKernelLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The NVML snapshot must list the workload before the line is written.
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -250,7 +251,7 @@ func TestXidFromKernelLog(t *testing.T) {
 	var st struct {
 		Xids []pstatus.Xid `json:"xids"`
 	}
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		if err := a.Status(&st); err != nil {
 			return err
 		}
@@ -273,7 +274,7 @@ func TestXidFromKernelLog(t *testing.T) {
 	// then (or an earlier one) is what /status shows, so a poll newer than
 	// the one shown after the note drained it.
 	delivered := scenario + ".delivered"
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		b, err := os.ReadFile(delivered)
 		if err != nil || string(b) != "1\n" {
 			return fmt.Errorf("NVML event 1 not delivered yet (%q, %v)", b, err)
@@ -297,7 +298,7 @@ func TestXidFromKernelLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		p, err := lastPoll()
 		if err == nil && !p.After(seen) {
 			err = fmt.Errorf("last poll %v, waiting for one after %v", p, seen)
@@ -374,7 +375,7 @@ func TestXidFromNVMLEvents(t *testing.T) {
 	}
 	want := map[string]float64{"0," + gpuA + ",79": 2, "1," + gpuB + ",48": 1}
 	got := map[string]float64{}
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -436,7 +437,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 	// probe, once it sleeps in the stub's pause (its only syscall after
 	// the print).
 	for _, w := range ranks {
-		if err := testutil.Eventually(10*time.Second, func() error { return sleepingInPause(w.PID) }); err != nil {
+		if err := testenv.Eventually(10*time.Second, func() error { return sleepingInPause(w.PID) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -454,7 +455,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		err = testutil.Eventually(10*time.Second, func() error {
+		err = testenv.Eventually(10*time.Second, func() error {
 			d, err := lastDrain()
 			if err == nil && !d.After(seen) {
 				err = fmt.Errorf("last drain %v, waiting for one after %v", d, seen)
@@ -469,7 +470,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 		}
 	}
 	// NVML must list the ranks on GPU A before the line is written.
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		var st struct {
 			NVML *pstatus.NVML `json:"nvml"`
 		}
@@ -490,7 +491,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 	var st struct {
 		Xids []pstatus.Xid `json:"xids"`
 	}
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		if err := a.Status(&st); err != nil {
 			return err
 		}

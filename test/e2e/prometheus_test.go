@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // prometheusServer is a real Prometheus scraping one agent every second.
@@ -25,7 +26,7 @@ func startPrometheus(t *testing.T, agentURL string) *prometheusServer {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			t.Fatalf("prometheus not installed (apt-get install prometheus): %v", err)
 		}
 		t.Skip("prometheus not installed")
@@ -59,7 +60,7 @@ func startPrometheus(t *testing.T, agentURL string) *prometheusServer {
 		}
 	})
 	p := &prometheusServer{url: "http://" + addr}
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		v, err := p.query(`up{job="profi"}`)
 		if err == nil && (len(v) != 1 || v[0].value != 1) {
 			err = fmt.Errorf("up = %+v", v)
@@ -225,7 +226,7 @@ func TestNCCLPromQLExamples(t *testing.T) {
 	requireNCCLExact(t, a, gts)
 	p := startPrometheus(t, a.URL)
 	for _, ex := range promqlExamples {
-		err := testutil.Eventually(15*time.Second, func() error {
+		err := testenv.Eventually(15*time.Second, func() error {
 			res, err := p.query(ex.expr)
 			if err != nil {
 				return err
