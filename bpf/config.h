@@ -19,7 +19,8 @@ const volatile u32 max_streams_per_pid = 32;
  * quota, for a map of 64 entries or fewer, whose share would be all of
  * it). The defaults here are those of the default sizes.
  */
-const volatile u32 pid_share[QUOTA_MAPS] = {512, 2048, 256, 32768, 32768, 4096};
+const volatile u32 pid_share[QUOTA_MAPS] = {512,  2048, 256,  32768, 32768, 4096,
+					    4096, 1024, 4096, 16384, 2560,  1024};
 
 /* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
 const volatile u32 kernel_mode = 1;

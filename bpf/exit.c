@@ -77,7 +77,7 @@ int thread_exit(void *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
 
-	bpf_map_delete_elem(&nccl_inflight, &id);
+	delete_admitted(&nccl_inflight, &id, id >> 32, QUOTA_NCCL_INFLIGHT);
 	bpf_map_delete_elem(&thread_device, &id);
 	if (nvtx_enabled)
 		bpf_map_delete_elem(&nvtx_stack, &id);

@@ -165,10 +165,14 @@ struct {
 	__type(value, struct capture);
 } captures SEC(".maps");
 
-/* Events recorded on a capturing stream: waiting on one joins its capture. LRU: events are not
- * tracked to their destruction. */
+/*
+ * Events recorded on a capturing stream: waiting on one joins its capture.
+ * Not LRU, so that no process can evict another's: each event holds a unit
+ * of its process's share until it is recorded again outside a capture, or
+ * the process exits (events are not tracked to their destruction).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct handle_key); /* pid, event */
 	__type(value, u64);		/* graph id */
@@ -271,9 +275,13 @@ struct {
 	__type(value, struct nccl_call);
 } nccl_inflight SEC(".maps");
 
-/* Communicators seen at init, per process: rank, size, unique id. */
+/*
+ * Communicators seen at init, per process: rank, size, unique id. Not LRU,
+ * so that no process can evict another's: each holds a unit of its
+ * process's share until the process exits.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct nccl_comm_key);
 	__type(value, struct nccl_comm);

@@ -33,10 +33,11 @@ enum drop {
 	DROP_GRAPH_QUOTA = 15,	 /* a process's graphs or executable graphs beyond their cap */
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
-	DROP_PID_QUOTA = 18, /* a process's share of a shared map used up (or pid_quotas full) */
-	DROP_RT_LEARN = 19,  /* rt_sites or rt_ops full: a runtime file's launches stay counted by
-				its own probes (two traps), nothing is lost */
-	DROP_MAX = 20,
+	DROP_PID_QUOTA = 18,  /* a process's share of a shared map used up (or pid_quotas full) */
+	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full: a runtime file's launches stay counted by
+				 its own probes (two traps), nothing is lost */
+	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
+	DROP_MAX = 21,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -410,9 +411,12 @@ struct capture {
 
 /*
  * The shared maps whose keys a process creates at will (raw stream
- * handles, return codes, communicator and graph handles, device pointers):
- * each process may hold at most its share of each (pid_share[], set by
- * userspace from the map sizes: max_entries/4, at least 64).
+ * handles, return codes, communicator, capture, event and graph handles,
+ * device pointers, threads): each process may hold at most its share of
+ * each (pid_share[], set by userspace from the map sizes: max_entries/4,
+ * at least 64). The first six are counters, whose keys stay until the
+ * process exits (malloc_sizes: until the free); the others hold state,
+ * and a deleted key gives its unit back (store_admitted, delete_admitted).
  */
 enum quota_map {
 	QUOTA_AGGREGATED = 0,
@@ -421,7 +425,13 @@ enum quota_map {
 	QUOTA_MALLOC_SIZES = 3,
 	QUOTA_GRAPH_NODES = 4,
 	QUOTA_GRAPH_REPLAYS = 5,
-	QUOTA_MAPS = 6,
+	QUOTA_CAPTURE_STREAMS = 6,
+	QUOTA_CAPTURES = 7,
+	QUOTA_CAPTURE_EVENTS = 8,
+	QUOTA_GRAPH_IDS = 9,
+	QUOTA_NCCL_INFLIGHT = 10,
+	QUOTA_NCCL_COMMS = 11,
+	QUOTA_MAPS = 12,
 };
 
 /*

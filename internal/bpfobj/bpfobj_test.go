@@ -112,12 +112,15 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_GRAPH_MAPS": uint64(DropGraphMaps), "DROP_GRAPH_QUOTA": uint64(DropGraphQuota),
 			"DROP_GRAPH_REPLAYS": uint64(DropGraphReplays), "DROP_CAPTURE": uint64(DropCapture),
 			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_RT_LEARN": uint64(DropRuntimeLearn),
-			"DROP_MAX": uint64(NumDrops),
+			"DROP_NCCL_COMMS": uint64(DropNCCLComms), "DROP_MAX": uint64(NumDrops),
 		}},
 		{"quota_map", map[string]uint64{
 			"QUOTA_AGGREGATED": uint64(QuotaAggregated), "QUOTA_LAUNCH_AGG": uint64(QuotaLaunchAgg),
 			"QUOTA_NCCL_AGG": uint64(QuotaNCCLAgg), "QUOTA_MALLOC_SIZES": uint64(QuotaMallocSizes),
 			"QUOTA_GRAPH_NODES": uint64(QuotaGraphNodes), "QUOTA_GRAPH_REPLAYS": uint64(QuotaGraphReplays),
+			"QUOTA_CAPTURE_STREAMS": uint64(QuotaCaptureStreams), "QUOTA_CAPTURES": uint64(QuotaCaptures),
+			"QUOTA_CAPTURE_EVENTS": uint64(QuotaCaptureEvents), "QUOTA_GRAPH_IDS": uint64(QuotaGraphIDs),
+			"QUOTA_NCCL_INFLIGHT": uint64(QuotaNCCLInflight), "QUOTA_NCCL_COMMS": uint64(QuotaNCCLComms),
 			"QUOTA_MAPS": uint64(NumQuotaMaps),
 		}},
 	}

@@ -45,6 +45,7 @@ const (
 	DropCapture      Drop = ProfiDropDROP_CAPTURE
 	DropPIDQuota     Drop = ProfiDropDROP_PID_QUOTA
 	DropRuntimeLearn Drop = ProfiDropDROP_RT_LEARN
+	DropNCCLComms    Drop = ProfiDropDROP_NCCL_COMMS
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -83,23 +84,35 @@ type QuotaMap = ProfiQuotaMap
 
 // The shared maps with per-process quotas.
 const (
-	QuotaAggregated   QuotaMap = ProfiQuotaMapQUOTA_AGGREGATED
-	QuotaLaunchAgg    QuotaMap = ProfiQuotaMapQUOTA_LAUNCH_AGG
-	QuotaNCCLAgg      QuotaMap = ProfiQuotaMapQUOTA_NCCL_AGG
-	QuotaMallocSizes  QuotaMap = ProfiQuotaMapQUOTA_MALLOC_SIZES
-	QuotaGraphNodes   QuotaMap = ProfiQuotaMapQUOTA_GRAPH_NODES
-	QuotaGraphReplays QuotaMap = ProfiQuotaMapQUOTA_GRAPH_REPLAYS
-	NumQuotaMaps      QuotaMap = ProfiQuotaMapQUOTA_MAPS
+	QuotaAggregated     QuotaMap = ProfiQuotaMapQUOTA_AGGREGATED
+	QuotaLaunchAgg      QuotaMap = ProfiQuotaMapQUOTA_LAUNCH_AGG
+	QuotaNCCLAgg        QuotaMap = ProfiQuotaMapQUOTA_NCCL_AGG
+	QuotaMallocSizes    QuotaMap = ProfiQuotaMapQUOTA_MALLOC_SIZES
+	QuotaGraphNodes     QuotaMap = ProfiQuotaMapQUOTA_GRAPH_NODES
+	QuotaGraphReplays   QuotaMap = ProfiQuotaMapQUOTA_GRAPH_REPLAYS
+	QuotaCaptureStreams QuotaMap = ProfiQuotaMapQUOTA_CAPTURE_STREAMS
+	QuotaCaptures       QuotaMap = ProfiQuotaMapQUOTA_CAPTURES
+	QuotaCaptureEvents  QuotaMap = ProfiQuotaMapQUOTA_CAPTURE_EVENTS
+	QuotaGraphIDs       QuotaMap = ProfiQuotaMapQUOTA_GRAPH_IDS
+	QuotaNCCLInflight   QuotaMap = ProfiQuotaMapQUOTA_NCCL_INFLIGHT
+	QuotaNCCLComms      QuotaMap = ProfiQuotaMapQUOTA_NCCL_COMMS
+	NumQuotaMaps        QuotaMap = ProfiQuotaMapQUOTA_MAPS
 )
 
 // QuotaMapNames are the maps of the quota_map ids.
 var QuotaMapNames = [NumQuotaMaps]string{
-	QuotaAggregated:   ProfiMapAggregated,
-	QuotaLaunchAgg:    ProfiMapLaunchAgg,
-	QuotaNCCLAgg:      ProfiMapNcclAgg,
-	QuotaMallocSizes:  ProfiMapMallocSizes,
-	QuotaGraphNodes:   ProfiMapGraphNodes,
-	QuotaGraphReplays: ProfiMapGraphReplays,
+	QuotaAggregated:     ProfiMapAggregated,
+	QuotaLaunchAgg:      ProfiMapLaunchAgg,
+	QuotaNCCLAgg:        ProfiMapNcclAgg,
+	QuotaMallocSizes:    ProfiMapMallocSizes,
+	QuotaGraphNodes:     ProfiMapGraphNodes,
+	QuotaGraphReplays:   ProfiMapGraphReplays,
+	QuotaCaptureStreams: ProfiMapCaptureStreams,
+	QuotaCaptures:       ProfiMapCaptures,
+	QuotaCaptureEvents:  ProfiMapCaptureEvents,
+	QuotaGraphIDs:       ProfiMapGraphIds,
+	QuotaNCCLInflight:   ProfiMapNcclInflight,
+	QuotaNCCLComms:      ProfiMapNcclComms,
 }
 
 // MinPIDShare is the least share of a shared map a process gets, however

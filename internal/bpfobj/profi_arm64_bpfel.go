@@ -93,7 +93,8 @@ const (
 	ProfiDropDROP_CAPTURE       ProfiDrop = 17
 	ProfiDropDROP_PID_QUOTA     ProfiDrop = 18
 	ProfiDropDROP_RT_LEARN      ProfiDrop = 19
-	ProfiDropDROP_MAX           ProfiDrop = 20
+	ProfiDropDROP_NCCL_COMMS    ProfiDrop = 20
+	ProfiDropDROP_MAX           ProfiDrop = 21
 )
 
 type ProfiGraphNodeKey struct {
@@ -569,19 +570,25 @@ type ProfiPidQuota struct {
 	Execs   uint32
 	Streams uint32
 	Pad     uint32
-	Keys    [6]uint32
+	Keys    [12]uint32
 }
 
 type ProfiQuotaMap uint32
 
 const (
-	ProfiQuotaMapQUOTA_AGGREGATED    ProfiQuotaMap = 0
-	ProfiQuotaMapQUOTA_LAUNCH_AGG    ProfiQuotaMap = 1
-	ProfiQuotaMapQUOTA_NCCL_AGG      ProfiQuotaMap = 2
-	ProfiQuotaMapQUOTA_MALLOC_SIZES  ProfiQuotaMap = 3
-	ProfiQuotaMapQUOTA_GRAPH_NODES   ProfiQuotaMap = 4
-	ProfiQuotaMapQUOTA_GRAPH_REPLAYS ProfiQuotaMap = 5
-	ProfiQuotaMapQUOTA_MAPS          ProfiQuotaMap = 6
+	ProfiQuotaMapQUOTA_AGGREGATED      ProfiQuotaMap = 0
+	ProfiQuotaMapQUOTA_LAUNCH_AGG      ProfiQuotaMap = 1
+	ProfiQuotaMapQUOTA_NCCL_AGG        ProfiQuotaMap = 2
+	ProfiQuotaMapQUOTA_MALLOC_SIZES    ProfiQuotaMap = 3
+	ProfiQuotaMapQUOTA_GRAPH_NODES     ProfiQuotaMap = 4
+	ProfiQuotaMapQUOTA_GRAPH_REPLAYS   ProfiQuotaMap = 5
+	ProfiQuotaMapQUOTA_CAPTURE_STREAMS ProfiQuotaMap = 6
+	ProfiQuotaMapQUOTA_CAPTURES        ProfiQuotaMap = 7
+	ProfiQuotaMapQUOTA_CAPTURE_EVENTS  ProfiQuotaMap = 8
+	ProfiQuotaMapQUOTA_GRAPH_IDS       ProfiQuotaMap = 9
+	ProfiQuotaMapQUOTA_NCCL_INFLIGHT   ProfiQuotaMap = 10
+	ProfiQuotaMapQUOTA_NCCL_COMMS      ProfiQuotaMap = 11
+	ProfiQuotaMapQUOTA_MAPS            ProfiQuotaMap = 12
 )
 
 type ProfiReplayKey struct {

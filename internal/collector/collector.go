@@ -247,6 +247,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropCapture:      "capture_streams",
 	bpfobj.DropPIDQuota:     "pid_quota",
 	bpfobj.DropRuntimeLearn: "rt_sites",
+	bpfobj.DropNCCLComms:    "nccl_comms",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.
