@@ -192,7 +192,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		gid = graph_id_of(pid, in->arg1, false);
 		if (!gid) {
 			/* A graph profi did not see built: its replays are unknown. */
-			if (!bpf_map_delete_elem(&graph_execs, &k)) {
+			if (delete_admitted(&graph_execs, &k, pid, QUOTA_GRAPH_EXECS)) {
 				q = bpf_map_lookup_elem(&pid_quotas, &pid);
 				if (q && q->execs)
 					__sync_fetch_and_add(&q->execs, -1);
@@ -206,12 +206,13 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 			return NO_DROP;
 		if (q->execs >= max_execs_per_pid)
 			return DROP_GRAPH_QUOTA;
-		if (bpf_map_update_elem(&graph_execs, &k, &gid, BPF_NOEXIST))
-			return DROP_GRAPH_MAPS;
+		drop = store_admitted(&graph_execs, &k, &gid, pid, QUOTA_GRAPH_EXECS | NEW_ONLY);
+		if (drop != NO_DROP)
+			return drop;
 		__sync_fetch_and_add(&q->execs, 1);
 		return NO_DROP;
 	case ARGS_GRAPH_EXEC_DESTROY:
-		if (ret || bpf_map_delete_elem(&graph_execs, &k))
+		if (ret || !delete_admitted(&graph_execs, &k, pid, QUOTA_GRAPH_EXECS))
 			return NO_DROP;
 		q = bpf_map_lookup_elem(&pid_quotas, &pid);
 		if (q && q->execs)

@@ -122,10 +122,12 @@ struct {
 /*
  * Current device of each thread, from successful cudaSetDevice calls: every
  * call's key carries it (thread_dev). Deleted when the thread exits
- * (thread_exit); LRU in case that hook is missing.
+ * (thread_exit), and by userspace when its process has exited. Not LRU, so
+ * that no process can evict another's: each thread's entry holds a unit of
+ * its tenant's share.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u64); /* pid_tgid */
 	__type(value, u32);
@@ -212,10 +214,13 @@ struct {
 
 /*
  * Per-process quotas (issue 17): graph ids and executable graphs against
- * their caps, admitted streams, and the keys the process holds in each
- * shared map (enum quota_map) against its share (pid_share). Written only
- * when a key is new (admit), never on the path of a key that exists.
- * Deleted by userspace when the process exits.
+ * their caps, admitted streams, the process's tenant, and the keys the
+ * process holds in each shared map (enum quota_map), which count against
+ * its tenant's share (pid_share). Written only when a key is new (admit),
+ * never on the path of a key that exists. A tenant holds at most its share
+ * of this map too (QUOTA_PID_QUOTAS), so no tenant can fill it. Deleted by
+ * userspace when the process exits, which then gives its units back to its
+ * tenant (tenant_returned).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -223,6 +228,35 @@ struct {
 	__type(key, u32);
 	__type(value, struct pid_quota);
 } pid_quotas SEC(".maps");
+
+/*
+ * Per-tenant quotas (issue 30 item 3; struct tenant_quota): the keys a
+ * tenant's processes hold in each quota map, taken and given back by BPF;
+ * and those userspace gave back when it deleted an exited process's keys.
+ * Entries of a tenant with no process left and nothing held are deleted
+ * by userspace.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* tenant */
+	__type(value, struct tenant_quota);
+} tenant_quotas SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* tenant */
+	__type(value, struct tenant_quota);
+} tenant_returned SEC(".maps");
+
+/* Scratch for a new pid_quotas value: too big for the stack of its callers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct pid_quota);
+} quota_scratch SEC(".maps");
 
 /*
  * The streams each process may name in keys, (pid, stream): the first
@@ -309,11 +343,13 @@ struct {
 
 /*
  * Open NVTX ranges per thread (--enable-nvtx-tracing): the phase rule of
- * each, pushed and popped by nvtx_push/nvtx_pop. LRU: a thread that exits
- * with ranges open is also removed by thread_exit, and cannot leak anyway.
+ * each, pushed and popped by nvtx_push/nvtx_pop, deleted when the last
+ * range closes or the thread exits (thread_exit), and by userspace when its
+ * process has exited. Not LRU, so that no process can evict another's: each
+ * thread with a range open holds a unit of its tenant's share.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, u64); /* pid_tgid */
 	__type(value, struct nvtx_ranges);

@@ -9,9 +9,81 @@
 /* "Nothing lost" (graph_return, store_admitted). */
 #define NO_DROP DROP_MAX
 
+/* The tenant of the current process, pid (struct pid_quota). */
+static __always_inline u64 tenant_of(u32 pid)
+{
+	u64 cg = bpf_get_current_cgroup_id();
+
+	/* 1: the root cgroup (also where every process is without cgroup v2). */
+	return cg > 1 ? cg : TENANT_PID | pid;
+}
+
+/*
+ * One unit of map qm's share for tenant t: false (none taken) when its
+ * share is used up. What it holds is what its processes took less what
+ * userspace gave back for those that exited (tenant_returned); read
+ * before the add, a return still being written only makes the tenant
+ * look fuller for a moment. qm must be a constant or checked < QUOTA_MAPS.
+ */
+static __always_inline bool take_tenant(struct tenant_quota *t, u64 tenant, u32 qm)
+{
+	struct tenant_quota *r = bpf_map_lookup_elem(&tenant_returned, &tenant);
+	u32 back = r ? r->keys[qm] : 0;
+	u32 n = tenant_share[qm];
+	s32 held;
+
+	held = (s32)(__sync_fetch_and_add(&t->keys[qm], 1) - back);
+	/* Below 0 only if userspace deleted the tenant's entry while a process took a unit. */
+	if (!n || held < 0 || (u32)held < n)
+		return true;
+	__sync_fetch_and_add(&t->keys[qm], -1);
+	return false;
+}
+
+/*
+ * Creates the quota of process pid, the current process, at its first new
+ * key: with its tenant, within the tenant's share of pid_quotas. Counted
+ * when refused or a map is full. Not inlined: one copy, off the hot path.
+ */
+static __noinline int new_quota(u32 pid)
+{
+	struct tenant_quota *t;
+	struct pid_quota *nq;
+	u32 zero = 0;
+
+	/* Built in a scratch value: the stack of the calls above is full. */
+	nq = bpf_map_lookup_elem(&quota_scratch, &zero);
+	if (!nq)
+		return -1;
+	__builtin_memset(nq, 0, sizeof(*nq));
+	nq->tenant = tenant_of(pid);
+	nq->keys[QUOTA_PID_QUOTAS] = 1;
+	t = lookup_or_init(&tenant_quotas, &nq->tenant, &zero_tenant, DROP_PID_QUOTA);
+	if (!t)
+		return -1;
+	if (!take_tenant(t, nq->tenant, QUOTA_PID_QUOTAS)) {
+		count_drop(DROP_PID_QUOTA);
+		return -1;
+	}
+	/* Failed: pid_quotas is full, or another thread created it (holding its own unit). */
+	if (bpf_map_update_elem(&pid_quotas, &pid, nq, BPF_NOEXIST)) {
+		__sync_fetch_and_add(&t->keys[QUOTA_PID_QUOTAS], -1);
+		if (!bpf_map_lookup_elem(&pid_quotas, &pid)) {
+			count_drop(DROP_PID_QUOTA);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The quota of process pid, the current process; NULL (counted) when it has none and gets none. */
 static __always_inline struct pid_quota *quota_of(u32 pid)
 {
-	return lookup_or_init(&pid_quotas, &pid, &zero_quota, DROP_PID_QUOTA);
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+
+	if (q || new_quota(pid))
+		return q;
+	return bpf_map_lookup_elem(&pid_quotas, &pid);
 }
 
 /*
@@ -64,21 +136,35 @@ static __always_inline bool stream_admitted(struct pid_quota *q, u32 pid, u64 st
 }
 
 /*
- * One unit of map qm's share for process q: false (none taken) when its
- * share is used up. qm must be a constant or checked < QUOTA_MAPS.
+ * One unit of map qm for process q: of its own share and of its tenant's;
+ * false (none taken) when either is used up. qm must be a constant or
+ * checked < QUOTA_MAPS.
  */
 static __always_inline bool take_unit(struct pid_quota *q, u32 qm)
 {
-	return take(&q->keys[qm], pid_share[qm]);
+	struct tenant_quota *t;
+
+	if (!take(&q->keys[qm], pid_share[qm]))
+		return false;
+	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
+	if (t && take_tenant(t, q->tenant, qm))
+		return true;
+	__sync_fetch_and_add(&q->keys[qm], -1);
+	return false;
 }
 
 /* Gives back a unit of map qm that process pid held (its key was deleted). */
 static __always_inline void give_unit(u32 pid, u32 qm)
 {
 	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+	struct tenant_quota *t;
 
-	if (q && q->keys[qm])
-		__sync_fetch_and_add(&q->keys[qm], -1);
+	if (!q || !q->keys[qm])
+		return;
+	__sync_fetch_and_add(&q->keys[qm], -1);
+	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
+	if (t)
+		__sync_fetch_and_add(&t->keys[qm], -1);
 }
 
 /* The drop counted when map qm itself is full. */
@@ -103,6 +189,12 @@ static __always_inline u32 full_drop(u32 qm)
 		return DROP_NCCL_INFLIGHT;
 	case QUOTA_NCCL_COMMS:
 		return DROP_NCCL_COMMS;
+	case QUOTA_THREAD_DEVICE:
+		return DROP_THREAD_DEVICE;
+	case QUOTA_NVTX_STACK:
+		return DROP_NVTX_STACK;
+	case QUOTA_PID_QUOTAS:
+		return DROP_PID_QUOTA;
 	}
 	return DROP_GRAPH_MAPS;
 }

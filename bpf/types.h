@@ -37,7 +37,9 @@ enum drop {
 	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full: a runtime file's launches stay counted by
 				 its own probes (two traps), nothing is lost */
 	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
-	DROP_MAX = 21,
+	DROP_THREAD_DEVICE =
+	    21, /* thread_device full: a thread's later calls keep its old device */
+	DROP_MAX = 22,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -431,7 +433,11 @@ enum quota_map {
 	QUOTA_GRAPH_IDS = 9,
 	QUOTA_NCCL_INFLIGHT = 10,
 	QUOTA_NCCL_COMMS = 11,
-	QUOTA_MAPS = 12,
+	QUOTA_GRAPH_EXECS = 12,
+	QUOTA_THREAD_DEVICE = 13,
+	QUOTA_NVTX_STACK = 14,
+	QUOTA_PID_QUOTAS = 15, /* the tenant's processes (pid_quotas entries) */
+	QUOTA_MAPS = 16,
 };
 
 /*
@@ -443,12 +449,33 @@ enum quota_map {
 /*
  * What a process holds of the shared maps (pid_quotas, keyed by pid),
  * against its caps: graph ids and executable graphs (issue 16), admitted
- * streams, and its keys in each quota_map.
+ * streams, and its keys in each quota_map, which count against its
+ * tenant's share. The tenant is fixed at the process's first key.
  */
 struct pid_quota {
 	u32 graphs;
 	u32 execs;
 	u32 streams;
 	u32 pad;
+	u64 tenant; /* tenant_of: its cgroup v2 id, or TENANT_PID | pid */
+	u32 keys[QUOTA_MAPS];
+};
+
+/*
+ * A tenant (issue 30 item 3): the processes of one cgroup v2 (a container
+ * or pod), sharing one share of each quota map. A process in the root
+ * cgroup (a node with no cgroup v2 hierarchy mounted puts every process
+ * there) is a tenant of its own: TENANT_PID | pid.
+ */
+#define TENANT_PID (1ULL << 63)
+
+/*
+ * Keys of a tenant's processes in each quota map: taken and given back in
+ * BPF (tenant_quotas), and given back by userspace when it deletes an
+ * exited process's keys (tenant_returned, written only by userspace, so
+ * that it never overwrites BPF's atomic counts). What the tenant holds is
+ * the difference.
+ */
+struct tenant_quota {
 	u32 keys[QUOTA_MAPS];
 };

@@ -248,6 +248,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropPIDQuota:     "pid_quota",
 	bpfobj.DropRuntimeLearn: "rt_sites",
 	bpfobj.DropNCCLComms:    "nccl_comms",
+	bpfobj.DropThreadDevice: "thread_device",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -3,12 +3,16 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
@@ -178,4 +182,158 @@ func TestHostileGraphHandles(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted
+// (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a hybrid
+// one); the test is skipped without one.
+func cgroup2Root(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); ok && strings.HasPrefix(post, "cgroup2 ") && len(f) >= 5 {
+			return f[4]
+		}
+	}
+	t.Skip("no cgroup v2 hierarchy mounted")
+	return ""
+}
+
+// inNewCgroup creates a cgroup v2 directory for this test and returns the
+// option that starts a workload inside it (clone3 CLONE_INTO_CGROUP: the
+// process is in it from its first instruction, so its tenant is that
+// cgroup from its first key). The directory is removed after the
+// workloads have stopped.
+func inNewCgroup(t *testing.T, name string) testutil.Option {
+	t.Helper()
+	dir := filepath.Join(cgroup2Root(t), fmt.Sprintf("profi-e2e-%s-%d", name, os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the workloads' cleanups.
+	t.Cleanup(func() {
+		unix.Close(fd)
+		// The last process may still be leaving the cgroup.
+		_ = testutil.Eventually(5*time.Second, func() error { return os.Remove(dir) })
+	})
+	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
+}
+
+// Issue 30 item 3: four copies of the hostile workload in one cgroup (a
+// hostile pod), each at its process's share of aggregated (a quarter:
+// 512 of 2,048), filled the map before: a victim in another cgroup then
+// had most of its calls lost. The tenant is the cgroup: together the four
+// hold exactly the tenant's share (half: 1,024), each at most a process's
+// share, every refused call counted as pid_quota; the victim is exact.
+func TestHostileTenantCgroup(t *testing.T) {
+	const hostiles, n = 4, 3000
+	a := startAgent(t)
+	hostileCg, victimCg := inNewCgroup(t, "hostile"), inNewCgroup(t, "victim")
+	var hs []*testutil.Workload
+	for range hostiles {
+		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, hostileCg))
+	}
+	victim := startWorkload(t, fixtures.Workload, defaultArgs, victimCg)
+	for _, h := range hs {
+		waitAttached(t, a, h.PID)
+	}
+	waitAttached(t, a, victim.PID)
+	for _, h := range hs {
+		if got, err := h.RunHostile(); err != nil || got.N != n {
+			t.Fatalf("hostile run: %+v %v", got, err)
+		}
+	}
+	gt := runPhase(t, victim)
+	want := expected([]*testutil.GroundTruth{gt})
+
+	const aggregatedSize = 2048 // --aggregated-size's default
+	pidShare, tenantShare := float64(bpfobj.PIDShare(aggregatedSize)), float64(bpfobj.TenantShare(aggregatedSize))
+	var figures []hostileFigures
+	var victimDiff string
+	var victimCalls, victimWant float64
+	err := testutil.Eventually(20*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		// Histograms carry no pid: they hold the hostile processes' counted calls too.
+		w := maps.Clone(want)
+		figures = figures[:0]
+		var keys, calls float64
+		for _, h := range hs {
+			f := readHostile(mfs, h.PID)
+			figures = append(figures, f)
+			for op, v := range f.calls {
+				calls += v
+				if op == "cudaLaunchKernel" {
+					continue // anonymous mode: not timed
+				}
+				for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
+					key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
+					key("profi_cuda_duration_seconds", "operation="+op)} {
+					w[k] += v
+				}
+			}
+			// The process's aggregated keys: one per copy stream but the
+			// default, one per error code (on the default stream), cudaMalloc's.
+			k := float64(f.errorCodes)
+			for s := range f.copyStreams {
+				if s != "default" {
+					k++
+				}
+			}
+			if f.mallocCalls > 0 {
+				k++
+			}
+			if k > pidShare {
+				return fmt.Errorf("hostile %d holds %v aggregated keys, over a process's share %v", h.PID, k, pidShare)
+			}
+			keys += k
+		}
+		got := observed(mfs, victim.PID)
+		victimCalls, victimWant = 0, 0
+		for k, v := range got {
+			if strings.HasPrefix(k, "profi_cuda_calls_total{") {
+				victimCalls += v
+			}
+		}
+		for k, v := range want {
+			if strings.HasPrefix(k, "profi_cuda_calls_total{") {
+				victimWant += v
+			}
+		}
+		victimDiff = diff(w, got)
+		drops := figures[0].drops
+		switch {
+		case victimDiff != "":
+			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
+		case keys != tenantShare:
+			return fmt.Errorf("the hostile cgroup holds %v aggregated keys, want its share %v", keys, tenantShare)
+		case calls+drops["pid_quota"] != hostiles*4*n:
+			return fmt.Errorf("hostile calls counted %v + pid_quota drops %v, want every call of the %d phases %d", calls, drops["pid_quota"], 4, hostiles*4*n)
+		case drops["aggregated"] != 0 || drops["launch_agg"] != 0 || drops["malloc_sizes"] != 0:
+			return fmt.Errorf("a shared map filled up")
+		}
+		return nil
+	})
+	for i, f := range figures {
+		t.Logf("hostile %d: %s", i, f)
+	}
+	t.Logf("victim: %v of %v calls counted", victimCalls, victimWant)
+	if victimDiff != "" {
+		t.Logf("victim: %d series differ", strings.Count(victimDiff, "\n"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
