@@ -20,7 +20,14 @@ struct {
 	__type(value, struct launch_val);
 } launch_agg SEC(".maps");
 
-/* LRU so that threads dying mid-call cannot leak entries. */
+/*
+ * LRU so that threads dying mid-call cannot leak entries. Not admitted
+ * (bpf/quota.h): an entry lives only while its thread is inside a probed
+ * call, and admission would cost every timed call two map operations. A
+ * process with more threads blocked inside probed calls than the map
+ * holds can evict another's entry: that call is lost, counted as
+ * DROP_ORPHAN_RETURN (docs/SECURITY.md).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 10240);
@@ -96,7 +103,9 @@ struct {
  * (rt_ops). Userspace reads both; for an op that always reaches the driver
  * at sites no other op uses, it writes those sites into rt_counted and
  * detaches the op's runtime probes: from then on the driver entry counts
- * the launch, labelled with the runtime op.
+ * the launch, labelled with the runtime op. Not admitted: keyed by
+ * runtime file, not process, and a full rt_sites costs other files their
+ * handover (two traps a launch, DROP_RT_LEARN), never a count.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -137,7 +146,8 @@ struct {
  * (pid, cudaKernel_t) handles whose call site was sent (NAME_LAUNCH_SITE):
  * a handle obtained before the agent attached has no __cudaGetKernel event,
  * and its call site (the nvcc-generated __device_stub_ function) names it.
- * LRU: a forgotten handle is only sent again.
+ * LRU, not admitted: an evicted handle, another process's too, is only
+ * sent again (one more name event), nothing is miscounted.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
