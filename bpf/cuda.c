@@ -151,7 +151,11 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		if (ret == 0) {
 			u32 dev = in.arg0;
 
-			bpf_map_update_elem(&thread_device, &id, &dev, BPF_ANY);
+			/* Refused (counted): the thread's later calls keep their old device. */
+			drop =
+			    store_admitted(&thread_device, &id, &dev, key.pid, QUOTA_THREAD_DEVICE);
+			if (drop != NO_DROP)
+				count_drop(drop);
 			key.dev = dev;
 		}
 		break;
