@@ -43,12 +43,3 @@ const volatile bool detailed_launches = false;
 
 /* The crash circuit breaker (pid_last_hit, crash_events). */
 volatile const bool crash_breaker = false;
-
-/*
- * Launches of a runtime op that must reach the driver before its file may
- * hand it over (MinMerged in internal/attach/handover.go; a unit test
- * there checks they agree): when one CPU's count reaches it, the learning
- * process is reported on lib_loads and userspace decides at once instead
- * of at its next discovery pass.
- */
-const volatile u64 rt_learned_at = 16;

@@ -20,20 +20,6 @@
 static const struct rt_op_val zero_rt_op;
 static const struct rt_site_val zero_rt_site;
 
-/*
- * An op of a learning runtime file reached the driver rt_learned_at times
- * on this CPU: the process goes to userspace on lib_loads, marked as a
- * learning event, so the handover is decided within the process's first
- * launches. Once per CPU, op and file: a handful of events per file.
- */
-static __always_inline void rt_learned(void)
-{
-	struct lib_event e = {.pid = bpf_get_current_pid_tgid() >> 32, .kind = LIB_EVENT_LEARNED};
-
-	if (bpf_ringbuf_output(&lib_loads, &e, sizeof(e), 0))
-		count_drop(DROP_LIB_LOADS);
-}
-
 /* what: 0 merged, 1 unmerged, 2 a tail jump from 1 + op tail_of. */
 static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 {
@@ -42,11 +28,9 @@ static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 
 	if (!v)
 		return;
-	if (what == 0) {
+	if (what == 0)
 		PCPU_ADD(v->merged, 1);
-		if (v->merged == rt_learned_at)
-			rt_learned();
-	} else if (what == 1)
+	else if (what == 1)
 		PCPU_ADD(v->unmerged, 1);
 	else {
 		PCPU_ADD(v->tails, 1);

@@ -235,19 +235,6 @@ struct launch_event {
 	struct launch_args launch;
 };
 
-/*
- * A lib_loads event of 8 bytes (dl_event's are the 4-byte pid alone): a
- * process whose runtime file learned enough to hand a launch op over.
- */
-enum lib_event_kind {
-	LIB_EVENT_LEARNED = 1,
-};
-
-struct lib_event {
-	u32 pid;
-	u32 kind; /* enum lib_event_kind */
-};
-
 /* Runtime launch in progress on a thread, for the runtime->driver guard. */
 struct rt_launch {
 	u64 sp;	    /* stack pointer at the runtime launch's entry */

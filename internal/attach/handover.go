@@ -501,14 +501,3 @@ func (a *Attacher) priorHandover(f *attached) {
 		f.launches[op].handed = true
 	}
 }
-
-// Relearn decides the handover now (a learning event: a runtime op reached
-// the driver often enough), without waiting for the next discovery pass.
-func (a *Attacher) Relearn() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed || a.opts.Handover.Counted == nil {
-		return
-	}
-	a.syncProcessMaps(true)
-}

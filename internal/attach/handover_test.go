@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
 )
 
@@ -140,22 +139,6 @@ func TestDecide(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The BPF side reports a learning runtime op when one CPU's count reaches
-// rt_learned_at (bpf/config.h): the count decide hands an op over at.
-func TestMinMergedIsBPFs(t *testing.T) {
-	spec, err := bpfobj.LoadProfi()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v uint64
-	if err := spec.Variables[bpfobj.ProfiVarRtLearnedAt].Get(&v); err != nil {
-		t.Fatal(err)
-	}
-	if v != MinMerged {
-		t.Fatalf("rt_learned_at is %d in bpf/config.h, MinMerged %d", v, MinMerged)
 	}
 }
 

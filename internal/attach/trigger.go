@@ -21,17 +21,12 @@ import (
 // rescan.
 const maxChecksPerSecond = 200
 
-// libEventLearned is LIB_EVENT_LEARNED of enum lib_event_kind (bpf/types.h).
-const libEventLearned = 1
-
 // WatchLoads turns library-load events (dl_event on ld.so's
 // _dl_debug_state, ring lib_loads) into discovery passes: when the loading
 // process now maps a CUDA library file that is neither attached nor
 // waiting for a retry, it asks for a pass on due, so the library is
 // attached within a scan instead of up to --refresh-interval later. The
-// periodic rescan stays the safety net. Learning events on the same ring
-// (rt_learned in bpf/handover.h) decide the handover at once (Relearn).
-// It returns when ctx ends.
+// periodic rescan stays the safety net. It returns when ctx ends.
 func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot string, due chan<- struct{}) error {
 	var (
 		window time.Time
@@ -39,13 +34,6 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 	)
 	return bpfobj.ReadRing(ctx, ring, a.log, func(raw []byte) {
 		if len(raw) < 4 {
-			return
-		}
-		// A learning event (struct lib_event in bpf/types.h): a runtime
-		// op reached the driver often enough to be handed over; bounded
-		// in BPF (once per CPU, op and file), and no scan.
-		if len(raw) >= 8 && binary.NativeEndian.Uint32(raw[4:]) == libEventLearned {
-			a.Relearn()
 			return
 		}
 		if now := time.Now(); now.Sub(window) >= time.Second {

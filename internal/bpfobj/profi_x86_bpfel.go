@@ -705,7 +705,6 @@ const (
 	ProfiVarOpFlags             = "op_flags"
 	ProfiVarOpUnit              = "op_unit"
 	ProfiVarPidShare            = "pid_share"
-	ProfiVarRtLearnedAt         = "rt_learned_at"
 	ProfiVarSampleRate          = "sample_rate"
 	ProfiVarUnusedCrashEvent    = "unused_crash_event"
 	ProfiVarUnusedDrop          = "unused_drop"
@@ -835,7 +834,6 @@ type ProfiVariableSpecs struct {
 	OpFlags             *ebpf.VariableSpec `ebpf:"op_flags"`
 	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
 	PidShare            *ebpf.VariableSpec `ebpf:"pid_share"`
-	RtLearnedAt         *ebpf.VariableSpec `ebpf:"rt_learned_at"`
 	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
 	UnusedCrashEvent    *ebpf.VariableSpec `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
@@ -968,7 +966,6 @@ type ProfiVariables struct {
 	OpFlags             *ebpf.Variable `ebpf:"op_flags"`
 	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
 	PidShare            *ebpf.Variable `ebpf:"pid_share"`
-	RtLearnedAt         *ebpf.Variable `ebpf:"rt_learned_at"`
 	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
 	UnusedCrashEvent    *ebpf.Variable `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`

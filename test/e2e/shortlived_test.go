@@ -117,16 +117,6 @@ func teach(t *testing.T, a *testutil.Agent, tn, tm int) *client {
 	return c
 }
 
-// A new runtime file is handed over within a process's first launches
-// (issue 33): the learning event decides it, with no discovery pass after
-// the process's first (the interval is an hour, and the process loads no
-// library while it launches).
-func TestOneTrapPerLaunchLearnedAtOnce(t *testing.T) {
-	a := startAgent(t, "--kernel-mode", "anonymous", "--refresh-interval", "3600")
-	teach(t, a, 200, 100)
-	waitCounted(t, a, handedAll)
-}
-
 // Short processes (issue 33): batch jobs and evaluation scripts launch for
 // a second or less and exit, and the runtime file is released between
 // them. After one process taught profi the runtime file and exited, each
