@@ -150,10 +150,13 @@ static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call
 	in->arg1 = arg(ctx, 3) * unit_of(in->op);
 }
 
-/* (dst, pitch, value, width, height): width bytes in each of height rows. */
+/*
+ * (dst, pitch, value, width, height): width elements of the op's unit in each
+ * of height rows (cudaMemset2D: bytes; cuMemsetD2D16/D2D32: 2 and 4 bytes).
+ */
 static __always_inline void decode_set_2d(struct pt_regs *ctx, struct inflight_call *in)
 {
-	in->arg1 = arg(ctx, 4) * arg(ctx, 5);
+	in->arg1 = arg(ctx, 4) * arg(ctx, 5) * unit_of(in->op);
 }
 
 /* (dst, pitch, value, width, height, stream). */

@@ -465,7 +465,19 @@ const (
 	ProfiOpOP_CUDA_MEMSET_2D_ASYNC                  ProfiOp = 183
 	ProfiOpOP_CUDA_MEMSET_2D_PTDS                   ProfiOp = 184
 	ProfiOpOP_CUDA_MEMSET_2D_ASYNC_PTSZ             ProfiOp = 185
-	ProfiOpOP_MAX                                   ProfiOp = 186
+	ProfiOpOP_CU_MEMSET_D_2D_8                      ProfiOp = 186
+	ProfiOpOP_CU_MEMSET_D_2D_16                     ProfiOp = 187
+	ProfiOpOP_CU_MEMSET_D_2D_32                     ProfiOp = 188
+	ProfiOpOP_CU_MEMSET_D_2D_8ASYNC                 ProfiOp = 189
+	ProfiOpOP_CU_MEMSET_D_2D_16ASYNC                ProfiOp = 190
+	ProfiOpOP_CU_MEMSET_D_2D_32ASYNC                ProfiOp = 191
+	ProfiOpOP_CU_MEMSET_D_2D_8PTDS                  ProfiOp = 192
+	ProfiOpOP_CU_MEMSET_D_2D_16PTDS                 ProfiOp = 193
+	ProfiOpOP_CU_MEMSET_D_2D_32PTDS                 ProfiOp = 194
+	ProfiOpOP_CU_MEMSET_D_2D_8ASYNC_PTSZ            ProfiOp = 195
+	ProfiOpOP_CU_MEMSET_D_2D_16ASYNC_PTSZ           ProfiOp = 196
+	ProfiOpOP_CU_MEMSET_D_2D_32ASYNC_PTSZ           ProfiOp = 197
+	ProfiOpOP_MAX                                   ProfiOp = 198
 )
 
 type ProfiOpArgs uint32

@@ -233,4 +233,17 @@ var Table = []Row{
 	{Const: "CudaMemset2DAsync", Symbol: "cudaMemset2DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true},
 	{Const: "CudaMemset2DPtds", Symbol: "cudaMemset2D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet2D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2D"},
 	{Const: "CudaMemset2DAsyncPtsz", Symbol: "cudaMemset2DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet2DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset2DAsync"},
+	// Pitched driver sets: width elements of the op's unit in each of height rows.
+	{Const: "CuMemsetD2D8", Symbol: "cuMemsetD2D8_v2", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D16", Symbol: "cuMemsetD2D16_v2", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Unit: 2, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D32", Symbol: "cuMemsetD2D32_v2", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Unit: 4, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D8Async", Symbol: "cuMemsetD2D8Async", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D16Async", Symbol: "cuMemsetD2D16Async", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 2, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D32Async", Symbol: "cuMemsetD2D32Async", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 4, Diagnostic: true, Pausable: true},
+	{Const: "CuMemsetD2D8Ptds", Symbol: "cuMemsetD2D8_v2_ptds", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D8_v2"},
+	{Const: "CuMemsetD2D16Ptds", Symbol: "cuMemsetD2D16_v2_ptds", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Unit: 2, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D16_v2"},
+	{Const: "CuMemsetD2D32Ptds", Symbol: "cuMemsetD2D32_v2_ptds", Lib: drv, Family: FamilyMemset, Args: ArgsSet2D, Optional: true, Unit: 4, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D32_v2"},
+	{Const: "CuMemsetD2D8AsyncPtsz", Symbol: "cuMemsetD2D8Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D8Async"},
+	{Const: "CuMemsetD2D16AsyncPtsz", Symbol: "cuMemsetD2D16Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 2, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D16Async"},
+	{Const: "CuMemsetD2D32AsyncPtsz", Symbol: "cuMemsetD2D32Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 4, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D32Async"},
 }

@@ -190,5 +190,17 @@ const (
 	OpCudaMemset2DAsync                Op = 183 // cudaMemset2DAsync
 	OpCudaMemset2DPtds                 Op = 184 // cudaMemset2D_ptds
 	OpCudaMemset2DAsyncPtsz            Op = 185 // cudaMemset2DAsync_ptsz
-	NumOps                             Op = 186 // OP_MAX
+	OpCuMemsetD2D8                     Op = 186 // cuMemsetD2D8_v2
+	OpCuMemsetD2D16                    Op = 187 // cuMemsetD2D16_v2
+	OpCuMemsetD2D32                    Op = 188 // cuMemsetD2D32_v2
+	OpCuMemsetD2D8Async                Op = 189 // cuMemsetD2D8Async
+	OpCuMemsetD2D16Async               Op = 190 // cuMemsetD2D16Async
+	OpCuMemsetD2D32Async               Op = 191 // cuMemsetD2D32Async
+	OpCuMemsetD2D8Ptds                 Op = 192 // cuMemsetD2D8_v2_ptds
+	OpCuMemsetD2D16Ptds                Op = 193 // cuMemsetD2D16_v2_ptds
+	OpCuMemsetD2D32Ptds                Op = 194 // cuMemsetD2D32_v2_ptds
+	OpCuMemsetD2D8AsyncPtsz            Op = 195 // cuMemsetD2D8Async_ptsz
+	OpCuMemsetD2D16AsyncPtsz           Op = 196 // cuMemsetD2D16Async_ptsz
+	OpCuMemsetD2D32AsyncPtsz           Op = 197 // cuMemsetD2D32Async_ptsz
+	NumOps                             Op = 198 // OP_MAX
 )

@@ -428,6 +428,35 @@ EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned ui, size_t n, CUstrea
 {
 	WRAP(do_set_async(dst, ui, 4 * n, s));
 }
+/* Width elements of unit bytes in each of Height rows pitch bytes apart: a
+ * row wider than its pitch is CUDA_ERROR_INVALID_VALUE. */
+static CUresult do_set_2d(CUdeviceptr dst, size_t pitch, unsigned v, size_t width, size_t height,
+			  size_t unit, int async, CUstream s)
+{
+	if (width * unit > pitch && height > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (async)
+		return do_set_async(dst, v, width * unit * height, s);
+	return do_mem_use(dst, (uintptr_t)v + 1, width * unit * height, NULL);
+}
+EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w, size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, uc, w, h, 1, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch, unsigned short us, size_t w,
+				 size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, us, w, h, 2, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned ui, size_t w, size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, ui, w, h, 4, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned ui, size_t w, size_t h,
+				   CUstream s)
+{
+	WRAP(do_set_2d(dst, pitch, ui, w, h, 4, 1, s));
+}
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
 			    unsigned long long flags)
 {

@@ -268,6 +268,10 @@ PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 	X(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short us, size_t N))             \
 	X(cuMemsetD32_v2, (CUdeviceptr dst, unsigned ui, size_t N))                   \
 	X(cuMemsetD32Async, (CUdeviceptr dst, unsigned ui, size_t N, CUstream hStream)) \
+	X(cuMemsetD2D8_v2, (CUdeviceptr dst, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)) \
+	X(cuMemsetD2D16_v2, (CUdeviceptr dst, size_t dstPitch, unsigned short us, size_t Width, size_t Height)) \
+	X(cuMemsetD2D32_v2, (CUdeviceptr dst, size_t dstPitch, unsigned ui, size_t Width, size_t Height)) \
+	X(cuMemsetD2D32Async, (CUdeviceptr dst, size_t dstPitch, unsigned ui, size_t Width, size_t Height, CUstream hStream)) \
 	X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const void *prop, unsigned long long flags)) \
 	X(cuMemRelease, (CUmemGenericAllocationHandle handle))                        \
 	X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \

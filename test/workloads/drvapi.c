@@ -1,8 +1,8 @@
 /* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
  * and statically linked runtimes do. Memory: allocations (plain, async,
  * managed, VMM physical allocations), copies of every direction (sync,
- * async, per-thread stream), peer copies, sets of 1, 2 and 4-byte elements,
- * VMM mapping calls, and one failing free. Launches: every launch entry
+ * async, per-thread stream), peer copies, sets of 1, 2 and 4-byte elements
+ * (linear and pitched), VMM mapping calls, and one failing free. Launches: every launch entry
  * point and its per-thread-stream (_ptsz) variant, and graph launches.
  * Prints its exact ground truth, tallied from the arguments passed and the
  * codes returned.
@@ -19,7 +19,7 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 34 };
+enum { NFN = 38 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
 	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
@@ -34,7 +34,7 @@ _Static_assert(F_cuGraphLaunch_ptsz == NFN - 1, "NFN");
 
 static uint64_t calls[NFN], errors[NFN];
 static uint64_t memcpy_bytes[5]; /* cudaMemcpyKind: h2h h2d d2h d2d default */
-static uint64_t p2p_bytes, memset_bytes, malloc_bytes, freed_bytes;
+static uint64_t p2p_bytes, memset_bytes, stream_set_bytes, malloc_bytes, freed_bytes;
 static uint64_t kernel_launches, grid_blocks, block_threads, shared_bytes;
 
 static void tally(int f, CUresult rc)
@@ -144,6 +144,15 @@ int main(int argc, char **argv)
 		CALL(cuMemsetD32_v2, a, 0, 1000);
 		CALL(cuMemsetD32Async, b, 0, 500, s);
 		memset_bytes += 1000 + 2 * 1000 + 4 * 1000 + 4 * 500;
+		stream_set_bytes += 4 * 500;
+		/* Pitched: width elements in each of height rows pitch bytes apart. */
+		size_t rows = (size_t)(i % 3 + 1);
+		CALL(cuMemsetD2D8_v2, a, 512, 0, 300, rows);
+		CALL(cuMemsetD2D16_v2, a, 512, 0, 200, rows);
+		CALL(cuMemsetD2D32_v2, a, 512, 0, 100, rows + 1);
+		CALL(cuMemsetD2D32Async, b, 1024, 0, 250, rows, s);
+		memset_bytes += 300 * rows + 2 * 200 * rows + 4 * 100 * (rows + 1) + 4 * 250 * rows;
+		stream_set_bytes += 4 * 250 * rows;
 
 		CALL(cuMemAddressReserve, &va, 1 << 21, 0, 0, 0);
 		CALL(cuMemMap, va, 1 << 21, 0, h, 0);
@@ -163,11 +172,11 @@ int main(int argc, char **argv)
 	printf(",\"errors\":");
 	print_counts(errors);
 	printf(",\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
-	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64
+	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64 ",\"stream_memset_bytes\":%" PRIu64
 	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 ",\"kernel_launches\":%" PRIu64
 	       ",\"grid_blocks\":%" PRIu64 ",\"block_threads\":%" PRIu64 ",\"shared_bytes\":%" PRIu64 "}\n",
 	       memcpy_bytes[1], memcpy_bytes[2], memcpy_bytes[3], memcpy_bytes[4], p2p_bytes,
-	       memset_bytes, malloc_bytes, malloc_bytes - freed_bytes, kernel_launches, grid_blocks,
+	       memset_bytes, stream_set_bytes, malloc_bytes, malloc_bytes - freed_bytes, kernel_launches, grid_blocks,
 	       block_threads, shared_bytes);
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))
