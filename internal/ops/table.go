@@ -246,4 +246,15 @@ var Table = []Row{
 	{Const: "CuMemsetD2D8AsyncPtsz", Symbol: "cuMemsetD2D8Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D8Async"},
 	{Const: "CuMemsetD2D16AsyncPtsz", Symbol: "cuMemsetD2D16Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 2, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D16Async"},
 	{Const: "CuMemsetD2D32AsyncPtsz", Symbol: "cuMemsetD2D32Async_ptsz", Lib: drv, Family: FamilyMemset, Args: ArgsSet2DAsync, Optional: true, Unit: 4, Diagnostic: true, Pausable: true, Base: "cuMemsetD2D32Async"},
+	// Driver 2D and 3D copies: bytes and direction from the descriptor.
+	{Const: "CuMemcpy2D", Symbol: "cuMemcpy2D_v2", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2D, Optional: true, Pausable: true},
+	{Const: "CuMemcpy2DUnaligned", Symbol: "cuMemcpy2DUnaligned_v2", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2D, Optional: true, Pausable: true},
+	{Const: "CuMemcpy2DAsync", Symbol: "cuMemcpy2DAsync_v2", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2DAsync, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3D", Symbol: "cuMemcpy3D_v2", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3D, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3DAsync", Symbol: "cuMemcpy3DAsync_v2", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DAsync, Optional: true, Pausable: true},
+	{Const: "CuMemcpy2DPtds", Symbol: "cuMemcpy2D_v2_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2D, Optional: true, Pausable: true, Base: "cuMemcpy2D_v2"},
+	{Const: "CuMemcpy2DUnalignedPtds", Symbol: "cuMemcpy2DUnaligned_v2_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2D, Optional: true, Pausable: true, Base: "cuMemcpy2DUnaligned_v2"},
+	{Const: "CuMemcpy2DAsyncPtsz", Symbol: "cuMemcpy2DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2DAsync, Optional: true, Pausable: true, Base: "cuMemcpy2DAsync_v2"},
+	{Const: "CuMemcpy3DPtds", Symbol: "cuMemcpy3D_v2_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3D, Optional: true, Pausable: true, Base: "cuMemcpy3D_v2"},
+	{Const: "CuMemcpy3DAsyncPtsz", Symbol: "cuMemcpy3DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DAsync_v2"},
 }

@@ -202,5 +202,15 @@ const (
 	OpCuMemsetD2D8AsyncPtsz            Op = 195 // cuMemsetD2D8Async_ptsz
 	OpCuMemsetD2D16AsyncPtsz           Op = 196 // cuMemsetD2D16Async_ptsz
 	OpCuMemsetD2D32AsyncPtsz           Op = 197 // cuMemsetD2D32Async_ptsz
-	NumOps                             Op = 198 // OP_MAX
+	OpCuMemcpy2D                       Op = 198 // cuMemcpy2D_v2
+	OpCuMemcpy2DUnaligned              Op = 199 // cuMemcpy2DUnaligned_v2
+	OpCuMemcpy2DAsync                  Op = 200 // cuMemcpy2DAsync_v2
+	OpCuMemcpy3D                       Op = 201 // cuMemcpy3D_v2
+	OpCuMemcpy3DAsync                  Op = 202 // cuMemcpy3DAsync_v2
+	OpCuMemcpy2DPtds                   Op = 203 // cuMemcpy2D_v2_ptds
+	OpCuMemcpy2DUnalignedPtds          Op = 204 // cuMemcpy2DUnaligned_v2_ptds
+	OpCuMemcpy2DAsyncPtsz              Op = 205 // cuMemcpy2DAsync_v2_ptsz
+	OpCuMemcpy3DPtds                   Op = 206 // cuMemcpy3D_v2_ptds
+	OpCuMemcpy3DAsyncPtsz              Op = 207 // cuMemcpy3DAsync_v2_ptsz
+	NumOps                             Op = 208 // OP_MAX
 )

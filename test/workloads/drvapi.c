@@ -1,7 +1,7 @@
 /* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
  * and statically linked runtimes do. Memory: allocations (plain, async,
  * managed, VMM physical allocations), copies of every direction (sync,
- * async, per-thread stream), peer copies, sets of 1, 2 and 4-byte elements
+ * async, per-thread stream; 2D and 3D), peer copies, sets of 1, 2 and 4-byte elements
  * (linear and pitched), VMM mapping calls, and one failing free. Launches: every launch entry
  * point and its per-thread-stream (_ptsz) variant, and graph launches.
  * Prints its exact ground truth, tallied from the arguments passed and the
@@ -19,7 +19,7 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 38 };
+enum { NFN = 43 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
 	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
@@ -138,6 +138,30 @@ int main(int argc, char **argv)
 		copied(4, 700);
 		CALL(cuMemcpyPeer, b, NULL, a, NULL, 800);
 		p2p_bytes += 800;
+		/* Pitched: WidthInBytes in each of Height (x Depth) rows; the
+		 * direction from the two ends' memory types. */
+		size_t w = 100 * (size_t)(i % 5 + 1), hh = (size_t)(i % 4 + 1);
+		CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host,
+				    .srcPitch = 512, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+				    .dstDevice = a, .dstPitch = 1024, .WidthInBytes = w,
+				    .Height = hh};
+		CALL(cuMemcpy2D_v2, &c2);
+		copied(1, w * hh);
+		c2.srcMemoryType = CU_MEMORYTYPE_DEVICE, c2.srcDevice = b;
+		CALL(cuMemcpy2DUnaligned_v2, &c2);
+		copied(3, w * hh);
+		c2.dstMemoryType = CU_MEMORYTYPE_HOST, c2.dstHost = host;
+		CALL(cuMemcpy2DAsync_v2, &c2, s);
+		copied(2, w * hh);
+		CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+				    .srcPitch = 512, .dstMemoryType = CU_MEMORYTYPE_HOST,
+				    .dstHost = host, .dstPitch = 512, .WidthInBytes = 256,
+				    .Height = hh, .Depth = 3};
+		CALL(cuMemcpy3D_v2, &c3);
+		copied(2, 256 * hh * 3);
+		c3.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c3.dstDevice = b;
+		CALL(cuMemcpy3DAsync_v2, &c3, s);
+		copied(4, 256 * hh * 3);
 
 		CALL(cuMemsetD8_v2, a, 0, 1000);
 		CALL(cuMemsetD16_v2, a, 0, 1000);
