@@ -17,6 +17,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // launchEntryRuns is how often the agent's launch_entry programs have run
@@ -72,7 +73,7 @@ func launchEntryRuns(t *testing.T, a *testutil.Agent) uint64 {
 // process maps one any more.
 func waitReleased(t *testing.T, a *testutil.Agent) {
 	t.Helper()
-	err := testutil.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err
@@ -90,7 +91,7 @@ func waitReleased(t *testing.T, a *testutil.Agent) {
 // waitCounted waits until the launch probes counted at the driver are want.
 func waitCounted(t *testing.T, a *testutil.Agent, want []string) {
 	t.Helper()
-	err := testutil.Eventually(5*time.Second, func() error {
+	err := testenv.Eventually(5*time.Second, func() error {
 		if counted, _ := handover(t, a); !slices.Equal(counted, want) {
 			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, want)
 		}
