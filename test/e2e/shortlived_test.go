@@ -88,20 +88,6 @@ func waitReleased(t *testing.T, a *testutil.Agent) {
 	}
 }
 
-// waitCounted waits until the launch probes counted at the driver are want.
-func waitCounted(t *testing.T, a *testutil.Agent, want []string) {
-	t.Helper()
-	err := testenv.Eventually(5*time.Second, func() error {
-		if counted, _ := handover(t, a); !slices.Equal(counted, want) {
-			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, want)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 var handedAll = []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"}
 
 // teach runs launch13 once under a (tn + tm launches, exact) and returns
