@@ -261,22 +261,7 @@ func TestXidFromKernelLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid + ", name=workload, GPU has fallen off the bus.")
-	var st struct {
-		Xids []pstatus.Xid `json:"xids"`
-	}
-	err = testenv.Eventually(10*time.Second, func() error {
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Xids) != 1 {
-			return fmt.Errorf("xids %+v, want 1", st.Xids)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := st.Xids[0]
+	x := waitOneXid(t, a)
 	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
 		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
 		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
@@ -477,22 +462,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 	if err := os.WriteFile("/dev/kmsg", []byte("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Xids []pstatus.Xid `json:"xids"`
-	}
-	err = testenv.Eventually(10*time.Second, func() error {
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Xids) != 1 {
-			return fmt.Errorf("xids %+v, want 1", st.Xids)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := st.Xids[0]
+	x := waitOneXid(t, a)
 	type inFlight struct {
 		pid        int
 		cuda, nccl []string
@@ -527,4 +497,25 @@ func sleepingInPause(pid int) error {
 		return fmt.Errorf("pid %d in syscall %q, want pause (%s)", pid, b, nr)
 	}
 	return nil
+}
+
+// waitOneXid waits until /status lists exactly one Xid and returns it.
+func waitOneXid(t *testing.T, a *testutil.Agent) pstatus.Xid {
+	t.Helper()
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err := testenv.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Xids[0]
 }
