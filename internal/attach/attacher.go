@@ -142,6 +142,10 @@ type attached struct {
 	launches map[ops.Op]*launchProbe
 	counted  map[rtSite]ops.Op
 	settled  bool
+	// ident tells this file from a later one with its key; prior is what
+	// its earlier attachments learned (priorHandover), nil if none.
+	ident fileIdent
+	prior *learnedFile
 }
 
 type failure struct {
@@ -200,6 +204,12 @@ type Attacher struct {
 	// counted once in limitRefused, by limit).
 	capped       map[FileKey]bool
 	limitRefused map[string]uint64
+	// learnedFiles is what released runtime files learned, by file (at
+	// most maxLearnedFiles); releasedRT are the runtime files released
+	// since the last syncHandover, whose learning it keeps there.
+	learnedFiles map[FileKey]*learnedFile
+	learnSeq     uint64
+	releasedRT   []*attached
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -232,6 +242,7 @@ func New(opts Options) *Attacher {
 		gone:         map[uint32]Target{},
 		capped:       map[FileKey]bool{},
 		limitRefused: map[string]uint64{},
+		learnedFiles: map[FileKey]*learnedFile{},
 	}
 	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
 	a.lastPass.Store(time.Now().UnixNano())
@@ -325,6 +336,9 @@ func (a *Attacher) Sync(targets []Target) {
 	for _, f := range released {
 		a.dropCounted(f)
 		a.rememberGone(f)
+		if len(f.launches) > 0 {
+			a.releasedRT = append(a.releasedRT, f)
+		}
 	}
 	a.release(released)
 	for key := range a.failed {
@@ -788,7 +802,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 
 	a.nextID++
-	att := &attached{target: t, id: a.nextID, syms: syms}
+	att := &attached{target: t, id: a.nextID, syms: syms, ident: identOf(f)}
 	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
 	rest := all
 	if a.handoverCandidate(t) {
@@ -814,9 +828,15 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		return nil, reason, err
 	}
 	att.links, att.hot = links, hotLinks
+	// Ops an earlier attachment of the file handed over stay unattached.
+	a.priorHandover(att)
 	for _, lp := range att.launches {
+		if lp.handed {
+			continue
+		}
 		if lp.links, reason, err = a.linker.Link(set, []ops.Probe{lp.probe}); err != nil {
 			att.closeLinks()
+			a.dropCounted(att)
 			return nil, reason, err
 		}
 	}
@@ -839,6 +859,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 	if len(att.probes) == 0 {
 		att.closeLinks()
+		a.dropCounted(att)
 		if len(att.refused) > 0 {
 			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
 		}

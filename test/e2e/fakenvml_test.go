@@ -194,6 +194,31 @@ func abs(x float64) float64 {
 	return x
 }
 
+// The two GPUs of the Xid tests' fake NVML: A on bus 3b, B on bus 86.
+const (
+	gpuA          = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+	gpuB          = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	twoGPUDevices = "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+)
+
+// twoFakeGPUs builds the fake NVML with GPUs A and B, points the agents the
+// test starts at it and returns its scenario file.
+func twoFakeGPUs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenario := filepath.Join(dir, "scenario")
+	if err := testutil.WriteScenario(scenario, twoGPUDevices); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	return scenario
+}
+
 // TestXidFromKernelLog: Xid lines written into /dev/kmsg while a workload
 // runs on the fake NVML's GPU. A line written before the agent started is
 // not counted; the line written after is counted once, on the GPU whose
@@ -202,17 +227,7 @@ func abs(x float64) float64 {
 // it with the workload on that GPU.
 func TestXidFromKernelLog(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
-	scenario := filepath.Join(dir, "scenario")
-	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
+	scenario := twoFakeGPUs(t)
 	kmsg := func(line string) {
 		t.Helper()
 		// With its newline: the kernel finalizes a record without one only
@@ -222,17 +237,15 @@ func TestXidFromKernelLog(t *testing.T) {
 		}
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=before, written before the agent started")
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
 	a := startAgent(t, "--nvml-interval", "1")
 	w := startWorkload(t, fixtures.Workload, nil)
 	waitAttached(t, a, w.PID)
 	pid := strconv.Itoa(w.PID)
-	if err := testutil.WriteScenario(scenario, devices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
 		t.Fatal(err)
 	}
 	// The NVML snapshot must list the workload before the line is written.
-	err = testenv.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -248,22 +261,7 @@ func TestXidFromKernelLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid + ", name=workload, GPU has fallen off the bus.")
-	var st struct {
-		Xids []pstatus.Xid `json:"xids"`
-	}
-	err = testenv.Eventually(10*time.Second, func() error {
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Xids) != 1 {
-			return fmt.Errorf("xids %+v, want 1", st.Xids)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := st.Xids[0]
+	x := waitOneXid(t, a)
 	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
 		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
 		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
@@ -327,19 +325,7 @@ func TestXidFromKernelLog(t *testing.T) {
 // /status says the kernel log is not read.
 func TestXidFromNVMLEvents(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
-	scenario := filepath.Join(dir, "scenario")
-	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	scenario := twoFakeGPUs(t)
 	addr, err := testutil.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +356,7 @@ func TestXidFromNVMLEvents(t *testing.T) {
 	}
 	// Three events: two Xids on GPU A (one code twice), one on GPU B.
 	events := "xid " + gpuA + " 79 1\nxid " + gpuA + " 79 2\nxid " + gpuB + " 48 3\n"
-	if err := testutil.WriteScenario(scenario, devices+events); err != nil {
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+events); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"0," + gpuA + ",79": 2, "1," + gpuB + ",48": 1}
@@ -404,19 +390,7 @@ func TestXidFromNVMLEvents(t *testing.T) {
 // it is blocked in; the process on GPU B is not listed.
 func TestXidBlastRadiusInFlight(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
-	scenario := filepath.Join(dir, "scenario")
-	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	scenario := twoFakeGPUs(t)
 	a := startAgent(t, "--nvml-interval", "1", "--kmsg-trust-user")
 	ranks := startJob(t, a, 2, nil)
 	other := startWorkload(t, fixtures.Workload, nil)
@@ -424,7 +398,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 	procs := "proc " + gpuA + " " + strconv.Itoa(ranks[0].PID) + " 1024\n" +
 		"proc " + gpuA + " " + strconv.Itoa(ranks[1].PID) + " 1024\n" +
 		"proc " + gpuB + " " + strconv.Itoa(other.PID) + " 1024\n"
-	if err := testutil.WriteScenario(scenario, devices+procs); err != nil {
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+procs); err != nil {
 		t.Fatal(err)
 	}
 	if err := ranks[0].Block("ncclAllReduce"); err != nil {
@@ -488,22 +462,7 @@ func TestXidBlastRadiusInFlight(t *testing.T) {
 	if err := os.WriteFile("/dev/kmsg", []byte("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Xids []pstatus.Xid `json:"xids"`
-	}
-	err = testenv.Eventually(10*time.Second, func() error {
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Xids) != 1 {
-			return fmt.Errorf("xids %+v, want 1", st.Xids)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := st.Xids[0]
+	x := waitOneXid(t, a)
 	type inFlight struct {
 		pid        int
 		cuda, nccl []string
@@ -538,4 +497,25 @@ func sleepingInPause(pid int) error {
 		return fmt.Errorf("pid %d in syscall %q, want pause (%s)", pid, b, nr)
 	}
 	return nil
+}
+
+// waitOneXid waits until /status lists exactly one Xid and returns it.
+func waitOneXid(t *testing.T, a *testutil.Agent) pstatus.Xid {
+	t.Helper()
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err := testenv.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Xids[0]
 }
