@@ -43,10 +43,7 @@ static __always_inline bool take_tenant(struct tenant_quota *t, u64 tenant, u32 
 /*
  * Creates the quota of process pid, the current process, at its first new
  * key: with its tenant, within the tenant's share of pid_quotas. Counted
- * when refused or a map is full. Inlined into its three callers: a frame of
- * its own made timed_return's deepest call chain (graph_return,
- * store_admitted, new_quota) 544 bytes of stack, over the 512 that 6.1's
- * verifier allows (docs/KERNELS.md).
+ * when refused or a map is full. Inlined into quota_of, its one caller.
  */
 static __always_inline int new_quota(u32 pid)
 {
@@ -79,8 +76,15 @@ static __always_inline int new_quota(u32 pid)
 	return 0;
 }
 
-/* The quota of process pid, the current process; NULL (counted) when it has none and gets none. */
-static __always_inline struct pid_quota *quota_of(u32 pid)
+/*
+ * The quota of process pid, the current process; NULL (counted) when it
+ * has none and gets none. Not inlined: one copy, off the hot path (a key
+ * that exists needs no quota), and a frame of its own at the bottom of a
+ * call chain keeps its callers' frames small: 6.1's verifier allows 512
+ * bytes of stack for a program's deepest chain (internal/bpfobj's
+ * TestStackDepth).
+ */
+static __noinline struct pid_quota *quota_of(u32 pid)
 {
 	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
 
