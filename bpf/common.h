@@ -35,6 +35,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_LRU_PERCPU_HASH = 10,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
 enum {
@@ -42,6 +43,10 @@ enum {
 	BPF_NOEXIST = 1,
 	BPF_EXIST = 2,
 };
+
+/* Map flags and local storage (task storage) flags, from uapi/linux/bpf.h. */
+#define BPF_F_NO_PREALLOC	       (1U << 0)
+#define BPF_LOCAL_STORAGE_GET_F_CREATE (1ULL << 0)
 
 /*
  * The register frame and argument access of the target architecture:

@@ -20,7 +20,7 @@ const volatile u32 max_streams_per_pid = 32;
  * it). The defaults here are those of the default sizes.
  */
 const volatile u32 pid_share[QUOTA_MAPS] = {512,  2048,	 256,  32768, 32768, 4096, 4096, 1024,
-					    4096, 16384, 2560, 1024,  16384, 4096, 256,	 4096};
+					    4096, 16384, 2560, 1024,  16384, 256,  4096};
 
 /*
  * Each tenant's share (issue 30 item 3): what all the processes of one
@@ -29,7 +29,7 @@ const volatile u32 pid_share[QUOTA_MAPS] = {512,  2048,	 256,  32768, 32768, 409
  * multi-GPU pod each get a process's share.
  */
 const volatile u32 tenant_share[QUOTA_MAPS] = {1024, 4096,  512,  65536, 65536, 8192, 8192, 2048,
-					       8192, 32768, 5120, 2048,	 32768, 8192, 512,  8192};
+					       8192, 32768, 5120, 2048,	 32768, 512,  8192};
 
 /* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
 const volatile u32 kernel_mode = 1;

@@ -75,10 +75,10 @@ static __always_inline void count_drop(u32 idx)
 		PCPU_ADD(*v, 1);
 }
 
-/* The device ordinal the thread last set with cudaSetDevice; DEV_NONE if none. */
-static __always_inline u32 thread_dev(u64 id)
+/* The device ordinal the current thread last set with cudaSetDevice; DEV_NONE if none. */
+static __always_inline u32 thread_dev(void)
 {
-	u32 *dev = bpf_map_lookup_elem(&thread_device, &id);
+	u32 *dev = bpf_task_storage_get(&thread_device, bpf_get_current_task_btf(), 0, 0);
 
 	return dev ? *dev : DEV_NONE;
 }

@@ -104,7 +104,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	key.kind = in.kind;
 	key.err = ret;
 	key.stream = in.stream;
-	key.dev = thread_dev(id);
+	key.dev = thread_dev();
 	/* Weight of this call in the latency data: 0 when not sampled. */
 	u32 weight = in.sampled ? (sample_rate > 1 ? sample_rate : 1) : 0;
 	u64 dur = in.sampled ? now - in.start_ns : 0;
@@ -173,12 +173,15 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
 			u32 dev = in.arg0;
+			u32 *cur = bpf_task_storage_get(&thread_device, bpf_get_current_task_btf(),
+							&dev, BPF_LOCAL_STORAGE_GET_F_CREATE);
 
-			/* Refused (counted): the thread's later calls keep their old device. */
-			drop =
-			    store_admitted(&thread_device, &id, &dev, key.pid, QUOTA_THREAD_DEVICE);
-			if (drop != NO_DROP)
-				count_drop(drop);
+			/* No memory for it (counted): the thread's later calls keep their old
+			 * device. */
+			if (cur)
+				*cur = dev;
+			else
+				count_drop(DROP_THREAD_DEVICE);
 			key.dev = dev;
 		}
 		break;

@@ -68,9 +68,9 @@ static __always_inline void note_exit(u64 id)
 /*
  * Every thread exit. A thread that exits inside an NCCL call (a rank
  * killed mid-collective) never returns from it: its in-flight entry goes
- * with it, so no hang is reported for a process that is gone. Its current
- * device goes too: a new thread that reuses the id starts on no device
- * set. And the crash breaker learns of probed processes killed by a fault.
+ * with it, so no hang is reported for a process that is gone (its current
+ * device, task storage, goes with the thread by itself). And the crash
+ * breaker learns of probed processes killed by a fault.
  */
 SEC("raw_tracepoint/sched_process_exit")
 int thread_exit(void *ctx)
@@ -78,7 +78,6 @@ int thread_exit(void *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 
 	delete_admitted(&nccl_inflight, &id, id >> 32, QUOTA_NCCL_INFLIGHT);
-	delete_admitted(&thread_device, &id, id >> 32, QUOTA_THREAD_DEVICE);
 	if (nvtx_enabled)
 		delete_admitted(&nvtx_stack, &id, id >> 32, QUOTA_NVTX_STACK);
 	if (crash_breaker)

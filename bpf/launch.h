@@ -98,7 +98,7 @@ static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_a
 				 .stream = a->stream,
 				 .func = func,
 				 .phase = launch_phase(id),
-				 .dev = thread_dev(id)};
+				 .dev = thread_dev()};
 	struct launch_val *val;
 	u64 graph = capture_of(key.pid, a->stream);
 

@@ -130,15 +130,16 @@ struct {
 
 /*
  * Current device of each thread, from successful cudaSetDevice calls: every
- * call's key carries it (thread_dev). Deleted when the thread exits
- * (thread_exit), and by userspace when its process has exited. Not LRU, so
- * that no process can evict another's: each thread's entry holds a unit of
- * its tenant's share.
+ * call's key carries it (thread_dev). Task storage (issue 33): the value
+ * hangs off the thread itself, so a lookup is a pointer walk and no hash,
+ * a thread that never set a device costs one test of a NULL pointer, the
+ * kernel frees it with the thread, and no process can take another's room:
+ * there is no shared table to fill.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64); /* pid_tgid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, u32);
 } thread_device SEC(".maps");
 

@@ -30,7 +30,7 @@ static __always_inline void add_nccl(u64 id, u32 op, u64 comm, s32 err, u64 byte
 				     u64 dur)
 {
 	struct nccl_key key = {
-	    .pid = id >> 32, .op = op, .comm = comm, .err = err, .dev = thread_dev(id)};
+	    .pid = id >> 32, .op = op, .comm = comm, .err = err, .dev = thread_dev()};
 	struct nccl_val *val;
 
 	val = lookup_or_admit(&nccl_agg, &key, NULL, &zero_nccl, QUOTA_NCCL_AGG);

@@ -196,8 +196,6 @@ static __always_inline u32 full_drop(u32 qm)
 		return DROP_NCCL_INFLIGHT;
 	case QUOTA_NCCL_COMMS:
 		return DROP_NCCL_COMMS;
-	case QUOTA_THREAD_DEVICE:
-		return DROP_THREAD_DEVICE;
 	case QUOTA_NVTX_STACK:
 		return DROP_NVTX_STACK;
 	case QUOTA_PID_QUOTAS:

@@ -38,7 +38,7 @@ enum drop {
 				 its own probes (two traps), nothing is lost */
 	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
 	DROP_THREAD_DEVICE =
-	    21, /* thread_device full: a thread's later calls keep its old device */
+	    21, /* no memory for a thread's device: its later calls keep its old device */
 	DROP_MAX = 22,
 };
 
@@ -434,10 +434,9 @@ enum quota_map {
 	QUOTA_NCCL_INFLIGHT = 10,
 	QUOTA_NCCL_COMMS = 11,
 	QUOTA_GRAPH_EXECS = 12,
-	QUOTA_THREAD_DEVICE = 13,
-	QUOTA_NVTX_STACK = 14,
-	QUOTA_PID_QUOTAS = 15, /* the tenant's processes (pid_quotas entries) */
-	QUOTA_MAPS = 16,
+	QUOTA_NVTX_STACK = 13,
+	QUOTA_PID_QUOTAS = 14, /* the tenant's processes (pid_quotas entries) */
+	QUOTA_MAPS = 15,
 };
 
 /*

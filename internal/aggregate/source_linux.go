@@ -215,14 +215,13 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteThreads(isDead), s.deleteGraphs(isDead), s.deleteQuotas(isDead))
 }
 
-// deleteThreads removes the per-thread entries (thread_device, nvtx_stack)
-// of processes for which gone is true: thread_exit deletes each thread's
-// own, and these are what a missing exit hook left behind.
+// deleteThreads removes the per-thread entries (nvtx_stack) of processes
+// for which gone is true: thread_exit deletes each thread's own, and these
+// are what a missing exit hook left behind. thread_device is task storage:
+// the kernel frees it with the thread.
 func (s MapSource) deleteThreads(gone func(pid uint32) bool) error {
-	tid := func(id *uint64) bool { return gone(uint32(*id >> 32)) }
-	_, err1 := deleteWhere(s.Objects.ThreadDevice, tid)
-	_, err2 := deleteWhere(s.Objects.NvtxStack, tid)
-	return errors.Join(err1, err2)
+	_, err := deleteWhere(s.Objects.NvtxStack, func(id *uint64) bool { return gone(uint32(*id >> 32)) })
+	return err
 }
 
 // deleteGraphs removes the CUDA graph state of processes for which gone is

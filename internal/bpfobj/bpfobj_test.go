@@ -122,8 +122,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"QUOTA_CAPTURE_STREAMS": uint64(QuotaCaptureStreams), "QUOTA_CAPTURES": uint64(QuotaCaptures),
 			"QUOTA_CAPTURE_EVENTS": uint64(QuotaCaptureEvents), "QUOTA_GRAPH_IDS": uint64(QuotaGraphIDs),
 			"QUOTA_NCCL_INFLIGHT": uint64(QuotaNCCLInflight), "QUOTA_NCCL_COMMS": uint64(QuotaNCCLComms),
-			"QUOTA_GRAPH_EXECS": uint64(QuotaGraphExecs), "QUOTA_THREAD_DEVICE": uint64(QuotaThreadDevice),
-			"QUOTA_NVTX_STACK": uint64(QuotaNVTXStack), "QUOTA_PID_QUOTAS": uint64(QuotaPIDQuotas),
+			"QUOTA_GRAPH_EXECS": uint64(QuotaGraphExecs),
+			"QUOTA_NVTX_STACK":  uint64(QuotaNVTXStack), "QUOTA_PID_QUOTAS": uint64(QuotaPIDQuotas),
 			"QUOTA_MAPS": uint64(NumQuotaMaps),
 		}},
 	}

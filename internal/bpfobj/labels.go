@@ -98,7 +98,6 @@ const (
 	QuotaNCCLInflight   QuotaMap = ProfiQuotaMapQUOTA_NCCL_INFLIGHT
 	QuotaNCCLComms      QuotaMap = ProfiQuotaMapQUOTA_NCCL_COMMS
 	QuotaGraphExecs     QuotaMap = ProfiQuotaMapQUOTA_GRAPH_EXECS
-	QuotaThreadDevice   QuotaMap = ProfiQuotaMapQUOTA_THREAD_DEVICE
 	QuotaNVTXStack      QuotaMap = ProfiQuotaMapQUOTA_NVTX_STACK
 	QuotaPIDQuotas      QuotaMap = ProfiQuotaMapQUOTA_PID_QUOTAS
 	NumQuotaMaps        QuotaMap = ProfiQuotaMapQUOTA_MAPS
@@ -119,7 +118,6 @@ var QuotaMapNames = [NumQuotaMaps]string{
 	QuotaNCCLInflight:   ProfiMapNcclInflight,
 	QuotaNCCLComms:      ProfiMapNcclComms,
 	QuotaGraphExecs:     ProfiMapGraphExecs,
-	QuotaThreadDevice:   ProfiMapThreadDevice,
 	QuotaNVTXStack:      ProfiMapNvtxStack,
 	QuotaPIDQuotas:      ProfiMapPidQuotas,
 }

@@ -598,7 +598,8 @@ type ProfiPidQuota struct {
 	Streams uint32
 	Pad     uint32
 	Tenant  uint64
-	Keys    [16]uint32
+	Keys    [15]uint32
+	_       [4]byte
 }
 
 type ProfiQuotaMap uint32
@@ -617,10 +618,9 @@ const (
 	ProfiQuotaMapQUOTA_NCCL_INFLIGHT   ProfiQuotaMap = 10
 	ProfiQuotaMapQUOTA_NCCL_COMMS      ProfiQuotaMap = 11
 	ProfiQuotaMapQUOTA_GRAPH_EXECS     ProfiQuotaMap = 12
-	ProfiQuotaMapQUOTA_THREAD_DEVICE   ProfiQuotaMap = 13
-	ProfiQuotaMapQUOTA_NVTX_STACK      ProfiQuotaMap = 14
-	ProfiQuotaMapQUOTA_PID_QUOTAS      ProfiQuotaMap = 15
-	ProfiQuotaMapQUOTA_MAPS            ProfiQuotaMap = 16
+	ProfiQuotaMapQUOTA_NVTX_STACK      ProfiQuotaMap = 13
+	ProfiQuotaMapQUOTA_PID_QUOTAS      ProfiQuotaMap = 14
+	ProfiQuotaMapQUOTA_MAPS            ProfiQuotaMap = 15
 )
 
 type ProfiReplayKey struct {
@@ -673,7 +673,7 @@ type ProfiRtSiteVal struct {
 
 type ProfiTenantQuota struct {
 	_    structs.HostLayout
-	Keys [16]uint32
+	Keys [15]uint32
 }
 
 type ProfiTextRange struct {
