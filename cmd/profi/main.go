@@ -99,7 +99,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// Collect at +50 % of the live heap instead of Go's +100 %: the agent
 	// makes little garbage (per drain and per scrape, never per event), so
 	// this costs little CPU and keeps RSS down at many series
-	// (docs/BENCHMARK.md, "Userspace cost"). GOGC, when set, still wins.
+	// (docs/BENCHMARK.md, "Userspace cost vs series and call rate"). GOGC,
+	// when set, still wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}

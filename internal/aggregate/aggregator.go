@@ -253,8 +253,8 @@ func New(opts Options) *Aggregator {
 func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 
 // Drain pacing: a drain's work grows with the map keys (measured in
-// docs/BENCHMARK.md, "Userspace cost"), so the pause after a drain grows with it,
-// keeping the drain under drainShare of one CPU. Snapshots are then at
+// docs/BENCHMARK.md, "Userspace cost vs series and call rate"), so the pause
+// after a drain grows with it, keeping the drain under drainShare of one CPU. Snapshots are then at
 // most maxDrainPause old, well inside any scrape interval.
 const (
 	drainShare    = 0.05

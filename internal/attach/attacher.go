@@ -143,7 +143,7 @@ type attached struct {
 	counted  map[rtSite]ops.Op
 	settled  bool
 	// ident tells this file from a later one with its key; prior is what
-	// its earlier attachments learned (priorHandover), nil if none.
+	// its earlier attachments learned (handover.prior), nil if none.
 	ident fileIdent
 	prior *learnedFile
 }
@@ -204,12 +204,9 @@ type Attacher struct {
 	// counted once in limitRefused, by limit).
 	capped       map[FileKey]bool
 	limitRefused map[string]uint64
-	// learnedFiles is what released runtime files learned, by file (at
-	// most maxLearnedFiles); releasedRT are the runtime files released
-	// since the last syncHandover, whose learning it keeps there.
-	learnedFiles map[FileKey]*learnedFile
-	learnSeq     uint64
-	releasedRT   []*attached
+	// ho is the runtime->driver handover (handover.go); a.files are its
+	// host's (handover_host.go).
+	ho *handover
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -242,9 +239,9 @@ func New(opts Options) *Attacher {
 		gone:         map[uint32]Target{},
 		capped:       map[FileKey]bool{},
 		limitRefused: map[string]uint64{},
-		learnedFiles: map[FileKey]*learnedFile{},
 	}
 	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
+	a.ho = newHandover(opts.Handover, opts.KernelMode, a.log)
 	a.lastPass.Store(time.Now().UnixNano())
 	return a
 }
@@ -334,11 +331,8 @@ func (a *Attacher) Sync(targets []Target) {
 		}
 	}
 	for _, f := range released {
-		a.dropCounted(f)
+		a.ho.release(f)
 		a.rememberGone(f)
-		if len(f.launches) > 0 {
-			a.releasedRT = append(a.releasedRT, f)
-		}
 	}
 	a.release(released)
 	for key := range a.failed {
@@ -656,7 +650,7 @@ func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 func (a *Attacher) syncProcessMaps(handover bool) {
 	f := a.maps.apply(a.wantRuntimeText(), func() map[bpfobj.ProfiPidFile]uint8 {
 		if handover {
-			a.syncHandover()
+			a.ho.sync(a)
 		}
 		return a.wantPIDFiles()
 	})
@@ -805,7 +799,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	att := &attached{target: t, id: a.nextID, syms: syms, ident: identOf(f)}
 	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
 	rest := all
-	if a.handoverCandidate(t) {
+	if a.ho.candidate(t) {
 		rest = nil
 		att.launches, att.counted = map[ops.Op]*launchProbe{}, map[rtSite]ops.Op{}
 		for _, p := range all {
@@ -829,14 +823,14 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 	att.links, att.hot = links, hotLinks
 	// Ops an earlier attachment of the file handed over stay unattached.
-	a.priorHandover(att)
+	a.ho.prior(att)
 	for _, lp := range att.launches {
 		if lp.handed {
 			continue
 		}
 		if lp.links, reason, err = a.linker.Link(set, []ops.Probe{lp.probe}); err != nil {
 			att.closeLinks()
-			a.dropCounted(att)
+			a.ho.dropCounted(att)
 			return nil, reason, err
 		}
 	}
@@ -859,7 +853,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 	if len(att.probes) == 0 {
 		att.closeLinks()
-		a.dropCounted(att)
+		a.ho.dropCounted(att)
 		if len(att.refused) > 0 {
 			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
 		}
@@ -1050,7 +1044,7 @@ func (a *Attacher) Close() error {
 		for pid := range f.upgrades {
 			a.dropUpgrade(f, pid)
 		}
-		a.dropCounted(f)
+		a.ho.dropCounted(f)
 		wg.Go(f.closeLinks)
 		delete(a.files, key)
 	}

@@ -3,6 +3,8 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -37,10 +39,73 @@ import (
 const MinMerged = 16
 
 // HandoverMaps are the BPF maps of the handover; nil Counted disables it.
+// They are the handover's handoverStore.
 type HandoverMaps struct {
 	Sites   *ebpf.Map // rt_sites, per CPU: learned by BPF
 	Ops     *ebpf.Map // rt_ops, per CPU: learned by BPF
 	Counted *ebpf.Map // rt_counted: written here
+}
+
+// The handover plugs into the attacher through two small interfaces, and
+// owns only what it decides: which launch ops are handed over
+// (launchProbe.handed), the rt_counted entries written for them
+// (attached.counted), whether a file settled, and what released files
+// learned. The links, the files and rt_text stay the attacher's.
+
+// handoverHost is what the handover needs from the attacher: the attached
+// files, the rt_text mirror, and the links of one runtime launch probe.
+// The Attacher implements it (handover_host.go).
+type handoverHost interface {
+	// attachedFiles are every attached file, driver and runtime. The
+	// handover reads their targets (library, PIDs), ids, pause state and
+	// launch probes, and writes their handover fields.
+	attachedFiles() iter.Seq[*attached]
+	// runtimeText reports whether rt_text holds pid's range, and which.
+	runtimeText(pid uint32) (rtRange, bool)
+	// linkLaunch attaches f's runtime launch probe of op again;
+	// unlinkLaunch detaches it.
+	linkLaunch(f *attached, op ops.Op) error
+	unlinkLaunch(f *attached, op ops.Op)
+	// putRuntimeText writes rt_text's entries again, their handed flag as
+	// attached.handedAny says now; it returns the writes that failed.
+	putRuntimeText() (failed int)
+}
+
+// handoverStore is the handover's access to its BPF maps: what BPF
+// learned (rt_ops, rt_sites) and the sites the driver counts (rt_counted).
+type handoverStore interface {
+	// learned reads rt_ops and rt_sites, summed over CPUs, by runtime file id.
+	learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSite]siteOps, error)
+	// count and uncount write and delete one rt_counted entry.
+	count(k rtSite, op ops.Op) error
+	uncount(k rtSite) error
+	// forgetOp and forgetSite delete what BPF learned (gone already is fine).
+	forgetOp(file uint32, op ops.Op)
+	forgetSite(k rtSite)
+}
+
+// handover is the runtime->driver handover's state. Its methods are
+// called with the Attacher's mu held.
+type handover struct {
+	store handoverStore // nil: no handover
+	mode  string        // kernel mode
+	log   *slog.Logger
+	// learnedFiles is what released runtime files learned, by file (at
+	// most maxLearnedFiles); releasedRT are the runtime files released
+	// since the last sync, whose learning it keeps there.
+	learnedFiles map[FileKey]*learnedFile
+	learnSeq     uint64
+	releasedRT   []*attached
+}
+
+// newHandover returns the handover over m (none when m.Counted is nil)
+// for kernel mode mode.
+func newHandover(m HandoverMaps, mode string, log *slog.Logger) *handover {
+	h := &handover{mode: mode, log: log, learnedFiles: map[FileKey]*learnedFile{}}
+	if m.Counted != nil {
+		h.store = m
+	}
+	return h
 }
 
 type rtSite = bpfobj.ProfiRtSite
@@ -53,13 +118,13 @@ type launchProbe struct {
 	handed bool
 }
 
-// handoverCandidate reports whether t's runtime launches may be counted at
+// candidate reports whether t's runtime launches may be counted at
 // the driver: a shared libcudart (a static runtime shares its range with
 // the application, whose own driver launches must stay driver launches) in
 // anonymous mode (full mode times launches at the runtime).
-func (a *Attacher) handoverCandidate(t Target) bool {
-	return a.opts.Handover.Counted != nil && t.Lib == discover.LibCudart && !t.Static &&
-		a.opts.KernelMode == ops.KernelModeAnonymous
+func (h *handover) candidate(t Target) bool {
+	return h.store != nil && t.Lib == discover.LibCudart && !t.Static &&
+		h.mode == ops.KernelModeAnonymous
 }
 
 // isHandoverProbe: an entry-only runtime launch probe (launch_entry).
@@ -80,7 +145,7 @@ type siteOps struct {
 }
 
 // learned reads rt_ops and rt_sites, by runtime file id.
-func (a *Attacher) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSite]siteOps, error) {
+func (m HandoverMaps) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSite]siteOps, error) {
 	stats := map[uint32]map[ops.Op]opStats{}
 	sites := map[uint32]map[rtSite]siteOps{}
 	var (
@@ -90,7 +155,7 @@ func (a *Attacher) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSi
 		sv  []bpfobj.ProfiRtSiteVal
 		err error
 	)
-	it := a.opts.Handover.Ops.Iterate()
+	it := m.Ops.Iterate()
 	for it.Next(&ok, &ov) {
 		var s opStats
 		for _, v := range ov {
@@ -109,7 +174,7 @@ func (a *Attacher) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSi
 	if err = it.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read rt_ops: %w", err)
 	}
-	it = a.opts.Handover.Sites.Iterate()
+	it = m.Sites.Iterate()
 	for it.Next(&sk, &sv) {
 		s := siteOps{ops: map[ops.Op]bool{}}
 		for _, v := range sv {
@@ -128,6 +193,19 @@ func (a *Attacher) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSi
 	}
 	return stats, sites, nil
 }
+
+func (m HandoverMaps) count(k rtSite, op ops.Op) error {
+	return m.Counted.Update(&k, uint32(op), ebpf.UpdateAny)
+}
+
+func (m HandoverMaps) uncount(k rtSite) error { return m.Counted.Delete(&k) }
+
+func (m HandoverMaps) forgetOp(file uint32, op ops.Op) {
+	k := bpfobj.ProfiRtOpKey{File: file, Op: uint32(op)}
+	_ = m.Ops.Delete(&k)
+}
+
+func (m HandoverMaps) forgetSite(k rtSite) { _ = m.Sites.Delete(&k) }
 
 // handoverPlan is what decide wants for one file: the ops counted at the
 // driver (with the sites they are counted at), and whether the file has
@@ -193,21 +271,20 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 	return plan
 }
 
-// syncHandover applies decide to every candidate runtime file. Called
-// with a.mu held, from syncProcessMaps: after rt_text's new entries are
-// written (they carry the file id), before pid_files (PF_RT_MARK follows
-// the plan).
-func (a *Attacher) syncHandover() {
-	if a.opts.Handover.Counted == nil {
+// sync applies decide to every candidate runtime file of host. Called
+// from syncProcessMaps: after rt_text's new entries are written (they
+// carry the file id), before pid_files (PF_RT_MARK follows the plan).
+func (h *handover) sync(host handoverHost) {
+	if h.store == nil {
 		return
 	}
-	stats, sites, err := a.learned()
+	stats, sites, err := h.store.learned()
 	if err != nil {
-		a.log.Warn("runtime launches stay counted by their own probes", "err", err)
+		h.log.Warn("runtime launches stay counted by their own probes", "err", err)
 		return
 	}
 	drivers := map[int]bool{}
-	for _, f := range a.files {
+	for f := range host.attachedFiles() {
 		if f.target.Lib == discover.LibCuda {
 			for _, pid := range f.target.PIDs {
 				drivers[pid] = true
@@ -215,7 +292,7 @@ func (a *Attacher) syncHandover() {
 		}
 	}
 	live := map[uint32]bool{}
-	for _, f := range a.files {
+	for f := range host.attachedFiles() {
 		if len(f.launches) == 0 {
 			continue
 		}
@@ -225,25 +302,25 @@ func (a *Attacher) syncHandover() {
 		}
 		driverOK := len(f.target.PIDs) > 0
 		for _, pid := range f.target.PIDs {
-			if r, ok := a.maps.hasText(uint32(pid)); !ok || r.file != f.id || !drivers[pid] {
+			if r, ok := host.runtimeText(uint32(pid)); !ok || r.file != f.id || !drivers[pid] {
 				driverOK = false
 			}
 		}
 		st, si := withPrior(f, stats[f.id], sites[f.id])
-		a.applyHandover(f, decide(slices.Sorted(maps.Keys(f.launches)), st, si, driverOK))
+		h.apply(host, f, decide(slices.Sorted(maps.Keys(f.launches)), st, si, driverOK))
 	}
-	for _, f := range a.releasedRT {
-		a.remember(f, stats[f.id], sites[f.id])
+	for _, f := range h.releasedRT {
+		h.remember(f, stats[f.id], sites[f.id])
 	}
-	a.releasedRT = nil
-	a.forgetLearned(stats, sites, live)
+	h.releasedRT = nil
+	h.forgetLearned(stats, sites, live)
 }
 
-// applyHandover moves f to plan, keeping every launch counted exactly
-// once: an op's sites go into rt_counted before its probe detaches (the
-// probe's marker makes the driver skip the launches it counts meanwhile),
-// and its probe attaches again before its sites go.
-func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
+// apply moves f to plan, keeping every launch counted exactly once: an
+// op's sites go into rt_counted before its probe detaches (the probe's
+// marker makes the driver skip the launches it counts meanwhile), and its
+// probe attaches again before its sites go.
+func (h *handover) apply(host handoverHost, f *attached, plan handoverPlan) {
 	f.settled = plan.settled
 	// Tail-jump targets detach before their callers and attach after them
 	// (plan.tails): give lists them first, take last.
@@ -260,21 +337,20 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 	}
 	for _, op := range take {
 		lp := f.launches[op]
-		links, err := a.reattach(f, []ops.Probe{lp.probe}, a.opts.PID)
-		if err != nil {
-			a.log.Warn("could not attach a runtime launch probe again; the driver keeps counting its launches", "path", f.target.Path, "op", lp.probe.Symbol, "err", err)
+		if err := host.linkLaunch(f, op); err != nil {
+			h.log.Warn("could not attach a runtime launch probe again; the driver keeps counting its launches", "path", f.target.Path, "op", lp.probe.Symbol, "err", err)
 			continue
 		}
-		lp.links, lp.handed = links, false
-		a.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
+		lp.handed = false
+		h.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
 	}
 	// Sites: add the plan's, then remove those of ops no longer handed.
 	for k, op := range plan.counted {
 		if cur, ok := f.counted[k]; ok && cur == op {
 			continue
 		}
-		if err := a.opts.Handover.Counted.Update(&k, uint32(op), ebpf.UpdateAny); err != nil {
-			a.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
+		if err := h.store.count(k, op); err != nil {
+			h.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
 			return
 		}
 		f.counted[k] = op
@@ -286,8 +362,8 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 		if lp := f.launches[op]; lp != nil && lp.handed {
 			continue // could not attach it again: its sites stay
 		}
-		if err := a.opts.Handover.Counted.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			a.log.Warn("could not delete from rt_counted", "err", err)
+		if err := h.store.uncount(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			h.log.Warn("could not delete from rt_counted", "err", err)
 			continue
 		}
 		delete(f.counted, k)
@@ -298,15 +374,13 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 		f.launches[op].handed = true
 	}
 	if len(give) > 0 {
-		if n := a.maps.putText(a.wantRuntimeText()); n > 0 {
-			a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
+		if n := host.putRuntimeText(); n > 0 {
+			h.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
 		}
 	}
 	for _, op := range give {
-		lp := f.launches[op]
-		lp.links.Close() // one by one, in order
-		lp.links = nil
-		a.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", lp.probe.Symbol)
+		host.unlinkLaunch(f, op) // one by one, in order
+		h.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", f.launches[op].probe.Symbol)
 	}
 }
 
@@ -321,14 +395,13 @@ func (f *attached) handedAny() bool {
 }
 
 // forgetLearned deletes what BPF learned of runtime files no longer attached.
-func (a *Attacher) forgetLearned(stats map[uint32]map[ops.Op]opStats, sites map[uint32]map[rtSite]siteOps, live map[uint32]bool) {
+func (h *handover) forgetLearned(stats map[uint32]map[ops.Op]opStats, sites map[uint32]map[rtSite]siteOps, live map[uint32]bool) {
 	for file, m := range stats {
 		if live[file] {
 			continue
 		}
 		for op := range m {
-			k := bpfobj.ProfiRtOpKey{File: file, Op: uint32(op)}
-			_ = a.opts.Handover.Ops.Delete(&k) // gone already is fine
+			h.store.forgetOp(file, op)
 		}
 	}
 	for file, m := range sites {
@@ -336,16 +409,26 @@ func (a *Attacher) forgetLearned(stats map[uint32]map[ops.Op]opStats, sites map[
 			continue
 		}
 		for k := range m {
-			_ = a.opts.Handover.Sites.Delete(&k)
+			h.store.forgetSite(k)
 		}
 	}
 }
 
-// dropCounted deletes f's rt_counted entries (f is being released).
-func (a *Attacher) dropCounted(f *attached) {
+// dropCounted deletes f's rt_counted entries (f is being released or
+// failed to attach).
+func (h *handover) dropCounted(f *attached) {
 	for k := range f.counted {
-		_ = a.opts.Handover.Counted.Delete(&k)
+		_ = h.store.uncount(k)
 		delete(f.counted, k)
+	}
+}
+
+// release is f's release: its rt_counted entries go now, what it learned
+// is kept at the next sync.
+func (h *handover) release(f *attached) {
+	h.dropCounted(f)
+	if len(f.launches) > 0 {
+		h.releasedRT = append(h.releasedRT, f)
 	}
 }
 
@@ -445,8 +528,8 @@ func withPrior(f *attached, stats map[ops.Op]opStats, sites map[rtSite]siteOps) 
 }
 
 // remember keeps what released file f learned (stats and sites of its id,
-// with its prior). Called with a.mu held.
-func (a *Attacher) remember(f *attached, stats map[ops.Op]opStats, sites map[rtSite]siteOps) {
+// with its prior).
+func (h *handover) remember(f *attached, stats map[ops.Op]opStats, sites map[rtSite]siteOps) {
 	base := f.prior
 	if base == nil {
 		base = newLearned(f.ident)
@@ -456,29 +539,29 @@ func (a *Attacher) remember(f *attached, stats map[ops.Op]opStats, sites map[rtS
 	if len(l.stats) == 0 {
 		return // nothing learned: nothing to start from
 	}
-	a.learnSeq++
-	l.seq = a.learnSeq
-	a.learnedFiles[f.target.Key] = l
-	for len(a.learnedFiles) > maxLearnedFiles {
+	h.learnSeq++
+	l.seq = h.learnSeq
+	h.learnedFiles[f.target.Key] = l
+	for len(h.learnedFiles) > maxLearnedFiles {
 		var oldest FileKey
 		first := true
-		for k, v := range a.learnedFiles {
-			if first || v.seq < a.learnedFiles[oldest].seq {
+		for k, v := range h.learnedFiles {
+			if first || v.seq < h.learnedFiles[oldest].seq {
 				oldest, first = k, false
 			}
 		}
-		delete(a.learnedFiles, oldest)
+		delete(h.learnedFiles, oldest)
 	}
 }
 
-// priorHandover is what file f, attached again, starts from: the plan of
+// prior is what file f, attached again, starts from: the plan of
 // what its earlier attachments learned, as if every process had a probed
-// driver (syncHandover decides with the real processes in the same pass,
+// driver (sync decides with the real processes in the same pass,
 // and takes back what they do not allow): the ops it hands over are marked
 // handed, to be left unattached, and their sites are in rt_counted under
-// f's id. Called with a.mu held, before f's launch probes are linked.
-func (a *Attacher) priorHandover(f *attached) {
-	l := a.learnedFiles[f.target.Key]
+// f's id. Called before f's launch probes are linked.
+func (h *handover) prior(f *attached) {
+	l := h.learnedFiles[f.target.Key]
 	if l == nil || l.ident != f.ident || f.ident == (fileIdent{}) || len(f.launches) == 0 {
 		return
 	}
@@ -490,9 +573,9 @@ func (a *Attacher) priorHandover(f *attached) {
 		return
 	}
 	for k, op := range plan.counted {
-		if err := a.opts.Handover.Counted.Update(&k, uint32(op), ebpf.UpdateAny); err != nil {
-			a.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
-			a.dropCounted(f)
+		if err := h.store.count(k, op); err != nil {
+			h.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
+			h.dropCounted(f)
 			return
 		}
 		f.counted[k] = op

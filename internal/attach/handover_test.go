@@ -1,10 +1,15 @@
 package attach
 
 import (
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
 	"maps"
 	"slices"
 	"testing"
 
+	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 )
 
@@ -151,11 +156,11 @@ func TestLearnedOutlivesRelease(t *testing.T) {
 	key := FileKey{Dev: 1, Inode: 2}
 	a := New(Options{})
 	first := &attached{id: 1, target: Target{Key: key}, ident: fileIdent{size: 10, mtime: 1, ctime: 1}}
-	a.remember(first,
+	a.ho.remember(first,
 		map[ops.Op]opStats{launch: {merged: 10}, ptsz: {merged: MinMerged}},
 		map[rtSite]siteOps{{File: 1, DrvOp: uint32(ops.OpCuLaunchKernel), Off: 0x10}: {ops: map[ops.Op]bool{launch: true}},
 			{File: 1, DrvOp: uint32(ops.OpCuLaunchKernelPtsz), Off: 0x20}: {ops: map[ops.Op]bool{ptsz: true}}})
-	second := &attached{id: 7, target: Target{Key: key}, ident: first.ident, prior: a.learnedFiles[key]}
+	second := &attached{id: 7, target: Target{Key: key}, ident: first.ident, prior: a.ho.learnedFiles[key]}
 	st, si := withPrior(second, map[ops.Op]opStats{launch: {merged: MinMerged - 10}}, nil)
 	plan := decide([]ops.Op{launch, ptsz}, st, si, true)
 	if !plan.handed[launch] || !plan.handed[ptsz] || len(plan.counted) != 2 {
@@ -166,17 +171,198 @@ func TestLearnedOutlivesRelease(t *testing.T) {
 			t.Errorf("site %+v keyed by file %d, want the new id 7", k, k.File)
 		}
 	}
-	a.remember(second, map[ops.Op]opStats{launch: {merged: MinMerged - 10}}, nil)
-	if got := a.learnedFiles[key].stats[launch].merged; got != MinMerged {
+	a.ho.remember(second, map[ops.Op]opStats{launch: {merged: MinMerged - 10}}, nil)
+	if got := a.ho.learnedFiles[key].stats[launch].merged; got != MinMerged {
 		t.Errorf("kept %d merged launches, want %d (10 + %d)", got, MinMerged, MinMerged-10)
 	}
-	if got := a.learnedFiles[key].stats[ptsz].merged; got != MinMerged {
+	if got := a.ho.learnedFiles[key].stats[ptsz].merged; got != MinMerged {
 		t.Errorf("kept %d merged ptsz launches, want %d", got, MinMerged)
 	}
 	replaced := &attached{id: 8, target: Target{Key: key}, ident: fileIdent{size: 11, mtime: 2, ctime: 2},
 		launches: map[ops.Op]*launchProbe{launch: {}}}
-	a.priorHandover(replaced)
+	a.ho.prior(replaced)
 	if replaced.prior != nil || replaced.launches[launch].handed {
 		t.Errorf("a replaced file started from its predecessor's learning")
+	}
+}
+
+// handoverLog records, in order, what the handover did through its two
+// interfaces.
+type handoverLog []string
+
+func (l *handoverLog) add(format string, args ...any) { *l = append(*l, fmt.Sprintf(format, args...)) }
+
+// take returns the calls since the last take.
+func (l *handoverLog) take() []string {
+	got := *l
+	*l = nil
+	return got
+}
+
+// fakeHost is an attacher for the handover: files, rt_text and links as
+// plain values; linking fails with linkErr.
+type fakeHost struct {
+	log     *handoverLog
+	files   []*attached
+	text    map[uint32]rtRange
+	linkErr error
+}
+
+func (h *fakeHost) attachedFiles() iter.Seq[*attached] { return slices.Values(h.files) }
+
+func (h *fakeHost) runtimeText(pid uint32) (rtRange, bool) {
+	r, ok := h.text[pid]
+	return r, ok
+}
+
+func (h *fakeHost) linkLaunch(f *attached, op ops.Op) error {
+	if h.linkErr != nil {
+		h.log.add("link %d %s failed", f.id, f.launches[op].probe.Symbol)
+		return h.linkErr
+	}
+	h.log.add("link %d %s", f.id, f.launches[op].probe.Symbol)
+	return nil
+}
+
+func (h *fakeHost) unlinkLaunch(f *attached, op ops.Op) {
+	h.log.add("unlink %d %s", f.id, f.launches[op].probe.Symbol)
+}
+
+func (h *fakeHost) putRuntimeText() int {
+	for _, f := range h.files {
+		if len(f.launches) > 0 {
+			h.log.add("rt_text %d handed=%v", f.id, f.handedAny())
+		}
+	}
+	return 0
+}
+
+// fakeStore is rt_ops and rt_sites as BPF would have learned them, and
+// rt_counted.
+type fakeStore struct {
+	log     *handoverLog
+	stats   map[uint32]map[ops.Op]opStats
+	sites   map[uint32]map[rtSite]siteOps
+	counted map[rtSite]ops.Op
+}
+
+func (s *fakeStore) learned() (map[uint32]map[ops.Op]opStats, map[uint32]map[rtSite]siteOps, error) {
+	return s.stats, s.sites, nil
+}
+
+func (s *fakeStore) count(k rtSite, op ops.Op) error {
+	s.log.add("count %d/%#x", k.File, k.Off)
+	s.counted[k] = op
+	return nil
+}
+
+func (s *fakeStore) uncount(k rtSite) error {
+	s.log.add("uncount %d/%#x", k.File, k.Off)
+	delete(s.counted, k)
+	return nil
+}
+
+func (s *fakeStore) forgetOp(file uint32, op ops.Op) {
+	s.log.add("forget op %d", file)
+	delete(s.stats[file], op)
+}
+
+func (s *fakeStore) forgetSite(k rtSite) {
+	s.log.add("forget site %d/%#x", k.File, k.Off)
+	delete(s.sites[k.File], k)
+}
+
+// TestHandoverOrder drives the handover through fakes of the attacher and
+// of its BPF maps, and checks the order the BPF side relies on: an op's
+// sites are in rt_counted and rt_text says "handed" before its probe
+// detaches; its probe is attached again before its sites go; a probe that
+// cannot be attached again keeps its sites. A released file's learning is
+// kept (and forgotten in BPF), and its next attachment starts handed over.
+func TestHandoverOrder(t *testing.T) {
+	launch, ptsz := ops.OpCudaLaunchKernel, ops.OpCudaLaunchKernelPtsz
+	key := FileKey{Dev: 1, Inode: 2}
+	ident := fileIdent{size: 10, mtime: 1, ctime: 1}
+	newRuntime := func(id uint32) *attached {
+		return &attached{id: id, ident: ident,
+			target: Target{Key: key, Lib: discover.LibCudart, PIDs: []int{100}},
+			launches: map[ops.Op]*launchProbe{
+				launch: {probe: ops.Probe{Symbol: "cudaLaunchKernel", Op: launch}},
+				ptsz:   {probe: ops.Probe{Symbol: "cudaLaunchKernel_ptsz", Op: ptsz}},
+			},
+			counted: map[rtSite]ops.Op{}}
+	}
+	rt := newRuntime(1)
+	drv := &attached{id: 2, target: Target{Key: FileKey{Dev: 1, Inode: 3}, Lib: discover.LibCuda, PIDs: []int{100}}}
+	var log handoverLog
+	launchSite := rtSite{File: 1, DrvOp: uint32(ops.OpCuLaunchKernel), Off: 0x10}
+	ptszSite := rtSite{File: 1, DrvOp: uint32(ops.OpCuLaunchKernelPtsz), Off: 0x20}
+	store := &fakeStore{log: &log,
+		// launch has reached the driver often enough; ptsz still learns.
+		stats: map[uint32]map[ops.Op]opStats{1: {launch: {merged: MinMerged}, ptsz: {merged: 3}}},
+		sites: map[uint32]map[rtSite]siteOps{1: {
+			launchSite: {ops: map[ops.Op]bool{launch: true}},
+			ptszSite:   {ops: map[ops.Op]bool{ptsz: true}},
+		}},
+		counted: map[rtSite]ops.Op{}}
+	host := &fakeHost{log: &log, files: []*attached{rt, drv}, text: map[uint32]rtRange{100: {file: 1}}}
+	h := &handover{store: store, mode: ops.KernelModeAnonymous, log: slog.New(slog.DiscardHandler),
+		learnedFiles: map[FileKey]*learnedFile{}}
+
+	step := func(name string, want ...string) {
+		t.Helper()
+		if got := log.take(); !slices.Equal(got, want) {
+			t.Errorf("%s: calls\n  %q\nwant\n  %q", name, got, want)
+		}
+	}
+
+	h.sync(host)
+	step("hand over", "count 1/0x10", "rt_text 1 handed=true", "unlink 1 cudaLaunchKernel")
+	if !rt.launches[launch].handed || rt.launches[ptsz].handed || !maps.Equal(store.counted, map[rtSite]ops.Op{launchSite: launch}) {
+		t.Fatalf("after hand over: handed %v/%v, rt_counted %v", rt.launches[launch].handed, rt.launches[ptsz].handed, store.counted)
+	}
+	h.sync(host)
+	step("nothing new")
+
+	// The process loses its rt_text entry (a process without a probed
+	// driver would do the same): the driver can no longer count the op.
+	delete(host.text, 100)
+	host.linkErr = errors.New("no link")
+	h.sync(host)
+	step("take back, link fails", "link 1 cudaLaunchKernel failed")
+	if !rt.launches[launch].handed || store.counted[launchSite] != launch {
+		t.Fatalf("a probe that could not be attached again lost its sites: handed %v, rt_counted %v", rt.launches[launch].handed, store.counted)
+	}
+	host.linkErr = nil
+	h.sync(host)
+	step("take back", "link 1 cudaLaunchKernel", "uncount 1/0x10")
+	if rt.launches[launch].handed || len(store.counted) != 0 {
+		t.Fatalf("after take back: handed %v, rt_counted %v", rt.launches[launch].handed, store.counted)
+	}
+	host.text[100] = rtRange{file: 1}
+	h.sync(host)
+	step("hand over again", "count 1/0x10", "rt_text 1 handed=true", "unlink 1 cudaLaunchKernel")
+
+	// Release: rt_counted at once; the learning at the next pass, which
+	// forgets it in BPF.
+	h.release(rt)
+	step("release", "uncount 1/0x10")
+	host.files = []*attached{drv}
+	h.sync(host)
+	got := log.take()
+	slices.Sort(got)
+	if want := []string{"forget op 1", "forget op 1", "forget site 1/0x10", "forget site 1/0x20"}; !slices.Equal(got, want) {
+		t.Errorf("after release: calls %q, want %q", got, want)
+	}
+	if l := h.learnedFiles[key]; l == nil || l.stats[launch].merged != MinMerged || l.stats[ptsz].merged != 3 {
+		t.Fatalf("learning not kept: %+v", h.learnedFiles[key])
+	}
+
+	// Attached again under a new id: launch starts handed over, its site
+	// keyed by the new id, before any probe is linked.
+	again := newRuntime(3)
+	h.prior(again)
+	step("attached again", "count 3/0x10")
+	if !again.launches[launch].handed || again.launches[ptsz].handed {
+		t.Errorf("attached again: handed %v/%v, want launch only", again.launches[launch].handed, again.launches[ptsz].handed)
 	}
 }

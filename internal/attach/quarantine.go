@@ -56,7 +56,7 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 	a.quarantined[q.Key] = true
 	delete(a.files, q.Key)
 	delete(a.failed, q.Key)
-	a.dropCounted(f)
+	a.ho.dropCounted(f)
 	// Hits of the links until they are gone are refused in BPF: the file
 	// id leaves pid_files here (and a runtime file's rt_text entries after
 	// it, in apply's order).

@@ -39,8 +39,9 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 30 * time.Second
 	// A /metrics body of 5·10⁴ series (7 MiB of text) renders in well
-	// under a second (docs/BENCHMARK.md); a minute leaves room for a slow
-	// network at ten times that size and still bounds a stalled reader.
+	// under a second (docs/BENCHMARK.md, "Userspace cost vs series and call
+	// rate"); a minute leaves room for a slow network at ten times that size
+	// and still bounds a stalled reader.
 	DefaultWriteTimeout = time.Minute
 	// Longer than a 60 s scrape interval, so a scraper's keep-alive
 	// connection survives between scrapes.
