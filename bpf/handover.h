@@ -18,6 +18,14 @@
  * launch still runs (rt_marker_live).
  */
 static const struct rt_op_val zero_rt_op;
+
+/* The current thread's marker (rt_launches); NULL when it has none. */
+static __always_inline struct rt_launch *thread_marker(void)
+{
+	struct rt_launch *m = bpf_task_storage_get(&rt_launches, bpf_get_current_task_btf(), 0, 0);
+
+	return m && m->sp ? m : NULL;
+}
 static const struct rt_site_val zero_rt_site;
 
 /* what: 0 merged, 1 unmerged, 2 a tail jump from 1 + op tail_of. */
@@ -57,14 +65,24 @@ static __always_inline bool rt_marker_live(struct pt_regs *ctx, const struct rt_
  * file has PF_RT_MARK), the launch before it on the thread that never
  * reached the driver is counted against its op.
  */
-static __always_inline void mark_runtime_launch(struct pt_regs *ctx, u64 id, struct rt_launch *old,
+static __always_inline void mark_runtime_launch(struct pt_regs *ctx, struct rt_launch *old,
 						u32 file, u32 learn, u64 ret, bool tail)
 {
-	struct rt_launch m = {.sp = entry_sp(ctx), .ret = ret, .tail = tail, .learn = learn};
+	struct rt_launch *m;
 
 	if (learn && old && old->learn && !old->merged)
 		rt_op_add(file, old->learn - 1, 1, 0);
-	bpf_map_update_elem(&rt_launches, &id, &m, BPF_ANY);
+	m = bpf_task_storage_get(&rt_launches, bpf_get_current_task_btf(), 0,
+				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!m) {
+		count_drop(DROP_RT_MARKER);
+		return;
+	}
+	m->sp = entry_sp(ctx);
+	m->ret = ret;
+	m->learn = learn;
+	m->merged = 0;
+	m->tail = tail;
 }
 
 /* A driver launch below a learning runtime launch: where it entered the driver. */
@@ -107,7 +125,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 
 		if (ret < text->start || ret >= text->end)
 			return op;
-		m = bpf_map_lookup_elem(&rt_launches, &id);
+		m = thread_marker();
 		nested = m && !m->merged && entry_sp(ctx) < m->sp;
 		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
 		/* A marker of another op whose launch returned: it never got here. */
@@ -140,11 +158,11 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		count_drop(DROP_RT_TO_DRV);
 		return RT_NESTED;
 	}
-	m = bpf_map_lookup_elem(&rt_launches, &id);
+	m = thread_marker();
 	if (!m)
 		return op;
 	nested = entry_sp(ctx) < m->sp && rt_marker_live(ctx, m);
-	bpf_map_delete_elem(&rt_launches, &id);
+	m->sp = 0; /* consumed */
 	if (!nested)
 		return op;
 	count_drop(DROP_RT_TO_DRV);
@@ -168,7 +186,7 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 	u32 pid = id >> 32;
 	u32 learn = flags & PF_RT_MARK ? op + 1 : 0;
 	struct text_range *text;
-	struct rt_launch *m = bpf_map_lookup_elem(&rt_launches, &id);
+	struct rt_launch *m = thread_marker();
 
 	/*
 	 * NVIDIA's CUDA 13 __cudaLaunchKernel reaches cudaLaunchKernel by a
@@ -190,14 +208,14 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return true;
 	}
 	if (flags_of(op) & OPF_KERNEL_HANDLE) {
-		mark_runtime_launch(ctx, id, m, file, learn, ret, true);
+		mark_runtime_launch(ctx, m, file, learn, ret, true);
 		return false;
 	}
 	if (flags & PF_RT_SHARED) {
 		text = bpf_map_lookup_elem(&rt_text, &pid);
 		if (!text || ret < text->start || ret >= text->end) {
 			if (learn)
-				mark_runtime_launch(ctx, id, m, file, learn, ret, false);
+				mark_runtime_launch(ctx, m, file, learn, ret, false);
 			return false;
 		}
 		count_drop(DROP_NESTED);
@@ -208,6 +226,6 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		count_drop(DROP_NESTED);
 		return true;
 	}
-	mark_runtime_launch(ctx, id, m, file, learn, ret, false);
+	mark_runtime_launch(ctx, m, file, learn, ret, false);
 	return false;
 }

@@ -76,11 +76,17 @@ struct {
 	__type(value, u64);
 } drops SEC(".maps");
 
-/* Runtime launch entered on a thread (anonymous mode), for the runtime->driver guard. */
+/*
+ * Runtime launch entered on a thread (anonymous mode), for the
+ * runtime->driver guard (thread_marker). Task storage, like thread_device:
+ * a pointer walk instead of a hash lookup on every runtime launch and
+ * every driver launch the runtime made, and no shared LRU table in which
+ * one process's threads could evict another's markers.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64); /* pid_tgid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct rt_launch);
 } rt_launches SEC(".maps");
 

@@ -39,7 +39,9 @@ enum drop {
 	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
 	DROP_THREAD_DEVICE =
 	    21, /* no memory for a thread's device: its later calls keep its old device */
-	DROP_MAX = 22,
+	DROP_RT_MARKER =
+	    22, /* no memory for a runtime launch's marker: its driver launch may count too */
+	DROP_MAX = 23,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -240,7 +242,7 @@ struct launch_event {
 
 /* Runtime launch in progress on a thread, for the runtime->driver guard. */
 struct rt_launch {
-	u64 sp;	    /* stack pointer at the runtime launch's entry */
+	u64 sp;	    /* stack pointer at the runtime launch's entry; 0: no marker */
 	u64 ret;    /* its return address (rt_marker_live) */
 	u32 learn;  /* 1 + the counted runtime launch's op while its file learns (PF_RT_MARK); 0 */
 	u16 merged; /* a driver launch below it was seen */

@@ -47,6 +47,7 @@ const (
 	DropRuntimeLearn Drop = ProfiDropDROP_RT_LEARN
 	DropNCCLComms    Drop = ProfiDropDROP_NCCL_COMMS
 	DropThreadDevice Drop = ProfiDropDROP_THREAD_DEVICE
+	DropRuntimeMark  Drop = ProfiDropDROP_RT_MARKER
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

@@ -95,7 +95,8 @@ const (
 	ProfiDropDROP_RT_LEARN      ProfiDrop = 19
 	ProfiDropDROP_NCCL_COMMS    ProfiDrop = 20
 	ProfiDropDROP_THREAD_DEVICE ProfiDrop = 21
-	ProfiDropDROP_MAX           ProfiDrop = 22
+	ProfiDropDROP_RT_MARKER     ProfiDrop = 22
+	ProfiDropDROP_MAX           ProfiDrop = 23
 )
 
 type ProfiGraphNodeKey struct {

@@ -249,6 +249,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropRuntimeLearn: "rt_sites",
 	bpfobj.DropNCCLComms:    "nccl_comms",
 	bpfobj.DropThreadDevice: "thread_device",
+	bpfobj.DropRuntimeMark:  "rt_launches",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -77,6 +77,7 @@ func TestStatus(t *testing.T) {
 			"rt_sites":          uint64(bpfobj.DropRuntimeLearn) + 1,
 			"nccl_comms":        uint64(bpfobj.DropNCCLComms) + 1,
 			"thread_device":     uint64(bpfobj.DropThreadDevice) + 1,
+			"rt_launches":       uint64(bpfobj.DropRuntimeMark) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)
