@@ -44,10 +44,10 @@ type HandoverMaps struct {
 type rtSite = bpfobj.ProfiRtSite
 
 // launchProbe is one runtime launch op of a file that may be handed to
-// the driver, with its own links so that it detaches alone.
+// the driver, with its own links in each link set (linkSet.launches) so
+// that it detaches alone.
 type launchProbe struct {
 	probe  ops.Probe
-	links  *uprobe.Links // nil while handed over or paused
 	handed bool
 }
 
@@ -253,12 +253,28 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 	}
 	for _, op := range take {
 		lp := f.launches[op]
-		links, err := a.reattach(f, []ops.Probe{lp.probe}, a.opts.PID)
+		made := map[int]*uprobe.Links{}
+		var err error
+		for pid := range f.sets {
+			if made[pid], err = a.reattach(f, []ops.Probe{lp.probe}, pid); err != nil {
+				break
+			}
+		}
 		if err != nil {
+			for _, l := range made {
+				l.Close()
+			}
 			a.log.Warn("could not attach a runtime launch probe again; the driver keeps counting its launches", "path", f.target.Path, "op", lp.probe.Symbol, "err", err)
 			continue
 		}
-		lp.links, lp.handed = links, false
+		for pid, l := range made {
+			ls := f.sets[pid]
+			if ls.launches == nil {
+				ls.launches = map[ops.Op]*uprobe.Links{}
+			}
+			ls.launches[op] = l
+		}
+		lp.handed = false
 		a.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
 	}
 	// Sites: add the plan's, then remove those of ops no longer handed.
@@ -297,8 +313,10 @@ func (a *Attacher) applyHandover(f *attached, plan handoverPlan) {
 	}
 	for _, op := range give {
 		lp := f.launches[op]
-		lp.links.Close() // one by one, in order
-		lp.links = nil
+		for _, ls := range f.sets {
+			ls.launches[op].Close() // one by one, in order
+			delete(ls.launches, op)
+		}
 		a.log.Info("runtime launches counted at the driver: one trap per launch", "path", f.target.Path, "op", lp.probe.Symbol)
 	}
 }
