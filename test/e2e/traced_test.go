@@ -247,13 +247,23 @@ func plus(a, b, c values) values {
 // breakpoint in its memory (read at the probed address), none of its calls
 // counted, /status says why (reason traced, the tracer's pid), while an
 // untraced process of the same library files keeps its breakpoints and its
-// exact counts across the switch to per-process links. auto on x86-64 and
-// always probe it: exact counts, breakpoint present.
+// exact counts across the switch to per-process links (uprobe_multi and
+// classic links). auto on x86-64 and always probe it: exact counts,
+// breakpoint present; auto on arm64 is never (the arm64 VM runs this).
 func TestTracedProcessPolicy(t *testing.T) {
-	for _, policy := range []string{attach.TracedNever, attach.TracedAuto, attach.TracedAlways} {
-		t.Run(policy, func(t *testing.T) {
-			excluded := attach.ExcludesTraced(policy, runtime.GOARCH)
-			a := startAgent(t, "--probe-traced-processes="+policy)
+	for _, tc := range []struct {
+		name, policy string
+		args         []string
+	}{
+		{"never", attach.TracedNever, nil},
+		// Per-process perf-event uprobes, as on kernels before 6.6.
+		{"never/classic", attach.TracedNever, []string{"--no-uprobe-multi"}},
+		{"auto", attach.TracedAuto, nil},
+		{"always", attach.TracedAlways, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			excluded := attach.ExcludesTraced(tc.policy, runtime.GOARCH)
+			a := startAgent(t, append([]string{"--probe-traced-processes=" + tc.policy}, tc.args...)...)
 			u := startWorkload(t, fixtures.Workload, defaultArgs)
 			waitAttached(t, a, u.PID)
 			gtU1 := runPhase(t, u)
