@@ -101,7 +101,7 @@ func New(data Data) *Collector {
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol, probe_refused each function the kernel refuses a uprobe on, once per library file.",
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
-		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind or absent.",
+		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind, unprobed or absent.",
 			[]string{"pid", "layer", "state"}, nil),
 		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
 		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),

@@ -401,6 +401,10 @@ func TestTracerAttachesAndLeaves(t *testing.T) {
 	e := func(g *testutil.GroundTruth) values { return pidSeries(expected([]*testutil.GroundTruth{g})) }
 	requirePerPID(t, a, e(gtU3), u.PID)
 	requirePerPID(t, a, plus(e(gtW1), e(gtW3), e(gtW2)), w.PID)
+	// The entry-only gap of each switch (docs/OPERATIONS.md, "Traced processes").
+	for _, l := range a.LogLines("probe link sets switched") {
+		t.Log(l)
+	}
 	for _, w := range []*testutil.Workload{u, w} {
 		if err := w.Stop(); err != nil {
 			t.Errorf("workload %d did not exit cleanly: %v", w.PID, err)
