@@ -2,6 +2,7 @@ package attach
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf/link"
 
@@ -114,6 +115,30 @@ func (s *linkSet) closeKind(k int) {
 			delete(s.launches, op)
 		}
 	}
+}
+
+// takeKind removes the links of kind k from s and returns them, for the
+// caller to close.
+func (s *linkSet) takeKind(k int) []*uprobe.Links {
+	out := []*uprobe.Links{s.cold[k], s.hot[k]}
+	s.cold[k], s.hot[k] = nil, nil
+	if k == kindEntry {
+		for op, l := range s.launches {
+			out = append(out, l)
+			delete(s.launches, op)
+		}
+	}
+	return out
+}
+
+// closeLinks closes links in parallel: each close waits for RCU grace
+// periods, and at a switch that time is a gap (traced.go).
+func closeLinks(links []*uprobe.Links) {
+	var wg sync.WaitGroup
+	for _, l := range links {
+		wg.Go(l.Close)
+	}
+	wg.Wait()
 }
 
 // close detaches every probe of s: timed ones first, like a switch.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/profi-dev/profi/internal/attach/uprobe"
 )
 
 // Traced processes (issue 31; docs/OPERATIONS.md, "Traced processes"). A
@@ -176,14 +178,18 @@ func (a *Attacher) switchFilters(f *attached) {
 			}
 		}
 	}
-	began := time.Now()
 	for _, pid := range drop {
 		f.sets[pid].closeKind(kindTimed)
 	}
+	// The gap: every entry-only link of the old sets closes at once (each
+	// close waits for an RCU grace period), then the new ones attach.
+	began := time.Now()
+	var closing []*uprobe.Links
 	for _, pid := range drop {
-		f.sets[pid].closeKind(kindEntry)
+		closing = append(closing, f.sets[pid].takeKind(kindEntry)...)
 		delete(f.sets, pid)
 	}
+	closeLinks(closing)
 	for pid, ls := range added {
 		if _, err := sets[pid](); err != nil {
 			ls.close()
