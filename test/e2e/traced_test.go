@@ -257,7 +257,7 @@ func TestTracedProcessPolicy(t *testing.T) {
 	}{
 		{"never", attach.TracedNever, nil},
 		// Per-process perf-event uprobes, as on kernels before 6.6.
-		{"never/classic", attach.TracedNever, []string{"--no-uprobe-multi"}},
+		{"never-classic", attach.TracedNever, []string{"--no-uprobe-multi"}},
 		{"auto", attach.TracedAuto, nil},
 		{"always", attach.TracedAlways, nil},
 	} {

@@ -81,7 +81,7 @@ const loadTests = "^TestLoad"
 // launches, copies and their bytes, driver launches; the one-trap
 // handover; full-mode kernel names; a CUDA graph's replays; NVTX phases;
 // NCCL collectives (%s: the link mode's subtest); on arm64 a BTI-guarded
-// runtime. Call counts are divided by scaleDown (testutil.ScaleDown): the
+// runtime; traced processes. Call counts are divided by scaleDown (testutil.ScaleDown): the
 // emulator traps far slower than hardware (docs/KERNELS.md).
 var smoke = []struct{ name, run string }{
 	{"launches", "^(TestWorkloadStartedAfterAgent|TestDriverAPI)$"},
@@ -91,6 +91,10 @@ var smoke = []struct{ name, run string }{
 	{"nvtx", "^TestNVTXPhases$/^libnvToolsExt$"},
 	{"nccl", "^TestNCCLExact$/^%s$"},
 	{"bti", "^TestBTIGuardedLibrary$"}, // arm64: a BTI-guarded runtime (x86-64 skips)
+	// A traced process: never, and auto (never on arm64, probed on x86-64),
+	// with the breakpoint read from its memory; a tracer attaching mid-run
+	// and leaving (the link mode's own per-process links).
+	{"traced", "^(TestTracedProcessPolicy|TestTracerAttachesAndLeaves)$/^(never|auto)$"},
 }
 
 const scaleDown = 10
