@@ -411,3 +411,70 @@ func TestTracerAttachesAndLeaves(t *testing.T) {
 		}
 	}
 }
+
+// The untraced process's timed calls stay exact while its files switch to
+// per-process links and back under it: it runs one long phase of runtime
+// calls that all have a return probe (breakerArgs: no launches, no
+// graphs) while a tracer attaches to another process of the same files
+// and leaves again (docs/OPERATIONS.md, "Traced processes": the new
+// return-probe links attach before the old ones close, and a call both see
+// counts once). The test fails, rather than passing vacuously, when the
+// phase ended before both switches.
+func TestTracedSwitchUnderLoad(t *testing.T) {
+	a := startAgent(t, "--probe-traced-processes=never")
+	args := append(slices.Clone(breakerArgs), "--iters", "40000")
+	u := startWorkload(t, fixtures.Workload, args)
+	w := startWorkload(t, fixtures.Workload, breakerArgs)
+	waitAttached(t, a, u.PID)
+	waitAttached(t, a, w.PID)
+
+	type result struct {
+		gt  *testutil.GroundTruth
+		err error
+	}
+	done := make(chan result, 1)
+	began := time.Now()
+	go func() {
+		gt, err := u.Run()
+		done <- result{gt, err}
+	}()
+	tracer, out := startTracer(t, w.PID)
+	waitTraced(t, a, map[int]int{w.PID: tracer.Process.Pid}, []int{u.PID})
+	if err := tracer.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Scan() || out.Text() != fmt.Sprintf("detached %d", w.PID) {
+		t.Fatalf("tracer printed %q, want \"detached %d\"", out.Text(), w.PID)
+	}
+	_ = tracer.Wait()
+	st := waitTraced(t, a, map[int]int{}, nil)
+	switched := time.Now()
+	select {
+	case r := <-done:
+		t.Fatalf("the phase (%d calls) ended before the switches were over (%v after its start): make it longer", callsOf(r.gt), time.Since(began))
+	default:
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("workload run: %v\n%s", r.err, u.Stderr())
+	}
+	t.Logf("phase of %d calls: %v, both switches done %v after its start", r.gt.TotalCalls(), time.Since(began).Round(time.Millisecond), switched.Sub(began).Round(time.Millisecond))
+	for _, l := range st.AttachedLibraries {
+		if (l.Library == "libcudart.so" || l.Library == "libcuda.so") && l.FilterSwitches != 2 {
+			t.Errorf("%s: %d switches, want 2", l.Library, l.FilterSwitches)
+		}
+	}
+	requirePerPID(t, a, pidSeries(expected([]*testutil.GroundTruth{r.gt})), u.PID)
+	for _, w := range []*testutil.Workload{u, w} {
+		if err := w.Stop(); err != nil {
+			t.Errorf("workload %d did not exit cleanly: %v", w.PID, err)
+		}
+	}
+}
+
+func callsOf(gt *testutil.GroundTruth) uint64 {
+	if gt == nil {
+		return 0
+	}
+	return gt.TotalCalls()
+}
