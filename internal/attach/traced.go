@@ -215,17 +215,21 @@ func (a *Attacher) forgetInflight(pids map[int]bool) {
 		if m == nil {
 			continue
 		}
+		// Keys only (NextKey): the values are not needed. Bounded by the
+		// map's size: a key deleted meanwhile restarts the walk.
 		var (
 			k    uint64
 			keys []uint64
 		)
-		it := m.Iterate()
-		for it.Next(&k, nil) {
+		err := m.NextKey(nil, &k)
+		for n := uint32(0); err == nil && n < m.MaxEntries(); n++ {
 			if pids[int(k>>32)] {
 				keys = append(keys, k)
 			}
+			prev := k
+			err = m.NextKey(&prev, &k)
 		}
-		if err := it.Err(); err != nil {
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			a.log.Warn("could not read an in-flight map", "map", m.String(), "err", err)
 		}
 		for _, k := range keys {
