@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
@@ -63,7 +64,7 @@ func fixturesAndAgent(b *testing.B, dir string) (*testutil.Fixtures, string) {
 // (libraries).
 func buildC(b *testing.B, dir, src string, extra ...string) string {
 	b.Helper()
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func (a *agentRun) status() (*agentStatus, error) {
 // from then on a library load triggers a pass.
 func (a *agentRun) waitHooks(b *testing.B) {
 	b.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		st, err := a.status()
 		if err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 var (
@@ -255,7 +256,7 @@ func runAttachScenario(b *testing.B, sc attachScenario, fx *testutil.Fixtures, a
 		if _, err := holder.line(30 * time.Second); err != nil {
 			b.Fatal(err)
 		}
-		err = testutil.Eventually(15*time.Second, func() error {
+		err = testenv.Eventually(15*time.Second, func() error {
 			st, err := a.status()
 			if err != nil {
 				return err

@@ -30,6 +30,7 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // Run sizes. Probed calls trap into the kernel (5-30 µs each on our VMs),
@@ -437,7 +438,7 @@ func (bc *bench) build(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 var (
@@ -275,7 +276,7 @@ func startScaleRun(b *testing.B, fx *testutil.Fixtures, agentBin, driver string,
 	}
 	// The agent's first pass finds the drivers, which map the stub driver.
 	run.a = startAgent(b, agentBin, scaleAgentArgs...)
-	err := testutil.Eventually(30*time.Second, func() error {
+	err := testenv.Eventually(30*time.Second, func() error {
 		st, err := run.a.status()
 		if err != nil {
 			return err
@@ -301,7 +302,7 @@ func startScaleRun(b *testing.B, fx *testutil.Fixtures, agentBin, driver string,
 			b.Fatalf("driver %d: %q %v", d.pid, line, err)
 		}
 	}
-	err = testutil.Eventually(60*time.Second, func() error {
+	err = testenv.Eventually(60*time.Second, func() error {
 		mfs, err := run.a.Metrics()
 		if err != nil {
 			return err

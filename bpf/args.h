@@ -144,16 +144,81 @@ static __always_inline void decode_copy_symbol_async(struct pt_regs *ctx, struct
 	in->stream = arg(ctx, 6);
 }
 
+/*
+ * The cudaMemcpyKind of a driver copy between CUmemorytypes (1 host, 2 device,
+ * 3 array, 4 unified): an array is device memory; unified (or an unknown
+ * type) is the default kind, as cudaMemcpyDefault.
+ */
+static __always_inline u32 cu_copy_kind(u32 src, u32 dst)
+{
+	if (src < 1 || src > 3 || dst < 1 || dst > 3)
+		return 4;
+	if (src == 1)
+		return dst == 1 ? 0 : 1;
+	return dst == 1 ? 2 : 3;
+}
+
+/*
+ * (const CUDA_MEMCPY2D *p): srcMemoryType at 16, dstMemoryType at 72,
+ * WidthInBytes and Height at 112 (offsets checked against the stub header's
+ * struct, test/stubs/cuda_drv_stub.h). An unreadable struct counts the call
+ * without bytes.
+ */
+static __always_inline void decode_cu_copy_2d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 p = arg(ctx, 1), wh[2] = {};
+	u32 src = 0, dst = 0;
+
+	bpf_probe_read_user(&src, sizeof(src), (void *)(p + 16));
+	bpf_probe_read_user(&dst, sizeof(dst), (void *)(p + 72));
+	bpf_probe_read_user(wh, sizeof(wh), (void *)(p + 112));
+	in->arg1 = wh[0] * wh[1];
+	in->kind = cu_copy_kind(src, dst);
+}
+
+/* (const CUDA_MEMCPY2D *p, stream). */
+static __always_inline void decode_cu_copy_2d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_cu_copy_2d(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
+/*
+ * (const CUDA_MEMCPY3D *p): srcMemoryType at 32, dstMemoryType at 120,
+ * WidthInBytes, Height and Depth at 176.
+ */
+static __always_inline void decode_cu_copy_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 p = arg(ctx, 1), whd[3] = {};
+	u32 src = 0, dst = 0;
+
+	bpf_probe_read_user(&src, sizeof(src), (void *)(p + 32));
+	bpf_probe_read_user(&dst, sizeof(dst), (void *)(p + 120));
+	bpf_probe_read_user(whd, sizeof(whd), (void *)(p + 176));
+	in->arg1 = whd[0] * whd[1] * whd[2];
+	in->kind = cu_copy_kind(src, dst);
+}
+
+/* (const CUDA_MEMCPY3D *p, stream). */
+static __always_inline void decode_cu_copy_3d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_cu_copy_3d(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
 /* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
 static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
 {
 	in->arg1 = arg(ctx, 3) * unit_of(in->op);
 }
 
-/* (dst, pitch, value, width, height): width bytes in each of height rows. */
+/*
+ * (dst, pitch, value, width, height): width elements of the op's unit in each
+ * of height rows (cudaMemset2D: bytes; cuMemsetD2D16/D2D32: 2 and 4 bytes).
+ */
 static __always_inline void decode_set_2d(struct pt_regs *ctx, struct inflight_call *in)
 {
-	in->arg1 = arg(ctx, 4) * arg(ctx, 5);
+	in->arg1 = arg(ctx, 4) * arg(ctx, 5) * unit_of(in->op);
 }
 
 /* (dst, pitch, value, width, height, stream). */
@@ -371,6 +436,18 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_SET_2D:
 		decode_set_2d(ctx, in);
+		break;
+	case ARGS_CU_COPY_2D:
+		decode_cu_copy_2d(ctx, in);
+		break;
+	case ARGS_CU_COPY_2D_ASYNC:
+		decode_cu_copy_2d_async(ctx, in);
+		break;
+	case ARGS_CU_COPY_3D:
+		decode_cu_copy_3d(ctx, in);
+		break;
+	case ARGS_CU_COPY_3D_ASYNC:
+		decode_cu_copy_3d_async(ctx, in);
 		break;
 	case ARGS_SET_2D_ASYNC:
 		decode_set_2d_async(ctx, in);

@@ -56,10 +56,9 @@ static const u64 zero_u64;
  * same value on this CPU first; that add is then lost. The window is
  * nanoseconds out of a hit of about a microsecond, and needs a reschedule
  * in it and the other task hitting the same key: rare, but a count, not a
- * bound. Atomic adds (lock add) close it; measured on this CI's VM they
- * cost 5-8 ns each: 22 ns of a counted driver launch's 199 ns launch_entry
- * run, 25-29 ns of a copy's timed_return (docs/BENCHMARK.md, "Atomic adds
- * on per-CPU values"). Build with -DPROFI_PCPU_ATOMIC to get them back on
+ * bound. Atomic adds (lock add) close it at a cost measured in
+ * docs/BENCHMARK.md ("Atomic adds on per-CPU values"): about a tenth of a
+ * launch_entry run. Build with -DPROFI_PCPU_ATOMIC to get them back on
  * such kernels. Shared (not per-CPU) values always use atomics.
  */
 #ifdef PROFI_PCPU_ATOMIC

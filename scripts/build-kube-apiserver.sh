@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver for the tests that need a real Kubernetes API server
-# (internal/testutil/apiserver.go) from the k8s.io/kubernetes Go module, via
+# (internal/testutil/kubetest/apiserver.go) from the k8s.io/kubernetes Go module, via
 # the wrapper module tools/kube-apiserver, and prints the binary's path.
 #
 # The binary is cached outside the repository, keyed by version:

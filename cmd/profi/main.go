@@ -99,8 +99,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	started := time.Now()
 	// Collect at +50 % of the live heap instead of Go's +100 %: the agent
 	// makes little garbage (per drain and per scrape, never per event), so
-	// this costs little CPU and keeps RSS down at many series (5·10⁴: 54 ->
-	// 42 MiB anonymous, docs/BENCHMARK.md). GOGC, when set, still wins.
+	// this costs little CPU and keeps RSS down at many series
+	// (docs/BENCHMARK.md, "Userspace cost"). GOGC, when set, still wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/config"
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,7 +43,7 @@ func TestDryRunOnAPIServer(t *testing.T) {
 	for _, name := range sortedKeys(sets) {
 		rendered[name] = render(t, sets[name])
 	}
-	srv := testutil.StartAPIServer(t)
+	srv := kubetest.StartAPIServer(t)
 	cfg := srv.RESTConfig()
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -69,7 +70,7 @@ func TestDryRunOnAPIServer(t *testing.T) {
 			t.Fatalf("create CRD %s: %v", filepath.Base(f), err)
 		}
 		name := objs[0].GetName()
-		if err := testutil.Eventually(time.Minute, func() error {
+		if err := testenv.Eventually(time.Minute, func() error {
 			got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -96,7 +97,7 @@ func TestDryRunOnAPIServer(t *testing.T) {
 	var mapper *restmapper.DeferredDiscoveryRESTMapper
 	_ = mapper
 	var groups []*restmapper.APIGroupResources
-	if err := testutil.Eventually(time.Minute, func() error {
+	if err := testenv.Eventually(time.Minute, func() error {
 		groups, err = restmapper.GetAPIGroupResources(dc)
 		if err != nil {
 			return err

@@ -13,7 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -33,17 +34,17 @@ func requireTool(t *testing.T, path string, err error, how string) string {
 	if err == nil {
 		return path
 	}
-	if os.Getenv(testutil.E2EEnv) == "1" {
-		t.Fatalf("%v (%s) and %s=1 forbids skipping", err, how, testutil.E2EEnv)
+	if os.Getenv(testenv.E2EEnv) == "1" {
+		t.Fatalf("%v (%s) and %s=1 forbids skipping", err, how, testenv.E2EEnv)
 	}
-	t.Skipf("skipping: %v (%s; set %s=1 to make this a failure)", err, how, testutil.E2EEnv)
+	t.Skipf("skipping: %v (%s; set %s=1 to make this a failure)", err, how, testenv.E2EEnv)
 	return ""
 }
 
 func requireHelm(t *testing.T) string {
 	t.Helper()
-	p, err := testutil.HelmBinary()
-	return requireTool(t, p, err, "run scripts/build-helm.sh, about 6 minutes, or set "+testutil.HelmEnv)
+	p, err := kubetest.HelmBinary()
+	return requireTool(t, p, err, "run scripts/build-helm.sh, about 6 minutes, or set "+kubetest.HelmEnv)
 }
 
 func requirePromtool(t *testing.T) string {
@@ -54,7 +55,7 @@ func requirePromtool(t *testing.T) string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

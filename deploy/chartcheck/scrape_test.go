@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // absentWithoutHardware are queried families a scrape on this machine
@@ -111,7 +112,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 		}
 	}()
 	// Both attached (the NCCL ranks map libnccl), then one phase each.
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		var st struct {
 			Attached []struct {
 				PIDs []int `json:"pids"`
@@ -145,7 +146,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	}
 	graphs.Go(t)
 	var fams map[string][]string
-	if err := testutil.Eventually(15*time.Second, func() error {
+	if err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

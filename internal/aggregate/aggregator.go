@@ -25,6 +25,8 @@ type Source interface {
 	NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error
 	// NCCLInflight reads the NCCL calls in progress, by pid_tgid.
 	NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) error
+	// CUDAInflight reads the timed CUDA calls in progress, by pid_tgid.
+	CUDAInflight(fn func(tid uint64, c *bpfobj.ProfiInflightCall)) error
 	NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error
 	Drops() ([bpfobj.NumDrops]uint64, error)
 	// DeletePIDs removes every key of these processes from every map.
@@ -149,10 +151,12 @@ type Namer interface {
 	Forget(pid int)
 }
 
-type family uint8
+// seriesFamily is a group of exported series that --max-time-series
+// counts apart (not an operation's ops.Family).
+type seriesFamily uint8
 
 const (
-	famCalls family = iota
+	famCalls seriesFamily = iota
 	famErrors
 	famMemcpy
 	famMemory // malloc bytes and active memory of a process
@@ -170,7 +174,7 @@ const (
 
 // tuple identifies one exported label tuple for the --max-time-series cap.
 type tuple struct {
-	fam  family
+	fam  seriesFamily
 	pid  int
 	gpu  string // gpu/gpu_uuid of per-process series
 	a, b string
@@ -248,8 +252,8 @@ func New(opts Options) *Aggregator {
 // Snapshot returns the latest published snapshot; never nil.
 func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 
-// Drain pacing: a drain's work grows with the map keys (about 150 ms
-// for 5·10⁴ on a slow vCPU), so the pause after a drain grows with it,
+// Drain pacing: a drain's work grows with the map keys (measured in
+// docs/BENCHMARK.md, "Userspace cost"), so the pause after a drain grows with it,
 // keeping the drain under drainShare of one CPU. Snapshots are then at
 // most maxDrainPause old, well inside any scrape interval.
 const (
@@ -456,6 +460,9 @@ func (a *Aggregator) Drain() error {
 	}
 	if err := a.watchInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight NCCL calls", "err", err)
+	}
+	if err := a.cudaInflight(live, a.opts.Monotonic()); err != nil {
+		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}
 	a.stragglers(live, began)
 	snap.NCCLStale = a.nccl.stale

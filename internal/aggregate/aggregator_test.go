@@ -17,18 +17,19 @@ import (
 // MapSource hands them out. DeletePIDs records each call and removes the
 // keys, as the real maps do.
 type fakeSource struct {
-	agg       map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
-	launch    map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
-	nccl      map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
-	inflight  map[uint64]bpfobj.ProfiNcclCall
-	comms     map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
-	nodes     map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
-	replays   map[bpfobj.ProfiReplayKey]uint64
-	quotas    map[uint32]bpfobj.ProfiPidQuota
-	drops     [bpfobj.NumDrops]uint64
-	deleted   []map[uint32]bool // one entry per DeletePIDs call
-	deleteErr error             // returned by DeletePIDs (keys are then kept)
-	readErr   error             // returned by Aggregated
+	agg          map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal
+	launch       map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal
+	nccl         map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal
+	inflight     map[uint64]bpfobj.ProfiNcclCall
+	cudaInflight map[uint64]bpfobj.ProfiInflightCall
+	comms        map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm
+	nodes        map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
+	replays      map[bpfobj.ProfiReplayKey]uint64
+	quotas       map[uint32]bpfobj.ProfiPidQuota
+	drops        [bpfobj.NumDrops]uint64
+	deleted      []map[uint32]bool // one entry per DeletePIDs call
+	deleteErr    error             // returned by DeletePIDs (keys are then kept)
+	readErr      error             // returned by Aggregated
 	// commsErrs are returned by the next NCCLComms calls, one each, after
 	// handing out the entries read so far (a walk aborted midway).
 	commsErrs []error
@@ -39,14 +40,15 @@ type fakeSource struct {
 
 func newFakeSource() *fakeSource {
 	return &fakeSource{
-		agg:      map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{},
-		launch:   map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
-		nccl:     map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{},
-		inflight: map[uint64]bpfobj.ProfiNcclCall{},
-		comms:    map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
-		nodes:    map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal{},
-		replays:  map[bpfobj.ProfiReplayKey]uint64{},
-		quotas:   map[uint32]bpfobj.ProfiPidQuota{},
+		agg:          map[bpfobj.ProfiAggKey]bpfobj.ProfiAggVal{},
+		launch:       map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{},
+		nccl:         map[bpfobj.ProfiNcclKey]bpfobj.ProfiNcclVal{},
+		inflight:     map[uint64]bpfobj.ProfiNcclCall{},
+		cudaInflight: map[uint64]bpfobj.ProfiInflightCall{},
+		comms:        map[bpfobj.ProfiNcclCommKey]bpfobj.ProfiNcclComm{},
+		nodes:        map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal{},
+		replays:      map[bpfobj.ProfiReplayKey]uint64{},
+		quotas:       map[uint32]bpfobj.ProfiPidQuota{},
 	}
 }
 
@@ -59,6 +61,13 @@ func (s *fakeSource) NCCL(fn func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) er
 
 func (s *fakeSource) NCCLInflight(fn func(uint64, *bpfobj.ProfiNcclCall)) error {
 	for k, v := range s.inflight {
+		fn(k, &v)
+	}
+	return nil
+}
+
+func (s *fakeSource) CUDAInflight(fn func(uint64, *bpfobj.ProfiInflightCall)) error {
+	for k, v := range s.cudaInflight {
 		fn(k, &v)
 	}
 	return nil

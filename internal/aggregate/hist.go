@@ -94,14 +94,14 @@ func mergeInto[K comparable](dst map[K]*Hist, k K, h *Hist) {
 type histKey interface {
 	comparable
 	// tuple is the label set as --max-time-series counts it in family f.
-	tuple(f family) tuple
+	tuple(f seriesFamily) tuple
 }
 
-func (k HistKey) tuple(f family) tuple {
+func (k HistKey) tuple(f seriesFamily) tuple {
 	return tuple{fam: f, a: k.Op, b: k.Namespace + "/" + k.Pod, c: k.GPU}
 }
 
-func (k KernelHistKey) tuple(f family) tuple {
+func (k KernelHistKey) tuple(f seriesFamily) tuple {
 	return tuple{fam: f, a: k.Name, b: k.Namespace + "/" + k.Pod, c: k.GPU + "/" + k.Class + "/" + k.Phase}
 }
 
@@ -109,13 +109,13 @@ func (k KernelHistKey) tuple(f family) tuple {
 // its --max-time-series family and the data of exited processes, which
 // stays exported (histograms have no pid label).
 type histFamily[K histKey] struct {
-	fam     family
+	fam     seriesFamily
 	retired map[K]*Hist
 	// exited is when a process last retired data under each key.
 	exited map[K]time.Time
 }
 
-func newHistFamily[K histKey](fam family) histFamily[K] {
+func newHistFamily[K histKey](fam seriesFamily) histFamily[K] {
 	return histFamily[K]{fam: fam, retired: map[K]*Hist{}, exited: map[K]time.Time{}}
 }
 

@@ -169,7 +169,7 @@ func (a *Aggregator) readComms() (map[int]map[uint64]bool, error) {
 // pruneComms drops the communicators that are neither in nccl_comms
 // (seen) nor named by a call key of their process: a process creating
 // communicators with fresh handles grew the table without limit (issue
-// 30: 44 → 118 MiB in 150 s). The table is now bounded by nccl_comms and
+// 30, docs/SECURITY.md). The table is now bounded by nccl_comms and
 // nccl_agg; no label is lost, since only call keys use the table.
 func (a *Aggregator) pruneComms(byPID map[int]*pidData, seen map[int]map[uint64]bool) {
 	for pid, m := range a.nccl.comms {

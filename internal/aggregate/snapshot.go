@@ -66,6 +66,11 @@ type Process struct {
 	Graphs *GraphStats
 	// NCCL is the process's NCCL data; nil when it made no NCCL call.
 	NCCL *NCCL
+	// CUDAInFlight is the age of the process's oldest timed CUDA call in
+	// progress at the drain, by operation (first entry only; nil when
+	// none): host time since the call entered, not GPU time. UnsampledAge
+	// where no call of that operation had its start sampled.
+	CUDAInFlight map[string]time.Duration
 	// GPUs are the devices whose calls this entry counts (Meta.GPU and
 	// Meta.GPUUUID are their labels); nil without GPU attribution. A
 	// process that used several GPUs has one entry per GPU, adjacent in

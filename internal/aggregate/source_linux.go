@@ -37,6 +37,11 @@ func (s MapSource) NCCLInflight(fn func(tid uint64, c *bpfobj.ProfiNcclCall)) er
 	return each(s.Objects.NcclInflight, fn)
 }
 
+// CUDAInflight reads the timed CUDA calls in progress, by pid_tgid.
+func (s MapSource) CUDAInflight(fn func(tid uint64, c *bpfobj.ProfiInflightCall)) error {
+	return each(s.Objects.Inflight, fn)
+}
+
 // NCCLComms reads the communicators seen at init.
 func (s MapSource) NCCLComms(fn func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error {
 	return each(s.Objects.NcclComms, fn)

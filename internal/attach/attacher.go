@@ -162,6 +162,10 @@ type attached struct {
 	// one set for every process and per-process sets.
 	unprobed map[int]int
 	switches uint64
+	// ident tells this file from a later one with its key; prior is what
+	// its earlier attachments learned (priorHandover), nil if none.
+	ident fileIdent
+	prior *learnedFile
 }
 
 type failure struct {
@@ -220,6 +224,12 @@ type Attacher struct {
 	// counted once in limitRefused, by limit).
 	capped       map[FileKey]bool
 	limitRefused map[string]uint64
+	// learnedFiles is what released runtime files learned, by file (at
+	// most maxLearnedFiles); releasedRT are the runtime files released
+	// since the last syncHandover, whose learning it keeps there.
+	learnedFiles map[FileKey]*learnedFile
+	learnSeq     uint64
+	releasedRT   []*attached
 }
 
 // New returns an Attacher; it attaches nothing until Sync.
@@ -252,6 +262,7 @@ func New(opts Options) *Attacher {
 		gone:         map[uint32]Target{},
 		capped:       map[FileKey]bool{},
 		limitRefused: map[string]uint64{},
+		learnedFiles: map[FileKey]*learnedFile{},
 	}
 	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
 	a.lastPass.Store(time.Now().UnixNano())
@@ -345,6 +356,9 @@ func (a *Attacher) Sync(targets []Target) {
 	for _, f := range released {
 		a.dropCounted(f)
 		a.rememberGone(f)
+		if len(f.launches) > 0 {
+			a.releasedRT = append(a.releasedRT, f)
+		}
 	}
 	a.release(released)
 	for key := range a.failed {
@@ -811,7 +825,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 
 	a.nextID++
-	att := &attached{target: t, id: a.nextID, syms: syms, sets: map[int]*linkSet{}}
+	att := &attached{target: t, id: a.nextID, syms: syms, sets: map[int]*linkSet{}, ident: identOf(f)}
 	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
 	rest := all
 	if a.handoverCandidate(t) {
@@ -832,12 +846,15 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	// left unprobed, nothing is linked.
 	filters := a.wantFilters(&t)
 	set := a.set(ex, t, syms, att.id, a.opts.PID)
+	// Ops an earlier attachment of the file handed over stay unattached.
+	a.priorHandover(att)
 	if len(filters) > 0 {
 		set.PID = filters[0]
 		ls := &linkSet{}
 		for _, k := range []int{kindTimed, kindEntry} {
 			if reason, err := a.linkKind(att, ls, set, k); err != nil {
 				ls.close()
+				a.dropCounted(att)
 				return nil, reason, err
 			}
 		}
@@ -862,6 +879,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 	if len(att.probes) == 0 {
 		att.closeLinks()
+		a.dropCounted(att)
 		if len(att.refused) > 0 {
 			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // clock is a settable Options.Now.
@@ -360,7 +361,7 @@ func TestPass(t *testing.T) {
 func fixtures(t *testing.T) *testutil.Fixtures {
 	t.Helper()
 	fx, err := testutil.BuildFixtures(testutil.SharedDir())
-	if errors.Is(err, testutil.ErrNoCompiler) && os.Getenv(testutil.E2EEnv) != "1" {
+	if errors.Is(err, testutil.ErrNoCompiler) && os.Getenv(testenv.E2EEnv) != "1" {
 		t.Skip(err)
 	}
 	if err != nil {

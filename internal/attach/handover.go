@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/bpfobj"
@@ -227,8 +229,13 @@ func (a *Attacher) syncHandover() {
 				driverOK = false
 			}
 		}
-		a.applyHandover(f, decide(slices.Sorted(maps.Keys(f.launches)), stats[f.id], sites[f.id], driverOK))
+		st, si := withPrior(f, stats[f.id], sites[f.id])
+		a.applyHandover(f, decide(slices.Sorted(maps.Keys(f.launches)), st, si, driverOK))
 	}
+	for _, f := range a.releasedRT {
+		a.remember(f, stats[f.id], sites[f.id])
+	}
+	a.releasedRT = nil
 	a.forgetLearned(stats, sites, live)
 }
 
@@ -357,5 +364,158 @@ func (a *Attacher) dropCounted(f *attached) {
 	for k := range f.counted {
 		_ = a.opts.Handover.Counted.Delete(&k)
 		delete(f.counted, k)
+	}
+}
+
+// A runtime file's learning outlives its attachment (issue 33): batch jobs
+// and evaluation scripts start a process, launch for a second and exit, so
+// the file is released between them and attached again, under a new id,
+// for the next. What BPF learned of it is kept by file, and a file
+// attached again starts from it: the ops it handed over are never
+// attached, their sites are in rt_counted before the process is known
+// (attachFile), and its first launch costs one trap.
+
+// maxLearnedFiles bounds the runtime files whose learning is kept after
+// their release; the oldest is forgotten first.
+const maxLearnedFiles = 256
+
+// fileIdent tells a file from another that later has its device and inode
+// (deleted and replaced): its size and change times, from fstat.
+type fileIdent struct{ size, mtime, ctime int64 }
+
+func identOf(f *os.File) fileIdent {
+	var st unix.Stat_t
+	if f == nil || unix.Fstat(int(f.Fd()), &st) != nil {
+		return fileIdent{}
+	}
+	return fileIdent{st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
+}
+
+// siteKey is an rt_sites key without its file id.
+type siteKey struct {
+	drvOp uint32
+	off   uint64
+}
+
+// learnedFile is what BPF learned of one runtime file (rt_ops and
+// rt_sites, summed over CPUs and over the file's attachments).
+type learnedFile struct {
+	ident fileIdent
+	stats map[ops.Op]opStats
+	sites map[siteKey]siteOps
+	seq   uint64 // age, for eviction
+}
+
+func newLearned(ident fileIdent) *learnedFile {
+	return &learnedFile{ident: ident, stats: map[ops.Op]opStats{}, sites: map[siteKey]siteOps{}}
+}
+
+// add adds file id's stats and sites (as learned() returns them).
+func (l *learnedFile) add(stats map[ops.Op]opStats, sites map[rtSite]siteOps) {
+	for op, s := range stats {
+		cur := l.stats[op]
+		cur.merged += s.merged
+		cur.unmerged += s.unmerged
+		if s.tails > 0 {
+			cur.tailOf = s.tailOf
+		}
+		cur.tails += s.tails
+		l.stats[op] = cur
+	}
+	for k, s := range sites {
+		sk := siteKey{k.DrvOp, k.Off}
+		cur, ok := l.sites[sk]
+		if !ok {
+			cur = siteOps{ops: map[ops.Op]bool{}}
+		}
+		for op := range s.ops {
+			cur.ops[op] = true
+		}
+		cur.mixed = cur.mixed || s.mixed
+		l.sites[sk] = cur
+	}
+}
+
+// forFile is l as learned() would say it of file id.
+func (l *learnedFile) forFile(id uint32) (map[ops.Op]opStats, map[rtSite]siteOps) {
+	sites := make(map[rtSite]siteOps, len(l.sites))
+	for k, s := range l.sites {
+		sites[rtSite{File: id, DrvOp: k.drvOp, Off: k.off}] = s
+	}
+	return maps.Clone(l.stats), sites
+}
+
+// with is l plus file id's stats and sites, l unchanged.
+func (l *learnedFile) with(id uint32, stats map[ops.Op]opStats, sites map[rtSite]siteOps) *learnedFile {
+	n := newLearned(l.ident)
+	n.add(l.forFile(id))
+	n.add(stats, sites)
+	return n
+}
+
+// withPrior is what decide sees of file f: what its earlier attachments
+// learned (f.prior) plus what this one did.
+func withPrior(f *attached, stats map[ops.Op]opStats, sites map[rtSite]siteOps) (map[ops.Op]opStats, map[rtSite]siteOps) {
+	if f.prior == nil {
+		return stats, sites
+	}
+	return f.prior.with(f.id, stats, sites).forFile(f.id)
+}
+
+// remember keeps what released file f learned (stats and sites of its id,
+// with its prior). Called with a.mu held.
+func (a *Attacher) remember(f *attached, stats map[ops.Op]opStats, sites map[rtSite]siteOps) {
+	base := f.prior
+	if base == nil {
+		base = newLearned(f.ident)
+	}
+	l := base.with(f.id, stats, sites)
+	l.ident = f.ident
+	if len(l.stats) == 0 {
+		return // nothing learned: nothing to start from
+	}
+	a.learnSeq++
+	l.seq = a.learnSeq
+	a.learnedFiles[f.target.Key] = l
+	for len(a.learnedFiles) > maxLearnedFiles {
+		var oldest FileKey
+		first := true
+		for k, v := range a.learnedFiles {
+			if first || v.seq < a.learnedFiles[oldest].seq {
+				oldest, first = k, false
+			}
+		}
+		delete(a.learnedFiles, oldest)
+	}
+}
+
+// priorHandover is what file f, attached again, starts from: the plan of
+// what its earlier attachments learned, as if every process had a probed
+// driver (syncHandover decides with the real processes in the same pass,
+// and takes back what they do not allow): the ops it hands over are marked
+// handed, to be left unattached, and their sites are in rt_counted under
+// f's id. Called with a.mu held, before f's launch probes are linked.
+func (a *Attacher) priorHandover(f *attached) {
+	l := a.learnedFiles[f.target.Key]
+	if l == nil || l.ident != f.ident || f.ident == (fileIdent{}) || len(f.launches) == 0 {
+		return
+	}
+	f.prior = l
+	stats, sites := l.forFile(f.id)
+	plan := decide(slices.Sorted(maps.Keys(f.launches)), stats, sites, true)
+	f.settled = plan.settled
+	if len(plan.handed) == 0 {
+		return
+	}
+	for k, op := range plan.counted {
+		if err := a.opts.Handover.Counted.Update(&k, uint32(op), ebpf.UpdateAny); err != nil {
+			a.log.Warn("could not write rt_counted; runtime launches stay counted by their own probes", "err", err)
+			a.dropCounted(f)
+			return
+		}
+		f.counted[k] = op
+	}
+	for op := range plan.handed {
+		f.launches[op].handed = true
 	}
 }

@@ -141,3 +141,42 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// What a released runtime file learned is kept by file and adds up over its
+// attachments (issue 33): a file attached again under a new id decides as
+// if it had learned everything itself, and a replaced file (another
+// identity) starts from nothing.
+func TestLearnedOutlivesRelease(t *testing.T) {
+	launch, ptsz := ops.OpCudaLaunchKernel, ops.OpCudaLaunchKernelPtsz
+	key := FileKey{Dev: 1, Inode: 2}
+	a := New(Options{})
+	first := &attached{id: 1, target: Target{Key: key}, ident: fileIdent{size: 10, mtime: 1, ctime: 1}}
+	a.remember(first,
+		map[ops.Op]opStats{launch: {merged: 10}, ptsz: {merged: MinMerged}},
+		map[rtSite]siteOps{{File: 1, DrvOp: uint32(ops.OpCuLaunchKernel), Off: 0x10}: {ops: map[ops.Op]bool{launch: true}},
+			{File: 1, DrvOp: uint32(ops.OpCuLaunchKernelPtsz), Off: 0x20}: {ops: map[ops.Op]bool{ptsz: true}}})
+	second := &attached{id: 7, target: Target{Key: key}, ident: first.ident, prior: a.learnedFiles[key]}
+	st, si := withPrior(second, map[ops.Op]opStats{launch: {merged: MinMerged - 10}}, nil)
+	plan := decide([]ops.Op{launch, ptsz}, st, si, true)
+	if !plan.handed[launch] || !plan.handed[ptsz] || len(plan.counted) != 2 {
+		t.Fatalf("plan %+v, want both ops handed at 2 sites", plan)
+	}
+	for k := range plan.counted {
+		if k.File != 7 {
+			t.Errorf("site %+v keyed by file %d, want the new id 7", k, k.File)
+		}
+	}
+	a.remember(second, map[ops.Op]opStats{launch: {merged: MinMerged - 10}}, nil)
+	if got := a.learnedFiles[key].stats[launch].merged; got != MinMerged {
+		t.Errorf("kept %d merged launches, want %d (10 + %d)", got, MinMerged, MinMerged-10)
+	}
+	if got := a.learnedFiles[key].stats[ptsz].merged; got != MinMerged {
+		t.Errorf("kept %d merged ptsz launches, want %d", got, MinMerged)
+	}
+	replaced := &attached{id: 8, target: Target{Key: key}, ident: fileIdent{size: 11, mtime: 2, ctime: 2},
+		launches: map[ops.Op]*launchProbe{launch: {}}}
+	a.priorHandover(replaced)
+	if replaced.prior != nil || replaced.launches[launch].handed {
+		t.Errorf("a replaced file started from its predecessor's learning")
+	}
+}

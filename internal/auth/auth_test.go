@@ -21,7 +21,7 @@ import (
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	"github.com/profi-dev/profi/internal/config"
-	proftest "github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
 )
 
 // metrics is a fresh set of the counters an Authenticator updates.
@@ -212,7 +212,7 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // apiserverClient is the agent's own client: a ServiceAccount bound to
 // system:auth-delegator (TokenReview and SubjectAccessReview rights),
 // counting its review calls.
-func apiserverClient(t *testing.T, s *proftest.APIServer) (kubernetes.Interface, *atomic.Int64, *atomic.Int64) {
+func apiserverClient(t *testing.T, s *kubetest.APIServer) (kubernetes.Interface, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
 	s.BindClusterRole(t, "profi-auth-delegator", "system:auth-delegator",
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "profi", Namespace: "default"})
@@ -232,18 +232,18 @@ func apiserverClient(t *testing.T, s *proftest.APIServer) (kubernetes.Interface,
 // starts with empty caches and costs exactly one TokenReview (plus one
 // SubjectAccessReview when authenticated).
 func TestAPIServer(t *testing.T) {
-	s := proftest.StartAPIServer(t)
+	s := kubetest.StartAPIServer(t)
 	client, reviews, access := apiserverClient(t, s)
 	t.Run("reviews", func(t *testing.T) { testReviews(t, s, client, reviews, access) })
 	t.Run("burst", func(t *testing.T) { testBurstOfBadTokens(t, s, client, reviews) })
 }
 
-func testReviews(t *testing.T, s *proftest.APIServer, client kubernetes.Interface, reviews, access *atomic.Int64) {
+func testReviews(t *testing.T, s *kubetest.APIServer, client kubernetes.Interface, reviews, access *atomic.Int64) {
 	// Who may scrape: the static reader group and the prometheus
 	// ServiceAccount, /metrics only.
 	s.GrantClusterRole(t, "profi-metrics-reader",
 		[]rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
-		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: proftest.APIServerReaderGroup},
+		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: kubetest.APIServerReaderGroup},
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: "default"})
 	prom := s.ServiceAccountToken(t, "default", "prometheus")
 	promProfi := s.ServiceAccountToken(t, "default", "prometheus", "profi")
@@ -307,7 +307,7 @@ func testReviews(t *testing.T, s *proftest.APIServer, client kubernetes.Interfac
 // from httptest's one address, which used its own budget for the valid
 // token, so the flood may take the agent-wide budget only down to the
 // reserve kept for quiet clients (issue 30 item 7; TestClientsCannotStarveOthers).
-func testBurstOfBadTokens(t *testing.T, s *proftest.APIServer, client kubernetes.Interface, reviews *atomic.Int64) {
+func testBurstOfBadTokens(t *testing.T, s *kubetest.APIServer, client kubernetes.Interface, reviews *atomic.Int64) {
 	reviews.Store(0)
 	m, get := metrics()
 	clk := &clock{now: time.Unix(1000, 0)}

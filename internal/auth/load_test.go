@@ -19,7 +19,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/profi-dev/profi/internal/config"
-	proftest "github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // from runs one GET of /metrics with token from the client address addr.
@@ -129,7 +131,7 @@ func TestKnownTokensThroughFloodAndOutage(t *testing.T) {
 // the flood: every scrape is answered 200, and every TokenReview the flood
 // caused is one 401 (the others were refused by its address's budget).
 func TestRandomTokenFloodWhileScraping(t *testing.T) {
-	s := proftest.StartAPIServer(t)
+	s := kubetest.StartAPIServer(t)
 	client, reviews, _ := apiserverClient(t, s)
 	m, get := metrics()
 	a, err := New(Options{Mode: config.AuthModeBearer, Reviews: client.AuthenticationV1().TokenReviews(),
@@ -179,7 +181,7 @@ func TestRandomTokenFloodWhileScraping(t *testing.T) {
 		})
 	}
 	// The scraper starts once the flood is under way.
-	if err := proftest.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		if get(m.Failures, string(RateLimited)) < 100 {
 			return errors.New("flood not under way")
 		}
@@ -228,17 +230,17 @@ func TestRandomTokenFloodWhileScraping(t *testing.T) {
 // allowed SAN is no credential (403 in mtls, a bearer token may still do
 // in mtls-or-bearer); with an allowed DNS name, URI or IP it is.
 func TestAllowedSANs(t *testing.T) {
-	ca := proftest.NewCA(t, "clients")
-	leaf := func(o proftest.CertOptions) *x509.Certificate { o.Client = true; return ca.Issue(t, o).Cert }
+	ca := certtest.NewCA(t, "clients")
+	leaf := func(o certtest.CertOptions) *x509.Certificate { o.Client = true; return ca.Issue(t, o).Cert }
 	spiffe, _ := url.Parse("spiffe://cluster.local/ns/monitoring/sa/prometheus")
-	withURI := leaf(proftest.CertOptions{CommonName: "p"})
+	withURI := leaf(certtest.CertOptions{CommonName: "p"})
 	withURI.URIs = []*url.URL{spiffe} // the verified chain as the request carries it
 	certs := map[string]*x509.Certificate{
-		"dns allowed":   leaf(proftest.CertOptions{CommonName: "p", DNSNames: []string{"prometheus.monitoring.svc"}}),
-		"ip allowed":    leaf(proftest.CertOptions{CommonName: "p", IPs: []net.IP{net.IPv4(10, 1, 2, 3)}}),
+		"dns allowed":   leaf(certtest.CertOptions{CommonName: "p", DNSNames: []string{"prometheus.monitoring.svc"}}),
+		"ip allowed":    leaf(certtest.CertOptions{CommonName: "p", IPs: []net.IP{net.IPv4(10, 1, 2, 3)}}),
 		"uri allowed":   withURI,
-		"other dns":     leaf(proftest.CertOptions{CommonName: "prometheus.monitoring.svc", DNSNames: []string{"intruder.default.svc"}}),
-		"no san at all": leaf(proftest.CertOptions{CommonName: "prometheus.monitoring.svc"}),
+		"other dns":     leaf(certtest.CertOptions{CommonName: "prometheus.monitoring.svc", DNSNames: []string{"intruder.default.svc"}}),
+		"no san at all": leaf(certtest.CertOptions{CommonName: "prometheus.monitoring.svc"}),
 	}
 	allowed := []string{"prometheus.monitoring.svc", "10.1.2.3", spiffe.String()}
 	rv := &scripted{status: map[string]authenticationv1.TokenReviewStatus{"ok": {Authenticated: true}}}

@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // Options are what changes the loaded object: the load-time constants and
@@ -49,7 +51,7 @@ type Options struct {
 }
 
 // kernelModes are kernel_mode's values in bpf/config.h.
-var kernelModes = map[string]uint32{"off": 0, "": 1, "anonymous": 1, "full": 2}
+var kernelModes = map[string]uint32{ops.KernelModeOff: 0, "": 1, ops.KernelModeAnonymous: 1, ops.KernelModeFull: 2}
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi links.
 func HaveUprobeMulti() error { return features.HaveBPFLinkUprobeMulti() }

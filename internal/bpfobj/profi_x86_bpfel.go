@@ -465,7 +465,29 @@ const (
 	ProfiOpOP_CUDA_MEMSET_2D_ASYNC                  ProfiOp = 183
 	ProfiOpOP_CUDA_MEMSET_2D_PTDS                   ProfiOp = 184
 	ProfiOpOP_CUDA_MEMSET_2D_ASYNC_PTSZ             ProfiOp = 185
-	ProfiOpOP_MAX                                   ProfiOp = 186
+	ProfiOpOP_CU_MEMSET_D_2D_8                      ProfiOp = 186
+	ProfiOpOP_CU_MEMSET_D_2D_16                     ProfiOp = 187
+	ProfiOpOP_CU_MEMSET_D_2D_32                     ProfiOp = 188
+	ProfiOpOP_CU_MEMSET_D_2D_8ASYNC                 ProfiOp = 189
+	ProfiOpOP_CU_MEMSET_D_2D_16ASYNC                ProfiOp = 190
+	ProfiOpOP_CU_MEMSET_D_2D_32ASYNC                ProfiOp = 191
+	ProfiOpOP_CU_MEMSET_D_2D_8PTDS                  ProfiOp = 192
+	ProfiOpOP_CU_MEMSET_D_2D_16PTDS                 ProfiOp = 193
+	ProfiOpOP_CU_MEMSET_D_2D_32PTDS                 ProfiOp = 194
+	ProfiOpOP_CU_MEMSET_D_2D_8ASYNC_PTSZ            ProfiOp = 195
+	ProfiOpOP_CU_MEMSET_D_2D_16ASYNC_PTSZ           ProfiOp = 196
+	ProfiOpOP_CU_MEMSET_D_2D_32ASYNC_PTSZ           ProfiOp = 197
+	ProfiOpOP_CU_MEMCPY_2D                          ProfiOp = 198
+	ProfiOpOP_CU_MEMCPY_2D_UNALIGNED                ProfiOp = 199
+	ProfiOpOP_CU_MEMCPY_2D_ASYNC                    ProfiOp = 200
+	ProfiOpOP_CU_MEMCPY_3D                          ProfiOp = 201
+	ProfiOpOP_CU_MEMCPY_3D_ASYNC                    ProfiOp = 202
+	ProfiOpOP_CU_MEMCPY_2D_PTDS                     ProfiOp = 203
+	ProfiOpOP_CU_MEMCPY_2D_UNALIGNED_PTDS           ProfiOp = 204
+	ProfiOpOP_CU_MEMCPY_2D_ASYNC_PTSZ               ProfiOp = 205
+	ProfiOpOP_CU_MEMCPY_3D_PTDS                     ProfiOp = 206
+	ProfiOpOP_CU_MEMCPY_3D_ASYNC_PTSZ               ProfiOp = 207
+	ProfiOpOP_MAX                                   ProfiOp = 208
 )
 
 type ProfiOpArgs uint32
@@ -532,6 +554,10 @@ const (
 	ProfiOpArgsARGS_COPY_SYMBOL_ASYNC    ProfiOpArgs = 58
 	ProfiOpArgsARGS_SET_2D               ProfiOpArgs = 59
 	ProfiOpArgsARGS_SET_2D_ASYNC         ProfiOpArgs = 60
+	ProfiOpArgsARGS_CU_COPY_2D           ProfiOpArgs = 61
+	ProfiOpArgsARGS_CU_COPY_2D_ASYNC     ProfiOpArgs = 62
+	ProfiOpArgsARGS_CU_COPY_3D           ProfiOpArgs = 63
+	ProfiOpArgsARGS_CU_COPY_3D_ASYNC     ProfiOpArgs = 64
 )
 
 type ProfiPhase uint32

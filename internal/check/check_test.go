@@ -18,6 +18,9 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // childEnv makes the test binary run `profi check` itself (for the
@@ -95,7 +98,7 @@ func TestNoPrivileges(t *testing.T) {
 	testutil.RequireBPF(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			t.Fatalf("setpriv (util-linux) not found: %v", err)
 		}
 		t.Skipf("setpriv (util-linux) not found: %v", err)
@@ -262,7 +265,7 @@ type certFiles struct{ cert, key string }
 // key: its own, or keyFrom (another certificate's key: a mismatch).
 func writeCert(t *testing.T, dir, name string, notBefore, notAfter time.Time, keyFrom []byte) (certFiles, []byte) {
 	t.Helper()
-	kp := testutil.NewCA(t, name+" CA").Issue(t, testutil.CertOptions{CommonName: name, NotBefore: notBefore, NotAfter: notAfter})
+	kp := certtest.NewCA(t, name+" CA").Issue(t, certtest.CertOptions{CommonName: name, NotBefore: notBefore, NotAfter: notAfter})
 	key := kp.KeyPEM
 	if keyFrom != nil {
 		key = keyFrom
@@ -329,9 +332,9 @@ func TestTLSFiles(t *testing.T) {
 // account without a binding is denied pods list/watch; with a ClusterRole
 // binding it is allowed; bearer auth also needs tokenreviews create.
 func TestKubernetesRBAC(t *testing.T) {
-	s := testutil.StartAPIServer(t)
+	s := kubetest.StartAPIServer(t)
 	cfg := s.ServiceAccountConfig(t, "default", "profi")
-	t.Setenv("KUBECONFIG", testutil.WriteKubeconfig(t, cfg))
+	t.Setenv("KUBECONFIG", kubetest.WriteKubeconfig(t, cfg))
 
 	r, code := runMain(t, "--disable-nvml", "--node-name", "node-1")
 	if code != 1 {
@@ -358,7 +361,7 @@ func TestKubernetesRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// RBAC answers from an informer cache: wait until the binding is seen.
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		r, _ = runMain(t, "--disable-nvml", "--node-name", "node-1")
 		if res := result(t, r, "kubernetes_rbac"); res.Status != OK {
 			return fmt.Errorf("%+v", res)

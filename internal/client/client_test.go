@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
 )
 
 type pki struct {
@@ -23,8 +23,8 @@ type pki struct {
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	ca := testutil.NewCA(t, "test CA")
-	srv := ca.Issue(t, testutil.CertOptions{CommonName: "agent", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	ca := certtest.NewCA(t, "test CA")
+	srv := ca.Issue(t, certtest.CertOptions{CommonName: "agent", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	cl := ca.Client(t, "prometheus")
 	p := &pki{caPEM: ca.PEM, serverCert: srv.CertPEM, serverKey: srv.KeyPEM, clientCert: cl.CertPEM, clientKey: cl.KeyPEM}
 	dir := t.TempDir()

@@ -21,7 +21,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
-	proftest "github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/promtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -80,6 +80,7 @@ func (s fakeSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal))
 func (fakeSource) Launches(func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error   { return nil }
 func (fakeSource) NCCL(func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error           { return nil }
 func (fakeSource) NCCLInflight(func(uint64, *bpfobj.ProfiNcclCall)) error               { return nil }
+func (fakeSource) CUDAInflight(func(uint64, *bpfobj.ProfiInflightCall)) error           { return nil }
 func (fakeSource) NCCLComms(func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error { return nil }
 func (fakeSource) Drops() ([bpfobj.NumDrops]uint64, error)                              { return [bpfobj.NumDrops]uint64{}, nil }
 func (fakeSource) DeletePIDs(map[uint32]bool) error                                     { return nil }
@@ -469,7 +470,7 @@ func TestLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		if f := p.Metric + ": " + p.Text; !slices.Contains(proftest.InterfaceLintFindings, f) {
+		if f := p.Metric + ": " + p.Text; !slices.Contains(promtest.InterfaceLintFindings, f) {
 			t.Errorf("lint finding not forced by the interface: %s", f)
 		}
 	}
@@ -478,7 +479,7 @@ func TestLint(t *testing.T) {
 func TestPromtool(t *testing.T) {
 	t.Parallel()
 	reg := newExposition(t, newCollector(t))
-	proftest.CheckPromtool(t, exposition(t, reg, true))
+	promtest.CheckPromtool(t, exposition(t, reg, true))
 }
 
 func TestSelfBuckets(t *testing.T) {

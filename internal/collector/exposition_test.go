@@ -15,7 +15,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
-	proftest "github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/promtest"
 )
 
 // encodeFormats are the formats /metrics negotiates; the first four take
@@ -134,7 +134,7 @@ func TestPromtoolDirect(t *testing.T) {
 	if err := NewExposition(reg, c).Encode(&buf, expfmt.NewFormat(expfmt.TypeTextPlain), nil); err != nil {
 		t.Fatal(err)
 	}
-	proftest.CheckPromtool(t, buf.Bytes())
+	promtest.CheckPromtool(t, buf.Bytes())
 }
 
 // TestSeriesFollowLabels: a process whose labels change (its pod arrives)

@@ -15,19 +15,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
-)
 
-// Kernel modes (--kernel-mode), docs/INTERFACE.md 2.2.
-const (
-	KernelModeOff       = "off"
-	KernelModeAnonymous = "anonymous"
-	KernelModeFull      = "full"
-)
-
-// Probe profiles (--probe-profile), docs/INTERFACE.md 2.3.
-const (
-	ProbeProfileLean = "lean"
-	ProbeProfileFull = "full"
+	"github.com/profi-dev/profi/internal/ops"
 )
 
 // OTLP transports. Parse normalises the four accepted --otlp-protocol spellings to these two.
@@ -504,8 +493,9 @@ func (p *parser) build(raw *cli) *Config {
 	}
 
 	p.checkListen(raw.Listen)
-	p.checkEnum("kernel-mode", raw.KernelMode, KernelModeOff, KernelModeAnonymous, KernelModeFull)
-	p.checkEnum("probe-profile", raw.ProbeProfile, ProbeProfileLean, ProbeProfileFull)
+	// The values are the operation table's (docs/INTERFACE.md 2.2, 2.3).
+	p.checkEnum("kernel-mode", raw.KernelMode, ops.KernelModeOff, ops.KernelModeAnonymous, ops.KernelModeFull)
+	p.checkEnum("probe-profile", raw.ProbeProfile, ops.ProfileLean, ops.ProfileFull)
 	p.checkEnum("gpm", raw.GPM, "auto", "on", "off")
 	p.checkEnum("probe-traced-processes", raw.ProbeTracedProcesses, "auto", "always", "never")
 	cfg.GPM = raw.GPM

@@ -276,9 +276,9 @@ func deviceFiles(pd *discover.Proc) []int {
 // the process sets itself later, e.g. in Python before importing torch, is
 // not seen).
 //
-// The environment is streamed (issue 30): a 4 MiB one of two million
-// tiny variables cost about 58 MiB to read and split whole; now a 4 KiB
-// buffer and at most one variable's first maxVisibleLen+1 bytes.
+// The environment is streamed (issue 30, docs/SECURITY.md): a huge one
+// costs a small fixed buffer and at most one variable's first
+// maxVisibleLen+1 bytes, never its size.
 func readEnviron(pd *discover.Proc) (*environ, error) {
 	f, err := pd.Open("environ")
 	if err != nil {

@@ -38,6 +38,7 @@ var symbols = []string{
 	"nvmlDeviceGetNvLinkErrorCounter",
 	"nvmlEventSetCreate",
 	"nvmlEventSetFree",
+	"nvmlEventSetWait_v2",
 	"nvmlEventSetWait",
 	"nvmlDeviceGetSupportedEventTypes",
 	"nvmlDeviceRegisterEvents",
@@ -133,10 +134,15 @@ func (l *library) Device(index int) (Device, error) {
 }
 
 func (l *library) NewEventSet() (EventSet, error) {
-	for _, s := range []string{"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlEventSetWait", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceRegisterEvents"} {
+	for _, s := range []string{"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceRegisterEvents"} {
 		if !l.has[s] {
 			return nil, ErrNotSupported
 		}
+	}
+	// go-nvml waits with _v2 where the library has it, else the first
+	// version: either will do (nvml.h defines the name as _v2).
+	if !l.has["nvmlEventSetWait_v2"] && !l.has["nvmlEventSetWait"] {
+		return nil, ErrNotSupported
 	}
 	set, ret := l.lib.EventSetCreate()
 	if err := check(ret); err != nil {

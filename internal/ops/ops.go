@@ -136,6 +136,10 @@ const (
 	ArgsCopySymbolAsync        // (..., count, offset, kind, stream)
 	ArgsSet2D                  // (ptr, pitch, value, width, height)
 	ArgsSet2DAsync             // (ptr, pitch, value, width, height, stream)
+	ArgsCuCopy2D               // (const CUDA_MEMCPY2D *): memory types at 16 and 72, WidthInBytes at 112
+	ArgsCuCopy2DAsync          // (const CUDA_MEMCPY2D *, stream)
+	ArgsCuCopy3D               // (const CUDA_MEMCPY3D *): memory types at 32 and 120, WidthInBytes at 176
+	ArgsCuCopy3DAsync          // (const CUDA_MEMCPY3D *, stream)
 	NumArgs
 )
 
@@ -151,7 +155,8 @@ var argsNames = [NumArgs]string{
 	"GRAPH_INSTANTIATE", "GRAPH_EXEC_UPDATE", "GRAPH_EXEC_DESTROY", "GRAPH_DESTROY",
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
-	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC",
+	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC", "CU_COPY_2D", "CU_COPY_2D_ASYNC",
+	"CU_COPY_3D", "CU_COPY_3D_ASYNC",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

@@ -20,7 +20,8 @@ import (
 
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // limitServer serves a registry of one counter (profi_test_events_total 3)
@@ -147,7 +148,7 @@ func TestConnectionFlood(t *testing.T) {
 		wantEvicted = 0
 	}
 	// Accepting runs behind the clients' connects (the kernel's backlog).
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		if got := refused(h, RefusedConnEvicted); got != wantEvicted {
 			return fmt.Errorf("conn_evicted = %v, want %v", got, wantEvicted)
 		}
@@ -202,7 +203,7 @@ func TestConnectionTimeouts(t *testing.T) {
 		}
 		_ = c.Close()
 	}
-	if err := testutil.Eventually(10*time.Second, func() error {
+	if err := testenv.Eventually(10*time.Second, func() error {
 		if got := promtest.ToFloat64(h.Connections); got != 0 {
 			return fmt.Errorf("open connections = %v, want 0", got)
 		}
@@ -305,7 +306,7 @@ func TestHandshakeLimit(t *testing.T) {
 		defer c.Close()
 		raw = append(raw, c)
 	}
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		if got := refused(h, RefusedHandshakeEvicted); got != stalled-maxHS {
 			return fmt.Errorf("handshake_evicted = %v, want %d", got, stalled-maxHS)
 		}
@@ -334,7 +335,7 @@ func TestHandshakeLimit(t *testing.T) {
 // certificate in mtls: client certificates must carry client auth.
 func TestServingCertIsNoClientCert(t *testing.T) {
 	p := newPKI(t)
-	server := p.clientCA.Issue(t, testutil.CertOptions{CommonName: "profi", DNSNames: []string{"localhost"}})
+	server := p.clientCA.Issue(t, certtest.CertOptions{CommonName: "profi", DNSNames: []string{"localhost"}})
 	s, reg, _ := secureServer(t, p, config.TLSModeMTLS, config.AuthModeOff)
 	if r := do(p.httpClient(t, server, true), "https://"+s.Addr()+"/metrics", ""); r.code != 0 {
 		t.Errorf("a server-auth certificate of the client CA as client certificate: %+v, want a failed handshake", r)

@@ -24,7 +24,8 @@ import (
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/status"
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // goodToken is the one token fakeReviews authenticates. The real
@@ -49,19 +50,19 @@ func (f *fakeReviews) Create(_ context.Context, tr *authenticationv1.TokenReview
 // pki is a server CA and certificate, a client CA with a good and an
 // expired client certificate, and a foreign CA's client certificate.
 type pki struct {
-	serverCA, clientCA, otherCA            *testutil.CA
-	server, client, expired, foreignClient *testutil.KeyPair
-	vol                                    *testutil.SecretVolume
+	serverCA, clientCA, otherCA            *certtest.CA
+	server, client, expired, foreignClient *certtest.KeyPair
+	vol                                    *certtest.SecretVolume
 }
 
 func newPKI(t *testing.T) *pki {
-	p := &pki{serverCA: testutil.NewCA(t, "server-ca"), clientCA: testutil.NewCA(t, "client-ca"), otherCA: testutil.NewCA(t, "other-ca")}
+	p := &pki{serverCA: certtest.NewCA(t, "server-ca"), clientCA: certtest.NewCA(t, "client-ca"), otherCA: certtest.NewCA(t, "other-ca")}
 	p.server = p.serverCA.Server(t)
 	p.client = p.clientCA.Client(t, "prometheus")
-	p.expired = p.clientCA.Issue(t, testutil.CertOptions{CommonName: "old", Client: true,
+	p.expired = p.clientCA.Issue(t, certtest.CertOptions{CommonName: "old", Client: true,
 		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
 	p.foreignClient = p.otherCA.Client(t, "intruder")
-	p.vol = testutil.NewSecretVolume(t, map[string][]byte{
+	p.vol = certtest.NewSecretVolume(t, map[string][]byte{
 		"tls.crt": p.server.CertPEM, "tls.key": p.server.KeyPEM, "ca.crt": p.clientCA.PEM,
 	})
 	return p
@@ -98,7 +99,7 @@ func secureServer(t *testing.T, p *pki, tlsMode, authMode string) (*Server, *pro
 
 // client is an HTTPS (or HTTP) client trusting the server CA, presenting
 // cert when not nil. Each client has its own connections.
-func (p *pki) httpClient(t *testing.T, cert *testutil.KeyPair, trustServer bool) *http.Client {
+func (p *pki) httpClient(t *testing.T, cert *certtest.KeyPair, trustServer bool) *http.Client {
 	t.Helper()
 	cfg := &tls.Config{RootCAs: p.serverCA.Pool()}
 	if !trustServer {
@@ -174,7 +175,7 @@ func httpCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // seen them, hence the wait; the values compared are exact.
 func requireCounts(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
 	t.Helper()
-	err := testutil.Eventually(5*time.Second, func() error {
+	err := testenv.Eventually(5*time.Second, func() error {
 		got := httpCounts(t, reg)
 		var diff []string
 		for _, k := range slices.Sorted(maps.Keys(got)) {
@@ -280,7 +281,7 @@ func TestTLSAuthMatrix(t *testing.T) {
 			t.Parallel()
 			p := newPKI(t)
 			s, reg, reviews := secureServer(t, p, tc.tls, tc.auth)
-			certs := map[string]*testutil.KeyPair{"client": p.client, "expired": p.expired, "foreign": p.foreignClient}
+			certs := map[string]*certtest.KeyPair{"client": p.client, "expired": p.expired, "foreign": p.foreignClient}
 			for _, st := range tc.steps {
 				scheme := "https"
 				if tc.tls == config.TLSModeOff || st.plain {
@@ -320,7 +321,7 @@ func TestCertificateRotation(t *testing.T) {
 	}
 
 	// New server certificate and a new client CA, as one atomic update.
-	newClientCA := testutil.NewCA(t, "client-ca-2")
+	newClientCA := certtest.NewCA(t, "client-ca-2")
 	next := p.serverCA.Server(t)
 	p.vol.Update(t, map[string][]byte{"tls.crt": next.CertPEM, "tls.key": next.KeyPEM, "ca.crt": newClientCA.PEM})
 	second := next.Cert.SerialNumber.String()

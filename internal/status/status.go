@@ -448,8 +448,8 @@ type Xid struct {
 	DriverName string `json:"driver_name,omitempty"`
 	Detail     string `json:"detail,omitempty"`
 	// Processes are the processes on that GPU at that moment (profiled
-	// ones with their labels; NVML's compute processes), with their NCCL
-	// calls in flight.
+	// ones with their labels; NVML's compute processes), with their CUDA
+	// and NCCL calls in flight as of the agent's last drain.
 	Processes []XidProcess `json:"processes"`
 }
 
@@ -464,4 +464,8 @@ type XidProcess struct {
 	// NCCLInFlight: the age in seconds of its oldest in-flight NCCL call,
 	// by operation.
 	NCCLInFlight map[string]float64 `json:"nccl_inflight,omitempty"`
+	// CUDAInFlight: the age in seconds (host time since the call entered)
+	// of its oldest timed CUDA call in progress, by operation; -1 when the
+	// call's start was not sampled (--sample-rate).
+	CUDAInFlight map[string]float64 `json:"cuda_inflight,omitempty"`
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -23,7 +24,7 @@ import (
 
 // BuildAgent compiles cmd/profi into dir and returns the binary's path.
 func BuildAgent(dir string) (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -210,19 +211,6 @@ func Samples(mf *dto.MetricFamily) []Series {
 		out = append(out, s)
 	}
 	return out
-}
-
-// Eventually polls cond every 100 ms until it returns nil or timeout
-// passes, and returns the last error.
-func Eventually(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // LogLines returns the agent's log lines that contain s.

@@ -3,11 +3,9 @@ package testutil
 import (
 	"os"
 	"testing"
-)
 
-// E2EEnv is the variable that turns a missing privilege or kernel feature
-// from a skip into a failure, so a CI lane cannot pass by skipping.
-const E2EEnv = "PROFI_E2E"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
+)
 
 // BPFUnavailable says why BPF tests cannot run here, or "" when they can.
 func BPFUnavailable() string {
@@ -28,9 +26,9 @@ func BPFUnavailable() string {
 func RequireBPF(tb testing.TB) {
 	tb.Helper()
 	if why := BPFUnavailable(); why != "" {
-		if os.Getenv(E2EEnv) == "1" {
-			tb.Fatalf("BPF test cannot run (%s) and %s=1 forbids skipping", why, E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			tb.Fatalf("BPF test cannot run (%s) and %s=1 forbids skipping", why, testenv.E2EEnv)
 		}
-		tb.Skipf("skipping BPF test: %s (set %s=1 to make this a failure)", why, E2EEnv)
+		tb.Skipf("skipping BPF test: %s (set %s=1 to make this a failure)", why, testenv.E2EEnv)
 	}
 }

@@ -7,8 +7,6 @@
 package testutil
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -20,10 +18,9 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-)
 
-// ModulePath is the module whose root RepoRoot looks for.
-const ModulePath = "github.com/profi-dev/profi"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
+)
 
 // ErrNoCompiler is returned (wrapped) by BuildFixtures and CC when the C compiler is not in PATH.
 var ErrNoCompiler = errors.New("no C compiler in PATH: it is needed to build the CUDA stubs and workloads")
@@ -217,7 +214,7 @@ func BuildFixturesFor(goarch, dir string) (*Fixtures, error) {
 	}
 	af := archFlags[goarch]
 	stubFlags := cat(af.stub, stubFlags) // -shared -fPIC stay last (launch13Static drops them)
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -402,47 +399,6 @@ func cat(parts ...[]string) []string {
 		out = append(out, p...)
 	}
 	return out
-}
-
-// RepoRoot finds the module root (the directory whose go.mod declares
-// ModulePath), so sources are found from any package's tests. It starts from
-// this source file's directory, which works from any working directory, and
-// falls back to the working directory for -trimpath builds.
-func RepoRoot() (string, error) {
-	var starts []string
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	for _, d := range starts {
-		for {
-			if isModuleRoot(d) {
-				return d, nil
-			}
-			parent := filepath.Dir(d)
-			if parent == d {
-				break
-			}
-			d = parent
-		}
-	}
-	return "", fmt.Errorf("testutil: no go.mod for module %s above %v", ModulePath, starts)
-}
-
-func isModuleRoot(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
-			return strings.Trim(f[1], `"`) == ModulePath
-		}
-	}
-	return false
 }
 
 // CopyFile copies from to to, executable (a library or program copy

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 var (
@@ -101,7 +103,9 @@ var driverMemFuncs = []string{
 	"cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyPeer",
 	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemsetD8_v2", "cuMemsetD16_v2",
-	"cuMemsetD32_v2", "cuMemsetD32Async", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
+	"cuMemsetD32_v2", "cuMemsetD32Async", "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
+	"cuMemsetD2D32Async", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2", "cuMemcpy3D_v2",
+	"cuMemcpy3DAsync_v2", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
 	"cuMemAddressFree", "cuMemMap", "cuMemUnmap",
 }
 
@@ -482,7 +486,7 @@ func TestBuildFixturesConcurrentAndCached(t *testing.T) {
 }
 
 func TestRepoRoot(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 type Client struct {
 	Bin   string
 	PID   int
+	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Reader
 }
@@ -42,7 +43,7 @@ func StartClient(t *testing.T, env []string, bin string, args ...string) *Client
 	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
 		t.Fatalf("%s: %q, %v", bin, line, err)
 	}
-	return &Client{Bin: bin, PID: cmd.Process.Pid, stdin: stdin, out: r}
+	return &Client{Bin: bin, PID: cmd.Process.Pid, cmd: cmd, stdin: stdin, out: r}
 }
 
 // Go tells the client to make its calls and returns its ground-truth line.
@@ -56,4 +57,13 @@ func (c *Client) Go(t *testing.T) string {
 		t.Fatalf("%s output: %v", c.Bin, err)
 	}
 	return line
+}
+
+// Exit ends the client (EOF on its stdin) and waits until it has exited.
+func (c *Client) Exit(t *testing.T) {
+	t.Helper()
+	_ = c.stdin.Close()
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", c.Bin, err)
+	}
 }

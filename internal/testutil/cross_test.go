@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // The stubs and workloads build for arm64 (running them is the arm64
@@ -20,7 +22,7 @@ import (
 func TestBuildFixturesARM64(t *testing.T) {
 	t.Parallel()
 	fx, err := BuildFixturesFor("arm64", t.TempDir())
-	if errors.Is(err, ErrNoCompiler) && os.Getenv(E2EEnv) != "1" {
+	if errors.Is(err, ErrNoCompiler) && os.Getenv(testenv.E2EEnv) != "1" {
 		t.Skip(err)
 	}
 	if err != nil {

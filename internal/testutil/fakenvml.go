@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // fakeNVMLSrc is the fake NVML library of the e2e tests.
@@ -21,7 +23,7 @@ const FakeNVMLScenarioEnv = "PROFI_FAKE_NVML_SCENARIO"
 // NVIDIA's declarations and struct layouts and the header is never copied
 // into this repository.
 func BuildFakeNVML(dir string) (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // NVIDIA names NVIDIA's own released libraries, as scripts/fetch-nvidia.sh
@@ -49,10 +51,7 @@ var nvidiaFiles = []struct {
 // script has marked it complete (.complete), so a half-unpacked one is not
 // used.
 func FindNVIDIA() (NVIDIA, error) {
-	cache := os.Getenv(ToolsCacheEnv)
-	if cache == "" {
-		cache = DefaultToolsCache
-	}
+	cache := testenv.ToolsCache()
 	var n NVIDIA
 	for _, f := range nvidiaFiles {
 		dirs, _ := filepath.Glob(filepath.Join(cache, "nvidia", f.pkg+".*"))
@@ -80,10 +79,10 @@ func NVIDIALibs(tb testing.TB) NVIDIA {
 	tb.Helper()
 	n, err := FindNVIDIA()
 	if err != nil {
-		if os.Getenv(E2EEnv) == "1" {
-			tb.Fatalf("test of NVIDIA's libraries cannot run (%v) and %s=1 forbids skipping", err, E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			tb.Fatalf("test of NVIDIA's libraries cannot run (%v) and %s=1 forbids skipping", err, testenv.E2EEnv)
 		}
-		tb.Skipf("skipping test of NVIDIA's libraries: %v (set %s=1 to make this a failure)", err, E2EEnv)
+		tb.Skipf("skipping test of NVIDIA's libraries: %v (set %s=1 to make this a failure)", err, testenv.E2EEnv)
 	}
 	return n
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // NVIDIA12 names NVIDIA's CUDA 12.4 stack as scripts/fetch-nvidia.sh
@@ -50,10 +52,7 @@ var nvidia12Files = []struct {
 // FindNVIDIA12 locates the CUDA 12.4 files fetch-nvidia.sh fetched (only
 // package directories it marked complete), or says which one is missing.
 func FindNVIDIA12() (NVIDIA12, error) {
-	cache := os.Getenv(ToolsCacheEnv)
-	if cache == "" {
-		cache = DefaultToolsCache
-	}
+	cache := testenv.ToolsCache()
 	var n NVIDIA12
 	for _, f := range nvidia12Files {
 		dirs, _ := filepath.Glob(filepath.Join(cache, "nvidia", f.pkg))
@@ -88,10 +87,10 @@ func NVIDIA12Libs(tb testing.TB) NVIDIA12 {
 		}
 	}
 	if err != nil {
-		if os.Getenv(E2EEnv) == "1" {
-			tb.Fatalf("test of NVIDIA's CUDA 12.4 cannot run (%v) and %s=1 forbids skipping", err, E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			tb.Fatalf("test of NVIDIA's CUDA 12.4 cannot run (%v) and %s=1 forbids skipping", err, testenv.E2EEnv)
 		}
-		tb.Skipf("skipping test of NVIDIA's CUDA 12.4: %v (set %s=1 to make this a failure)", err, E2EEnv)
+		tb.Skipf("skipping test of NVIDIA's CUDA 12.4: %v (set %s=1 to make this a failure)", err, testenv.E2EEnv)
 	}
 	return n
 }
@@ -103,7 +102,7 @@ const NVCCHost = "g++-12"
 // BuildNVCC compiles src (relative to the repository root) with nvcc 12.4
 // and flags into a file under dir, and returns its path.
 func (n NVIDIA12) BuildNVCC(dir, src, out string, flags ...string) (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}

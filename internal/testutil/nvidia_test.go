@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // TestFindNVIDIA: a package directory counts only when marked complete.
 func TestFindNVIDIA(t *testing.T) {
 	cache := t.TempDir()
-	t.Setenv(ToolsCacheEnv, cache)
+	t.Setenv(testenv.ToolsCacheEnv, cache)
 	files := map[string]string{
 		"libcudart11.0_11.8.89~11.8.0-5~deb12u1":  "usr/lib/x86_64-linux-gnu/libcudart.so.11.8.89",
 		"libcuda1_535.261.03-1":                   "usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03",

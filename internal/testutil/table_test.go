@@ -21,7 +21,10 @@ var unstubbedRows = []string{
 	"cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoH_v2_ptds", "cuMemcpyHtoD_v2_ptds", "cuMemcpyPeerAsync",
 	"cuMemcpy_ptds", "cuMemsetD16Async", "cuMemsetD16Async_ptsz", "cuMemsetD16_v2_ptds",
 	"cuMemsetD32Async_ptsz", "cuMemsetD32_v2_ptds", "cuMemsetD8Async", "cuMemsetD8Async_ptsz",
-	"cuMemsetD8_v2_ptds",
+	"cuMemsetD8_v2_ptds", "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D8_v2_ptds",
+	"cuMemsetD2D16_v2_ptds", "cuMemsetD2D32_v2_ptds", "cuMemsetD2D8Async_ptsz", "cuMemsetD2D16Async_ptsz",
+	"cuMemsetD2D32Async_ptsz", "cuMemcpy2D_v2_ptds", "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy2DAsync_v2_ptsz",
+	"cuMemcpy3D_v2_ptds", "cuMemcpy3DAsync_v2_ptsz",
 }
 
 func tableRow(symbol string) (ops.Row, bool) {

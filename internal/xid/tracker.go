@@ -94,11 +94,11 @@ func (t *Tracker) Consume(r kmsg.Record) {
 
 // onGPU lists the processes on g: the profiled processes whose calls went
 // to g (or one of its MIG devices), then NVML's compute processes not
-// already listed.
+// already listed; each profiled one with its calls in flight.
 func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 	out := []status.XidProcess{}
 	at := map[int]bool{}
-	metaOf := map[int]aggregate.Meta{}
+	first := map[int]*aggregate.Process{} // per-process data is on the first entry
 	mine := func(uuid string) bool {
 		if uuid == g.UUID {
 			return true
@@ -107,11 +107,9 @@ func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 	}
 	if t.procs != nil {
 		if s := t.procs(); s != nil {
-			first := map[int]*aggregate.Process{} // per-process data is on the first entry
 			for _, p := range s.Processes {
 				if first[p.Meta.PID] == nil {
 					first[p.Meta.PID] = p
-					metaOf[p.Meta.PID] = p.Meta
 				}
 			}
 			for _, p := range s.Processes {
@@ -119,27 +117,46 @@ func (t *Tracker) onGPU(g *nvml.GPU) []status.XidProcess {
 					continue
 				}
 				at[p.Meta.PID] = true
-				xp := status.XidProcess{PID: p.Meta.PID, Comm: p.Meta.Comm, Namespace: p.Meta.Namespace, Pod: p.Meta.Pod,
-					Container: p.Meta.Container, GPUUUID: p.Meta.GPUUUID}
-				if f := first[p.Meta.PID]; f.NCCL != nil && len(f.NCCL.Oldest) > 0 {
-					xp.NCCLInFlight = map[string]float64{}
-					for op, age := range f.NCCL.Oldest {
-						xp.NCCLInFlight[op] = age.Seconds()
-					}
-				}
-				out = append(out, xp)
+				out = append(out, profiled(p.Meta, p.Meta.GPUUUID, first[p.Meta.PID]))
 			}
 		}
 	}
 	for _, p := range g.Processes {
-		if !at[int(p.PID)] {
-			at[int(p.PID)] = true
-			m := metaOf[int(p.PID)] // a profiled process with no call attributed to this GPU yet
-			out = append(out, status.XidProcess{PID: int(p.PID), Comm: m.Comm, Namespace: m.Namespace, Pod: m.Pod, Container: m.Container, GPUUUID: g.UUID})
+		pid := int(p.PID)
+		if at[pid] {
+			continue
+		}
+		at[pid] = true
+		if f := first[pid]; f != nil { // a profiled process with no call attributed to this GPU yet
+			out = append(out, profiled(f.Meta, g.UUID, f))
+		} else {
+			out = append(out, status.XidProcess{PID: pid, GPUUUID: g.UUID})
 		}
 	}
 	slices.SortFunc(out, func(a, b status.XidProcess) int { return a.PID - b.PID })
 	return out
+}
+
+// profiled is a profiled process on an Xid's GPU, with the calls in flight
+// that f, its first snapshot entry, holds.
+func profiled(m aggregate.Meta, gpuUUID string, f *aggregate.Process) status.XidProcess {
+	xp := status.XidProcess{PID: m.PID, Comm: m.Comm, Namespace: m.Namespace, Pod: m.Pod, Container: m.Container, GPUUUID: gpuUUID}
+	if f.NCCL != nil && len(f.NCCL.Oldest) > 0 {
+		xp.NCCLInFlight = map[string]float64{}
+		for op, age := range f.NCCL.Oldest {
+			xp.NCCLInFlight[op] = age.Seconds()
+		}
+	}
+	if len(f.CUDAInFlight) > 0 {
+		xp.CUDAInFlight = map[string]float64{}
+		for op, age := range f.CUDAInFlight {
+			xp.CUDAInFlight[op] = -1
+			if age != aggregate.UnsampledAge {
+				xp.CUDAInFlight[op] = age.Seconds()
+			}
+		}
+	}
+	return xp
 }
 
 // Counts returns the Xids counted, by GPU and code.

@@ -13,18 +13,22 @@ import (
 
 // An Xid line on GPU 1's bus is counted once (a record delivered twice has
 // the same sequence number), on GPU 1, with the processes on GPU 1 and
-// their in-flight NCCL calls; a process on GPU 0 is not listed; a
+// their in-flight CUDA and NCCL calls; a process on GPU 0 is not listed; a
 // malformed line is counted apart; other lines are ignored.
 func TestTrackerBlastRadius(t *testing.T) {
 	t.Parallel()
 	gpus := &nvml.Snapshot{Up: true, GPUs: []nvml.GPU{
 		{Index: 0, UUID: "GPU-a", PCIBusID: "00000000:3B:00.0"},
-		{Index: 1, UUID: "GPU-b", PCIBusID: "00000000:86:00.0", Processes: []nvml.Process{{PID: 30}, {PID: 20}}},
+		{Index: 1, UUID: "GPU-b", PCIBusID: "00000000:86:00.0", Processes: []nvml.Process{{PID: 30}, {PID: 20}, {PID: 40}}},
 	}}
 	procs := &aggregate.Snapshot{Processes: []*aggregate.Process{
 		{Meta: aggregate.Meta{PID: 10, Comm: "a", Pod: "p0", GPUUUID: "GPU-a"}},
 		{Meta: aggregate.Meta{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b"},
-			NCCL: &aggregate.NCCL{Oldest: map[string]time.Duration{"ncclAllReduce": 1500 * time.Millisecond}}},
+			NCCL:         &aggregate.NCCL{Oldest: map[string]time.Duration{"ncclAllReduce": 1500 * time.Millisecond}},
+			CUDAInFlight: map[string]time.Duration{"cudaStreamSync": 2 * time.Second, "cudaMemcpy": aggregate.UnsampledAge}},
+		// Its calls went to GPU 0 so far; NVML has it on GPU 1 too.
+		{Meta: aggregate.Meta{PID: 40, Comm: "d", Pod: "p2", GPUUUID: "GPU-a"},
+			CUDAInFlight: map[string]time.Duration{"cudaMalloc": time.Second}},
 	}}
 	tr := NewTracker(func() *nvml.Snapshot { return gpus }, func() *aggregate.Snapshot { return procs }, 2)
 	at := time.Unix(1000, 0)
@@ -42,8 +46,10 @@ func TestTrackerBlastRadius(t *testing.T) {
 	}
 	want := []status.Xid{{Seq: 7, Uptime: 2 * time.Second, Time: at, Code: 79, PCIBusID: "00000000:86:00.0", GPU: 1, GPUUUID: "GPU-b",
 		DriverPID: 20, DriverName: "b", Detail: "GPU has fallen off the bus.", Processes: []status.XidProcess{
-			{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b", NCCLInFlight: map[string]float64{"ncclAllReduce": 1.5}},
+			{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b", NCCLInFlight: map[string]float64{"ncclAllReduce": 1.5},
+				CUDAInFlight: map[string]float64{"cudaStreamSync": 2, "cudaMemcpy": -1}},
 			{PID: 30, GPUUUID: "GPU-b"},
+			{PID: 40, Comm: "d", Pod: "p2", GPUUUID: "GPU-b", CUDAInFlight: map[string]float64{"cudaMalloc": 1}},
 		}}}
 	if got := tr.Recent(); !reflect.DeepEqual(got, want) {
 		t.Errorf("recent\n%+v\nwant\n%+v", got, want)
@@ -54,7 +60,7 @@ func TestTrackerBlastRadius(t *testing.T) {
 	if got := tr.Counts()[Key{GPU: -1, Code: 13}]; got != 1 {
 		t.Errorf("unknown bus counted %d, want 1", got)
 	}
-	if r := tr.Recent(); len(r) != 2 || r[0].Seq != 9 || r[1].Seq != 10 || r[1].GPU != 0 || len(r[1].Processes) != 1 || r[1].Processes[0].PID != 10 {
+	if r := tr.Recent(); len(r) != 2 || r[0].Seq != 9 || r[1].Seq != 10 || r[1].GPU != 0 || len(r[1].Processes) != 2 || r[1].Processes[0].PID != 10 || r[1].Processes[1].PID != 40 {
 		t.Errorf("recent %+v", r)
 	}
 }

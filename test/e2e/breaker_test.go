@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // breakerArgs: the workload makes runtime calls only (no launches, no
@@ -69,7 +70,7 @@ var driverOp = regexp.MustCompile(`operation=cu[A-Z]`)
 // scrape shows every call made before t.
 func waitDrainAfter(t *testing.T, a *testutil.Agent, after time.Time) {
 	t.Helper()
-	err := testutil.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		var st quarantineStatus
 		if err := a.Status(&st); err != nil {
 			return err
@@ -88,7 +89,7 @@ func waitDrainAfter(t *testing.T, a *testutil.Agent, after time.Time) {
 func waitQuarantined(t *testing.T, a *testutil.Agent, n int) quarantineStatus {
 	t.Helper()
 	var st quarantineStatus
-	err := testutil.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		st = quarantineStatus{}
 		if err := a.Status(&st); err != nil {
 			return err
@@ -220,7 +221,7 @@ func TestCrashBreakerQuarantine(t *testing.T) {
 // requirePerPID is requireExact for the per-process series only.
 func requirePerPID(t *testing.T, a *testutil.Agent, want values, pids ...int) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

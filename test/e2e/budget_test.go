@@ -9,6 +9,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // estimateTolerance is the stated error of the overhead estimate: the
@@ -68,7 +69,7 @@ func TestOverheadEstimate(t *testing.T) {
 	a := startAgent(t, "--overhead-budget", "100")
 	waitAttached(t, a, w.PID)
 	var est0 float64
-	if err := testutil.Eventually(10*time.Second, func() error {
+	if err := testenv.Eventually(10*time.Second, func() error {
 		v, ok, err := perPID(a, "profi_system_probe_overhead_seconds_total", w.PID)
 		if err == nil && !ok {
 			err = fmt.Errorf("no estimate for pid %d yet", w.PID)
@@ -146,7 +147,7 @@ func TestOverheadBudgetDutyCycles(t *testing.T) {
 	if !paused {
 		t.Error("no library was ever duty-cycled")
 	}
-	err := testutil.Eventually(5*time.Second, func() error {
+	err := testenv.Eventually(5*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // The full mix: runtime launches through every launch API (each going down
@@ -100,7 +101,7 @@ func TestCardinalityCaps(t *testing.T) {
 	gt := runPhase(t, w)
 	pid := strconv.Itoa(w.PID)
 
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -184,7 +185,7 @@ func TestDetailedLaunches(t *testing.T) {
 	waitAttached(t, a, w.PID)
 	gt := runPhase(t, w)
 	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

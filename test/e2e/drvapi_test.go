@@ -11,8 +11,10 @@ type drvapiTruth struct {
 	Errors      map[string]uint64 `json:"errors"`
 	MemcpyBytes map[string]uint64 `json:"memcpy_bytes"`
 	MemsetBytes uint64            `json:"memset_bytes"`
-	MallocBytes uint64            `json:"malloc_bytes"`
-	ActiveBytes uint64            `json:"active_bytes"`
+	// The part of MemsetBytes set on drvapi's stream.
+	StreamMemsetBytes uint64 `json:"stream_memset_bytes"`
+	MallocBytes       uint64 `json:"malloc_bytes"`
+	ActiveBytes       uint64 `json:"active_bytes"`
 	// Kernel launches (cuGraphLaunch[_ptsz] not included) and their geometry.
 	KernelLaunches uint64 `json:"kernel_launches"`
 	GridBlocks     uint64 `json:"grid_blocks"`
@@ -25,7 +27,8 @@ type drvapiTruth struct {
 var drvapiStreamed = map[string]bool{
 	"cuMemAllocAsync": true, "cuMemFreeAsync": true, "cuMemcpyAsync": true, "cuMemcpyHtoDAsync_v2": true,
 	"cuMemcpyDtoHAsync_v2": true, "cuMemcpyDtoDAsync_v2": true, "cuMemcpyHtoDAsync_v2_ptsz": true,
-	"cuMemcpyAsync_ptsz": true, "cuMemsetD32Async": true,
+	"cuMemcpyAsync_ptsz": true, "cuMemsetD32Async": true, "cuMemsetD2D32Async": true,
+	"cuMemcpy2DAsync_v2": true, "cuMemcpy3DAsync_v2": true,
 	"cuLaunchKernel": true, "cuLaunchKernel_ptsz": true, "cuLaunchKernelEx": true, "cuLaunchKernelEx_ptsz": true,
 	"cuLaunchCooperativeKernel": true, "cuLaunchCooperativeKernel_ptsz": true, "cuGraphLaunch": true,
 	"cuGraphLaunch_ptsz": true,
@@ -49,8 +52,8 @@ func TestDriverAPI(t *testing.T) {
 	a := startAgent(t, "--probe-profile", "full")
 	var gt drvapiTruth
 	pid := runClient(t, a, &gt, fixtures.DrvAPI, strconv.Itoa(iters), strconv.Itoa(launches))
-	if len(gt.Calls) != 34 || gt.Errors["cuMemFree_v2"] != iters || gt.KernelLaunches != 6*launches {
-		t.Fatalf("drvapi ground truth %+v: want 34 functions, %d failed frees, %d launches", gt, iters, 6*launches)
+	if len(gt.Calls) != 43 || gt.Errors["cuMemFree_v2"] != iters || gt.KernelLaunches != 6*launches {
+		t.Fatalf("drvapi ground truth %+v: want 43 functions, %d failed frees, %d launches", gt, iters, 6*launches)
 	}
 
 	p := "pid=" + strconv.Itoa(pid)
@@ -82,8 +85,8 @@ func TestDriverAPI(t *testing.T) {
 	for dir, n := range gt.MemcpyBytes {
 		want[key("profi_cuda_memcpy_bytes_total", "direction="+dir, p)] = float64(n)
 	}
-	// drvapi sets 2,000 of its 9,000 bytes per iteration on its stream.
-	want[key("profi_cuda_memset_bytes_total", p, "stream=0x5100")] = float64(2000 * iters)
-	want[key("profi_cuda_memset_bytes_total", p, "stream=default")] = float64(gt.MemsetBytes - 2000*iters)
+	// cuMemsetD32Async and cuMemsetD2D32Async set on drvapi's stream.
+	want[key("profi_cuda_memset_bytes_total", p, "stream=0x5100")] = float64(gt.StreamMemsetBytes)
+	want[key("profi_cuda_memset_bytes_total", p, "stream=default")] = float64(gt.MemsetBytes - gt.StreamMemsetBytes)
 	requireExact(t, a, want, pid)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/profi-dev/profi/internal/kernelname"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // mode is the agent's --kernel-mode and --probe-profile.
@@ -310,7 +311,7 @@ func requireExact(t *testing.T, a *testutil.Agent, want values, pids ...int) map
 func requireExactExcept(t *testing.T, a *testutil.Agent, want values, pids []int, skip values) map[string]*dto.MetricFamily {
 	t.Helper()
 	var mfs map[string]*dto.MetricFamily
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		var err error
 		if mfs, err = a.Metrics(); err != nil {
 			return err

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	pstatus "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // TestFakeNVMLProcessUtilizationAndGPM: the real agent loads a fake
@@ -87,7 +90,7 @@ gpmval %s 2 99
 		"profi_gpu_gpm_bytes_per_second{0," + gpuA + ",pcie,tx}":                 100 << 20,
 	}
 	got := map[string]float64{}
-	err = testutil.Eventually(20*time.Second, func() error {
+	err = testenv.Eventually(20*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -159,7 +162,7 @@ func TestFakeNVMLGPMOff(t *testing.T) {
 	t.Setenv("PROFI_NVML_LIBRARY", lib)
 	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
 	a := startAgent(t, "--nvml-interval", "1", "--gpm=off")
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		var st struct {
 			NVML *pstatus.NVML `json:"nvml"`
 		}
@@ -191,6 +194,31 @@ func abs(x float64) float64 {
 	return x
 }
 
+// The two GPUs of the Xid tests' fake NVML: A on bus 3b, B on bus 86.
+const (
+	gpuA          = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+	gpuB          = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+	twoGPUDevices = "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
+)
+
+// twoFakeGPUs builds the fake NVML with GPUs A and B, points the agents the
+// test starts at it and returns its scenario file.
+func twoFakeGPUs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	lib, err := testutil.BuildFakeNVML(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenario := filepath.Join(dir, "scenario")
+	if err := testutil.WriteScenario(scenario, twoGPUDevices); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PROFI_NVML_LIBRARY", lib)
+	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	return scenario
+}
+
 // TestXidFromKernelLog: Xid lines written into /dev/kmsg while a workload
 // runs on the fake NVML's GPU. A line written before the agent started is
 // not counted; the line written after is counted once, on the GPU whose
@@ -199,17 +227,7 @@ func abs(x float64) float64 {
 // it with the workload on that GPU.
 func TestXidFromKernelLog(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const gpuA, gpuB = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
-	scenario := filepath.Join(dir, "scenario")
-	devices := "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
+	scenario := twoFakeGPUs(t)
 	kmsg := func(line string) {
 		t.Helper()
 		// With its newline: the kernel finalizes a record without one only
@@ -219,17 +237,15 @@ func TestXidFromKernelLog(t *testing.T) {
 		}
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=before, written before the agent started")
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
 	a := startAgent(t, "--nvml-interval", "1")
 	w := startWorkload(t, fixtures.Workload, nil)
 	waitAttached(t, a, w.PID)
 	pid := strconv.Itoa(w.PID)
-	if err := testutil.WriteScenario(scenario, devices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+"proc "+gpuA+" "+pid+" 1024\nxid "+gpuA+" 79 1\n"); err != nil {
 		t.Fatal(err)
 	}
 	// The NVML snapshot must list the workload before the line is written.
-	err = testutil.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -245,27 +261,51 @@ func TestXidFromKernelLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid + ", name=workload, GPU has fallen off the bus.")
-	var st struct {
-		Xids []pstatus.Xid `json:"xids"`
+	x := waitOneXid(t, a)
+	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
+		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
+		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
 	}
-	err = testutil.Eventually(10*time.Second, func() error {
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Xids) != 1 {
-			return fmt.Errorf("xids %+v, want 1", st.Xids)
+	// The NVML event of the same Xid must not count it twice: wait, by
+	// identity rather than for a while, until the poll that drained it
+	// has been published. The fake notes the delivery; the poll under way
+	// then (or an earlier one) is what /status shows, so a poll newer than
+	// the one shown after the note drained it.
+	delivered := scenario + ".delivered"
+	err = testenv.Eventually(10*time.Second, func() error {
+		b, err := os.ReadFile(delivered)
+		if err != nil || string(b) != "1\n" {
+			return fmt.Errorf("NVML event 1 not delivered yet (%q, %v)", b, err)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := st.Xids[0]
-	if x.Code != 79 || x.GPU != 0 || x.GPUUUID != gpuA || x.PCIBusID != "00000000:3B:00.0" || x.DriverPID != uint32(w.PID) ||
-		len(x.Processes) != 1 || x.Processes[0].PID != w.PID {
-		t.Errorf("xid %+v, want 79 on GPU 0 with the workload (pid %d)", x, w.PID)
+	lastPoll := func() (time.Time, error) {
+		var st pstatus.Doc
+		if err := a.Status(&st); err != nil {
+			return time.Time{}, err
+		}
+		if st.NVML == nil {
+			return time.Time{}, fmt.Errorf("no nvml in /status")
+		}
+		return st.NVML.LastPoll, nil
 	}
-	time.Sleep(2 * time.Second) // two more NVML polls: the NVML event of the same Xid is drained
+	seen, err := lastPoll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testenv.Eventually(10*time.Second, func() error {
+		p, err := lastPoll()
+		if err == nil && !p.After(seen) {
+			err = fmt.Errorf("last poll %v, waiting for one after %v", p, seen)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := a.Metrics()
 	if err != nil {
 		t.Fatal(err)
@@ -277,4 +317,205 @@ func TestXidFromKernelLog(t *testing.T) {
 	if want := map[string]float64{"0," + gpuA + ",79": 1}; !maps.Equal(got, want) {
 		t.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
 	}
+}
+
+// TestXidFromNVMLEvents: where the kernel log cannot be read (here a
+// mount namespace whose /dev is empty; in a pod without CAP_SYSLOG), Xids
+// are counted from NVML's events, each event once, on the GPU it names.
+// /status says the kernel log is not read.
+func TestXidFromNVMLEvents(t *testing.T) {
+	testutil.RequireBPF(t)
+	scenario := twoFakeGPUs(t)
+	addr, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs none /dev && exec "$@"`, "sh",
+		agentBin, "--listen", addr, "--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so", "--nvml-interval", "1"},
+		testutil.AgentArgs()...)
+	a, err := testutil.StartAgentCommand(context.Background(), addr, "/ready", argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("agent did not exit cleanly: %v\n%s", err, a.Logs())
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Logs())
+		}
+	})
+	var st struct {
+		KernelLog *pstatus.KernelLog `json:"kernel_log"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.KernelLog == nil || st.KernelLog.Running || st.KernelLog.Error == "" {
+		t.Fatalf("kernel_log %+v, want not running, with the error", st.KernelLog)
+	}
+	// Three events: two Xids on GPU A (one code twice), one on GPU B.
+	events := "xid " + gpuA + " 79 1\nxid " + gpuA + " 79 2\nxid " + gpuB + " 48 3\n"
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+events); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"0," + gpuA + ",79": 2, "1," + gpuB + ",48": 1}
+	got := map[string]float64{}
+	err = testenv.Eventually(10*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		clear(got)
+		for _, s := range testutil.Samples(mfs["profi_gpu_xid_errors_total"]) {
+			got[s.Labels["gpu"]+","+s.Labels["gpu_uuid"]+","+s.Labels["xid"]] = s.Value
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("profi_gpu_xid_errors_total %v, want %v", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(scenario + ".delivered"); err != nil || string(b) != "1\n2\n3\n" {
+		t.Errorf("events delivered %q (%v), want each of 1, 2, 3 once", b, err)
+	}
+}
+
+// TestXidBlastRadiusInFlight: a 2-rank NCCL job on the fake NVML's GPU A,
+// rank 0 blocked inside ncclAllReduce and rank 1 inside a device-to-host
+// cudaMemcpy (a GPU that never answers), a process on GPU B.
+// An Xid on GPU A lists exactly the two ranks, each with exactly the call
+// it is blocked in; the process on GPU B is not listed.
+func TestXidBlastRadiusInFlight(t *testing.T) {
+	testutil.RequireBPF(t)
+	scenario := twoFakeGPUs(t)
+	a := startAgent(t, "--nvml-interval", "1", "--kmsg-trust-user")
+	ranks := startJob(t, a, 2, nil)
+	other := startWorkload(t, fixtures.Workload, nil)
+	waitAttached(t, a, other.PID)
+	procs := "proc " + gpuA + " " + strconv.Itoa(ranks[0].PID) + " 1024\n" +
+		"proc " + gpuA + " " + strconv.Itoa(ranks[1].PID) + " 1024\n" +
+		"proc " + gpuB + " " + strconv.Itoa(other.PID) + " 1024\n"
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+procs); err != nil {
+		t.Fatal(err)
+	}
+	if err := ranks[0].Block("ncclAllReduce"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ranks[1].BlockCUDA(); err != nil {
+		t.Fatal(err)
+	}
+	// Each rank printed before its call: it is in the call, past the
+	// probe, once it sleeps in the stub's pause (its only syscall after
+	// the print).
+	for _, w := range ranks {
+		if err := testenv.Eventually(10*time.Second, func() error { return sleepingInPause(w.PID) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The second drain published after that began after both calls
+	// entered (the first may have read the maps before).
+	lastDrain := func() (time.Time, error) {
+		var st struct {
+			LastDrain time.Time `json:"last_drain"`
+		}
+		err := a.Status(&st)
+		return st.LastDrain, err
+	}
+	seen, err := lastDrain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err = testenv.Eventually(10*time.Second, func() error {
+			d, err := lastDrain()
+			if err == nil && !d.After(seen) {
+				err = fmt.Errorf("last drain %v, waiting for one after %v", d, seen)
+			}
+			if err == nil {
+				seen = d
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NVML must list the ranks on GPU A before the line is written.
+	err = testenv.Eventually(10*time.Second, func() error {
+		var st struct {
+			NVML *pstatus.NVML `json:"nvml"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if st.NVML == nil || !st.NVML.LastPoll.After(seen) {
+			return fmt.Errorf("no NVML poll after the drain yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/dev/kmsg", []byte("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	x := waitOneXid(t, a)
+	type inFlight struct {
+		pid        int
+		cuda, nccl []string
+	}
+	var got []inFlight
+	for _, p := range x.Processes {
+		got = append(got, inFlight{p.PID, slices.Sorted(maps.Keys(p.CUDAInFlight)), slices.Sorted(maps.Keys(p.NCCLInFlight))})
+		for op, age := range p.CUDAInFlight {
+			if age < 0 {
+				t.Errorf("pid %d: %s in flight with no age (every call is sampled by default)", p.PID, op)
+			}
+		}
+	}
+	want := []inFlight{{ranks[0].PID, nil, []string{"ncclAllReduce"}}, {ranks[1].PID, []string{"cudaMemcpy"}, nil}}
+	if x.GPUUUID != gpuA || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("xid on %s with processes and calls in flight %v, want %s with %v", x.GPUUUID, got, gpuA, want)
+	}
+	for _, w := range ranks {
+		w.Kill()
+	}
+}
+
+// sleepingInPause reports nil once pid sleeps in pause(2) (ppoll on arm64,
+// where glibc's pause is a ppoll without descriptors).
+func sleepingInPause(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return err
+	}
+	nr := map[string]string{"amd64": "34", "arm64": "73"}[runtime.GOARCH]
+	if f := strings.Fields(string(b)); len(f) == 0 || f[0] != nr {
+		return fmt.Errorf("pid %d in syscall %q, want pause (%s)", pid, b, nr)
+	}
+	return nil
+}
+
+// waitOneXid waits until /status lists exactly one Xid and returns it.
+func waitOneXid(t *testing.T, a *testutil.Agent) pstatus.Xid {
+	t.Helper()
+	var st struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	err := testenv.Eventually(10*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Xids) != 1 {
+			return fmt.Errorf("xids %+v, want 1", st.Xids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Xids[0]
 }

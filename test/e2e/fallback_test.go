@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	pstatus "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // The probe-free fallback (issue 31 item 5): with every probe off (a
@@ -41,17 +41,7 @@ func TestProbeFreeFallbackServesNVML(t *testing.T) {
 	// GPM's sm_active is metric 2 (percent): the ratio is value / 100.
 	waitSMActive(t, a, gpu, 0.635)
 
-	kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/kmsg: %v", err)
-	}
-	defer kmsg.Close()
-	line := fmt.Sprintf("WARNING: CPU: 0 PID: %d at kernel/events/uprobes.c:2163 handle_swbp+0x3c4/0x4d0 (profi e2e %d)", w.PID, time.Now().UnixNano())
-	for _, l := range []string{"------------[ cut here ]------------", line, "Call Trace:", " uprobe_notify_resume+0x2e/0x40", "---[ end trace 0000000000000000 ]---"} {
-		if _, err := fmt.Fprintf(kmsg, "<4>%s\n", l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeUprobeWarning(t, w.PID)
 	st := waitQuarantined(t, a, 1)
 	if !st.Degraded || len(st.DegradedReasons) != 1 || !strings.Contains(st.DegradedReasons[0], "every probe on the node is off (kernel_warning)") {
 		t.Errorf("degraded %v %q; want one reason: every probe off, kernel_warning", st.Degraded, st.DegradedReasons)
@@ -97,7 +87,7 @@ func TestProbeFreeFallbackServesNVML(t *testing.T) {
 // is want.
 func waitSMActive(t *testing.T, a *testutil.Agent, gpu string, want float64) {
 	t.Helper()
-	err := testutil.Eventually(20*time.Second, func() error {
+	err := testenv.Eventually(20*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // gpuLabels is where a device of the GPU workload should land: the gpu and
@@ -76,7 +77,7 @@ func TestGPUAttribution(t *testing.T) {
 	}
 	// The main thread's default device is ordinal 0's GPU: their calls
 	// share one series (one series per GPU, not per device ordinal).
-	err = testutil.Eventually(15*time.Second, func() error {
+	err = testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 	statusdoc "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // graphLaunchFuncs are the functions that replay an executable graph.
@@ -43,7 +44,7 @@ func TestGraphsOperatorView(t *testing.T) {
 	// workload is idle after its run).
 	var doc statusdoc.Doc
 	var p statusdoc.ProcessStatus
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		doc = statusdoc.Doc{}
 		if err := a.Status(&doc); err != nil {
 			return err

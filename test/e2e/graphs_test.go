@@ -13,6 +13,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // CUDA graphs (docs/INTERFACE.md, "Addition (CUDA graphs)"), against
@@ -211,7 +212,7 @@ func requireGraphs(t *testing.T, a *testutil.Agent, m mode, pid int, gt testutil
 		}
 	}
 	var left []string
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // handoverStatus is what /status says of the handover: the runtime launch
@@ -94,7 +95,7 @@ func oneTrapPerLaunch(t *testing.T, env []string, stalled bool, n, m int, wantCo
 
 	var counted []string
 	var before map[string]uint64
-	err := testutil.Eventually(5*time.Second, func() error {
+	err := testenv.Eventually(5*time.Second, func() error {
 		counted, before = handover(t, a)
 		if !slices.Equal(counted, wantCounted) {
 			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, wantCounted)
@@ -134,7 +135,7 @@ func TestOneTrapPerLaunchTakenBack(t *testing.T) {
 	waitCounted := func(want []string) map[string]uint64 {
 		t.Helper()
 		var drops map[string]uint64
-		err := testutil.Eventually(10*time.Second, func() error {
+		err := testenv.Eventually(10*time.Second, func() error {
 			var counted []string
 			counted, drops = handover(t, a)
 			if !slices.Equal(counted, want) {
@@ -215,7 +216,7 @@ func TestOneTrapPerLaunchEveryAPI(t *testing.T) {
 			waitAttached(t, a, w.PID)
 			gt := runPhase(t, w)
 			requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
-			err := testutil.Eventually(10*time.Second, func() error {
+			err := testenv.Eventually(10*time.Second, func() error {
 				if counted, _ := handover(t, a); !slices.Equal(counted, tc.want) {
 					return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, tc.want)
 				}
@@ -245,7 +246,7 @@ func TestOneTrapPerLaunchUnseenSite(t *testing.T) {
 	requireExact(t, a, wantA, pidA)
 	want := []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"}
 	var before map[string]uint64
-	err := testutil.Eventually(5*time.Second, func() error {
+	err := testenv.Eventually(5*time.Second, func() error {
 		var counted []string
 		counted, before = handover(t, a)
 		if !slices.Equal(counted, want) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // hostileHeapBound is how much the agent's peak RSS (VmHWM) may grow
@@ -81,7 +82,7 @@ func TestHostileSparseLibrary(t *testing.T) {
 	var scrapes int
 	var slowest time.Duration
 	var reason, msg string
-	err = testutil.Eventually(30*time.Second, func() error {
+	err = testenv.Eventually(30*time.Second, func() error {
 		for _, p := range []string{"/metrics", "/health"} {
 			began := time.Now()
 			code, _, err := a.Get(p)
@@ -138,7 +139,7 @@ func TestHostileSparseLibrary(t *testing.T) {
 		}
 		return 0, fmt.Errorf("failure of %s gone from /status", path)
 	}
-	err = testutil.Eventually(15*time.Second, func() error {
+	err = testenv.Eventually(15*time.Second, func() error {
 		before, err := attempts()
 		if err != nil {
 			return err

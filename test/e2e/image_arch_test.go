@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // TestImageBothArchitectures builds the image for x86-64 and arm64 (NVIDIA
@@ -30,12 +30,12 @@ func TestImageBothArchitectures(t *testing.T) {
 	qemuName := map[string]string{"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}[foreign]
 	qemu, err := exec.LookPath(qemuName)
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
-			t.Fatalf("%s not found (Debian package qemu-user; scripts/test-setup.sh installs it) and %s=1 forbids skipping", qemuName, testutil.E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			t.Fatalf("%s not found (Debian package qemu-user; scripts/test-setup.sh installs it) and %s=1 forbids skipping", qemuName, testenv.E2EEnv)
 		}
 		t.Skipf("skipping: %s not found (Debian package qemu-user)", qemuName)
 	}
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

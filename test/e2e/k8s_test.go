@@ -23,6 +23,8 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/k8s"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 const testNode = "gpu-node-1"
@@ -134,7 +136,7 @@ func podLabels(t *testing.T, a *testutil.Agent, pid int) (map[[3]string]int, err
 // that, not a slow agent.
 func requirePodLabels(t *testing.T, a *testutil.Agent, pid int, want [3]string) {
 	t.Helper()
-	err := testutil.Eventually(90*time.Second, func() error {
+	err := testenv.Eventually(90*time.Second, func() error {
 		got, err := podLabels(t, a, pid)
 		if err != nil {
 			return err
@@ -163,7 +165,7 @@ func ready(a *testutil.Agent) bool {
 // API server the watch recovers and labels a new pod.
 func TestPodLabelsFromAPIServer(t *testing.T) {
 	testutil.RequireBPF(t)
-	s := testutil.StartAPIServer(t)
+	s := kubetest.StartAPIServer(t)
 	ctx := context.Background()
 	admin := s.Client()
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
@@ -183,7 +185,7 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("KUBECONFIG", testutil.WriteKubeconfig(t, s.ServiceAccountConfig(t, "default", "profi")))
+	t.Setenv("KUBECONFIG", kubetest.WriteKubeconfig(t, s.ServiceAccountConfig(t, "default", "profi")))
 
 	// Pod 1, whose process runs in a systemd-driver cgroup (containerd).
 	id1 := randomContainerID(t)
@@ -196,7 +198,7 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 	a := startAgentWith(t, testutil.StartAgentServing, "--node-name", testNode)
 	waitAttached(t, a, w1.PID)
 	gt1 := runPhase(t, w1)
-	if err := testutil.Eventually(10*time.Second, func() error {
+	if err := testenv.Eventually(10*time.Second, func() error {
 		got, err := podLabels(t, a, w1.PID)
 		if err == nil && (len(got) != 1 || got[[3]string{}] == 0) {
 			err = fmt.Errorf("labels while the API server is down: %v; want counted with empty labels", got)
@@ -264,13 +266,13 @@ func TestPodLabelsFromAPIServer(t *testing.T) {
 // process of a pod without the annotation keeps anonymous launches only.
 func TestFullModeAnnotation(t *testing.T) {
 	testutil.RequireBPF(t)
-	s := testutil.StartAPIServer(t)
+	s := kubetest.StartAPIServer(t)
 	ctx := context.Background()
 	admin := s.Client()
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("KUBECONFIG", testutil.WriteKubeconfig(t, s.RESTConfig()))
+	t.Setenv("KUBECONFIG", kubetest.WriteKubeconfig(t, s.RESTConfig()))
 
 	idFull, idPlain := randomContainerID(t), randomContainerID(t)
 	podFull := createPod(t, admin, "ml", "debug-0", "server", idFull)
@@ -287,7 +289,7 @@ func TestFullModeAnnotation(t *testing.T) {
 	waitAttached(t, a, wPlain.PID)
 	// The upgrade happens at the discovery pass after the pod watch knows
 	// the pod: wait for it before the measured phase.
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		var st struct {
 			AttachedLibraries []struct {
 				Library  string `json:"library"`
@@ -311,7 +313,7 @@ func TestFullModeAnnotation(t *testing.T) {
 	}
 	gtFull, gtPlain := runPhase(t, wFull), runPhase(t, wPlain)
 
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

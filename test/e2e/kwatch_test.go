@@ -27,17 +27,7 @@ func TestKernelWarningStopsProbes(t *testing.T) {
 	gt := runPhase(t, w)
 	requireExact(t, a, expected([]*testutil.GroundTruth{gt}), w.PID)
 
-	kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/kmsg: %v", err)
-	}
-	defer kmsg.Close()
-	line := fmt.Sprintf("WARNING: CPU: 0 PID: %d at kernel/events/uprobes.c:2163 handle_swbp+0x3c4/0x4d0 (profi e2e %d)", w.PID, time.Now().UnixNano())
-	for _, l := range []string{"------------[ cut here ]------------", line, "Call Trace:", " uprobe_notify_resume+0x2e/0x40", "---[ end trace 0000000000000000 ]---"} {
-		if _, err := fmt.Fprintf(kmsg, "<4>%s\n", l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	line := writeUprobeWarning(t, w.PID)
 	written := time.Now()
 	st := waitQuarantined(t, a, 1)
 	q := st.Quarantined[0]
@@ -86,4 +76,24 @@ func TestKernelWarningStopsProbes(t *testing.T) {
 	if err := w.Stop(); err != nil {
 		t.Errorf("the workload did not exit cleanly: %v", err)
 	}
+}
+
+// writeUprobeWarning writes into /dev/kmsg a kernel warning report from the
+// uprobe code naming pid, as the kernel prints one (the agent trusts it
+// with --kmsg-trust-user); a unique suffix keeps reports apart. It
+// returns the warning's line.
+func writeUprobeWarning(t *testing.T, pid int) string {
+	t.Helper()
+	kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("open /dev/kmsg: %v", err)
+	}
+	defer kmsg.Close()
+	line := fmt.Sprintf("WARNING: CPU: 0 PID: %d at kernel/events/uprobes.c:2163 handle_swbp+0x3c4/0x4d0 (profi e2e %d)", pid, time.Now().UnixNano())
+	for _, l := range []string{"------------[ cut here ]------------", line, "Call Trace:", " uprobe_notify_resume+0x2e/0x40", "---[ end trace 0000000000000000 ]---"} {
+		if _, err := fmt.Fprintf(kmsg, "<4>%s\n", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return line
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 var (
@@ -89,7 +90,7 @@ func startWorkload(t *testing.T, bin string, args []string, opts ...testutil.Opt
 // driver: one pass attaches them one after the other).
 func waitAttached(t *testing.T, a *testutil.Agent, pid int) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 		if err != nil {
 			return err

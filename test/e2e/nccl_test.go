@@ -12,6 +12,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // ncclProbed are the NCCL functions profi probes (attach.ncclProbes).
@@ -129,7 +130,7 @@ func requireNCCLExact(t *testing.T, a *testutil.Agent, gts []*testutil.NCCLGroun
 		pids = append(pids, gt.PID)
 	}
 	var mfs map[string]*dto.MetricFamily
-	err := testutil.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		var err error
 		if mfs, err = a.Metrics(); err != nil {
 			return err
@@ -229,7 +230,7 @@ func TestNCCLHangCountedOnce(t *testing.T) {
 		_, err := w.Hang(4*time.Second, "ncclAllGather")
 		done <- err
 	}()
-	err := testutil.Eventually(3500*time.Millisecond, func() error {
+	err := testenv.Eventually(3500*time.Millisecond, func() error {
 		h := readHealth(t, a, w.PID)
 		if h.stale != 1 || h.hangs["ncclAllGather"] != 1 || h.oldest["ncclAllGather"] < 1 {
 			return fmt.Errorf("during the hang: %+v; want stale 1, one hang, oldest >= 1 s", h)
@@ -258,7 +259,7 @@ func TestNCCLKilledRankClearsHang(t *testing.T) {
 	if err := w.Block("ncclAllReduce"); err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.Eventually(5*time.Second, func() error {
+	if err := testenv.Eventually(5*time.Second, func() error {
 		if h := readHealth(t, a, w.PID); h.stale != 1 || h.hangs["ncclAllReduce"] != 1 {
 			return fmt.Errorf("blocked rank: %+v; want stale 1, one hang", h)
 		}
@@ -267,7 +268,7 @@ func TestNCCLKilledRankClearsHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Kill()
-	if err := testutil.Eventually(5*time.Second, func() error {
+	if err := testenv.Eventually(5*time.Second, func() error {
 		if h := readHealth(t, a, w.PID); h.stale != 0 || len(h.hangs) != 0 || len(h.oldest) != 0 {
 			return fmt.Errorf("killed rank: %+v; want stale 0 and no series of pid %d", h, w.PID)
 		}
@@ -294,7 +295,7 @@ func TestNCCLStragglerPerCommunicator(t *testing.T) {
 		go func() { _, _ = w.Go() }()
 	}
 	pid := func(w *testutil.NCCLWorkload) string { return strconv.Itoa(w.PID) }
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

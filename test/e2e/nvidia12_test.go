@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // nvccTruth is what test/nvcc/client.cu prints.
@@ -146,7 +147,7 @@ func nvccExpected(t *testing.T, m mode, gt nvccTruth, pid int) values {
 func TestNVIDIANCCL(t *testing.T) {
 	nv := testutil.NVIDIA12Libs(t)
 	bin := filepath.Join(t.TempDir(), "ncclclient")
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestNVIDIANCCL(t *testing.T) {
 	}
 	// A collective's bytes are counted at entry, failed or not.
 	want[key("profi_nccl_bytes_total", "operation=ncclAllReduce", p)] = float64(iters * 1024 * 4)
-	err = testutil.Eventually(10*time.Second, func() error {
+	err = testenv.Eventually(10*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // rtclientTruth is what test/workloads/rtclient.c prints.
@@ -23,7 +24,7 @@ type rtclientTruth struct {
 // pathPart) as attached for pid.
 func waitLibrary(t *testing.T, a *testutil.Agent, pid int, lib discover.Library, pathPart string) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err

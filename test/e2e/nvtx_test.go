@@ -11,13 +11,14 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // waitLibAttached waits until /status lists pid among the processes of an
 // attached file of lib.
 func waitLibAttached(t *testing.T, a *testutil.Agent, pid int, lib discover.Library) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err
@@ -70,7 +71,7 @@ func wantPhases(gt *testutil.GroundTruth) map[string]uint64 {
 // exactly, and every series is kernel="anonymous", kernel_class="other".
 func requirePhases(t *testing.T, a *testutil.Agent, pid int, want map[string]uint64) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		got, combos, err := launchesByPhase(t, a, pid)
 		if err != nil {
 			return err
@@ -138,7 +139,7 @@ func TestNVTXWithNCCL(t *testing.T) {
 			t.Fatalf("workload made no NCCL calls: %+v", gt.NCCLCalls)
 		}
 		requirePhases(t, a, w.PID, wantPhases(gt))
-		err := testutil.Eventually(15*time.Second, func() error {
+		err := testenv.Eventually(15*time.Second, func() error {
 			mfs, err := a.Metrics()
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/explain"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // profiCmd runs the agent binary's subcommand and returns stdout and the
@@ -104,7 +105,7 @@ func TestExplain(t *testing.T) {
 	script := fmt.Sprintf("import mmap,sys\nf=open(%q,'rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\nimport os\nprint('ready',os.getpid(),flush=True)\nsys.stdin.read()\n", fixtures.CudartNotELF)
 	py := startWorkload(t, "python3", []string{"-c", script})
 	var np explain.Process
-	if err := testutil.Eventually(15*time.Second, func() error {
+	if err := testenv.Eventually(15*time.Second, func() error {
 		procs, code := explainJSON(t, a, strconv.Itoa(py.PID))
 		np = procs[0]
 		if code != 1 || np.Verdict != explain.VerdictNotAttached || len(np.Libraries) != 1 || np.Libraries[0].Reason != "not_elf" {
@@ -183,7 +184,7 @@ func TestTop(t *testing.T) {
 
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			t.Fatalf("tmux not installed (apt-get install tmux): %v", err)
 		}
 		t.Skipf("tmux not installed: %v", err)
@@ -199,7 +200,7 @@ func TestTop(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = tm("kill-server") })
 	var screen string
-	err = testutil.Eventually(20*time.Second, func() error {
+	err = testenv.Eventually(20*time.Second, func() error {
 		var err error
 		if screen, err = tm("capture-pane", "-p", "-t", "top"); err != nil {
 			return fmt.Errorf("capture-pane: %v: %s", err, screen)
@@ -216,7 +217,7 @@ func TestTop(t *testing.T) {
 	if out, err := tm("send-keys", "-t", "top", "r"); err != nil {
 		t.Fatalf("send-keys: %v %s", err, out)
 	}
-	if err := testutil.Eventually(10*time.Second, func() error {
+	if err := testenv.Eventually(10*time.Second, func() error {
 		screen, _ = tm("capture-pane", "-p", "-t", "top")
 		if !strings.Contains(screen, "sort pid desc") {
 			return fmt.Errorf("no 'sort pid desc' in:\n%s", screen)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // The workload's default mix: 2 threads, 200 iterations, ~18k probed calls.
@@ -215,7 +216,7 @@ func TestLibraryNotELF(t *testing.T) {
 	// python maps the file read-only, as a loader would before failing.
 	script := fmt.Sprintf("import mmap,sys\nf=open(%q,'rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\nimport os\nprint('ready',os.getpid(),flush=True)\nsys.stdin.read()\n", fixtures.CudartNotELF)
 	w := startWorkload(t, "python3", []string{"-c", script})
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err
@@ -289,7 +290,7 @@ func TestEventDrivenAttach(t *testing.T) {
 	w := startWorkload(t, fixtures.WorkloadDlopen, []string{"--lib", fixtures.Cudart})
 	a := startAgent(t, "--refresh-interval", "3600")
 	// The first pass, at start-up, hooks this host's ld.so.
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		var st struct {
 			Hooks []struct{ Path string } `json:"loader_hooks"`
 		}

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
-
-	"github.com/profi-dev/profi/internal/testutil"
 )
 
 // podman runs buildah and podman with a configuration and storage of their
@@ -39,10 +39,10 @@ func requirePodman(t *testing.T) *podman {
 	t.Helper()
 	for _, tool := range []string{"podman", "buildah", "runc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv(testutil.E2EEnv) == "1" {
-				t.Fatalf("%s not found (Debian packages podman, buildah, runc; scripts/test-setup.sh installs them) and %s=1 forbids skipping", tool, testutil.E2EEnv)
+			if os.Getenv(testenv.E2EEnv) == "1" {
+				t.Fatalf("%s not found (Debian packages podman, buildah, runc; scripts/test-setup.sh installs them) and %s=1 forbids skipping", tool, testenv.E2EEnv)
 			}
-			t.Skipf("skipping: %s not found (Debian packages podman, buildah, runc; set %s=1 to make this a failure)", tool, testutil.E2EEnv)
+			t.Skipf("skipping: %s not found (Debian packages podman, buildah, runc; set %s=1 to make this a failure)", tool, testenv.E2EEnv)
 		}
 	}
 	// Short: podman's exit command (container cleanup, which records the
@@ -123,7 +123,7 @@ func (p *podman) must(t *testing.T, argv ...string) string {
 // buildImage builds the image from bin with scripts/build-image.sh.
 func (p *podman) buildImage(t *testing.T, bin, tag string) {
 	t.Helper()
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,18 +205,18 @@ func containerdRuntimeDefault(t *testing.T, podmanProfile, dir string) string {
 // DaemonSet's pod spec.
 func renderPod(t *testing.T, set ...string) *corev1.PodSpec {
 	t.Helper()
-	helm, err := testutil.HelmBinary()
+	helm, err := kubetest.HelmBinary()
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
-			t.Fatalf("%v and %s=1 forbids skipping", err, testutil.E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			t.Fatalf("%v and %s=1 forbids skipping", err, testenv.E2EEnv)
 		}
 		t.Skipf("skipping: %v", err)
 	}
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube, err := testutil.KubeVersion()
+	kube, err := kubetest.KubeVersion()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // prometheusServer is a real Prometheus scraping one agent every second.
@@ -25,7 +26,7 @@ func startPrometheus(t *testing.T, agentURL string) *prometheusServer {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			t.Fatalf("prometheus not installed (apt-get install prometheus): %v", err)
 		}
 		t.Skip("prometheus not installed")
@@ -59,7 +60,7 @@ func startPrometheus(t *testing.T, agentURL string) *prometheusServer {
 		}
 	})
 	p := &prometheusServer{url: "http://" + addr}
-	if err := testutil.Eventually(30*time.Second, func() error {
+	if err := testenv.Eventually(30*time.Second, func() error {
 		v, err := p.query(`up{job="profi"}`)
 		if err == nil && (len(v) != 1 || v[0].value != 1) {
 			err = fmt.Errorf("up = %+v", v)
@@ -111,7 +112,7 @@ func (p *prometheusServer) query(expr string) ([]sample, error) {
 	return out, nil
 }
 
-// promqlExample is one query of docs/METRICS_REFERENCE.md.
+// promqlExample is one query of docs/NCCL-PROMQL.md.
 type promqlExample struct {
 	expr string
 	// by is the label the results are keyed by; want the exact values
@@ -198,18 +199,18 @@ var promqlExamples = []promqlExample{
 	},
 }
 
-// The PromQL examples of docs/METRICS_REFERENCE.md, run by a real
+// The PromQL examples of docs/NCCL-PROMQL.md, run by a real
 // Prometheus against a real agent watching a 2-rank NCCL job: the exact
 // ones equal the ground truth, the rate ones return exactly the expected
 // series. Every example is quoted verbatim in the document.
 func TestNCCLPromQLExamples(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/METRICS_REFERENCE.md")
+	doc, err := os.ReadFile("../../docs/NCCL-PROMQL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ex := range promqlExamples {
 		if !strings.Contains(string(doc), ex.expr) {
-			t.Errorf("docs/METRICS_REFERENCE.md does not quote %s", ex.expr)
+			t.Errorf("docs/NCCL-PROMQL.md does not quote %s", ex.expr)
 		}
 	}
 	a := startAgent(t)
@@ -225,7 +226,7 @@ func TestNCCLPromQLExamples(t *testing.T) {
 	requireNCCLExact(t, a, gts)
 	p := startPrometheus(t, a.URL)
 	for _, ex := range promqlExamples {
-		err := testutil.Eventually(15*time.Second, func() error {
+		err := testenv.Eventually(15*time.Second, func() error {
 			res, err := p.query(ex.expr)
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // quotaMapSize is the --aggregated-size, --launch-agg-size and
@@ -117,7 +118,7 @@ func TestHostileTenantQuotas(t *testing.T) {
 	n := float64(h.N)
 	var last hostileFigures
 	var victimDiff string
-	err = testutil.Eventually(20*time.Second, func() error {
+	err = testenv.Eventually(20*time.Second, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err

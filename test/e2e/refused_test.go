@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // refusedStatus is the part of /status the refused-probe tests read.
@@ -47,7 +48,7 @@ type refusedStatus struct {
 func waitRuntimeSeen(t *testing.T, a *testutil.Agent, pid int, path string) refusedStatus {
 	t.Helper()
 	var st refusedStatus
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		st = refusedStatus{}
 		if err := a.Status(&st); err != nil {
 			return err

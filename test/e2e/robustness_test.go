@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/promtest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // Two overlayfs mounts of one image layer (two pods of one image) show
@@ -78,7 +80,7 @@ func TestFullMapsCountDrops(t *testing.T) {
 			timed += n
 		}
 	}
-	err := testutil.Eventually(15e9, func() error {
+	err := testenv.Eventually(15e9, func() error {
 		mfs, err := a.Metrics()
 		if err != nil {
 			return err
@@ -129,7 +131,7 @@ func TestExpositionPassesPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.CheckPromtool(t, body)
+	promtest.CheckPromtool(t, body)
 }
 
 // A hostile /proc tree: malformed maps lines, a library path that is a
@@ -176,7 +178,7 @@ func TestHostileProcTree(t *testing.T) {
 	proc1(300, "7f0000000000-7f0000001000 r-xp 00000000 fd:01 6161 /lib/libcudart.so.12\n")
 
 	a := startAgent(t, "--proc-path", proc)
-	err = testutil.Eventually(15e9, func() error {
+	err = testenv.Eventually(15e9, func() error {
 		var st status
 		if err := a.Status(&st); err != nil {
 			return err

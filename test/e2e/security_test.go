@@ -20,6 +20,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
+	"github.com/profi-dev/profi/internal/testutil/kubetest"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // secureAgent is the profi binary serving HTTPS only.
@@ -83,7 +86,7 @@ func startSecureAgent(t *testing.T, client *http.Client, env []string, args ...s
 			t.Logf("agent log:\n%s", a.logs.String())
 		}
 	})
-	err = testutil.Eventually(30*time.Second, func() error {
+	err = testenv.Eventually(30*time.Second, func() error {
 		select {
 		case err := <-done:
 			done <- err
@@ -115,7 +118,7 @@ func (a *secureAgent) get(path string) (int, []byte, error) {
 // waitAttached waits until /status (client certificate) lists pid.
 func (a *secureAgent) waitAttached(t *testing.T, pid int) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		code, body, err := a.get("/status")
 		if err != nil {
 			return err
@@ -146,7 +149,7 @@ func startPrometheusWith(t *testing.T, config string) *prometheusServer {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			t.Fatalf("prometheus not installed (apt-get install prometheus): %v", err)
 		}
 		t.Skip("prometheus not installed")
@@ -188,19 +191,19 @@ func startPrometheusWith(t *testing.T, config string) *prometheusServer {
 // profi's own auth counters equal Prometheus' count of its scrapes.
 func TestPrometheusScrapesOverMTLSWithBearer(t *testing.T) {
 	testutil.RequireBPF(t)
-	api := testutil.StartAPIServer(t)
+	api := kubetest.StartAPIServer(t)
 	// The agent's identity: a ServiceAccount that may create TokenReviews
 	// and SubjectAccessReviews, as the chart binds it.
 	api.BindClusterRole(t, "profi-auth-delegator", "system:auth-delegator",
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "profi", Namespace: "default"})
-	agentKubeconfig := testutil.WriteKubeconfig(t, api.ServiceAccountConfig(t, "default", "profi"))
+	agentKubeconfig := kubetest.WriteKubeconfig(t, api.ServiceAccountConfig(t, "default", "profi"))
 	// The scraper's identity: may get /metrics.
 	api.GrantClusterRole(t, "profi-metrics-reader",
 		[]rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: "default"})
 	token := api.ServiceAccountToken(t, "default", "prometheus", "profi")
 
-	serverCA, clientCA := testutil.NewCA(t, "server-ca"), testutil.NewCA(t, "client-ca")
+	serverCA, clientCA := certtest.NewCA(t, "server-ca"), certtest.NewCA(t, "client-ca")
 	server, scraper, tester := serverCA.Server(t), clientCA.Client(t, "prometheus"), clientCA.Client(t, "e2e-test")
 	dir := t.TempDir()
 	files := map[string][]byte{
@@ -241,7 +244,7 @@ func TestPrometheusScrapesOverMTLSWithBearer(t *testing.T) {
 	p := startPrometheusWith(t, cfg)
 
 	// Enough scrapes of each job stored (a precondition, not the check).
-	err := testutil.Eventually(60*time.Second, func() error {
+	err := testenv.Eventually(60*time.Second, func() error {
 		res, err := p.query(`count_over_time(up[1h])`)
 		if err != nil {
 			return err
@@ -277,7 +280,7 @@ func TestPrometheusScrapesOverMTLSWithBearer(t *testing.T) {
 					wantFam[k] = v
 				}
 			}
-			err := testutil.Eventually(15*time.Second, func() error {
+			err := testenv.Eventually(15*time.Second, func() error {
 				res, err := p.query(fmt.Sprintf(`%s{job=%q,pid="%d"}`, fam, j, w.PID))
 				if err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // layersOf returns pid's layers from /status, layer -> state.
@@ -41,7 +42,7 @@ func layersOf(a *testutil.Agent, pid int) (map[string]string, error) {
 // say want for pid.
 func requireLayers(t *testing.T, a *testutil.Agent, pid int, want map[string]string) {
 	t.Helper()
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		got, err := layersOf(a, pid)
 		if err != nil {
 			return err

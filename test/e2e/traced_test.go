@@ -18,6 +18,7 @@ import (
 
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // tracedStatus is the part of /status the traced-process tests read.
@@ -47,7 +48,7 @@ type tracedStatus struct {
 func waitTraced(t *testing.T, a *testutil.Agent, unprobed map[int]int, probed []int) tracedStatus {
 	t.Helper()
 	var st tracedStatus
-	err := testutil.Eventually(15*time.Second, func() error {
+	err := testenv.Eventually(15*time.Second, func() error {
 		st = tracedStatus{}
 		if err := a.Status(&st); err != nil {
 			return err

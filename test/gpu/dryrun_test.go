@@ -11,22 +11,23 @@ import (
 	"testing"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // requirePython skips without python3, or fails when PROFI_E2E=1 forbids skipping.
 func requirePython(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
-			t.Fatalf("python3 not found and %s=1 forbids skipping", testutil.E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			t.Fatalf("python3 not found and %s=1 forbids skipping", testenv.E2EEnv)
 		}
-		t.Skipf("skipping: python3 not found (set %s=1 to make this a failure)", testutil.E2EEnv)
+		t.Skipf("skipping: python3 not found (set %s=1 to make this a failure)", testenv.E2EEnv)
 	}
 }
 
 func here(t *testing.T) string {
 	t.Helper()
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

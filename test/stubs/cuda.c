@@ -428,6 +428,104 @@ EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned ui, size_t n, CUstrea
 {
 	WRAP(do_set_async(dst, ui, 4 * n, s));
 }
+/* Width elements of unit bytes in each of Height rows pitch bytes apart: a
+ * row wider than its pitch is CUDA_ERROR_INVALID_VALUE. */
+static CUresult do_set_2d(CUdeviceptr dst, size_t pitch, unsigned v, size_t width, size_t height,
+			  size_t unit, int async, CUstream s)
+{
+	if (width * unit > pitch && height > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (async)
+		return do_set_async(dst, v, width * unit * height, s);
+	return do_mem_use(dst, (uintptr_t)v + 1, width * unit * height, NULL);
+}
+EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w, size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, uc, w, h, 1, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch, unsigned short us, size_t w,
+				 size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, us, w, h, 2, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned ui, size_t w, size_t h)
+{
+	WRAP(do_set_2d(dst, pitch, ui, w, h, 4, 0, NULL));
+}
+EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned ui, size_t w, size_t h,
+				   CUstream s)
+{
+	WRAP(do_set_2d(dst, pitch, ui, w, h, 4, 1, s));
+}
+/* The cudaMemcpyKind between two CUmemorytypes (an array is device memory,
+ * unified the default kind). */
+static int cu_kind(CUmemorytype src, CUmemorytype dst)
+{
+	if (src == CU_MEMORYTYPE_UNIFIED || dst == CU_MEMORYTYPE_UNIFIED)
+		return 4;
+	if (src == CU_MEMORYTYPE_HOST)
+		return dst == CU_MEMORYTYPE_HOST ? 0 : 1;
+	return dst == CU_MEMORYTYPE_HOST ? 2 : 3;
+}
+static uintptr_t cu_end(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray array)
+{
+	return t == CU_MEMORYTYPE_HOST ? (uintptr_t)host
+	       : t == CU_MEMORYTYPE_ARRAY ? (uintptr_t)array
+					  : dev;
+}
+/* A 2D or 3D copy of width bytes in height (x depth) rows: an end without
+ * memory or a row wider than its pitch is CUDA_ERROR_INVALID_VALUE. */
+static CUresult do_copy_nd(CUmemorytype st, uintptr_t src, size_t spitch, CUmemorytype dt,
+			   uintptr_t dst, size_t dpitch, size_t width, size_t rows, int async,
+			   int ptsz, CUstream s)
+{
+	size_t n = width * rows;
+
+	if (rows > 1 && ((st != CU_MEMORYTYPE_ARRAY && width > spitch) ||
+			 (dt != CU_MEMORYTYPE_ARRAY && width > dpitch)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (async)
+		return do_mem_async(dst, src, n, s, ptsz, cu_kind(st, dt));
+	return do_mem_use(dst, src, n, NULL);
+}
+static CUresult do_copy_2d(const CUDA_MEMCPY2D *p, int async, CUstream s)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	return do_copy_nd(p->srcMemoryType, cu_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray),
+			  p->srcPitch, p->dstMemoryType,
+			  cu_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray), p->dstPitch,
+			  p->WidthInBytes, p->Height, async, 0, s);
+}
+static CUresult do_copy_3d(const CUDA_MEMCPY3D *p, int async, CUstream s)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	return do_copy_nd(p->srcMemoryType, cu_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray),
+			  p->srcPitch, p->dstMemoryType,
+			  cu_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray), p->dstPitch,
+			  p->WidthInBytes, p->Height * p->Depth, async, 0, s);
+}
+EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p)
+{
+	WRAP(do_copy_2d(p, 0, NULL));
+}
+EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p)
+{
+	WRAP(do_copy_2d(p, 0, NULL));
+}
+EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s)
+{
+	WRAP(do_copy_2d(p, 1, s));
+}
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p)
+{
+	WRAP(do_copy_3d(p, 0, NULL));
+}
+EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
+{
+	WRAP(do_copy_3d(p, 1, s));
+}
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
 			    unsigned long long flags)
 {

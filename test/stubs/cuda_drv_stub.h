@@ -133,6 +133,25 @@ _Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS, elementSize) == 20, "CUDA_MEMSE
 _Static_assert(offsetof(CUDA_MEMSET_NODE_PARAMS, height) == 32, "CUDA_MEMSET_NODE_PARAMS.height offset");
 
 typedef struct {
+	size_t srcXInBytes, srcY;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes, dstY;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+_Static_assert(offsetof(CUDA_MEMCPY2D, dstMemoryType) == 72, "CUDA_MEMCPY2D.dstMemoryType offset");
+_Static_assert(offsetof(CUDA_MEMCPY2D, WidthInBytes) == 112, "CUDA_MEMCPY2D.WidthInBytes offset");
+_Static_assert(sizeof(CUDA_MEMCPY2D) == 128, "CUDA_MEMCPY2D size");
+
+typedef struct {
 	size_t srcXInBytes, srcY, srcZ, srcLOD;
 	CUmemorytype srcMemoryType;
 	const void *srcHost;
@@ -149,6 +168,8 @@ typedef struct {
 	size_t dstPitch, dstHeight;
 	size_t WidthInBytes, Height, Depth;
 } CUDA_MEMCPY3D;
+_Static_assert(offsetof(CUDA_MEMCPY3D, srcMemoryType) == 32, "CUDA_MEMCPY3D.srcMemoryType offset");
+_Static_assert(offsetof(CUDA_MEMCPY3D, dstMemoryType) == 120, "CUDA_MEMCPY3D.dstMemoryType offset");
 _Static_assert(offsetof(CUDA_MEMCPY3D, WidthInBytes) == 176, "CUDA_MEMCPY3D.WidthInBytes offset");
 _Static_assert(sizeof(CUDA_MEMCPY3D) == 200, "CUDA_MEMCPY3D size");
 
@@ -268,6 +289,15 @@ PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 	X(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short us, size_t N))             \
 	X(cuMemsetD32_v2, (CUdeviceptr dst, unsigned ui, size_t N))                   \
 	X(cuMemsetD32Async, (CUdeviceptr dst, unsigned ui, size_t N, CUstream hStream)) \
+	X(cuMemsetD2D8_v2, (CUdeviceptr dst, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)) \
+	X(cuMemsetD2D16_v2, (CUdeviceptr dst, size_t dstPitch, unsigned short us, size_t Width, size_t Height)) \
+	X(cuMemsetD2D32_v2, (CUdeviceptr dst, size_t dstPitch, unsigned ui, size_t Width, size_t Height)) \
+	X(cuMemsetD2D32Async, (CUdeviceptr dst, size_t dstPitch, unsigned ui, size_t Width, size_t Height, CUstream hStream)) \
+	X(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy))                                \
+	X(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy))                       \
+	X(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream))         \
+	X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy))                                \
+	X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream))         \
 	X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const void *prop, unsigned long long flags)) \
 	X(cuMemRelease, (CUmemGenericAllocationHandle handle))                        \
 	X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \

@@ -375,6 +375,11 @@ PROFI_CUDA_GRAPH_FUNCS(PROFI_DECLARE_FUNC)
 PROFI_CUDA_CAPTURE_FUNCS(PROFI_DECLARE_FUNC)
 #undef PROFI_DECLARE_FUNC
 
+/* Test control of the stub runtime (not CUDA): the next synchronous copy
+ * (cudaMemcpy, cudaMemcpy2D, ...), on any thread, blocks until the process
+ * is killed. */
+void profi_stub_cuda_block_next_copy(void);
+
 /* Registration entry points that nvcc-generated host code calls from a
  * static constructor (types simplified to the same x86-64 ABI). */
 void **__cudaRegisterFatBinary(void *fatCubin);

@@ -83,6 +83,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_drv_stub.h"
 #include "cuda_stub.h"
@@ -289,10 +290,17 @@ INTERNAL cudaError_t do_free_host(void *ptr)
 }
 
 /* Buffers are fake device pointers: never touched. */
+/* Set by profi_stub_cuda_block_next_copy: the next synchronous copy blocks
+ * until the process is killed. */
+static int block_next_copy;
+
 INTERNAL cudaError_t do_memcpy(int mode, void *dst, const void *src, size_t count,
 			       enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	cudaError_t rc;
+	if (mode == SYNC && __atomic_exchange_n(&block_next_copy, 0, __ATOMIC_ACQ_REL))
+		for (;;)
+			pause(); /* a GPU that never answers: until killed */
 	sink = (uintptr_t)dst ^ (uintptr_t)src ^ count ^ (uintptr_t)stream;
 	/* Unsigned compare so negative kinds are rejected too. */
 	if ((unsigned)kind > cudaMemcpyDefault)
@@ -513,6 +521,14 @@ INTERNAL cudaError_t do_event_sync(cudaEvent_t event)
 {
 	sink = (uintptr_t)event;
 	return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+/* A test control, not a CUDA export: the next synchronous copy
+ * (cudaMemcpy, cudaMemcpy2D, ...) on any thread blocks until the process is
+ * killed, so that a test sees a CUDA call in flight (the Xid blast radius). */
+EXPORT void profi_stub_cuda_block_next_copy(void)
+{
+	__atomic_store_n(&block_next_copy, 1, __ATOMIC_RELEASE);
 }
 
 /* Four devices, although cudaGetDeviceCount says 1 (kept for old tests). */

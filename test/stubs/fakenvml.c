@@ -19,7 +19,10 @@
 //   proc UUID PID BYTES              (a running compute process)
 //   gpmval UUID METRIC_ID VALUE      (nvmlGpmMetricsGet's answer for METRIC_ID)
 //   xid GPU_UUID CODE ID             (an XID critical error event, delivered
-//                                    once per ID)
+//                                    once per ID; each delivered ID is
+//                                    appended to the scenario's path plus
+//                                    ".delivered", so that a test knows
+//                                    which poll drained it)
 //
 // Functions profi calls that are absent here (temperature, power, ...) make
 // go-nvml's LookupSymbol fail, which profi reports as not supported.
@@ -532,6 +535,21 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dv, unsigned long long types,
 	return NVML_SUCCESS;
 }
 
+// note_delivery appends a delivered event's ID to the scenario's
+// ".delivered" file.
+static void note_delivery(unsigned long long id)
+{
+	char path[4096];
+	const char *scenario = getenv("PROFI_FAKE_NVML_SCENARIO");
+	if (!scenario || snprintf(path, sizeof path, "%s.delivered", scenario) >= (int)sizeof path)
+		return;
+	FILE *f = fopen(path, "a");
+	if (!f)
+		return;
+	fprintf(f, "%llu\n", id);
+	fclose(f);
+}
+
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
 	(void)timeoutms;
@@ -543,6 +561,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 		if (seen || !set.handle->registered[xids[i].dev] || ndelivered == MAX_SEEN)
 			continue;
 		delivered[ndelivered++] = xids[i].id;
+		note_delivery(xids[i].id);
 		memset(data, 0, sizeof *data);
 		data->device.handle = &devs[xids[i].dev];
 		data->eventType = nvmlEventTypeXidCriticalError;

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // arch is one architecture of the matrix: how its programs are built and
@@ -119,15 +120,15 @@ func TestKernelMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots VMs (minutes)")
 	}
-	e2e := os.Getenv(testutil.E2EEnv) == "1"
+	e2e := os.Getenv(testenv.E2EEnv) == "1"
 	unavailable := func(t *testing.T, format string, args ...any) {
 		t.Helper()
 		if e2e {
-			t.Fatalf(format+" (and %s=1 forbids skipping)", append(args, testutil.E2EEnv)...)
+			t.Fatalf(format+" (and %s=1 forbids skipping)", append(args, testenv.E2EEnv)...)
 		}
 		t.Skipf(format, args...)
 	}
-	root, err := testutil.RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 /* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
  * and statically linked runtimes do. Memory: allocations (plain, async,
  * managed, VMM physical allocations), copies of every direction (sync,
- * async, per-thread stream), peer copies, sets of 1, 2 and 4-byte elements,
- * VMM mapping calls, and one failing free. Launches: every launch entry
+ * async, per-thread stream; 2D and 3D), peer copies, sets of 1, 2 and 4-byte elements
+ * (linear and pitched), VMM mapping calls, and one failing free. Launches: every launch entry
  * point and its per-thread-stream (_ptsz) variant, and graph launches.
  * Prints its exact ground truth, tallied from the arguments passed and the
  * codes returned.
@@ -19,7 +19,7 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 34 };
+enum { NFN = 43 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
 	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
@@ -34,7 +34,7 @@ _Static_assert(F_cuGraphLaunch_ptsz == NFN - 1, "NFN");
 
 static uint64_t calls[NFN], errors[NFN];
 static uint64_t memcpy_bytes[5]; /* cudaMemcpyKind: h2h h2d d2h d2d default */
-static uint64_t p2p_bytes, memset_bytes, malloc_bytes, freed_bytes;
+static uint64_t p2p_bytes, memset_bytes, stream_set_bytes, malloc_bytes, freed_bytes;
 static uint64_t kernel_launches, grid_blocks, block_threads, shared_bytes;
 
 static void tally(int f, CUresult rc)
@@ -138,12 +138,45 @@ int main(int argc, char **argv)
 		copied(4, 700);
 		CALL(cuMemcpyPeer, b, NULL, a, NULL, 800);
 		p2p_bytes += 800;
+		/* Pitched: WidthInBytes in each of Height (x Depth) rows; the
+		 * direction from the two ends' memory types. */
+		size_t w = 100 * (size_t)(i % 5 + 1), hh = (size_t)(i % 4 + 1);
+		CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host,
+				    .srcPitch = 512, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+				    .dstDevice = a, .dstPitch = 1024, .WidthInBytes = w,
+				    .Height = hh};
+		CALL(cuMemcpy2D_v2, &c2);
+		copied(1, w * hh);
+		c2.srcMemoryType = CU_MEMORYTYPE_DEVICE, c2.srcDevice = b;
+		CALL(cuMemcpy2DUnaligned_v2, &c2);
+		copied(3, w * hh);
+		c2.dstMemoryType = CU_MEMORYTYPE_HOST, c2.dstHost = host;
+		CALL(cuMemcpy2DAsync_v2, &c2, s);
+		copied(2, w * hh);
+		CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+				    .srcPitch = 512, .dstMemoryType = CU_MEMORYTYPE_HOST,
+				    .dstHost = host, .dstPitch = 512, .WidthInBytes = 256,
+				    .Height = hh, .Depth = 3};
+		CALL(cuMemcpy3D_v2, &c3);
+		copied(2, 256 * hh * 3);
+		c3.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c3.dstDevice = b;
+		CALL(cuMemcpy3DAsync_v2, &c3, s);
+		copied(4, 256 * hh * 3);
 
 		CALL(cuMemsetD8_v2, a, 0, 1000);
 		CALL(cuMemsetD16_v2, a, 0, 1000);
 		CALL(cuMemsetD32_v2, a, 0, 1000);
 		CALL(cuMemsetD32Async, b, 0, 500, s);
 		memset_bytes += 1000 + 2 * 1000 + 4 * 1000 + 4 * 500;
+		stream_set_bytes += 4 * 500;
+		/* Pitched: width elements in each of height rows pitch bytes apart. */
+		size_t rows = (size_t)(i % 3 + 1);
+		CALL(cuMemsetD2D8_v2, a, 512, 0, 300, rows);
+		CALL(cuMemsetD2D16_v2, a, 512, 0, 200, rows);
+		CALL(cuMemsetD2D32_v2, a, 512, 0, 100, rows + 1);
+		CALL(cuMemsetD2D32Async, b, 1024, 0, 250, rows, s);
+		memset_bytes += 300 * rows + 2 * 200 * rows + 4 * 100 * (rows + 1) + 4 * 250 * rows;
+		stream_set_bytes += 4 * 250 * rows;
 
 		CALL(cuMemAddressReserve, &va, 1 << 21, 0, 0, 0);
 		CALL(cuMemMap, va, 1 << 21, 0, h, 0);
@@ -163,11 +196,11 @@ int main(int argc, char **argv)
 	printf(",\"errors\":");
 	print_counts(errors);
 	printf(",\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
-	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64
+	       ",\"default\":%" PRIu64 ",\"p2p\":%" PRIu64 "},\"memset_bytes\":%" PRIu64 ",\"stream_memset_bytes\":%" PRIu64
 	       ",\"malloc_bytes\":%" PRIu64 ",\"active_bytes\":%" PRIu64 ",\"kernel_launches\":%" PRIu64
 	       ",\"grid_blocks\":%" PRIu64 ",\"block_threads\":%" PRIu64 ",\"shared_bytes\":%" PRIu64 "}\n",
 	       memcpy_bytes[1], memcpy_bytes[2], memcpy_bytes[3], memcpy_bytes[4], p2p_bytes,
-	       memset_bytes, malloc_bytes, malloc_bytes - freed_bytes, kernel_launches, grid_blocks,
+	       memset_bytes, stream_set_bytes, malloc_bytes, malloc_bytes - freed_bytes, kernel_launches, grid_blocks,
 	       block_threads, shared_bytes);
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))

@@ -24,6 +24,9 @@
  *                    one OP call (ncclAllReduce) -> "hung OP RC NS"
  *   "block [OP]"  -> prints "blocking OP", then makes one OP call that
  *                    blocks until the process is killed
+ *   "cudablock"   -> prints "cuda-blocking cudaMemcpy", then makes one
+ *                    device-to-host cudaMemcpy, which blocks in the stub
+ *                    runtime until the process is killed
  *   "delay NS"    -> sets the stub's per-call delay -> "delay NS"
  *   "initall N"   -> ncclCommInitAll of N communicators, one grouped
  *                    ncclAllReduce on each, ncclCommDestroy of each
@@ -534,6 +537,13 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			one_call(o);
 			die("a blocked call returned");
+		} else if (!strcmp(cmd, "cudablock")) {
+			char buf[64];
+			profi_stub_cuda_block_next_copy();
+			printf("cuda-blocking cudaMemcpy\n");
+			fflush(stdout);
+			cudaMemcpy(buf, buf, sizeof buf, cudaMemcpyDeviceToHost);
+			die("a blocked copy returned");
 		} else if (!strcmp(cmd, "delay") && arg) {
 			opt.delay_ns = strtoull(arg, NULL, 10);
 			profi_stub_nccl_set_delay_ns(opt.delay_ns);

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // Words from GNU as (aarch64-linux-gnu-as, objdump -d), so the decoder is
@@ -118,8 +119,8 @@ func TestDefinedFuncsARM64(t *testing.T) {
 	t.Parallel()
 	cc, err := testutil.CC("arm64")
 	if err != nil {
-		if os.Getenv(testutil.E2EEnv) == "1" {
-			t.Fatalf("%v, and %s=1 forbids skipping", err, testutil.E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			t.Fatalf("%v, and %s=1 forbids skipping", err, testenv.E2EEnv)
 		}
 		t.Skip(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 func loadKind(t *testing.T, multi bool) *bpfobj.Objects {
@@ -54,7 +55,7 @@ func forEachLinkKind(t *testing.T, test func(t *testing.T, multi bool)) {
 func fixtures(t *testing.T) *testutil.Fixtures {
 	t.Helper()
 	fx, err := testutil.BuildFixtures(testutil.SharedDir())
-	if errors.Is(err, testutil.ErrNoCompiler) && os.Getenv(testutil.E2EEnv) != "1" {
+	if errors.Is(err, testutil.ErrNoCompiler) && os.Getenv(testenv.E2EEnv) != "1" {
 		t.Skip(err)
 	}
 	if err != nil {

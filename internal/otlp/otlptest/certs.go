@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
 )
 
 // Certs is a throw-away CA with a server certificate for 127.0.0.1 and
@@ -25,7 +25,7 @@ type Certs struct {
 func NewCerts(t testing.TB) *Certs {
 	t.Helper()
 	c := &Certs{Dir: t.TempDir(), ClientCN: "profi-agent"}
-	ca := testutil.NewCA(t, "profi test CA")
+	ca := certtest.NewCA(t, "profi test CA")
 	c.pool = ca.Pool()
 	c.CA = c.write(t, "ca.pem", ca.PEM)
 	srv := ca.Server(t)

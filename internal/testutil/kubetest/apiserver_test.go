@@ -1,4 +1,4 @@
-package testutil
+package kubetest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -153,7 +154,7 @@ func TestAPIServerRBAC(t *testing.T) {
 		t.Fatalf("create ClusterRoleBinding: %v", err)
 	}
 	// The authorizer sees new bindings through an informer.
-	if err := Eventually(10*time.Second, list); err != nil {
+	if err := testenv.Eventually(10*time.Second, list); err != nil {
 		t.Fatalf("list pods with a binding: %v", err)
 	}
 	// Granted exactly that: no writes.

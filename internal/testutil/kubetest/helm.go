@@ -1,9 +1,11 @@
-package testutil
+package kubetest
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 const (
@@ -18,17 +20,14 @@ const (
 // /var/cache/profi-tools)/helm-VERSION/.
 func HelmBinary() (string, error) {
 	if p := os.Getenv(HelmEnv); p != "" {
-		if err := executable(p); err != nil {
+		if err := testenv.Executable(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", HelmEnv, p, err)
 		}
 		return p, nil
 	}
-	cache := os.Getenv(ToolsCacheEnv)
-	if cache == "" {
-		cache = DefaultToolsCache
-	}
+	cache := testenv.ToolsCache()
 	p := filepath.Join(cache, "helm-"+HelmVersion, "helm")
-	if err := executable(p); err != nil {
+	if err := testenv.Executable(p); err != nil {
 		return "", fmt.Errorf("helm %s is not built (%w): run scripts/build-helm.sh (about 6 minutes), or set %s", HelmVersion, err, HelmEnv)
 	}
 	return p, nil

@@ -1,4 +1,4 @@
-package testutil
+package kubetest
 
 import (
 	"bufio"
@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,10 +42,6 @@ const (
 	// KubeAPIServerEnv names a kube-apiserver binary to use instead of the
 	// cached one.
 	KubeAPIServerEnv = "PROFI_KUBE_APISERVER"
-	// ToolsCacheEnv overrides DefaultToolsCache, the directory that
-	// scripts/build-kube-apiserver.sh builds into.
-	ToolsCacheEnv     = "PROFI_TOOLS_CACHE"
-	DefaultToolsCache = "/var/cache/profi-tools"
 
 	// kubeWrapperMod is the wrapper module whose k8s.io/kubernetes version
 	// names the cached binary.
@@ -70,7 +67,7 @@ const (
 // KubeVersion returns the Kubernetes version that tools/kube-apiserver
 // builds (the version of k8s.io/kubernetes its go.mod requires).
 func KubeVersion() (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +93,7 @@ func KubeVersion() (string, error) {
 // $PROFI_TOOLS_CACHE (default /var/cache/profi-tools)/kube-apiserver-VERSION/.
 func KubeAPIServerBinary() (string, error) {
 	if p := os.Getenv(KubeAPIServerEnv); p != "" {
-		if err := executable(p); err != nil {
+		if err := testenv.Executable(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", KubeAPIServerEnv, p, err)
 		}
 		return p, nil
@@ -105,27 +102,13 @@ func KubeAPIServerBinary() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cache := os.Getenv(ToolsCacheEnv)
-	if cache == "" {
-		cache = DefaultToolsCache
-	}
+	cache := testenv.ToolsCache()
 	p := filepath.Join(cache, "kube-apiserver-"+version, "kube-apiserver")
-	if err := executable(p); err != nil {
+	if err := testenv.Executable(p); err != nil {
 		return "", fmt.Errorf("kube-apiserver %s is not built (%w): run scripts/build-kube-apiserver.sh "+
 			"(about 10 minutes on 2 cores; .ci/run does), or set %s", version, err, KubeAPIServerEnv)
 	}
 	return p, nil
-}
-
-func executable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", p)
-	}
-	return nil
 }
 
 // APIServer is a real kube-apiserver backed by its own etcd, both on free
@@ -174,10 +157,10 @@ func StartAPIServer(t testing.TB) *APIServer {
 		}
 	}
 	if err != nil {
-		if os.Getenv(E2EEnv) == "1" {
-			t.Fatalf("API server test cannot run (%v) and %s=1 forbids skipping", err, E2EEnv)
+		if os.Getenv(testenv.E2EEnv) == "1" {
+			t.Fatalf("API server test cannot run (%v) and %s=1 forbids skipping", err, testenv.E2EEnv)
 		}
-		t.Skipf("skipping API server test: %v (set %s=1 to make this a failure)", err, E2EEnv)
+		t.Skipf("skipping API server test: %v (set %s=1 to make this a failure)", err, testenv.E2EEnv)
 	}
 
 	s := &APIServer{Dir: t.TempDir(), bin: bin}
@@ -224,7 +207,7 @@ func (s *APIServer) start() error {
 	}
 	// The system namespaces are created by a controller inside
 	// kube-apiserver, shortly after /readyz may already answer.
-	return Eventually(30*time.Second, func() error {
+	return testenv.Eventually(30*time.Second, func() error {
 		_, err := s.Client().CoreV1().Namespaces().Get(context.Background(), metav1.NamespaceDefault, metav1.GetOptions{})
 		return err
 	})

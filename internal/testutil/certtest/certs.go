@@ -1,4 +1,4 @@
-package testutil
+package certtest
 
 import (
 	"crypto/ecdsa"

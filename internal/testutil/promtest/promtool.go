@@ -1,4 +1,4 @@
-package testutil
+package promtest
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
 // InterfaceLintFindings are the Prometheus lint findings ("metric: text")
@@ -26,7 +28,7 @@ func CheckPromtool(tb testing.TB, exposition []byte) {
 	tb.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv(E2EEnv) == "1" {
+		if os.Getenv(testenv.E2EEnv) == "1" {
 			tb.Fatal("promtool not found (Debian package prometheus)")
 		}
 		tb.Skip("promtool not found (Debian package prometheus)")

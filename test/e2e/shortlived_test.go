@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/profi-dev/profi/internal/discover"
+	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
+)
+
+// launchEntryRuns is how often the agent's launch_entry programs have run
+// (the kernel's BPF run-time statistics, on while the test runs): every
+// trap of a launch probe, runtime's or driver's, is one run. The programs
+// are found among the agent's own file descriptors.
+func launchEntryRuns(t *testing.T, a *testutil.Agent) uint64 {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fdinfo", a.PID())
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[ebpf.ProgramID]bool{}
+	var runs uint64
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			v, ok := strings.CutPrefix(line, "prog_id:")
+			if !ok {
+				continue
+			}
+			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil || seen[ebpf.ProgramID(id)] {
+				continue
+			}
+			seen[ebpf.ProgramID(id)] = true
+			p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := p.Info()
+			if err == nil && info.Name == "launch_entry" {
+				st, err := p.Stats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				runs += st.RunCount
+			}
+			p.Close()
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatalf("no BPF program among the agent's file descriptors (%s)", dir)
+	}
+	return runs
+}
+
+// waitReleased waits until the agent has released every runtime file: no
+// process maps one any more.
+func waitReleased(t *testing.T, a *testutil.Agent) {
+	t.Helper()
+	err := testenv.Eventually(10*time.Second, func() error {
+		var st status
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if n := countLib(st, string(discover.LibCudart)); n > 0 {
+			return fmt.Errorf("%d runtime files still attached", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var handedAll = []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz"}
+
+// teach runs launch13 once under a (tn + tm launches, exact) and returns
+// it, still running.
+func teach(t *testing.T, a *testutil.Agent, tn, tm int) *client {
+	t.Helper()
+	c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(tn), strconv.Itoa(tm))
+	var gt launch13Truth
+	pid := c.run(t, a, &gt)
+	p := "pid=" + strconv.Itoa(pid)
+	want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+	maps.Copy(want, anonymousLaunches(p, tn, tm, gt))
+	requireExact(t, a, want, pid)
+	return c
+}
+
+// Short processes (issue 33): batch jobs and evaluation scripts launch for
+// a second or less and exit, and the runtime file is released between
+// them. After one process taught profi the runtime file and exited, each
+// of five processes started later, each alone (the file released before
+// it and attached again for it), launches with one trap per launch from
+// its first launch (launch_entry's runs, from the kernel's BPF statistics:
+// n + m, where the runtime's probe and the tail jump's would make 2(n + m)
+// or 3(n + m)), none counted at the runtime and skipped at the driver, and
+// every count exact.
+func TestOneTrapPerLaunchShortProcesses(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("BPF run-time statistics unavailable: %v", err)
+	}
+	defer stats.Close()
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	teach(t, a, 2000, 1000).Exit(t)
+	waitReleased(t, a)
+	const n, m = 3000, 2000
+	for i := range 5 {
+		c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+		waitAttached(t, a, c.PID)
+		if counted, _ := handover(t, a); !slices.Equal(counted, handedAll) {
+			t.Errorf("process %d: launch probes counted at the driver %v at its first pass, want %v", i, counted, handedAll)
+		}
+		_, before := handover(t, a)
+		runs := launchEntryRuns(t, a)
+		began := time.Now()
+		line := c.Go(t)
+		took := time.Since(began)
+		runs = launchEntryRuns(t, a) - runs
+		var gt launch13Truth
+		if err := json.Unmarshal([]byte(line), &gt); err != nil {
+			t.Fatalf("launch13 output %q: %v", line, err)
+		}
+		p := "pid=" + strconv.Itoa(c.PID)
+		want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+		maps.Copy(want, anonymousLaunches(p, n, m, gt))
+		requireExact(t, a, want, c.PID)
+		_, after := handover(t, a)
+		c.Exit(t)
+		t.Logf("process %d: %d launches in %v, %d launch probe runs", i, n+m, took, runs)
+		if runs != n+m {
+			t.Errorf("process %d: %d launch probe runs for %d launches, want one per launch", i, runs, n+m)
+		}
+		if d, tails := after["runtime_to_driver"]-before["runtime_to_driver"], after["nested"]-before["nested"]; d != 0 || tails != 0 {
+			t.Errorf("process %d: runtime_to_driver +%d, nested +%d, want 0 and 0", i, d, tails)
+		}
+		waitReleased(t, a)
+	}
+}
