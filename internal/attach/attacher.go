@@ -187,11 +187,14 @@ type Attacher struct {
 	opts Options
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	files    map[FileKey]*attached
-	failed   map[FileKey]*failure
-	static   []Target
-	counts   map[failureKey]uint64
+	mu     sync.Mutex
+	files  map[FileKey]*attached
+	failed map[FileKey]*failure
+	static []Target
+	counts map[failureKey]uint64
+	// gaps are the entry-only gaps of link-set switches, by library
+	// (traced.go; profi_system_probe_switch_gaps_total).
+	gaps     map[discover.Library]SwitchGaps
 	closed   bool
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
@@ -255,6 +258,7 @@ func New(opts Options) *Attacher {
 		files:   map[FileKey]*attached{},
 		failed:  map[FileKey]*failure{},
 		counts:  map[failureKey]uint64{},
+		gaps:    map[discover.Library]SwitchGaps{},
 		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText),
 		refused: map[FileKey]uprobe.Refusals{},
 
@@ -1104,6 +1108,9 @@ type Counters struct {
 	LimitRefusals map[string]uint64
 	// CappedFiles are the files the caps refuse now.
 	CappedFiles int
+	// SwitchGaps are the entry-only gaps of link-set switches by library
+	// (profi_system_probe_switch_gaps_total, ..._gap_seconds_total).
+	SwitchGaps map[discover.Library]SwitchGaps
 }
 
 // Counters returns a copy of the counters.
@@ -1121,6 +1128,7 @@ func (a *Attacher) counters() Counters {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}
 	c.LimitRefusals = maps.Clone(a.limitRefused)
+	c.SwitchGaps = maps.Clone(a.gaps)
 	c.CappedFiles = len(a.capped)
 	pids := map[int]bool{}
 	for _, f := range a.files {

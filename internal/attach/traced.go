@@ -199,6 +199,15 @@ func (a *Attacher) switchFilters(f *attached) {
 		f.sets[pid] = ls
 	}
 	gap := time.Since(began)
+	if len(drop) > 0 && len(added) > 0 {
+		// Only a switch that closed entry-only links some process kept
+		// using and linked new ones has a gap: dropping one process's
+		// set or adding another's leaves every other set in place.
+		g := a.gaps[f.target.Lib]
+		g.Count++
+		g.Time += gap
+		a.gaps[f.target.Lib] = g
+	}
 	_, wideAfter := f.sets[a.opts.PID]
 	wideAfter = wideAfter && len(f.sets) == 1
 	if wideBefore != wideAfter {
@@ -206,6 +215,16 @@ func (a *Attacher) switchFilters(f *attached) {
 	}
 	a.log.Info("probe link sets switched", "lib", f.target.Lib, "path", f.target.Path, "pids_linked", sortedKeys(added), "pids_unlinked", drop,
 		"every_process", wideAfter, "entry_only_gap", gap.String())
+}
+
+// SwitchGaps are the entry-only gaps of one library's link-set switches:
+// how many, and their total length. A call that enters an entry-only
+// probed function during a gap is not counted, and how many did is not
+// known (docs/OPERATIONS.md, "Traced processes"): the time is the
+// measure of what was not seen.
+type SwitchGaps struct {
+	Count uint64
+	Time  time.Duration
 }
 
 // forgetInflight deletes the in-flight entries (keyed by pid_tgid) of

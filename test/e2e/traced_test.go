@@ -509,6 +509,28 @@ func TestTracedSwitchUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("launches (entry-only probes) not counted in the gaps of 4 switches: %v of %v", lost, r.gt.Launches)
+	// The gaps are never silent: each file's two switches, each with a
+	// process that stayed probed, are counted, with their length.
+	for _, lib := range []string{"libcudart.so", "libcuda.so"} {
+		var n, secs float64
+		for _, s := range testutil.Samples(mfs["profi_system_probe_switch_gaps_total"]) {
+			if s.Labels["library"] == lib {
+				n = s.Value
+			}
+		}
+		for _, s := range testutil.Samples(mfs["profi_system_probe_switch_gap_seconds_total"]) {
+			if s.Labels["library"] == lib {
+				secs = s.Value
+			}
+		}
+		if n != 2 {
+			t.Errorf("profi_system_probe_switch_gaps_total{library=%q} = %v, want 2", lib, n)
+		}
+		if secs <= 0 || secs > time.Since(began).Seconds() {
+			t.Errorf("profi_system_probe_switch_gap_seconds_total{library=%q} = %v, want in (0, %v]", lib, secs, time.Since(began).Seconds())
+		}
+		t.Logf("%s: %v gaps, %.1f ms in all", lib, n, secs*1000)
+	}
 	for _, w := range []*testutil.Workload{u, w} {
 		if err := w.Stop(); err != nil {
 			t.Errorf("workload %d did not exit cleanly: %v", w.PID, err)
