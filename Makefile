@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-setup test-vm test-unit generate lint fmt demo bench bench-scale bench-all clean chart-check image docker-build docker-push
+.PHONY: all build test test-setup test-vm test-unit generate lint fmt demo bench bench-setup bench-scale bench-all clean chart-check image docker-build docker-push
 
 all: build
 
@@ -56,8 +56,12 @@ demo: build
 # Probe overhead on the stub library, all configurations in one run (root
 # needed; about a minute): ns per call and ratios to an empty uprobe. See
 # docs/BENCHMARK.md. PROFI_E2E=1 makes a missing privilege fail, not skip.
-bench:
+# bpftrace, the baseline of the per-hit targets, comes from Debian.
+bench: bench-setup
 	PROFI_E2E=1 $(GO) test -run '^$$' -bench Overhead -benchtime 1x -count 1 -timeout 20m ./bench/
+
+bench-setup:
+	@command -v bpftrace >/dev/null || { apt-get update -qq && apt-get install -y -qq bpftrace >/dev/null; }
 
 # Attach latency (100 short processes, library-load trigger only) and the
 # agent's userspace cost against call rate and series count (CPU, RSS,

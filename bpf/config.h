@@ -19,7 +19,17 @@ const volatile u32 max_streams_per_pid = 32;
  * quota, for a map of 64 entries or fewer, whose share would be all of
  * it). The defaults here are those of the default sizes.
  */
-const volatile u32 pid_share[QUOTA_MAPS] = {512, 2048, 256, 32768, 32768, 4096};
+const volatile u32 pid_share[QUOTA_MAPS] = {512,  2048,	 256,  32768, 32768, 4096, 4096, 1024,
+					    4096, 16384, 2560, 1024,  16384, 4096, 256,	 4096};
+
+/*
+ * Each tenant's share (issue 30 item 3): what all the processes of one
+ * cgroup hold together. max_entries / 2, at least 64; 0 (no quota) when
+ * that is the whole map. Larger than a process's, so that the ranks of a
+ * multi-GPU pod each get a process's share.
+ */
+const volatile u32 tenant_share[QUOTA_MAPS] = {1024, 4096,  512,  65536, 65536, 8192, 8192, 2048,
+					       8192, 32768, 5120, 2048,	 32768, 8192, 512,  8192};
 
 /* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
 const volatile u32 kernel_mode = 1;

@@ -40,7 +40,7 @@ static const struct agg_val zero_agg;
 static const struct launch_val zero_launch;
 static const struct nccl_val zero_nccl;
 static const struct graph_node_val zero_node;
-static const struct pid_quota zero_quota;
+static const struct tenant_quota zero_tenant;
 static const u64 zero_u64;
 
 /*

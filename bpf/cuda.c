@@ -39,6 +39,36 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * Timed launches (full mode): per-kernel count, geometry and latency. Not
+ * inlined, nor is copy_node: their locals in timed_return's own frame made
+ * its deepest call chain (graph_return, admit) more than the 512 bytes of
+ * stack 6.1's verifier allows (internal/bpfobj's TestStackDepth).
+ */
+static __noinline void timed_launch(u64 id, struct inflight_call *in, s32 ret, u64 dur, u32 weight)
+{
+	add_launch(id, in->op, in->launch.func, &in->launch, dur, weight);
+	send_launch(id, in->op, in->start_ns, ret, dur, &in->launch);
+}
+
+/*
+ * A copy or set into a capturing stream: recorded in its graph, whose
+ * replays move the bytes. Returns whether it was (then it moves none now).
+ */
+static __noinline bool copy_node(u32 pid, struct inflight_call *in, u64 bytes)
+{
+	u64 graph = capture_of(pid, in->stream);
+	u32 a = args_of(in->op);
+	u32 set =
+	    a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D || a == ARGS_SET_2D_ASYNC;
+
+	if (!graph)
+		return false;
+	add_node(pid, in->op, graph, 0, set ? 0 : in->kind,
+		 set ? GRAPH_NODE_MEMSET : GRAPH_NODE_MEMCPY, NULL, bytes);
+	return true;
+}
+
 static __always_inline int timed_return_impl(struct pt_regs *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
@@ -136,26 +166,19 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_CU_COPY_3D_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
-		/* Recorded into a capturing stream's graph: its replays move the bytes. */
-		if (bytes && in.stream) {
-			u64 graph = capture_of(key.pid, in.stream);
-			u32 a = args_of(in.op);
-			u32 set = a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D ||
-				  a == ARGS_SET_2D_ASYNC;
-
-			if (graph) {
-				add_node(key.pid, in.op, graph, 0, set ? 0 : in.kind,
-					 set ? GRAPH_NODE_MEMSET : GRAPH_NODE_MEMCPY, NULL, bytes);
-				bytes = 0;
-			}
-		}
+		if (bytes && in.stream && copy_node(key.pid, &in, bytes))
+			bytes = 0;
 		break;
 	case ARGS_SET_DEVICE:
 		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
 			u32 dev = in.arg0;
 
-			bpf_map_update_elem(&thread_device, &id, &dev, BPF_ANY);
+			/* Refused (counted): the thread's later calls keep their old device. */
+			drop =
+			    store_admitted(&thread_device, &id, &dev, key.pid, QUOTA_THREAD_DEVICE);
+			if (drop != NO_DROP)
+				count_drop(drop);
 			key.dev = dev;
 		}
 		break;
@@ -180,9 +203,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_LAUNCH_EXC:
 	case ARGS_CU_LAUNCH:
 	case ARGS_CU_LAUNCH_EX:
-		/* Timed launches (full mode): per-kernel count, geometry and latency. */
-		add_launch(id, in.op, in.launch.func, &in.launch, dur, weight);
-		send_launch(id, in.op, in.start_ns, ret, dur, &in.launch);
+		timed_launch(id, &in, ret, dur, weight);
 		break;
 	case ARGS_GRAPH_LAUNCH:
 	case ARGS_CAPTURE_BEGIN:

@@ -77,10 +77,10 @@ int thread_exit(void *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
 
-	bpf_map_delete_elem(&nccl_inflight, &id);
-	bpf_map_delete_elem(&thread_device, &id);
+	delete_admitted(&nccl_inflight, &id, id >> 32, QUOTA_NCCL_INFLIGHT);
+	delete_admitted(&thread_device, &id, id >> 32, QUOTA_THREAD_DEVICE);
 	if (nvtx_enabled)
-		bpf_map_delete_elem(&nvtx_stack, &id);
+		delete_admitted(&nvtx_stack, &id, id >> 32, QUOTA_NVTX_STACK);
 	if (crash_breaker)
 		note_exit(id);
 	return 0;

@@ -6,9 +6,6 @@
  */
 #pragma once
 
-/* graph_return's "nothing lost". */
-#define NO_DROP DROP_MAX
-
 /* Graph ids: unique on the node, never reused (0 is "unknown"). */
 u64 graph_seq = 0;
 /* Captures in progress on the node: 0 spares every launch the capture lookup. */
@@ -33,7 +30,7 @@ static __always_inline u64 capture_of(u32 pid, u64 stream)
 	ck.handle = *gid;
 	if (bpf_map_lookup_elem(&captures, &ck))
 		return ck.handle;
-	bpf_map_delete_elem(&capture_streams, &k);
+	delete_admitted(&capture_streams, &k, pid, QUOTA_CAPTURE_STREAMS);
 	return 0;
 }
 
@@ -61,6 +58,7 @@ static __always_inline u64 graph_id_of(u32 pid, u64 handle, bool assign)
 	struct handle_key k = {.pid = pid, .handle = handle};
 	u64 *id = bpf_map_lookup_elem(&graph_ids, &k);
 	u64 nid;
+	u32 drop;
 
 	if (id)
 		return *id;
@@ -69,12 +67,13 @@ static __always_inline u64 graph_id_of(u32 pid, u64 handle, bool assign)
 	nid = new_graph_id(pid);
 	if (!nid)
 		return 0;
-	if (bpf_map_update_elem(&graph_ids, &k, &nid, BPF_NOEXIST)) {
-		/* Another thread named it first, or the map is full. */
+	drop = store_admitted(&graph_ids, &k, &nid, pid, QUOTA_GRAPH_IDS | NEW_ONLY);
+	if (drop != NO_DROP) {
+		/* Another thread named it first, or refused. */
 		id = bpf_map_lookup_elem(&graph_ids, &k);
 		if (id)
 			return *id;
-		count_drop(DROP_GRAPH_MAPS);
+		count_drop(drop);
 		return 0;
 	}
 	return nid;
@@ -119,6 +118,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 	struct pid_quota *q;
 	struct capture c = {.origin = in->stream};
 	u64 gid = 0, out = 0;
+	u32 drop;
 	u64 *p;
 
 	switch (args_of(in->op)) {
@@ -131,11 +131,14 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		if (!gid)
 			return NO_DROP;
 		ck.handle = gid;
-		if (bpf_map_update_elem(&captures, &ck, &c, BPF_NOEXIST))
-			return DROP_CAPTURE;
-		if (bpf_map_update_elem(&capture_streams, &sk, &gid, BPF_ANY)) {
-			bpf_map_delete_elem(&captures, &ck);
-			return DROP_CAPTURE;
+		/* Refused (counted): the stream does not capture, its launches count as run. */
+		drop = store_admitted(&captures, &ck, &c, pid, QUOTA_CAPTURES | NEW_ONLY);
+		if (drop != NO_DROP)
+			return drop;
+		drop = store_admitted(&capture_streams, &sk, &gid, pid, QUOTA_CAPTURE_STREAMS);
+		if (drop != NO_DROP) {
+			delete_admitted(&captures, &ck, pid, QUOTA_CAPTURES);
+			return drop;
 		}
 		__sync_fetch_and_add(&live_captures, 1);
 		return NO_DROP;
@@ -150,24 +153,23 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		/* Only the origin's EndCapture ends a capture; the others fail. */
 		if (cur && cur->origin != in->stream)
 			return NO_DROP;
-		if (cur && !bpf_map_delete_elem(&captures, &ck))
+		if (cur && delete_admitted(&captures, &ck, pid, QUOTA_CAPTURES))
 			__sync_fetch_and_add(&live_captures, -1);
-		bpf_map_delete_elem(&capture_streams, &sk);
+		delete_admitted(&capture_streams, &sk, pid, QUOTA_CAPTURE_STREAMS);
 		if (ret || !cur || bpf_probe_read_user(&out, sizeof(out), (void *)in->arg0) || !out)
 			return NO_DROP;
 		k.handle = out;
-		return bpf_map_update_elem(&graph_ids, &k, &ck.handle, BPF_ANY) ? DROP_GRAPH_MAPS
-										: NO_DROP;
+		return store_admitted(&graph_ids, &k, &ck.handle, pid, QUOTA_GRAPH_IDS);
 	}
 	case ARGS_EVENT_RECORD:
 		if (ret || !live_captures)
 			return NO_DROP;
 		gid = capture_of(pid, in->stream);
-		if (!gid)
-			bpf_map_delete_elem(&capture_events, &k);
-		else if (bpf_map_update_elem(&capture_events, &k, &gid, BPF_ANY))
-			return DROP_CAPTURE;
-		return NO_DROP;
+		if (!gid) {
+			delete_admitted(&capture_events, &k, pid, QUOTA_CAPTURE_EVENTS);
+			return NO_DROP;
+		}
+		return store_admitted(&capture_events, &k, &gid, pid, QUOTA_CAPTURE_EVENTS);
 	case ARGS_STREAM_WAIT_EVENT:
 		if (ret || !live_captures)
 			return NO_DROP;
@@ -175,10 +177,10 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		if (!p)
 			return NO_DROP;
 		ck.handle = *p;
-		if (bpf_map_lookup_elem(&captures, &ck) &&
-		    bpf_map_update_elem(&capture_streams, &sk, &ck.handle, BPF_ANY))
-			return DROP_CAPTURE;
-		return NO_DROP;
+		if (!bpf_map_lookup_elem(&captures, &ck))
+			return NO_DROP;
+		return store_admitted(&capture_streams, &sk, &ck.handle, pid,
+				      QUOTA_CAPTURE_STREAMS);
 	case ARGS_GRAPH_INSTANTIATE:
 		if (ret || bpf_probe_read_user(&out, sizeof(out), (void *)in->arg0) || !out)
 			return NO_DROP;
@@ -190,7 +192,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 		gid = graph_id_of(pid, in->arg1, false);
 		if (!gid) {
 			/* A graph profi did not see built: its replays are unknown. */
-			if (!bpf_map_delete_elem(&graph_execs, &k)) {
+			if (delete_admitted(&graph_execs, &k, pid, QUOTA_GRAPH_EXECS)) {
 				q = bpf_map_lookup_elem(&pid_quotas, &pid);
 				if (q && q->execs)
 					__sync_fetch_and_add(&q->execs, -1);
@@ -204,12 +206,13 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 			return NO_DROP;
 		if (q->execs >= max_execs_per_pid)
 			return DROP_GRAPH_QUOTA;
-		if (bpf_map_update_elem(&graph_execs, &k, &gid, BPF_NOEXIST))
-			return DROP_GRAPH_MAPS;
+		drop = store_admitted(&graph_execs, &k, &gid, pid, QUOTA_GRAPH_EXECS | NEW_ONLY);
+		if (drop != NO_DROP)
+			return drop;
 		__sync_fetch_and_add(&q->execs, 1);
 		return NO_DROP;
 	case ARGS_GRAPH_EXEC_DESTROY:
-		if (ret || bpf_map_delete_elem(&graph_execs, &k))
+		if (ret || !delete_admitted(&graph_execs, &k, pid, QUOTA_GRAPH_EXECS))
 			return NO_DROP;
 		q = bpf_map_lookup_elem(&pid_quotas, &pid);
 		if (q && q->execs)
@@ -218,7 +221,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 	case ARGS_GRAPH_DESTROY:
 		/* Its id and nodes stay: executable graphs made from it still replay them. */
 		if (!ret)
-			bpf_map_delete_elem(&graph_ids, &k);
+			delete_admitted(&graph_ids, &k, pid, QUOTA_GRAPH_IDS);
 		return NO_DROP;
 	case ARGS_GRAPH_LAUNCH: {
 		struct replay_key rk = {.pid = pid, .dev = dev, .stream = in->stream};

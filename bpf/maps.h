@@ -20,7 +20,14 @@ struct {
 	__type(value, struct launch_val);
 } launch_agg SEC(".maps");
 
-/* LRU so that threads dying mid-call cannot leak entries. */
+/*
+ * LRU so that threads dying mid-call cannot leak entries. Not admitted
+ * (bpf/quota.h): an entry lives only while its thread is inside a probed
+ * call, and admission would cost every timed call two map operations. A
+ * process with more threads blocked inside probed calls than the map
+ * holds can evict another's entry: that call is lost, counted as
+ * DROP_ORPHAN_RETURN (docs/SECURITY.md).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 10240);
@@ -96,7 +103,9 @@ struct {
  * (rt_ops). Userspace reads both; for an op that always reaches the driver
  * at sites no other op uses, it writes those sites into rt_counted and
  * detaches the op's runtime probes: from then on the driver entry counts
- * the launch, labelled with the runtime op.
+ * the launch, labelled with the runtime op. Not admitted: keyed by
+ * runtime file, not process, and a full rt_sites costs other files their
+ * handover (two traps a launch, DROP_RT_LEARN), never a count.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -122,10 +131,12 @@ struct {
 /*
  * Current device of each thread, from successful cudaSetDevice calls: every
  * call's key carries it (thread_dev). Deleted when the thread exits
- * (thread_exit); LRU in case that hook is missing.
+ * (thread_exit), and by userspace when its process has exited. Not LRU, so
+ * that no process can evict another's: each thread's entry holds a unit of
+ * its tenant's share.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u64); /* pid_tgid */
 	__type(value, u32);
@@ -135,7 +146,8 @@ struct {
  * (pid, cudaKernel_t) handles whose call site was sent (NAME_LAUNCH_SITE):
  * a handle obtained before the agent attached has no __cudaGetKernel event,
  * and its call site (the nvcc-generated __device_stub_ function) names it.
- * LRU: a forgotten handle is only sent again.
+ * LRU, not admitted: an evicted handle, another process's too, is only
+ * sent again (one more name event), nothing is miscounted.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -165,10 +177,14 @@ struct {
 	__type(value, struct capture);
 } captures SEC(".maps");
 
-/* Events recorded on a capturing stream: waiting on one joins its capture. LRU: events are not
- * tracked to their destruction. */
+/*
+ * Events recorded on a capturing stream: waiting on one joins its capture.
+ * Not LRU, so that no process can evict another's: each event holds a unit
+ * of its process's share until it is recorded again outside a capture, or
+ * the process exits (events are not tracked to their destruction).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct handle_key); /* pid, event */
 	__type(value, u64);		/* graph id */
@@ -208,10 +224,13 @@ struct {
 
 /*
  * Per-process quotas (issue 17): graph ids and executable graphs against
- * their caps, admitted streams, and the keys the process holds in each
- * shared map (enum quota_map) against its share (pid_share). Written only
- * when a key is new (admit), never on the path of a key that exists.
- * Deleted by userspace when the process exits.
+ * their caps, admitted streams, the process's tenant, and the keys the
+ * process holds in each shared map (enum quota_map), which count against
+ * its tenant's share (pid_share). Written only when a key is new (admit),
+ * never on the path of a key that exists. A tenant holds at most its share
+ * of this map too (QUOTA_PID_QUOTAS), so no tenant can fill it. Deleted by
+ * userspace when the process exits, which then gives its units back to its
+ * tenant (tenant_returned).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -219,6 +238,35 @@ struct {
 	__type(key, u32);
 	__type(value, struct pid_quota);
 } pid_quotas SEC(".maps");
+
+/*
+ * Per-tenant quotas (issue 30 item 3; struct tenant_quota): the keys a
+ * tenant's processes hold in each quota map, taken and given back by BPF;
+ * and those userspace gave back when it deleted an exited process's keys.
+ * Entries of a tenant with no process left and nothing held are deleted
+ * by userspace.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* tenant */
+	__type(value, struct tenant_quota);
+} tenant_quotas SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64); /* tenant */
+	__type(value, struct tenant_quota);
+} tenant_returned SEC(".maps");
+
+/* Scratch for a new pid_quotas value: too big for the stack of its callers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct pid_quota);
+} quota_scratch SEC(".maps");
 
 /*
  * The streams each process may name in keys, (pid, stream): the first
@@ -271,9 +319,13 @@ struct {
 	__type(value, struct nccl_call);
 } nccl_inflight SEC(".maps");
 
-/* Communicators seen at init, per process: rank, size, unique id. */
+/*
+ * Communicators seen at init, per process: rank, size, unique id. Not LRU,
+ * so that no process can evict another's: each holds a unit of its
+ * process's share until the process exits.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct nccl_comm_key);
 	__type(value, struct nccl_comm);
@@ -301,11 +353,13 @@ struct {
 
 /*
  * Open NVTX ranges per thread (--enable-nvtx-tracing): the phase rule of
- * each, pushed and popped by nvtx_push/nvtx_pop. LRU: a thread that exits
- * with ranges open is also removed by thread_exit, and cannot leak anyway.
+ * each, pushed and popped by nvtx_push/nvtx_pop, deleted when the last
+ * range closes or the thread exits (thread_exit), and by userspace when its
+ * process has exited. Not LRU, so that no process can evict another's: each
+ * thread with a range open holds a unit of its tenant's share.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, u64); /* pid_tgid */
 	__type(value, struct nvtx_ranges);

@@ -56,7 +56,7 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	u32 pid = id >> 32;
 	u32 op = COOKIE_OP(cookie);
 	struct nccl_call *cur, *c;
-	u32 zero = 0;
+	u32 zero = 0, drop;
 	u64 count = 0, dtype = 0;
 
 	count_hit(pid);
@@ -119,8 +119,9 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 	}
 	c->bytes = count * nccl_type_size((u32)dtype);
 	c->start_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&nccl_inflight, &id, c, BPF_ANY))
-		count_drop(DROP_NCCL_INFLIGHT);
+	drop = store_admitted(&nccl_inflight, &id, c, pid, QUOTA_NCCL_INFLIGHT);
+	if (drop != NO_DROP)
+		count_drop(drop);
 	return 0;
 }
 
@@ -132,6 +133,7 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	struct nccl_call *c;
 	struct nccl_comm_key ck = {.pid = pid};
 	u64 comm;
+	u32 drop;
 	s32 ret;
 
 	count_hit(pid);
@@ -151,12 +153,14 @@ static __always_inline int nccl_return_impl(struct pt_regs *ctx)
 	/* ncclInProgress (7): a non-blocking init that goes on in the background. */
 	if (args_of(c->op) == ARGS_NCCL_INIT_RANK && (ret == 0 || ret == 7) && c->out &&
 	    !bpf_probe_read_user(&ck.comm, sizeof(ck.comm), (void *)c->out) && ck.comm) {
-		bpf_map_update_elem(&nccl_comms, &ck, &c->info, BPF_ANY);
+		drop = store_admitted(&nccl_comms, &ck, &c->info, pid, QUOTA_NCCL_COMMS);
+		if (drop != NO_DROP)
+			count_drop(drop);
 		comm = ck.comm;
 	}
 	add_nccl(id, c->op, comm, ret, c->bytes, true, now - c->start_ns);
 	/* The thread's NVTX ranges stay open: they end at their own pops. */
-	bpf_map_delete_elem(&nccl_inflight, &id);
+	delete_admitted(&nccl_inflight, &id, pid, QUOTA_NCCL_INFLIGHT);
 	return 0;
 }
 

@@ -149,9 +149,18 @@ int nvtx_push(struct pt_regs *ctx)
 	if (n && ptr && read_name(n, ptr, wide))
 		phase = name_phase(n->buf);
 
-	s = lookup_or_init(&nvtx_stack, &id, &zero, DROP_NVTX_STACK);
-	if (!s)
-		return 0;
+	s = bpf_map_lookup_elem(&nvtx_stack, &id);
+	if (!s) {
+		u32 drop =
+		    store_admitted(&nvtx_stack, &id, &zero, id >> 32, QUOTA_NVTX_STACK | NEW_ONLY);
+
+		s = bpf_map_lookup_elem(&nvtx_stack, &id);
+		if (!s) {
+			if (drop != NO_DROP)
+				count_drop(drop);
+			return 0;
+		}
+	}
 	d = s->depth;
 	if (d < NVTX_DEPTH)
 		s->phases[d & (NVTX_DEPTH - 1)] = phase;
@@ -173,7 +182,7 @@ int nvtx_pop(struct pt_regs *ctx)
 	if (!s || !s->depth)
 		return 0;
 	if (s->depth == 1)
-		bpf_map_delete_elem(&nvtx_stack, &id);
+		delete_admitted(&nvtx_stack, &id, id >> 32, QUOTA_NVTX_STACK);
 	else
 		s->depth--;
 	return 0;

@@ -1,13 +1,96 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Per-process admission to the shared maps (pid_quotas, pid_streams):
- * lookup_or_admit, and malloc_sizes' tracking.
+ * lookup_or_admit for the counters, store_admitted and delete_admitted
+ * for the state maps, and malloc_sizes' tracking.
  */
 #pragma once
 
-static __always_inline struct pid_quota *quota_of(u32 pid)
+/* "Nothing lost" (graph_return, store_admitted). */
+#define NO_DROP DROP_MAX
+
+/* The tenant of the current process, pid (struct pid_quota). */
+static __always_inline u64 tenant_of(u32 pid)
 {
-	return lookup_or_init(&pid_quotas, &pid, &zero_quota, DROP_PID_QUOTA);
+	u64 cg = bpf_get_current_cgroup_id();
+
+	/* 1: the root cgroup (also where every process is without cgroup v2). */
+	return cg > 1 ? cg : TENANT_PID | pid;
+}
+
+/*
+ * One unit of map qm's share for tenant t: false (none taken) when its
+ * share is used up. What it holds is what its processes took less what
+ * userspace gave back for those that exited (tenant_returned); read
+ * before the add, a return still being written only makes the tenant
+ * look fuller for a moment. qm must be a constant or checked < QUOTA_MAPS.
+ */
+static __always_inline bool take_tenant(struct tenant_quota *t, u64 tenant, u32 qm)
+{
+	struct tenant_quota *r = bpf_map_lookup_elem(&tenant_returned, &tenant);
+	u32 back = r ? r->keys[qm] : 0;
+	u32 n = tenant_share[qm];
+	s32 held;
+
+	held = (s32)(__sync_fetch_and_add(&t->keys[qm], 1) - back);
+	/* Below 0 only if userspace deleted the tenant's entry while a process took a unit. */
+	if (!n || held < 0 || (u32)held < n)
+		return true;
+	__sync_fetch_and_add(&t->keys[qm], -1);
+	return false;
+}
+
+/*
+ * Creates the quota of process pid, the current process, at its first new
+ * key: with its tenant, within the tenant's share of pid_quotas. Counted
+ * when refused or a map is full. Inlined into quota_of, its one caller.
+ */
+static __always_inline int new_quota(u32 pid)
+{
+	struct tenant_quota *t;
+	struct pid_quota *nq;
+	u32 zero = 0;
+
+	/* Built in a scratch value: the stack of the calls above is full. */
+	nq = bpf_map_lookup_elem(&quota_scratch, &zero);
+	if (!nq)
+		return -1;
+	__builtin_memset(nq, 0, sizeof(*nq));
+	nq->tenant = tenant_of(pid);
+	nq->keys[QUOTA_PID_QUOTAS] = 1;
+	t = lookup_or_init(&tenant_quotas, &nq->tenant, &zero_tenant, DROP_PID_QUOTA);
+	if (!t)
+		return -1;
+	if (!take_tenant(t, nq->tenant, QUOTA_PID_QUOTAS)) {
+		count_drop(DROP_PID_QUOTA);
+		return -1;
+	}
+	/* Failed: pid_quotas is full, or another thread created it (holding its own unit). */
+	if (bpf_map_update_elem(&pid_quotas, &pid, nq, BPF_NOEXIST)) {
+		__sync_fetch_and_add(&t->keys[QUOTA_PID_QUOTAS], -1);
+		if (!bpf_map_lookup_elem(&pid_quotas, &pid)) {
+			count_drop(DROP_PID_QUOTA);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The quota of process pid, the current process; NULL (counted) when it
+ * has none and gets none. Not inlined: one copy, off the hot path (a key
+ * that exists needs no quota), and a frame of its own at the bottom of a
+ * call chain keeps its callers' frames small: 6.1's verifier allows 512
+ * bytes of stack for a program's deepest chain (internal/bpfobj's
+ * TestStackDepth).
+ */
+static __noinline struct pid_quota *quota_of(u32 pid)
+{
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+
+	if (q || new_quota(pid))
+		return q;
+	return bpf_map_lookup_elem(&pid_quotas, &pid);
 }
 
 /*
@@ -59,6 +142,38 @@ static __always_inline bool stream_admitted(struct pid_quota *q, u32 pid, u64 st
 	return err == -EEXIST; /* another CPU admitted it first */
 }
 
+/*
+ * One unit of map qm for process q: of its own share and of its tenant's;
+ * false (none taken) when either is used up. qm must be a constant or
+ * checked < QUOTA_MAPS.
+ */
+static __always_inline bool take_unit(struct pid_quota *q, u32 qm)
+{
+	struct tenant_quota *t;
+
+	if (!take(&q->keys[qm], pid_share[qm]))
+		return false;
+	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
+	if (t && take_tenant(t, q->tenant, qm))
+		return true;
+	__sync_fetch_and_add(&q->keys[qm], -1);
+	return false;
+}
+
+/* Gives back a unit of map qm that process pid held (its key was deleted). */
+static __always_inline void give_unit(u32 pid, u32 qm)
+{
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+	struct tenant_quota *t;
+
+	if (!q || !q->keys[qm])
+		return;
+	__sync_fetch_and_add(&q->keys[qm], -1);
+	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
+	if (t)
+		__sync_fetch_and_add(&t->keys[qm], -1);
+}
+
 /* The drop counted when map qm itself is full. */
 static __always_inline u32 full_drop(u32 qm)
 {
@@ -73,6 +188,20 @@ static __always_inline u32 full_drop(u32 qm)
 		return DROP_MALLOC_SIZES;
 	case QUOTA_GRAPH_REPLAYS:
 		return DROP_GRAPH_REPLAYS;
+	case QUOTA_CAPTURE_STREAMS:
+	case QUOTA_CAPTURES:
+	case QUOTA_CAPTURE_EVENTS:
+		return DROP_CAPTURE;
+	case QUOTA_NCCL_INFLIGHT:
+		return DROP_NCCL_INFLIGHT;
+	case QUOTA_NCCL_COMMS:
+		return DROP_NCCL_COMMS;
+	case QUOTA_THREAD_DEVICE:
+		return DROP_THREAD_DEVICE;
+	case QUOTA_NVTX_STACK:
+		return DROP_NVTX_STACK;
+	case QUOTA_PID_QUOTAS:
+		return DROP_PID_QUOTA;
 	}
 	return DROP_GRAPH_MAPS;
 }
@@ -89,7 +218,6 @@ static __noinline void *admit(void *map, void *key, u64 *stream, const void *zer
 {
 	u32 pid = *(u32 *)key;
 	struct pid_quota *q;
-	u32 *used;
 	void *v;
 
 	q = quota_of(pid);
@@ -105,14 +233,13 @@ static __noinline void *admit(void *map, void *key, u64 *stream, const void *zer
 	asm volatile("" : "+r"(qm));
 	if (qm >= QUOTA_MAPS)
 		return NULL;
-	used = &q->keys[qm];
-	if (!take(used, pid_share[qm])) {
+	if (!take_unit(q, qm)) {
 		count_drop(DROP_PID_QUOTA);
 		return NULL;
 	}
 	/* Failed: the map is full, or another CPU inserted the key (and counted it). */
 	if (bpf_map_update_elem(map, key, zero, BPF_NOEXIST))
-		__sync_fetch_and_add(used, -1);
+		give_unit(pid, qm);
 	v = bpf_map_lookup_elem(map, key);
 	if (!v)
 		count_drop(full_drop(qm));
@@ -143,13 +270,11 @@ static __always_inline void *lookup_or_admit(void *map, void *key, u64 *stream, 
 static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
 {
 	struct pid_quota *q = quota_of(ak->pid);
-	u32 *used;
 	long err;
 
 	if (!q)
 		return false;
-	used = &q->keys[QUOTA_MALLOC_SIZES];
-	if (!take(used, pid_share[QUOTA_MALLOC_SIZES])) {
+	if (!take_unit(q, QUOTA_MALLOC_SIZES)) {
 		if (!bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
 			return true;
 		count_drop(DROP_PID_QUOTA);
@@ -158,7 +283,7 @@ static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
 	err = bpf_map_update_elem(&malloc_sizes, ak, av, BPF_NOEXIST);
 	if (!err)
 		return true;
-	__sync_fetch_and_add(used, -1);
+	give_unit(ak->pid, QUOTA_MALLOC_SIZES);
 	if (err == -EEXIST && !bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
 		return true;
 	count_drop(DROP_MALLOC_SIZES);
@@ -168,8 +293,62 @@ static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
 /* Gives back the unit of a malloc_sizes entry just deleted. */
 static __always_inline void untrack_alloc(u32 pid)
 {
-	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+	give_unit(pid, QUOTA_MALLOC_SIZES);
+}
 
-	if (q && q->keys[QUOTA_MALLOC_SIZES])
-		__sync_fetch_and_add(&q->keys[QUOTA_MALLOC_SIZES], -1);
+/*
+ * The state maps (issue 30: one process holding 4,096 open captures, or
+ * naming endless graph handles, filled captures and graph_ids, and every
+ * other process's captured launches counted as run and its graph kernels
+ * lost): capture_streams, captures, capture_events, graph_ids and
+ * nccl_inflight. Each key of process pid holds a unit of its share of map
+ * qm from its insert to its delete (delete_admitted), so what one process
+ * holds is bounded and a victim finds room.
+ *
+ * Stores val under key. A key that exists is replaced (no unit taken),
+ * unless qm has NEW_ONLY: then it fails like a full map. A new key takes
+ * a unit first. Returns NO_DROP when stored, DROP_PID_QUOTA when pid's
+ * share is used up (its process's keys are untouched), the map's own drop
+ * (full_drop) when the insert failed, and DROP_MAX + 1 when pid_quotas
+ * itself was full (counted already). Not inlined: one copy serves every
+ * map.
+ */
+#define NEW_ONLY 0x100
+
+static __noinline u32 store_admitted(void *map, void *key, void *val, u32 pid, u32 qm)
+{
+	bool replace = !(qm & NEW_ONLY);
+	struct pid_quota *q;
+	long err;
+
+	qm &= ~NEW_ONLY;
+	if (replace && !bpf_map_update_elem(map, key, val, BPF_EXIST))
+		return NO_DROP;
+	q = quota_of(pid);
+	if (!q)
+		return DROP_MAX + 1;
+	asm volatile("" : "+r"(qm));
+	if (qm >= QUOTA_MAPS)
+		return DROP_MAX + 1;
+	if (!take_unit(q, qm))
+		return DROP_PID_QUOTA;
+	err = bpf_map_update_elem(map, key, val, BPF_NOEXIST);
+	if (!err)
+		return NO_DROP;
+	give_unit(pid, qm);
+	/* Another CPU inserted it meanwhile (and holds its unit). */
+	if (err == -EEXIST && replace && !bpf_map_update_elem(map, key, val, BPF_EXIST))
+		return NO_DROP;
+	return full_drop(qm);
+}
+
+/* Deletes key of process pid from map qm's map; true (its unit given back) when it was there. */
+static __noinline bool delete_admitted(void *map, void *key, u32 pid, u32 qm)
+{
+	if (bpf_map_delete_elem(map, key))
+		return false;
+	asm volatile("" : "+r"(qm));
+	if (qm < QUOTA_MAPS)
+		give_unit(pid, qm);
+	return true;
 }

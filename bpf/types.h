@@ -33,10 +33,13 @@ enum drop {
 	DROP_GRAPH_QUOTA = 15,	 /* a process's graphs or executable graphs beyond their cap */
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
-	DROP_PID_QUOTA = 18, /* a process's share of a shared map used up (or pid_quotas full) */
-	DROP_RT_LEARN = 19,  /* rt_sites or rt_ops full: a runtime file's launches stay counted by
-				its own probes (two traps), nothing is lost */
-	DROP_MAX = 20,
+	DROP_PID_QUOTA = 18,  /* a process's share of a shared map used up (or pid_quotas full) */
+	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full: a runtime file's launches stay counted by
+				 its own probes (two traps), nothing is lost */
+	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
+	DROP_THREAD_DEVICE =
+	    21, /* thread_device full: a thread's later calls keep its old device */
+	DROP_MAX = 22,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -410,9 +413,12 @@ struct capture {
 
 /*
  * The shared maps whose keys a process creates at will (raw stream
- * handles, return codes, communicator and graph handles, device pointers):
- * each process may hold at most its share of each (pid_share[], set by
- * userspace from the map sizes: max_entries/4, at least 64).
+ * handles, return codes, communicator, capture, event and graph handles,
+ * device pointers, threads): each process may hold at most its share of
+ * each (pid_share[], set by userspace from the map sizes: max_entries/4,
+ * at least 64). The first six are counters, whose keys stay until the
+ * process exits (malloc_sizes: until the free); the others hold state,
+ * and a deleted key gives its unit back (store_admitted, delete_admitted).
  */
 enum quota_map {
 	QUOTA_AGGREGATED = 0,
@@ -421,7 +427,17 @@ enum quota_map {
 	QUOTA_MALLOC_SIZES = 3,
 	QUOTA_GRAPH_NODES = 4,
 	QUOTA_GRAPH_REPLAYS = 5,
-	QUOTA_MAPS = 6,
+	QUOTA_CAPTURE_STREAMS = 6,
+	QUOTA_CAPTURES = 7,
+	QUOTA_CAPTURE_EVENTS = 8,
+	QUOTA_GRAPH_IDS = 9,
+	QUOTA_NCCL_INFLIGHT = 10,
+	QUOTA_NCCL_COMMS = 11,
+	QUOTA_GRAPH_EXECS = 12,
+	QUOTA_THREAD_DEVICE = 13,
+	QUOTA_NVTX_STACK = 14,
+	QUOTA_PID_QUOTAS = 15, /* the tenant's processes (pid_quotas entries) */
+	QUOTA_MAPS = 16,
 };
 
 /*
@@ -433,12 +449,33 @@ enum quota_map {
 /*
  * What a process holds of the shared maps (pid_quotas, keyed by pid),
  * against its caps: graph ids and executable graphs (issue 16), admitted
- * streams, and its keys in each quota_map.
+ * streams, and its keys in each quota_map, which count against its
+ * tenant's share. The tenant is fixed at the process's first key.
  */
 struct pid_quota {
 	u32 graphs;
 	u32 execs;
 	u32 streams;
 	u32 pad;
+	u64 tenant; /* tenant_of: its cgroup v2 id, or TENANT_PID | pid */
+	u32 keys[QUOTA_MAPS];
+};
+
+/*
+ * A tenant (issue 30 item 3): the processes of one cgroup v2 (a container
+ * or pod), sharing one share of each quota map. A process in the root
+ * cgroup (a node with no cgroup v2 hierarchy mounted puts every process
+ * there) is a tenant of its own: TENANT_PID | pid.
+ */
+#define TENANT_PID (1ULL << 63)
+
+/*
+ * Keys of a tenant's processes in each quota map: taken and given back in
+ * BPF (tenant_quotas), and given back by userspace when it deletes an
+ * exited process's keys (tenant_returned, written only by userspace, so
+ * that it never overwrites BPF's atomic counts). What the tenant holds is
+ * the difference.
+ */
+struct tenant_quota {
 	u32 keys[QUOTA_MAPS];
 };

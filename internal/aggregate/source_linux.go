@@ -189,7 +189,7 @@ func (s MapSource) DeletePIDs(pids map[uint32]bool) error {
 	_, err6 := deleteWhere(s.Objects.NcclComms, func(k *bpfobj.ProfiNcclCommKey) bool { return pids[k.Pid] })
 	_, err7 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return pids[uint32(*tid>>32)] })
 	gone := func(pid uint32) bool { return pids[pid] }
-	errs := []error{err1, err2, err3, err5, err6, err7, s.deleteGraphs(gone), s.deleteQuotas(gone)}
+	errs := []error{err1, err2, err3, err5, err6, err7, s.deleteThreads(gone), s.deleteGraphs(gone), s.deleteQuotas(gone)}
 	// A stale claim would make a new process that reuses the PID invisible until the next scan.
 	_, err4 := deleteWhere(s.Objects.PidClaim, func(k *bpfobj.ProfiClaimKey) bool { return pids[k.Pid] })
 	errs = append(errs, err4)
@@ -212,7 +212,17 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 	// In-flight NCCL calls of processes that exited without the exit hook
 	// (raw tracepoint unavailable) would otherwise look hung forever.
 	n3, err3 := deleteWhere(s.Objects.NcclInflight, func(tid *uint64) bool { return isDead(uint32(*tid >> 32)) })
-	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteGraphs(isDead), s.deleteQuotas(isDead))
+	return n1 + n2 + n3, errors.Join(err1, err2, err3, s.deleteThreads(isDead), s.deleteGraphs(isDead), s.deleteQuotas(isDead))
+}
+
+// deleteThreads removes the per-thread entries (thread_device, nvtx_stack)
+// of processes for which gone is true: thread_exit deletes each thread's
+// own, and these are what a missing exit hook left behind.
+func (s MapSource) deleteThreads(gone func(pid uint32) bool) error {
+	tid := func(id *uint64) bool { return gone(uint32(*id >> 32)) }
+	_, err1 := deleteWhere(s.Objects.ThreadDevice, tid)
+	_, err2 := deleteWhere(s.Objects.NvtxStack, tid)
+	return errors.Join(err1, err2)
 }
 
 // deleteGraphs removes the CUDA graph state of processes for which gone is
@@ -233,11 +243,79 @@ func (s MapSource) deleteGraphs(gone func(pid uint32) bool) error {
 
 // deleteQuotas removes the per-process quotas (pid_quotas) and admitted
 // streams (pid_streams) of processes for which gone is true, after their
-// keys: a new process reusing the PID starts with its whole share.
+// keys: a new process reusing the PID starts afresh. What each still held
+// is given back to its tenant (tenant_returned: BPF writes tenant_quotas
+// with atomic adds, which a write from here would undo). A tenant with no
+// process left that holds nothing is deleted.
 func (s MapSource) deleteQuotas(gone func(pid uint32) bool) error {
 	_, err1 := deleteWhere(s.Objects.PidStreams, func(k *bpfobj.ProfiHandleKey) bool { return gone(k.Pid) })
-	_, err2 := deleteWhere(s.Objects.PidQuotas, func(pid *uint32) bool { return gone(*pid) })
-	return errors.Join(err1, err2)
+	back := map[uint64]*bpfobj.ProfiTenantQuota{}
+	live := map[uint64]bool{}
+	err2 := each(s.Objects.PidQuotas, func(pid uint32, q *bpfobj.ProfiPidQuota) {
+		if !gone(pid) {
+			live[q.Tenant] = true
+			return
+		}
+		b := back[q.Tenant]
+		if b == nil {
+			b = &bpfobj.ProfiTenantQuota{}
+			back[q.Tenant] = b
+		}
+		for m, n := range q.Keys {
+			b.Keys[m] += n
+		}
+	})
+	if err2 != nil {
+		return errors.Join(err1, err2)
+	}
+	_, err3 := deleteWhere(s.Objects.PidQuotas, func(pid *uint32) bool { return gone(*pid) })
+	if err3 != nil {
+		// Not given back: a quota left in place gives its units back at the next sweep.
+		return errors.Join(err1, err3)
+	}
+	var errs []error
+	for tenant, b := range back {
+		var r bpfobj.ProfiTenantQuota
+		if err := s.Objects.TenantReturned.Lookup(tenant, &r); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("lookup tenant_returned: %w", err))
+			continue
+		}
+		for m := range r.Keys {
+			r.Keys[m] += b.Keys[m]
+		}
+		if err := s.Objects.TenantReturned.Put(tenant, &r); err != nil {
+			errs = append(errs, fmt.Errorf("give back units of tenant %#x: %w", tenant, err))
+		}
+	}
+	return errors.Join(append(errs, err1, s.deleteIdleTenants(live))...)
+}
+
+// deleteIdleTenants deletes the entries of tenants that hold nothing and
+// have no process in pid_quotas (live). A process of such a tenant that
+// takes its first unit between the two reads and the delete loses that
+// count (at most one process's keys: BPF then treats the tenant as
+// holding nothing rather than less than nothing).
+func (s MapSource) deleteIdleTenants(live map[uint64]bool) error {
+	var idle []uint64
+	err := each(s.Objects.TenantQuotas, func(tenant uint64, t *bpfobj.ProfiTenantQuota) {
+		if live[tenant] {
+			return
+		}
+		var r bpfobj.ProfiTenantQuota
+		_ = s.Objects.TenantReturned.Lookup(tenant, &r) // absent: nothing returned
+		if t.Keys == r.Keys {
+			idle = append(idle, tenant)
+		}
+	})
+	for _, tenant := range idle {
+		// Returns first: in between, BPF sees the tenant fuller than it is, never emptier.
+		for _, m := range []*ebpf.Map{s.Objects.TenantReturned, s.Objects.TenantQuotas} {
+			if e := m.Delete(tenant); e != nil && !errors.Is(e, ebpf.ErrKeyNotExist) {
+				err = errors.Join(err, fmt.Errorf("delete tenant %#x from %s: %w", tenant, m, e))
+			}
+		}
+	}
+	return err
 }
 
 // deleteWhere collects matching keys first and deletes them afterwards,

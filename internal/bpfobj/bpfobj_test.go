@@ -112,12 +112,18 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_GRAPH_MAPS": uint64(DropGraphMaps), "DROP_GRAPH_QUOTA": uint64(DropGraphQuota),
 			"DROP_GRAPH_REPLAYS": uint64(DropGraphReplays), "DROP_CAPTURE": uint64(DropCapture),
 			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_RT_LEARN": uint64(DropRuntimeLearn),
+			"DROP_NCCL_COMMS": uint64(DropNCCLComms), "DROP_THREAD_DEVICE": uint64(DropThreadDevice),
 			"DROP_MAX": uint64(NumDrops),
 		}},
 		{"quota_map", map[string]uint64{
 			"QUOTA_AGGREGATED": uint64(QuotaAggregated), "QUOTA_LAUNCH_AGG": uint64(QuotaLaunchAgg),
 			"QUOTA_NCCL_AGG": uint64(QuotaNCCLAgg), "QUOTA_MALLOC_SIZES": uint64(QuotaMallocSizes),
 			"QUOTA_GRAPH_NODES": uint64(QuotaGraphNodes), "QUOTA_GRAPH_REPLAYS": uint64(QuotaGraphReplays),
+			"QUOTA_CAPTURE_STREAMS": uint64(QuotaCaptureStreams), "QUOTA_CAPTURES": uint64(QuotaCaptures),
+			"QUOTA_CAPTURE_EVENTS": uint64(QuotaCaptureEvents), "QUOTA_GRAPH_IDS": uint64(QuotaGraphIDs),
+			"QUOTA_NCCL_INFLIGHT": uint64(QuotaNCCLInflight), "QUOTA_NCCL_COMMS": uint64(QuotaNCCLComms),
+			"QUOTA_GRAPH_EXECS": uint64(QuotaGraphExecs), "QUOTA_THREAD_DEVICE": uint64(QuotaThreadDevice),
+			"QUOTA_NVTX_STACK": uint64(QuotaNVTXStack), "QUOTA_PID_QUOTAS": uint64(QuotaPIDQuotas),
 			"QUOTA_MAPS": uint64(NumQuotaMaps),
 		}},
 	}
@@ -352,9 +358,16 @@ func TestSpecQuotaDefaults(t *testing.T) {
 	if err := spec.Variables[ProfiVarPidShare].Get(&share); err != nil {
 		t.Fatal(err)
 	}
+	var tenant [NumQuotaMaps]uint32
+	if err := spec.Variables[ProfiVarTenantShare].Get(&tenant); err != nil {
+		t.Fatal(err)
+	}
 	for m, name := range QuotaMapNames {
 		if want := loadShare(spec.Maps[name].MaxEntries); share[m] != want || want == 0 {
 			t.Errorf("pid_share[%s] = %d, want %d", name, share[m], want)
+		}
+		if want := tenantLoadShare(spec.Maps[name].MaxEntries); tenant[m] != want || want == 0 {
+			t.Errorf("tenant_share[%s] = %d, want %d", name, tenant[m], want)
 		}
 	}
 	var streams uint32

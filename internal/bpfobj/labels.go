@@ -45,6 +45,8 @@ const (
 	DropCapture      Drop = ProfiDropDROP_CAPTURE
 	DropPIDQuota     Drop = ProfiDropDROP_PID_QUOTA
 	DropRuntimeLearn Drop = ProfiDropDROP_RT_LEARN
+	DropNCCLComms    Drop = ProfiDropDROP_NCCL_COMMS
+	DropThreadDevice Drop = ProfiDropDROP_THREAD_DEVICE
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 
@@ -83,23 +85,43 @@ type QuotaMap = ProfiQuotaMap
 
 // The shared maps with per-process quotas.
 const (
-	QuotaAggregated   QuotaMap = ProfiQuotaMapQUOTA_AGGREGATED
-	QuotaLaunchAgg    QuotaMap = ProfiQuotaMapQUOTA_LAUNCH_AGG
-	QuotaNCCLAgg      QuotaMap = ProfiQuotaMapQUOTA_NCCL_AGG
-	QuotaMallocSizes  QuotaMap = ProfiQuotaMapQUOTA_MALLOC_SIZES
-	QuotaGraphNodes   QuotaMap = ProfiQuotaMapQUOTA_GRAPH_NODES
-	QuotaGraphReplays QuotaMap = ProfiQuotaMapQUOTA_GRAPH_REPLAYS
-	NumQuotaMaps      QuotaMap = ProfiQuotaMapQUOTA_MAPS
+	QuotaAggregated     QuotaMap = ProfiQuotaMapQUOTA_AGGREGATED
+	QuotaLaunchAgg      QuotaMap = ProfiQuotaMapQUOTA_LAUNCH_AGG
+	QuotaNCCLAgg        QuotaMap = ProfiQuotaMapQUOTA_NCCL_AGG
+	QuotaMallocSizes    QuotaMap = ProfiQuotaMapQUOTA_MALLOC_SIZES
+	QuotaGraphNodes     QuotaMap = ProfiQuotaMapQUOTA_GRAPH_NODES
+	QuotaGraphReplays   QuotaMap = ProfiQuotaMapQUOTA_GRAPH_REPLAYS
+	QuotaCaptureStreams QuotaMap = ProfiQuotaMapQUOTA_CAPTURE_STREAMS
+	QuotaCaptures       QuotaMap = ProfiQuotaMapQUOTA_CAPTURES
+	QuotaCaptureEvents  QuotaMap = ProfiQuotaMapQUOTA_CAPTURE_EVENTS
+	QuotaGraphIDs       QuotaMap = ProfiQuotaMapQUOTA_GRAPH_IDS
+	QuotaNCCLInflight   QuotaMap = ProfiQuotaMapQUOTA_NCCL_INFLIGHT
+	QuotaNCCLComms      QuotaMap = ProfiQuotaMapQUOTA_NCCL_COMMS
+	QuotaGraphExecs     QuotaMap = ProfiQuotaMapQUOTA_GRAPH_EXECS
+	QuotaThreadDevice   QuotaMap = ProfiQuotaMapQUOTA_THREAD_DEVICE
+	QuotaNVTXStack      QuotaMap = ProfiQuotaMapQUOTA_NVTX_STACK
+	QuotaPIDQuotas      QuotaMap = ProfiQuotaMapQUOTA_PID_QUOTAS
+	NumQuotaMaps        QuotaMap = ProfiQuotaMapQUOTA_MAPS
 )
 
 // QuotaMapNames are the maps of the quota_map ids.
 var QuotaMapNames = [NumQuotaMaps]string{
-	QuotaAggregated:   ProfiMapAggregated,
-	QuotaLaunchAgg:    ProfiMapLaunchAgg,
-	QuotaNCCLAgg:      ProfiMapNcclAgg,
-	QuotaMallocSizes:  ProfiMapMallocSizes,
-	QuotaGraphNodes:   ProfiMapGraphNodes,
-	QuotaGraphReplays: ProfiMapGraphReplays,
+	QuotaAggregated:     ProfiMapAggregated,
+	QuotaLaunchAgg:      ProfiMapLaunchAgg,
+	QuotaNCCLAgg:        ProfiMapNcclAgg,
+	QuotaMallocSizes:    ProfiMapMallocSizes,
+	QuotaGraphNodes:     ProfiMapGraphNodes,
+	QuotaGraphReplays:   ProfiMapGraphReplays,
+	QuotaCaptureStreams: ProfiMapCaptureStreams,
+	QuotaCaptures:       ProfiMapCaptures,
+	QuotaCaptureEvents:  ProfiMapCaptureEvents,
+	QuotaGraphIDs:       ProfiMapGraphIds,
+	QuotaNCCLInflight:   ProfiMapNcclInflight,
+	QuotaNCCLComms:      ProfiMapNcclComms,
+	QuotaGraphExecs:     ProfiMapGraphExecs,
+	QuotaThreadDevice:   ProfiMapThreadDevice,
+	QuotaNVTXStack:      ProfiMapNvtxStack,
+	QuotaPIDQuotas:      ProfiMapPidQuotas,
 }
 
 // MinPIDShare is the least share of a shared map a process gets, however
@@ -113,6 +135,25 @@ const MinPIDShare = 64
 // holds more than a quarter.
 func PIDShare(maxEntries uint32) uint32 {
 	return min(max(maxEntries/4, MinPIDShare), maxEntries)
+}
+
+// TenantShare is how many keys of a shared map of maxEntries the
+// processes of one tenant (a cgroup: a container or pod) may hold
+// together (docs/METRICS.md, "Per-process quotas"): half the map, at
+// least MinPIDShare, at most the whole map. Twice a process's share, so
+// that the processes of a multi-GPU pod each get theirs while no tenant
+// holds more than half of any map.
+func TenantShare(maxEntries uint32) uint32 {
+	return min(max(maxEntries/2, MinPIDShare), maxEntries)
+}
+
+// tenantLoadShare is tenant_share's value for a map of maxEntries: its
+// TenantShare, or 0 (no quota) when that would be the whole map.
+func tenantLoadShare(maxEntries uint32) uint32 {
+	if s := TenantShare(maxEntries); s < maxEntries {
+		return s
+	}
+	return 0
 }
 
 // loadShare is pid_share's value for a map of maxEntries: its PIDShare, or

@@ -93,7 +93,9 @@ const (
 	ProfiDropDROP_CAPTURE       ProfiDrop = 17
 	ProfiDropDROP_PID_QUOTA     ProfiDrop = 18
 	ProfiDropDROP_RT_LEARN      ProfiDrop = 19
-	ProfiDropDROP_MAX           ProfiDrop = 20
+	ProfiDropDROP_NCCL_COMMS    ProfiDrop = 20
+	ProfiDropDROP_THREAD_DEVICE ProfiDrop = 21
+	ProfiDropDROP_MAX           ProfiDrop = 22
 )
 
 type ProfiGraphNodeKey struct {
@@ -595,19 +597,30 @@ type ProfiPidQuota struct {
 	Execs   uint32
 	Streams uint32
 	Pad     uint32
-	Keys    [6]uint32
+	Tenant  uint64
+	Keys    [16]uint32
 }
 
 type ProfiQuotaMap uint32
 
 const (
-	ProfiQuotaMapQUOTA_AGGREGATED    ProfiQuotaMap = 0
-	ProfiQuotaMapQUOTA_LAUNCH_AGG    ProfiQuotaMap = 1
-	ProfiQuotaMapQUOTA_NCCL_AGG      ProfiQuotaMap = 2
-	ProfiQuotaMapQUOTA_MALLOC_SIZES  ProfiQuotaMap = 3
-	ProfiQuotaMapQUOTA_GRAPH_NODES   ProfiQuotaMap = 4
-	ProfiQuotaMapQUOTA_GRAPH_REPLAYS ProfiQuotaMap = 5
-	ProfiQuotaMapQUOTA_MAPS          ProfiQuotaMap = 6
+	ProfiQuotaMapQUOTA_AGGREGATED      ProfiQuotaMap = 0
+	ProfiQuotaMapQUOTA_LAUNCH_AGG      ProfiQuotaMap = 1
+	ProfiQuotaMapQUOTA_NCCL_AGG        ProfiQuotaMap = 2
+	ProfiQuotaMapQUOTA_MALLOC_SIZES    ProfiQuotaMap = 3
+	ProfiQuotaMapQUOTA_GRAPH_NODES     ProfiQuotaMap = 4
+	ProfiQuotaMapQUOTA_GRAPH_REPLAYS   ProfiQuotaMap = 5
+	ProfiQuotaMapQUOTA_CAPTURE_STREAMS ProfiQuotaMap = 6
+	ProfiQuotaMapQUOTA_CAPTURES        ProfiQuotaMap = 7
+	ProfiQuotaMapQUOTA_CAPTURE_EVENTS  ProfiQuotaMap = 8
+	ProfiQuotaMapQUOTA_GRAPH_IDS       ProfiQuotaMap = 9
+	ProfiQuotaMapQUOTA_NCCL_INFLIGHT   ProfiQuotaMap = 10
+	ProfiQuotaMapQUOTA_NCCL_COMMS      ProfiQuotaMap = 11
+	ProfiQuotaMapQUOTA_GRAPH_EXECS     ProfiQuotaMap = 12
+	ProfiQuotaMapQUOTA_THREAD_DEVICE   ProfiQuotaMap = 13
+	ProfiQuotaMapQUOTA_NVTX_STACK      ProfiQuotaMap = 14
+	ProfiQuotaMapQUOTA_PID_QUOTAS      ProfiQuotaMap = 15
+	ProfiQuotaMapQUOTA_MAPS            ProfiQuotaMap = 16
 )
 
 type ProfiReplayKey struct {
@@ -658,6 +671,11 @@ type ProfiRtSiteVal struct {
 	Merged uint64
 }
 
+type ProfiTenantQuota struct {
+	_    structs.HostLayout
+	Keys [16]uint32
+}
+
 type ProfiTextRange struct {
 	_      structs.HostLayout
 	Start  uint64
@@ -700,11 +718,14 @@ const (
 	ProfiMapPidLastHit          = "pid_last_hit"
 	ProfiMapPidQuotas           = "pid_quotas"
 	ProfiMapPidStreams          = "pid_streams"
+	ProfiMapQuotaScratch        = "quota_scratch"
 	ProfiMapRtCounted           = "rt_counted"
 	ProfiMapRtLaunches          = "rt_launches"
 	ProfiMapRtOps               = "rt_ops"
 	ProfiMapRtSites             = "rt_sites"
 	ProfiMapRtText              = "rt_text"
+	ProfiMapTenantQuotas        = "tenant_quotas"
+	ProfiMapTenantReturned      = "tenant_returned"
 	ProfiMapThreadDevice        = "thread_device"
 	ProfiProgDlEvent            = "dl_event"
 	ProfiProgLaunchEntry        = "launch_entry"
@@ -732,6 +753,7 @@ const (
 	ProfiVarOpUnit              = "op_unit"
 	ProfiVarPidShare            = "pid_share"
 	ProfiVarSampleRate          = "sample_rate"
+	ProfiVarTenantShare         = "tenant_share"
 	ProfiVarUnusedCrashEvent    = "unused_crash_event"
 	ProfiVarUnusedDrop          = "unused_drop"
 	ProfiVarUnusedGraphNodeType = "unused_graph_node_type"
@@ -833,11 +855,14 @@ type ProfiMapSpecs struct {
 	PidLastHit     *ebpf.MapSpec `ebpf:"pid_last_hit"`
 	PidQuotas      *ebpf.MapSpec `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
+	QuotaScratch   *ebpf.MapSpec `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
 	RtOps          *ebpf.MapSpec `ebpf:"rt_ops"`
 	RtSites        *ebpf.MapSpec `ebpf:"rt_sites"`
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
+	TenantQuotas   *ebpf.MapSpec `ebpf:"tenant_quotas"`
+	TenantReturned *ebpf.MapSpec `ebpf:"tenant_returned"`
 	ThreadDevice   *ebpf.MapSpec `ebpf:"thread_device"`
 }
 
@@ -861,6 +886,7 @@ type ProfiVariableSpecs struct {
 	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
 	PidShare            *ebpf.VariableSpec `ebpf:"pid_share"`
 	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
+	TenantShare         *ebpf.VariableSpec `ebpf:"tenant_share"`
 	UnusedCrashEvent    *ebpf.VariableSpec `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
@@ -924,11 +950,14 @@ type ProfiMaps struct {
 	PidLastHit     *ebpf.Map `ebpf:"pid_last_hit"`
 	PidQuotas      *ebpf.Map `ebpf:"pid_quotas"`
 	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
+	QuotaScratch   *ebpf.Map `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
 	RtOps          *ebpf.Map `ebpf:"rt_ops"`
 	RtSites        *ebpf.Map `ebpf:"rt_sites"`
 	RtText         *ebpf.Map `ebpf:"rt_text"`
+	TenantQuotas   *ebpf.Map `ebpf:"tenant_quotas"`
+	TenantReturned *ebpf.Map `ebpf:"tenant_returned"`
 	ThreadDevice   *ebpf.Map `ebpf:"thread_device"`
 }
 
@@ -964,11 +993,14 @@ func (m *ProfiMaps) Close() error {
 		m.PidLastHit,
 		m.PidQuotas,
 		m.PidStreams,
+		m.QuotaScratch,
 		m.RtCounted,
 		m.RtLaunches,
 		m.RtOps,
 		m.RtSites,
 		m.RtText,
+		m.TenantQuotas,
+		m.TenantReturned,
 		m.ThreadDevice,
 	)
 }
@@ -993,6 +1025,7 @@ type ProfiVariables struct {
 	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
 	PidShare            *ebpf.Variable `ebpf:"pid_share"`
 	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
+	TenantShare         *ebpf.Variable `ebpf:"tenant_share"`
 	UnusedCrashEvent    *ebpf.Variable `ebpf:"unused_crash_event"`
 	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedGraphNodeType *ebpf.Variable `ebpf:"unused_graph_node_type"`

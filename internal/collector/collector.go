@@ -251,6 +251,8 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropCapture:      "capture_streams",
 	bpfobj.DropPIDQuota:     "pid_quota",
 	bpfobj.DropRuntimeLearn: "rt_sites",
+	bpfobj.DropNCCLComms:    "nccl_comms",
+	bpfobj.DropThreadDevice: "thread_device",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -75,6 +75,8 @@ func TestStatus(t *testing.T) {
 			"capture_streams":   uint64(bpfobj.DropCapture) + 1,
 			"pid_quota":         uint64(bpfobj.DropPIDQuota) + 1,
 			"rt_sites":          uint64(bpfobj.DropRuntimeLearn) + 1,
+			"nccl_comms":        uint64(bpfobj.DropNCCLComms) + 1,
+			"thread_device":     uint64(bpfobj.DropThreadDevice) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
 			t.Errorf("Drops = %v, want %v", doc.Drops, wantDrops)

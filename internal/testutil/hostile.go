@@ -103,6 +103,25 @@ func (w *Workload) RunHostile() (*HostileTruth, error) {
 	return &h, nil
 }
 
+// RunHostileCommand sends the hostile workload one of its other commands
+// ("captures N", "graphids N") and returns its summary: what it did, by name.
+func (w *Workload) RunHostileCommand(cmd string) (map[string]int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send(cmd); err != nil {
+		return nil, err
+	}
+	line, err := w.waitLine(w.opts.runTimeout, "hostile summary JSON")
+	if err != nil {
+		return nil, err
+	}
+	var h map[string]int
+	if err := json.Unmarshal([]byte(line), &h); err != nil {
+		return nil, w.errorf("bad hostile summary %q: %v", line, err)
+	}
+	return h, nil
+}
+
 // hostMachine is the ELF machine of the host's code.
 func hostMachine() elf.Machine {
 	if runtime.GOARCH == "arm64" {

@@ -6,6 +6,14 @@
  *   mallocs:  N allocations of 4096 bytes, never freed (N live pointers);
  *   errors:   N async copies on the default stream returning the codes 1..N.
  *
+ * Besides, against the capture and graph maps (issue 30 item 2):
+ *
+ *   "captures N": N captures begun, one per fake stream handle, never
+ *     ended (N open captures) -> {"captures":N};
+ *   "graphids N": N times, a capture into one graph (cudaStreamBeginCaptureToGraph
+ *     on one stream and graph handle) ended with cudaStreamEndCapture, which
+ *     hands out a new graph handle each time -> {"graphids":N}.
+ *
  * stdin protocol: prints "ready <pid>"; "go" -> the four phases, in that
  * order -> one JSON line {"n":N,"streams":N,"launches":N,"mallocs":N,
  * "errors":N}; "exit" or EOF -> exit 0. Usage: hostile [N] (default 3000). */
@@ -24,6 +32,10 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream
 int cudaLaunchKernel(const void *fn, hostile_dim3 grid, hostile_dim3 block, void **args,
 		     size_t shmem, void *stream);
 int cudaMalloc(void **p, size_t size);
+int cudaStreamBeginCapture(void *stream, int mode);
+int cudaStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *edges,
+				  size_t n, int mode);
+int cudaStreamEndCapture(void *stream, void **graph);
 
 /* The i-th fake stream handle: never 0 (default) nor ~0. */
 static void *stream_of(long i) { return (void *)(uintptr_t)(0x10000 + 16 * i); }
@@ -40,6 +52,23 @@ int main(int argc, char **argv)
 	while (fgets(line, sizeof(line), stdin)) {
 		if (!strcmp(line, "exit\n"))
 			break;
+		if (sscanf(line, "captures %ld", &n) == 1) {
+			for (i = 0; i < n; i++)
+				cudaStreamBeginCapture(stream_of(i), 0);
+			printf("{\"captures\":%ld}\n", n);
+			continue;
+		}
+		if (sscanf(line, "graphids %ld", &n) == 1) {
+			for (i = 0; i < n; i++) {
+				void *g;
+
+				cudaStreamBeginCaptureToGraph(stream_of(0), (void *)0x4000, NULL, NULL, 0,
+							      0);
+				cudaStreamEndCapture(stream_of(0), &g);
+			}
+			printf("{\"graphids\":%ld}\n", n);
+			continue;
+		}
 		if (strcmp(line, "go\n")) {
 			fprintf(stderr, "unknown command %s", line);
 			return 1;

@@ -1,0 +1,340 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/ops"
+	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/testenv"
+)
+
+// Issue 30 item 2: the capture and graph maps are shared by every process
+// on the node, and a process adds keys to them at will. A hostile process
+// (test/workloads/hostile.c, its own libcudart.so.12) fills one while a
+// victim (test/workloads/graphs.c) captures, builds and replays graphs
+// after it; the victim's launches, captured launches and graph kernels
+// must stay exact, the hostile process must hold exactly its share
+// (bpfobj.PIDShare of the map) and every refused key be counted in
+// profi_system_bpf_map_drops_total{map="pid_quota"}.
+
+// Sizes of the capture and graph maps (bpf/maps.h): fixed, no flag.
+const (
+	capturesSize = 4096
+	graphIDsSize = 65536
+)
+
+// hostileGraphFigures is what one scrape says about the victim's launches
+// and the hostile process, for the checks and the log (the issue's before
+// and after figures).
+type hostileGraphFigures struct {
+	launches, captured, graphKernels float64 // the victim's, summed over kernels
+	hostileCalls                     map[string]float64
+	drops                            map[string]float64
+}
+
+func readHostileGraphs(mfs map[string]*dto.MetricFamily, victim, hostile int) hostileGraphFigures {
+	f := hostileGraphFigures{hostileCalls: map[string]float64{}, drops: map[string]float64{}}
+	v, h := strconv.Itoa(victim), strconv.Itoa(hostile)
+	for fam, n := range map[string]*float64{
+		"profi_cuda_kernel_launches_total":         &f.launches,
+		"profi_cuda_graph_captured_launches_total": &f.captured,
+		"profi_cuda_graph_kernel_launches_total":   &f.graphKernels,
+	} {
+		for _, s := range testutil.Samples(mfs[fam]) {
+			if s.Labels["pid"] == v {
+				*n += s.Value
+			}
+		}
+	}
+	for _, s := range testutil.Samples(mfs["profi_cuda_calls_total"]) {
+		if s.Labels["pid"] == h {
+			f.hostileCalls[s.Labels["operation"]] += s.Value
+		}
+	}
+	for _, s := range testutil.Samples(mfs["profi_system_bpf_map_drops_total"]) {
+		f.drops[s.Labels["map"]] = s.Value
+	}
+	return f
+}
+
+// requireGraphsBeside is requireGraphs for a victim beside a hostile
+// process: the latency families carry no pid, so they hold the hostile
+// process's calls too; check tests the hostile process's figures.
+func requireGraphsBeside(t *testing.T, a *testutil.Agent, m mode, victim, hostile int, gt testutil.GraphsTruth,
+	check func(f hostileGraphFigures) error) {
+	t.Helper()
+	base := graphsWant(m, victim, gt)
+	newOps := graphsNewOps(m, gt)
+	var last hostileGraphFigures
+	var victimDiff string
+	err := testenv.Eventually(20*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		f := readHostileGraphs(mfs, victim, hostile)
+		last = f
+		got := graphsObserved(mfs, victim)
+		want := maps.Clone(base)
+		graphsNewOpsWant(want, got, victim, gt, newOps)
+		for op, n := range f.hostileCalls {
+			if _, timed := got[key("profi_cuda_duration_count_total", "operation="+op)]; !timed {
+				continue
+			}
+			for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
+				key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
+				key("profi_cuda_duration_seconds", "operation="+op)} {
+				want[k] += n
+			}
+		}
+		if victimDiff = diff(want, got); victimDiff != "" {
+			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
+		}
+		return check(f)
+	})
+	t.Logf("victim: launches %v of %v, captured launches %v of %v, graph kernels %v of %v; hostile calls %v; drops pid_quota %v capture_streams %v graph_nodes %v graph_quota %v",
+		last.launches, testutil.Sum(gt.Launches), last.captured, testutil.Sum(gt.Captured), last.graphKernels, testutil.Sum(gt.GraphKernels),
+		last.hostileCalls, last.drops["pid_quota"], last.drops["capture_streams"], last.drops["graph_nodes"], last.drops["graph_quota"])
+	if victimDiff != "" {
+		t.Logf("victim: %d series differ", strings.Count(victimDiff, "\n"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startHostileBeside starts the agent (anonymous kernel mode, full
+// profile), the hostile workload and the graphs workload, and waits until
+// both are attached.
+func startHostileBeside(t *testing.T) (*testutil.Agent, *testutil.Workload, *client) {
+	t.Helper()
+	m := mode{ops.KernelModeAnonymous, ops.ProfileFull}
+	a := startGraphsAgent(t, m)
+	hostile := startWorkload(t, fixtures.Hostile, []string{"0"})
+	victim := startClient(t, nil, fixtures.Graphs, strconv.Itoa(graphsReplays))
+	waitAttached(t, a, hostile.PID)
+	return a, hostile, victim
+}
+
+// One process holding 4,096 open captures (one per fake stream), the size
+// of captures: before, the map was full and the victim's captures failed
+// (its captured launches counted as run, its graphs empty). It holds its
+// share (1,024) of captures and capture_streams; the other 3,072 captures
+// are refused, each counted once.
+func TestHostileOpenCaptures(t *testing.T) {
+	a, hostile, victim := startHostileBeside(t)
+	const n = capturesSize
+	h, err := hostile.RunHostileCommand("captures " + strconv.Itoa(n))
+	if err != nil || h["captures"] != n {
+		t.Fatalf("hostile captures: %v %v", h, err)
+	}
+	var gt testutil.GraphsTruth
+	pid := victim.run(t, a, &gt)
+	share := float64(bpfobj.PIDShare(capturesSize))
+	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
+		switch {
+		case f.hostileCalls["cudaStreamBeginCapture"] != n:
+			return fmt.Errorf("hostile cudaStreamBeginCapture calls %v, want %d", f.hostileCalls["cudaStreamBeginCapture"], n)
+		case f.drops["pid_quota"] != n-share:
+			return fmt.Errorf("pid_quota drops %v, want the refused captures %v", f.drops["pid_quota"], n-share)
+		case f.drops["capture_streams"] != 0 || f.drops["graph_nodes"] != 0 || f.drops["graph_quota"] != 0:
+			return fmt.Errorf("a capture or graph map filled up")
+		}
+		return nil
+	})
+}
+
+// One process capturing into one graph and ending the capture again and
+// again, its runtime handing out a new graph handle at each end: 70,000
+// handles, more than graph_ids holds (65,536). Before, the map was full
+// and the victim's graphs unknown (its graph kernels 0). It holds its
+// share (16,384) of graph_ids: the graph it captures into and 16,383
+// ended captures' handles; every other handle is refused, counted once.
+func TestHostileGraphHandles(t *testing.T) {
+	a, hostile, victim := startHostileBeside(t)
+	const n = 70000
+	h, err := hostile.RunHostileCommand("graphids " + strconv.Itoa(n))
+	if err != nil || h["graphids"] != n {
+		t.Fatalf("hostile graphids: %v %v", h, err)
+	}
+	var gt testutil.GraphsTruth
+	pid := victim.run(t, a, &gt)
+	share := float64(bpfobj.PIDShare(graphIDsSize))
+	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
+		switch {
+		case f.hostileCalls["cudaStreamBeginCaptureToGraph"] != n || f.hostileCalls["cudaStreamEndCapture"] != n:
+			return fmt.Errorf("hostile calls %v, want %d captures into a graph and %d ends", f.hostileCalls, n, n)
+		case f.drops["pid_quota"] != n-(share-1):
+			return fmt.Errorf("pid_quota drops %v, want the refused graph handles %v", f.drops["pid_quota"], n-(share-1))
+		case f.drops["capture_streams"] != 0 || f.drops["graph_nodes"] != 0 || f.drops["graph_quota"] != 0:
+			return fmt.Errorf("a capture or graph map filled up")
+		}
+		return nil
+	})
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted
+// (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a hybrid
+// one); the test is skipped without one.
+func cgroup2Root(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); ok && strings.HasPrefix(post, "cgroup2 ") && len(f) >= 5 {
+			return f[4]
+		}
+	}
+	t.Skip("no cgroup v2 hierarchy mounted")
+	return ""
+}
+
+// inNewCgroup creates a cgroup v2 directory for this test and returns the
+// option that starts a workload inside it (clone3 CLONE_INTO_CGROUP: the
+// process is in it from its first instruction, so its tenant is that
+// cgroup from its first key). The directory is removed after the
+// workloads have stopped.
+func inNewCgroup(t *testing.T, name string) testutil.Option {
+	t.Helper()
+	dir := filepath.Join(cgroup2Root(t), fmt.Sprintf("profi-e2e-%s-%d", name, os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the workloads' cleanups.
+	t.Cleanup(func() {
+		unix.Close(fd)
+		// The last process may still be leaving the cgroup.
+		_ = testenv.Eventually(5*time.Second, func() error { return os.Remove(dir) })
+	})
+	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
+}
+
+// Issue 30 item 3: four copies of the hostile workload in one cgroup (a
+// hostile pod), each at its process's share of aggregated (a quarter:
+// 512 of 2,048), filled the map before: a victim in another cgroup then
+// had most of its calls lost. The tenant is the cgroup: together the four
+// hold exactly the tenant's share (half: 1,024), each at most a process's
+// share, every refused call counted as pid_quota; the victim is exact.
+func TestHostileTenantCgroup(t *testing.T) {
+	const hostiles, n = 4, 3000
+	a := startAgent(t)
+	hostileCg, victimCg := inNewCgroup(t, "hostile"), inNewCgroup(t, "victim")
+	var hs []*testutil.Workload
+	for range hostiles {
+		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, hostileCg))
+	}
+	victim := startWorkload(t, fixtures.Workload, defaultArgs, victimCg)
+	for _, h := range hs {
+		waitAttached(t, a, h.PID)
+	}
+	waitAttached(t, a, victim.PID)
+	for _, h := range hs {
+		if got, err := h.RunHostile(); err != nil || got.N != n {
+			t.Fatalf("hostile run: %+v %v", got, err)
+		}
+	}
+	gt := runPhase(t, victim)
+	want := expected([]*testutil.GroundTruth{gt})
+
+	const aggregatedSize = 2048 // --aggregated-size's default
+	pidShare, tenantShare := float64(bpfobj.PIDShare(aggregatedSize)), float64(bpfobj.TenantShare(aggregatedSize))
+	var figures []hostileFigures
+	var victimDiff string
+	var victimCalls, victimWant float64
+	err := testenv.Eventually(20*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		// Histograms carry no pid: they hold the hostile processes' counted calls too.
+		w := maps.Clone(want)
+		figures = figures[:0]
+		var keys, calls float64
+		for _, h := range hs {
+			f := readHostile(mfs, h.PID)
+			figures = append(figures, f)
+			for op, v := range f.calls {
+				calls += v
+				if op == "cudaLaunchKernel" {
+					continue // anonymous mode: not timed
+				}
+				for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
+					key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
+					key("profi_cuda_duration_seconds", "operation="+op)} {
+					w[k] += v
+				}
+			}
+			// The process's aggregated keys: one per copy stream but the
+			// default, one per error code (on the default stream), cudaMalloc's.
+			k := float64(f.errorCodes)
+			for s := range f.copyStreams {
+				if s != "default" {
+					k++
+				}
+			}
+			if f.mallocCalls > 0 {
+				k++
+			}
+			if k > pidShare {
+				return fmt.Errorf("hostile %d holds %v aggregated keys, over a process's share %v", h.PID, k, pidShare)
+			}
+			keys += k
+		}
+		got := observed(mfs, victim.PID)
+		victimCalls, victimWant = 0, 0
+		for k, v := range got {
+			if strings.HasPrefix(k, "profi_cuda_calls_total{") {
+				victimCalls += v
+			}
+		}
+		for k, v := range want {
+			if strings.HasPrefix(k, "profi_cuda_calls_total{") {
+				victimWant += v
+			}
+		}
+		victimDiff = diff(w, got)
+		drops := figures[0].drops
+		switch {
+		case victimDiff != "":
+			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
+		case keys != tenantShare:
+			return fmt.Errorf("the hostile cgroup holds %v aggregated keys, want its share %v", keys, tenantShare)
+		case calls+drops["pid_quota"] != hostiles*4*n:
+			return fmt.Errorf("hostile calls counted %v + pid_quota drops %v, want every call of the %d phases %d", calls, drops["pid_quota"], 4, hostiles*4*n)
+		case drops["aggregated"] != 0 || drops["launch_agg"] != 0 || drops["malloc_sizes"] != 0:
+			return fmt.Errorf("a shared map filled up")
+		}
+		return nil
+	})
+	for i, f := range figures {
+		t.Logf("hostile %d: %s", i, f)
+	}
+	t.Logf("victim: %v of %v calls counted", victimCalls, victimWant)
+	if victimDiff != "" {
+		t.Logf("victim: %d series differ", strings.Count(victimDiff, "\n"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
