@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -121,6 +122,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	self := collector.NewSelf()
+	// --probe-traced-processes (docs/OPERATIONS.md, "Traced processes").
+	excludeTraced := attach.ExcludesTraced(cfg.ProbeTracedProcesses, runtime.GOARCH)
 	attacher := attach.New(attach.Options{
 		MaxFilesPerPID: cfg.MaxAttachedFilesPerPID,
 		MaxFiles:       cfg.MaxAttachedFiles,
@@ -137,6 +140,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Budget:         cfg.OverheadBudget > 0,
 		UprobeMulti:    objs.UprobeMulti,
 		NVTX:           cfg.EnableNVTX,
+		ExcludeTraced:  excludeTraced,
+		Inflight:       []*ebpf.Map{objs.Inflight, objs.NcclInflight},
 	})
 	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti}
 	exitHook, err := attach.ExitHook(objs.ThreadExit)
@@ -307,7 +312,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error {
 		return attacher.Run(ctx, attach.LoopOptions{
 			Trigger:  passDue,
-			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID, NVTX: cfg.EnableNVTX},
+			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID, NVTX: cfg.EnableNVTX, Tracers: excludeTraced},
 			ProcRoot: cfg.ProcPath,
 			Interval: cfg.RefreshInterval,
 			Observe:  func(d time.Duration) { self.ScanDuration.Observe(d.Seconds()) },

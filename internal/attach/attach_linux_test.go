@@ -551,7 +551,7 @@ func TestUprobeMultiLinksPerProgram(t *testing.T) {
 					if f == nil {
 						t.Fatalf("not attached: %+v", a.Status().Failed)
 					}
-					links[multi] = [2]int{f.links.Len(), f.hot.Len()}
+					links[multi] = f.sets[os.Getpid()].classLen()
 					st[multi] = a.Status().Attached[0]
 					_ = a.Close()
 				}
@@ -678,7 +678,7 @@ func TestAttachDescriptorsPerFile(t *testing.T) {
 		if f == nil {
 			t.Fatalf("not attached: %+v", a.Status().Failed)
 		}
-		links := f.links.Len() + f.hot.Len()
+		links := f.linkCount()
 		used := fdCount(t) - before
 		t.Logf("uprobe_multi %v: %d descriptors for one attached libcudart, %d links", multi, used, links)
 		perLink := 2 // classic: the perf event and its BPF link

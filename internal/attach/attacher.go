@@ -60,6 +60,9 @@ type Target struct {
 	// Static: an executable probed as a statically linked runtime
 	// (discover.Mapping.Static); its symbols may be in .symtab only.
 	Static bool
+	// Tracers are the processes of PIDs that have a tracer, and its PID
+	// (read only when Options.ExcludeTraced).
+	Tracers map[int]int
 	// Open opens the file for reading its symbols and attaching, e.g.
 	// inside the process's root. The file is closed after the attach.
 	Open func() (*os.File, error)
@@ -112,6 +115,14 @@ type Options struct {
 	// MaxFilesPerPID already, or the node MaxFiles (issue 30: 1,000
 	// mapped copies of a runtime cost 10,069 descriptors). 0: no cap.
 	MaxFilesPerPID, MaxFiles int
+	// ExcludeTraced (--probe-traced-processes, ExcludesTraced): a process
+	// with a tracer is left unprobed, with no breakpoint in its memory
+	// (traced.go); the discovery pass's Scanner must set Tracers.
+	ExcludeTraced bool
+	// Inflight are the BPF maps of calls in flight keyed by pid_tgid
+	// (inflight, nccl_inflight): a process's entries are deleted when its
+	// probes come back after it was left unprobed. May be empty.
+	Inflight []*ebpf.Map
 }
 
 // Limit labels of the file caps (profi_system_limit_refusals_total).
@@ -125,10 +136,14 @@ type attached struct {
 	syms map[string]uprobe.Func // functions the file defines, with probe offsets
 	// upgrades are PID-filtered full-mode links for processes upgraded
 	// to full mode (SetFullModePIDs), by pid.
-	upgrades   map[int]*uprobe.Links
-	target     Target
-	links      *uprobe.Links // every probe the budget never pauses
-	hot        *uprobe.Links // Pausable probes; nil while paused
+	upgrades map[int]*uprobe.Links
+	target   Target
+	// sets are the file's links by uprobe PID filter: one for every
+	// process (Options.PID), or, while a process that maps the file is
+	// left unprobed, one per probed process (traced.go).
+	sets map[int]*linkSet
+	// rest are the probes linked in every set (all but launches).
+	rest       []ops.Probe
 	paused     bool
 	probes     []ops.Probe
 	missing    []string       // required symbols the file lacks (counted as failures)
@@ -142,6 +157,11 @@ type attached struct {
 	launches map[ops.Op]*launchProbe
 	counted  map[rtSite]ops.Op
 	settled  bool
+	// unprobed are the processes mapping the file left unprobed at the
+	// last pass (pid -> tracer); switches counts the changes between
+	// one set for every process and per-process sets.
+	unprobed map[int]int
+	switches uint64
 	// ident tells this file from a later one with its key; prior is what
 	// its earlier attachments learned (handover.prior), nil if none.
 	ident fileIdent
@@ -167,11 +187,14 @@ type Attacher struct {
 	opts Options
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	files    map[FileKey]*attached
-	failed   map[FileKey]*failure
-	static   []Target
-	counts   map[failureKey]uint64
+	mu     sync.Mutex
+	files  map[FileKey]*attached
+	failed map[FileKey]*failure
+	static []Target
+	counts map[failureKey]uint64
+	// gaps are the entry-only gaps of link-set switches, by library
+	// (traced.go; profi_system_probe_switch_gaps_total).
+	gaps     map[discover.Library]SwitchGaps
 	closed   bool
 	lastSync time.Time
 	// loadChecksSkipped counts library-load events over the check rate limit.
@@ -232,6 +255,7 @@ func New(opts Options) *Attacher {
 		files:   map[FileKey]*attached{},
 		failed:  map[FileKey]*failure{},
 		counts:  map[failureKey]uint64{},
+		gaps:    map[discover.Library]SwitchGaps{},
 		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText),
 		refused: map[FileKey]uprobe.Refusals{},
 
@@ -350,6 +374,7 @@ func (a *Attacher) Sync(targets []Target) {
 			delete(a.capped, key)
 		}
 	}
+	a.syncFilters()
 	a.syncProcessMaps(true)
 	a.syncUpgrades()
 }
@@ -365,11 +390,11 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 		return false
 	}
 	if f, ok := a.files[t.Key]; ok {
-		f.target.PIDs, f.target.Text = t.PIDs, t.Text
+		f.target.PIDs, f.target.Text, f.target.Tracers = t.PIDs, t.Text, t.Tracers
 		return false
 	}
 	if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
-		fl.target.PIDs = t.PIDs
+		fl.target.PIDs, fl.target.Tracers = t.PIDs, t.Tracers
 		return false
 	}
 	return true
@@ -564,7 +589,7 @@ func (a *Attacher) syncUpgrades() {
 		want := map[int]bool{}
 		if a.opts.KernelMode != ops.KernelModeFull && a.fullMode != nil {
 			for _, pid := range f.target.PIDs {
-				if a.fullMode(pid) {
+				if a.fullMode(pid) && a.probed(f, pid) {
 					want[pid] = true
 				}
 			}
@@ -716,8 +741,10 @@ func (a *Attacher) merge(t Target) {
 		for pid, r := range t.Text {
 			f.target.Text[pid] = r
 		}
+		f.target.Tracers = mergeTracers(f.target.Tracers, t.Tracers)
 	} else if fl, ok := a.failed[t.Key]; ok {
 		fl.target.PIDs = append(fl.target.PIDs, t.PIDs...)
+		fl.target.Tracers = mergeTracers(fl.target.Tracers, t.Tracers)
 	}
 }
 
@@ -796,7 +823,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 	}
 
 	a.nextID++
-	att := &attached{target: t, id: a.nextID, syms: syms, ident: identOf(f)}
+	att := &attached{target: t, id: a.nextID, syms: syms, sets: map[int]*linkSet{}, ident: identOf(f)}
 	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
 	rest := all
 	if a.ho.candidate(t) {
@@ -810,29 +837,26 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 			}
 		}
 	}
-	cold, hot := splitPausable(rest)
+	att.rest = rest
+	// The first PID filter's set is linked here, all or nothing; the
+	// others, when processes that map the file are left unprobed, by
+	// syncFilters in the same pass. None: every process that maps it is
+	// left unprobed, nothing is linked.
+	filters := a.wantFilters(&t)
 	set := a.set(ex, t, syms, att.id, a.opts.PID)
-	links, reason, err := a.linker.Link(set, cold)
-	if err != nil {
-		return nil, reason, err
-	}
-	hotLinks, reason, err := a.linker.Link(set, hot)
-	if err != nil {
-		links.Close()
-		return nil, reason, err
-	}
-	att.links, att.hot = links, hotLinks
 	// Ops an earlier attachment of the file handed over stay unattached.
 	a.ho.prior(att)
-	for _, lp := range att.launches {
-		if lp.handed {
-			continue
+	if len(filters) > 0 {
+		set.PID = filters[0]
+		ls := &linkSet{}
+		for _, k := range []int{kindTimed, kindEntry} {
+			if reason, err := a.linkKind(att, ls, set, k); err != nil {
+				ls.close()
+				a.ho.dropCounted(att)
+				return nil, reason, err
+			}
 		}
-		if lp.links, reason, err = a.linker.Link(set, []ops.Probe{lp.probe}); err != nil {
-			att.closeLinks()
-			a.ho.dropCounted(att)
-			return nil, reason, err
-		}
+		att.sets[filters[0]] = ls
 	}
 	for _, p := range all {
 		sym, ok := syms[p.Symbol]
@@ -950,14 +974,18 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 		return nil
 	}
 	if paused {
-		closing := []*uprobe.Links{f.hot}
-		for _, lp := range f.launches {
-			if ops.Pausable(lp.probe.Op) {
-				closing = append(closing, lp.links)
-				lp.links = nil
+		var closing []*uprobe.Links
+		for _, ls := range f.sets {
+			closing = append(closing, ls.hot[kindTimed], ls.hot[kindEntry])
+			ls.hot = [2]*uprobe.Links{}
+			for op, l := range ls.launches {
+				if ops.Pausable(op) {
+					closing = append(closing, l)
+					delete(ls.launches, op)
+				}
 			}
 		}
-		f.hot, f.paused = nil, true
+		f.paused = true
 		a.mu.Unlock()
 		for _, l := range closing {
 			l.Close()
@@ -965,43 +993,41 @@ func (a *Attacher) SetPaused(key FileKey, paused bool) error {
 		return nil
 	}
 	defer a.mu.Unlock()
-	var (
-		hot []ops.Probe
-		err error
-	)
-	for _, p := range f.probes {
-		if lp := f.launches[p.Op]; lp != nil {
-			if !lp.handed && lp.links == nil && ops.Pausable(p.Op) {
-				if lp.links, err = a.reattach(f, []ops.Probe{p}, a.opts.PID); err != nil {
-					return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
-				}
+	for pid, ls := range f.sets {
+		for _, k := range []int{kindTimed, kindEntry} {
+			_, hot := splitPausable(probesOfKind(f.rest, k))
+			links, err := a.reattach(f, hot, pid)
+			if err != nil {
+				return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
 			}
-			continue
+			ls.hot[k] = links
 		}
-		if ops.Pausable(p.Op) {
-			hot = append(hot, p)
+		for op, lp := range f.launches {
+			if lp.handed || !ops.Pausable(op) || ls.launches[op] != nil {
+				continue
+			}
+			links, err := a.reattach(f, []ops.Probe{lp.probe}, pid)
+			if err != nil {
+				return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
+			}
+			if ls.launches == nil {
+				ls.launches = map[ops.Op]*uprobe.Links{}
+			}
+			ls.launches[op] = links
 		}
 	}
-	links, err := a.reattach(f, hot, a.opts.PID)
-	if err != nil {
-		return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
-	}
-	f.hot, f.paused = links, false
+	f.paused = false
 	return nil
 }
 
 // reattach attaches probes of an already attached file again, with the
 // symbols and offsets read at the first attach.
 func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*uprobe.Links, error) {
-	file, err := f.target.Open()
+	ex, done, err := a.executable(f)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", f.target.Path, err)
+		return nil, err
 	}
-	defer file.Close()
-	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", file.Fd()))
-	if err != nil {
-		return nil, fmt.Errorf("open executable %s: %w", f.target.Path, err)
-	}
+	defer done()
 	links, _, err := a.linker.Link(a.set(ex, f.target, f.syms, f.id, pid), probes)
 	return links, err
 }
@@ -1018,11 +1044,9 @@ func requiredProbes(lib discover.Library, mode, profile string) int {
 
 // closeLinks detaches every probe of f.
 func (f *attached) closeLinks() {
-	f.hot.Close()
-	f.links.Close()
-	for _, lp := range f.launches {
-		lp.links.Close()
-		lp.links = nil
+	for pid, ls := range f.sets {
+		ls.close()
+		delete(f.sets, pid)
 	}
 }
 
@@ -1078,6 +1102,9 @@ type Counters struct {
 	LimitRefusals map[string]uint64
 	// CappedFiles are the files the caps refuse now.
 	CappedFiles int
+	// SwitchGaps are the entry-only gaps of link-set switches by library
+	// (profi_system_probe_switch_gaps_total, ..._gap_seconds_total).
+	SwitchGaps map[discover.Library]SwitchGaps
 }
 
 // Counters returns a copy of the counters.
@@ -1095,6 +1122,7 @@ func (a *Attacher) counters() Counters {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}
 	c.LimitRefusals = maps.Clone(a.limitRefused)
+	c.SwitchGaps = maps.Clone(a.gaps)
 	c.CappedFiles = len(a.capped)
 	pids := map[int]bool{}
 	for _, f := range a.files {

@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
@@ -111,10 +110,10 @@ func newHandover(m HandoverMaps, mode string, log *slog.Logger) *handover {
 type rtSite = bpfobj.ProfiRtSite
 
 // launchProbe is one runtime launch op of a file that may be handed to
-// the driver, with its own links so that it detaches alone.
+// the driver, with its own links in each link set (linkSet.launches) so
+// that it detaches alone.
 type launchProbe struct {
 	probe  ops.Probe
-	links  *uprobe.Links // nil while handed over or paused
 	handed bool
 }
 

@@ -4,6 +4,7 @@ import (
 	"iter"
 	"maps"
 
+	"github.com/profi-dev/profi/internal/attach/uprobe"
 	"github.com/profi-dev/profi/internal/ops"
 )
 
@@ -17,22 +18,37 @@ func (a *Attacher) runtimeText(pid uint32) (rtRange, bool) { return a.maps.hasTe
 
 func (a *Attacher) putRuntimeText() int { return a.maps.putText(a.wantRuntimeText()) }
 
-// linkLaunch attaches f's runtime launch probe of op again: the handover
-// takes its launches back from the driver.
+// linkLaunch attaches f's runtime launch probe of op again, in every
+// link set of f (one per PID filter): the handover takes its launches back
+// from the driver. On an error nothing stays attached.
 func (a *Attacher) linkLaunch(f *attached, op ops.Op) error {
 	lp := f.launches[op]
-	links, err := a.reattach(f, []ops.Probe{lp.probe}, a.opts.PID)
-	if err != nil {
-		return err
+	made := map[int]*uprobe.Links{}
+	for pid := range f.sets {
+		l, err := a.reattach(f, []ops.Probe{lp.probe}, pid)
+		if err != nil {
+			for _, m := range made {
+				m.Close()
+			}
+			return err
+		}
+		made[pid] = l
 	}
-	lp.links = links
+	for pid, l := range made {
+		ls := f.sets[pid]
+		if ls.launches == nil {
+			ls.launches = map[ops.Op]*uprobe.Links{}
+		}
+		ls.launches[op] = l
+	}
 	return nil
 }
 
-// unlinkLaunch detaches f's runtime launch probe of op: the driver counts
-// its launches now.
+// unlinkLaunch detaches f's runtime launch probe of op from every link
+// set, one by one: the driver counts its launches now.
 func (a *Attacher) unlinkLaunch(f *attached, op ops.Op) {
-	lp := f.launches[op]
-	lp.links.Close()
-	lp.links = nil
+	for _, ls := range f.sets {
+		ls.launches[op].Close()
+		delete(ls.launches, op)
+	}
 }

@@ -36,3 +36,23 @@ func TestLayersRuntimeInsideNCCL(t *testing.T) {
 		}
 	}
 }
+
+// TestLayersUnprobed: a traced process left unprobed is "unprobed" in the
+// layers of the file it maps, with its tracer; another process of the same
+// file is probed.
+func TestLayersUnprobed(t *testing.T) {
+	const cudart = "/lib/libcudart.so.12"
+	st := Status{Attached: []LibraryStatus{{Path: cudart, Library: "libcudart.so", PIDs: []int{1, 2}, ProbedPIDs: []int{1},
+		Unprobed: []Unprobed{{PID: 2, Reason: ReasonTraced, TracerPID: 9}}}}}
+	want := map[int]Layer{
+		1: {Layer: "runtime", State: "probed", Path: cudart},
+		2: {Layer: "runtime", State: "unprobed", Path: cudart,
+			Detail: "left unprobed, no breakpoint in the process: traced by pid 9 (--probe-traced-processes)"},
+	}
+	got := Layers(st)
+	for pid, w := range want {
+		if l := got[pid]; len(l) == 0 || !reflect.DeepEqual(l[0], w) {
+			t.Errorf("pid %d: runtime layer %+v, want %+v", pid, l, w)
+		}
+	}
+}

@@ -125,6 +125,12 @@ func Targets(res *discover.Result, procRoot string) []Target {
 				order = append(order, key)
 			}
 			t.PIDs = append(t.PIDs, p.PID)
+			if p.TracerPID != 0 {
+				if t.Tracers == nil {
+					t.Tracers = map[int]int{}
+				}
+				t.Tracers[p.PID] = p.TracerPID
+			}
 			if m.TextEnd > m.TextStart {
 				t.Text[p.PID] = TextRange{m.TextStart, m.TextEnd}
 			}

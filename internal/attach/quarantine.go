@@ -45,10 +45,7 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 		return q, true
 	}
 	q.Lib, q.Path, q.PIDs = f.target.Lib, f.target.Path, sortedPIDs(f.target.PIDs)
-	q.Links = f.links.Len() + f.hot.Len()
-	for _, lp := range f.launches {
-		q.Links += lp.links.Len()
-	}
+	q.Links = f.linkCount()
 	for pid := range f.upgrades {
 		q.Links += f.upgrades[pid].Len()
 		a.dropUpgrade(f, pid)

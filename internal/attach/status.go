@@ -25,6 +25,9 @@ type LibraryStatus = status.LibraryStatus
 // FailureStatus is a library file whose attach failed and waits for a retry.
 type FailureStatus = status.FailureStatus
 
+// Unprobed is a process left unprobed (traced.go).
+type Unprobed = status.Unprobed
+
 // LoaderHook is a dynamic loader hooked to announce library loads.
 type LoaderHook = status.LoaderHook
 
@@ -45,22 +48,27 @@ func (a *Attacher) Status() Status {
 	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
 	for key, f := range a.files {
 		if !profiled(f.target.Lib) {
-			s.LoaderHooks = append(s.LoaderHooks, LoaderHook{Path: f.target.Path, File: key.String(), Processes: len(f.target.PIDs)})
+			if len(f.sets) > 0 { // off while a traced process maps it (traced.go)
+				s.LoaderHooks = append(s.LoaderHooks, LoaderHook{Path: f.target.Path, File: key.String(), Processes: len(f.target.PIDs)})
+			}
 			continue
 		}
 		ls := LibraryStatus{
-			Library:      string(f.target.Lib),
-			Path:         f.target.Path,
-			Static:       f.target.Static,
-			File:         key.String(),
-			PIDs:         sortedPIDs(f.target.PIDs),
-			Missing:      slices.Clone(f.missing),
-			Absent:       slices.Clone(f.absent),
-			Refused:      slices.Clone(f.refused),
-			FullModePIDs: upgradedPIDs(f),
-			Paused:       f.paused,
-			UprobeMulti:  f.links.Multi || f.hot != nil && f.hot.Multi,
-			AttachedAt:   f.attachedAt,
+			Library:        string(f.target.Lib),
+			Path:           f.target.Path,
+			Static:         f.target.Static,
+			File:           key.String(),
+			PIDs:           sortedPIDs(f.target.PIDs),
+			Missing:        slices.Clone(f.missing),
+			Absent:         slices.Clone(f.absent),
+			Refused:        slices.Clone(f.refused),
+			FullModePIDs:   upgradedPIDs(f),
+			Paused:         f.paused,
+			UprobeMulti:    f.multi(),
+			AttachedAt:     f.attachedAt,
+			ProbedPIDs:     a.probedPIDs(f),
+			Unprobed:       unprobedOf(f),
+			FilterSwitches: f.switches,
 		}
 		for _, p := range f.probes {
 			sym := f.syms[p.Symbol]
@@ -134,8 +142,9 @@ var layerLibs = []struct {
 // libcudart.so, the process would map it.
 func Layers(s Status) map[int][]Layer {
 	type seen struct {
-		att  *LibraryStatus
-		fail *FailureStatus
+		att      *LibraryStatus
+		fail     *FailureStatus
+		unprobed *Unprobed
 	}
 	by := map[int]map[discover.Library]seen{}
 	at := func(pid int, lib string) seen {
@@ -150,6 +159,11 @@ func Layers(s Status) map[int][]Layer {
 			v := at(pid, l.Library)
 			if v.att == nil || v.att.Static { // a shared library wins over the executable
 				v.att = l
+			}
+			for j := range l.Unprobed {
+				if l.Unprobed[j].PID == pid {
+					v.unprobed = &l.Unprobed[j]
+				}
 			}
 			by[pid][discover.Library(l.Library)] = v
 		}
@@ -171,6 +185,9 @@ func Layers(s Status) map[int][]Layer {
 			inNCCL := ll.lib == discover.LibCudart && nccl != nil && v.att == nil &&
 				(v.fail == nil || v.fail.Static && v.fail.Reason == ReasonSymbolNotFound)
 			switch {
+			case v.unprobed != nil:
+				layers = append(layers, Layer{Layer: ll.name, State: "unprobed", Path: v.att.Path,
+					Detail: fmt.Sprintf("left unprobed, no breakpoint in the process: %s by pid %d (--probe-traced-processes)", v.unprobed.Reason, v.unprobed.TracerPID)})
 			case inNCCL:
 				layers = append(layers, Layer{Layer: ll.name, State: "blind", Path: nccl.Path,
 					Detail: "runtime linked into " + filepath.Base(nccl.Path) + ": its runtime calls are not seen; the driver layer counts its launches and memory"})

@@ -62,7 +62,7 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 // until a pass writes its pid_files and rt_text entries, its hits there
 // are refused and the runtime->driver guard falls back to its time marker.
 func (a *Attacher) needsPass(procRoot string, pid int) bool {
-	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid, NVTX: a.opts.NVTX}).Scan()
+	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid, NVTX: a.opts.NVTX, Tracers: a.opts.ExcludeTraced}).Scan()
 	if err != nil || len(res.Processes) == 0 {
 		return false
 	}

@@ -82,6 +82,7 @@ type Collector struct {
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
 	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
 	limitRefusals, readFailures                  *prometheus.Desc
+	switchGaps, switchGapTime                    *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -101,7 +102,7 @@ func New(data Data) *Collector {
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol, probe_refused each function the kernel refuses a uprobe on, once per library file.",
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
-		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind or absent.",
+		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind, unprobed or absent.",
 			[]string{"pid", "layer", "state"}, nil),
 		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
 		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
@@ -135,6 +136,8 @@ func New(data Data) *Collector {
 		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
 		limitRefusals:   d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
 		readFailures:    d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
+		switchGaps:      d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
+		switchGapTime:   d("profi_system_probe_switch_gap_seconds_total", "Total time the switches of profi_system_probe_switch_gaps_total left the entry-only probes detached: the window whose calls are not counted.", []string{"library"}, nil),
 		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
 	}
 }
@@ -155,6 +158,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
 		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals, c.readFailures,
+		c.switchGaps, c.switchGapTime,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -318,6 +322,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range att.Failures {
 		counter(c.attachFailures, v, k[0], k[1])
+	}
+	for lib, g := range att.SwitchGaps {
+		counter(c.switchGaps, g.Count, string(lib))
+		ch <- prometheus.MustNewConstMetric(c.switchGapTime, prometheus.CounterValue, g.Time.Seconds(), string(lib))
 	}
 
 	if c.data.LaunchEvents != nil {

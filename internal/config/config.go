@@ -116,6 +116,7 @@ type Config struct {
 	QuarantineLift         time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
 	NoUprobeMulti          bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	AllowUnsafeKernel      bool          // --allow-unsafe-kernel: attach probes on a kernel with a known uprobe bug
+	ProbeTracedProcesses   string        // --probe-traced-processes: auto|always|never
 	KmsgTrustUser          bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
 	LogLevel               slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP                   OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
@@ -233,6 +234,7 @@ type cli struct {
 	MallocSizesSize        int64   `name:"malloc-sizes-size" default:"131072" placeholder:"N" help:"max_entries of the live-allocation BPF map."`
 	DetailedLaunches       bool    `name:"detailed-launches" help:"Also send one ring-buffer event per kernel launch (debugging)."`
 	NoUprobeMulti          bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
+	ProbeTracedProcesses   string  `name:"probe-traced-processes" default:"auto" placeholder:"POLICY" help:"Whether a process with a tracer (gdb, strace, CRIU: TracerPid in /proc/PID/status) is probed: always, never, or auto (never on arm64, whose kernel's uprobe single-step handler misbehaved for traced processes; always elsewhere). An unprobed process has no breakpoint in its memory; it is probed again when its tracer leaves."`
 	AllowUnsafeKernel      bool    `name:"allow-unsafe-kernel" help:"Attach probes even on a kernel with a known uprobe bug that can hurt a probed process (docs/KERNELS.md, Known uprobe bugs); without it such a kernel gets no probes."`
 	KmsgTrustUser          bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
 	OverheadBudget         float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
@@ -487,6 +489,7 @@ func (p *parser) build(raw *cli) *Config {
 		NoUprobeMulti:          raw.NoUprobeMulti,
 		KmsgTrustUser:          raw.KmsgTrustUser,
 		AllowUnsafeKernel:      raw.AllowUnsafeKernel,
+		ProbeTracedProcesses:   raw.ProbeTracedProcesses,
 	}
 
 	p.checkListen(raw.Listen)
@@ -494,6 +497,7 @@ func (p *parser) build(raw *cli) *Config {
 	p.checkEnum("kernel-mode", raw.KernelMode, ops.KernelModeOff, ops.KernelModeAnonymous, ops.KernelModeFull)
 	p.checkEnum("probe-profile", raw.ProbeProfile, ops.ProfileLean, ops.ProfileFull)
 	p.checkEnum("gpm", raw.GPM, "auto", "on", "off")
+	p.checkEnum("probe-traced-processes", raw.ProbeTracedProcesses, "auto", "always", "never")
 	cfg.GPM = raw.GPM
 	if raw.PID < 0 {
 		p.errorf("--pid: must be 0 (all) or a PID, got %d", raw.PID)

@@ -31,6 +31,7 @@ type scanState struct {
 	libs    []Mapping
 	deleted []fileKey
 	nvtx    bool // Scanner.NVTX
+	tracers bool // Scanner.Tracers
 	// exe is the process's executable (the first file mapped, in maps
 	// order) and its code, for static-runtime detection; exeDone once its
 	// executable mapping was seen or another file came first.
@@ -93,7 +94,7 @@ func (s *Scanner) Scan() (*Result, error) {
 	}
 	st := scanStates.Get().(*scanState)
 	defer scanStates.Put(st)
-	st.nvtx = s.NVTX
+	st.nvtx, st.tracers = s.NVTX, s.Tracers
 	res := &Result{}
 	for _, pid := range pids {
 		st.scanProcess(root, pid, res)
@@ -234,6 +235,22 @@ func (st *scanState) scanProcess(root string, pid int, res *Result) {
 		res.Problems = append(res.Problems, Problem{pid, fmt.Errorf("read comm of pid %d: %w", pid, err)})
 	}
 	p.Comm = trimNewline(b)
+	if st.tracers {
+		// The thread-group leader's tracer: gdb, strace -f and CRIU trace
+		// every thread, and a tracer of one other thread alone is not seen
+		// (docs/OPERATIONS.md, "Traced processes").
+		b, err = readSmall(dirfd, "status", st.small[:])
+		if err == nil {
+			p.TracerPID, err = ParseTracerPID(b)
+		}
+		if err != nil {
+			if gone(err) {
+				res.Problems = res.Problems[:problems]
+				return
+			}
+			res.Problems = append(res.Problems, Problem{pid, fmt.Errorf("read status of pid %d: %w", pid, err)})
+		}
+	}
 	res.Processes = append(res.Processes, p)
 }
 

@@ -418,3 +418,43 @@ func TestScanTextRange(t *testing.T) {
 		t.Errorf("libcuda without executable mapping has text %#x-%#x", cuda.TextStart, cuda.TextEnd)
 	}
 }
+
+// TestScanTracers: with Tracers, each reported process's TracerPid is read
+// (0 without a tracer); without, status is not read at all; a status
+// without the field is a problem and the process still counts.
+func TestScanTracers(t *testing.T) {
+	files := func(status string) map[string]string {
+		m := map[string]string{
+			"maps": "7f00-7f10 r-xp 00000000 08:01 5 /usr/lib/libcuda.so.1\n",
+			"comm": "x\n",
+			"stat": "7 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 99\n",
+		}
+		if status != "" {
+			m["status"] = status
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name, status string
+		tracers      bool
+		want         int
+		problems     int
+	}{
+		{"traced", "Name:\tx\nState:\tS (sleeping)\nTracerPid:\t4242\nUid:\t0\n", true, 4242, 0},
+		{"not traced", "Name:\tx\nTracerPid:\t0\n", true, 0, 0},
+		{"not asked", "Name:\tx\nTracerPid:\t4242\n", false, 0, 0},
+		{"not asked, no status file", "", false, 0, 0},
+		{"no field", "Name:\tx\n", true, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := writeProc(t, "7", files(tc.status))
+			res, err := (&Scanner{ProcRoot: root, Tracers: tc.tracers}).Scan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Processes) != 1 || res.Processes[0].TracerPID != tc.want || len(res.Problems) != tc.problems {
+				t.Errorf("result %+v; want one process with TracerPID %d and %d problems", res, tc.want, tc.problems)
+			}
+		})
+	}
+}

@@ -26,6 +26,9 @@ type Process struct {
 	Comm      string    // /proc/PID/comm of the thread-group leader, without the newline
 	StartTime uint64    // field 22 of /proc/PID/stat (clock ticks since boot), to tell a reused PID apart
 	Libs      []Mapping // distinct (Dev, Inode, Lib), in maps order; deleted files are skipped
+	// TracerPID is the TracerPid of /proc/PID/status (0: none), read only
+	// with Scanner.Tracers.
+	TracerPID int
 }
 
 // Problem is a non-fatal, per-process problem met during a scan: a malformed
@@ -51,6 +54,9 @@ type Scanner struct {
 	// NVTX reports NVTX libraries (LibNVTX) too (--enable-nvtx-tracing);
 	// off, they are not libraries of interest.
 	NVTX bool
+	// Tracers reads each reported process's TracerPid (Process.TracerPID):
+	// --probe-traced-processes leaves traced processes unprobed.
+	Tracers bool
 }
 
 // DefaultProcRoot is used where a procfs root is "".

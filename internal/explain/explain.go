@@ -38,6 +38,9 @@ const (
 	// VerdictQuarantined: a library it maps is in the crash breaker's
 	// quarantine (its probes are off node-wide).
 	VerdictQuarantined = "quarantined"
+	// VerdictUnprobed: left unprobed on purpose, with no breakpoint in its
+	// memory: a traced process (--probe-traced-processes).
+	VerdictUnprobed = "unprobed"
 )
 
 // ReasonQuarantined is Library.Reason of a quarantined library file.
@@ -243,6 +246,14 @@ func verdict(doc *status.Doc, p *Process, here bool) (string, string) {
 	for _, l := range p.Libraries {
 		if l.Reason == ReasonQuarantined {
 			return VerdictQuarantined, fmt.Sprintf("profi took the probes of %s off after a probed process crashed (%s); calls into it are not counted on this node", l.Path, l.Error)
+		}
+	}
+	for _, l := range doc.AttachedLibraries {
+		for _, u := range l.Unprobed {
+			if u.PID == p.PID {
+				return VerdictUnprobed, fmt.Sprintf("it has a tracer (pid %d: gdb, strace, CRIU?) and the agent leaves traced processes unprobed (--probe-traced-processes): no breakpoint in its memory, its calls are not counted until the tracer leaves",
+					u.TracerPID)
+			}
 		}
 	}
 	for _, l := range p.Libraries {

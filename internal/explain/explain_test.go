@@ -312,3 +312,26 @@ func TestExplainStopAll(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainUnprobed: a traced process left unprobed gets the unprobed
+// verdict with its tracer; another process of the same file stays attached.
+func TestExplainUnprobed(t *testing.T) {
+	doc := &status.Doc{
+		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{Library: "libcuda.so", Path: "/l/libcuda.so.1", PIDs: []int{10, 11},
+			ProbedPIDs: []int{10}, Unprobed: []status.Unprobed{{PID: 11, Reason: "traced", TracerPID: 99}}}}},
+	}
+	for _, tc := range []struct {
+		pid, verdict, why string
+	}{
+		{"11", VerdictUnprobed, "tracer (pid 99"},
+		{"10", VerdictAttached, "its calls are counted"},
+	} {
+		procs, err := Explain(doc, tc.pid, Local{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := procs[0]; p.Verdict != tc.verdict || !strings.Contains(p.Why, tc.why) {
+			t.Errorf("pid %s: verdict %s: %s; want %s, %q", tc.pid, p.Verdict, p.Why, tc.verdict, tc.why)
+		}
+	}
+}

@@ -248,6 +248,25 @@ type LibraryStatus struct {
 	// UprobeMulti is set when the probes are uprobe_multi links.
 	UprobeMulti bool      `json:"uprobe_multi,omitempty"`
 	AttachedAt  time.Time `json:"attached_at"`
+	// ProbedPIDs: set while the file's probes are per-process links
+	// because a process that maps it is left unprobed (Unprobed): the
+	// processes whose links exist. Absent: one link set for every process.
+	ProbedPIDs []int `json:"probed_pids,omitempty"`
+	// Unprobed are the processes mapping the file that profi leaves
+	// unprobed, and why (--probe-traced-processes).
+	Unprobed []Unprobed `json:"unprobed_pids,omitempty"`
+	// FilterSwitches counts the switches between one link set for every
+	// process and per-process links (docs/OPERATIONS.md, "Traced
+	// processes": entry-only probes have a gap at each).
+	FilterSwitches uint64 `json:"filter_switches,omitempty"`
+}
+
+// Unprobed is a process profi leaves unprobed.
+type Unprobed struct {
+	PID int `json:"pid"`
+	// Reason: traced (a tracer is attached: TracerPID).
+	Reason    string `json:"reason"`
+	TracerPID int    `json:"tracer_pid,omitempty"`
 }
 
 // FailureStatus is a library file whose attach failed and waits for a
@@ -282,7 +301,8 @@ type Layer struct {
 	Layer string `json:"layer"`
 	// State: probed; static (a runtime linked into the executable, probed
 	// there); partial (probed, some required functions missing or refused
-	// by the kernel); blind
+	// by the kernel); unprobed (mapped, left unprobed on purpose: a traced
+	// process, --probe-traced-processes); blind
 	// (present but not probed: a static runtime without symbols, or an
 	// attach failure); absent (not mapped).
 	State  string `json:"state"`

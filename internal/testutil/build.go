@@ -79,6 +79,7 @@ const (
 	graphsSrc       = "test/workloads/graphs.c"
 	hostileStubSrc  = "test/stubs/hostile_cudart.c"
 	hostileSrc      = "test/workloads/hostile.c"
+	tracerSrc       = "test/workloads/tracer.c"
 	cudart12Map     = "test/stubs/libcudart.so.12.map"
 	cudart13Map     = "test/stubs/libcudart.so.13.map"
 )
@@ -147,6 +148,9 @@ type Fixtures struct {
 	// allocations, to fill profi's shared maps.
 	HostileCudart string // <dir>/hostile/libcudart.so.12
 	Hostile       string
+	// Tracer is a minimal ptrace tracer (test/workloads/tracer.c): runs a
+	// command traced, or attaches to a process and detaches on SIGTERM.
+	Tracer string
 }
 
 func fixturesIn(dir string) *Fixtures {
@@ -174,6 +178,7 @@ func fixturesIn(dir string) *Fixtures {
 		Graphs:              filepath.Join(dir, "graphs"),
 		HostileCudart:       filepath.Join(dir, "hostile", "libcudart.so.12"),
 		Hostile:             filepath.Join(dir, "hostile-workload"),
+		Tracer:              filepath.Join(dir, "tracer"),
 	}
 }
 
@@ -181,7 +186,7 @@ func (f *Fixtures) all() []string {
 	return []string{f.Cuda, f.Cudart, f.CudartMissing, f.CudartCET, f.CudartNotELF, f.Workload, f.WorkloadDlopen,
 		f.Nccl, f.NcclWorkload, f.Nvtx, f.Nvtx3Interop, f.Cudart13, f.Launch13, f.Launch13Static,
 		f.Launch13Stripped, f.DrvAPI, f.RTClient, f.CudartLocked, f.CudartLockedMovable, f.Graphs,
-		f.HostileCudart, f.Hostile}
+		f.HostileCudart, f.Hostile, f.Tracer}
 }
 
 // SharedDir is a per-user build directory under os.TempDir for fixtures
@@ -304,6 +309,7 @@ func BuildFixturesFor(goarch, dir string) (*Fixtures, error) {
 		cat(stubFlags, warnFlags, []string{"-Wl,-soname,libcudart.so.12", "-o", t.HostileCudart, src(hostileStubSrc)}),
 		cat(workloadFlags, warnFlags, []string{"-o", t.Hostile, src(hostileSrc), "-L" + filepath.Dir(t.HostileCudart),
 			"-l:libcudart.so.12", "-Wl,-rpath," + filepath.Dir(fx.HostileCudart)}),
+		cat(workloadFlags, warnFlags, []string{"-o", t.Tracer, src(tracerSrc)}),
 		// Like a PyTorch rank: NCCL and the CUDA runtime, both linked.
 		cat(workloadFlags, warnFlags, []string{incl, "-o", t.NcclWorkload, src(ncclWorkloadSrc),
 			"-L" + tmp, "-l:libnccl.so.2", "-l:libcudart.so.12", "-Wl,-rpath," + dir, "-Wl,-rpath-link," + tmp}),
@@ -367,7 +373,7 @@ func buildStamp(cc Compiler, stubFlags []string, root, dir string) (string, erro
 	fmt.Fprintf(h, "%s\n%q\n%s\n%s\n%q\n%q\n%q\n%v\n", cc.Path, cc.Flags, ver, dir, stubFlags, workloadFlags, warnFlags, archFlags[cc.GOARCH])
 	for _, rel := range []string{stubSrc, stubHeader, cudaSrc, cudaHeader, workloadSrc,
 		ncclSrc, ncclHeader, nvtxSrc, nvtxHeader, ncclWorkloadSrc, launch13Src, drvapiSrc, rtclientSrc, graphsSrc,
-		cudart12Map, cudart13Map, hostileStubSrc, hostileSrc} {
+		cudart12Map, cudart13Map, hostileStubSrc, hostileSrc, tracerSrc} {
 		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			return "", fmt.Errorf("testutil: %w", err)

@@ -326,7 +326,27 @@ func requireExactExcept(t *testing.T, a *testutil.Agent, want values, pids []int
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, dropCounters(mfs))
 	}
 	return mfs
+}
+
+// dropCounters lists the agent's nonzero drop and miss counters: on a
+// mismatch they say where the calls went.
+func dropCounters(mfs map[string]*dto.MetricFamily) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(mfs)) {
+		if !strings.Contains(name, "drop") && !strings.Contains(name, "miss") && !strings.Contains(name, "lost") {
+			continue
+		}
+		for _, s := range testutil.Samples(mfs[name]) {
+			if s.Value != 0 {
+				fmt.Fprintf(&b, "  %s%v = %v\n", name, s.Labels, s.Value)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "drop counters: all zero"
+	}
+	return "drop counters:\n" + b.String()
 }

@@ -87,7 +87,8 @@ func requirePhases(t *testing.T, a *testutil.Agent, pid int, want map[string]uin
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		mfs, _ := a.Metrics()
+		t.Fatalf("%v\n%s", err, dropCounters(mfs))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ const loadTests = "^TestLoad"
 // launches, copies and their bytes, driver launches; the one-trap
 // handover; full-mode kernel names; a CUDA graph's replays; NVTX phases;
 // NCCL collectives (%s: the link mode's subtest); on arm64 a BTI-guarded
-// runtime. Call counts are divided by scaleDown (testutil.ScaleDown): the
+// runtime; traced processes. Call counts are divided by scaleDown (testutil.ScaleDown): the
 // emulator traps far slower than hardware (docs/KERNELS.md).
 var smoke = []struct{ name, run string }{
 	{"launches", "^(TestWorkloadStartedAfterAgent|TestDriverAPI)$"},
@@ -92,6 +93,10 @@ var smoke = []struct{ name, run string }{
 	{"nvtx", "^TestNVTXPhases$/^libnvToolsExt$"},
 	{"nccl", "^TestNCCLExact$/^%s$"},
 	{"bti", "^TestBTIGuardedLibrary$"}, // arm64: a BTI-guarded runtime (x86-64 skips)
+	// A traced process: never, and auto (never on arm64, probed on x86-64),
+	// with the breakpoint read from its memory; a tracer attaching mid-run
+	// and leaving (the link mode's own per-process links).
+	{"traced", "^(TestTracedProcessPolicy|TestTracerAttachesAndLeaves)$/^(never|auto)$"},
 }
 
 const scaleDown = 10
@@ -270,11 +275,42 @@ func smokeCases() string {
 			if strings.Contains(run, "%s") {
 				run = fmt.Sprintf(run, modes[mode].nccl)
 			}
-			fmt.Fprintf(&b, "\tsmoke-%s-%s) %s='%s' step $s /bin/e2e.test -test.run '%s' -test.skip '%s' -test.v -test.count=1 ;;\n",
-				mode, g.name, testutil.AgentArgsEnv, modes[mode].args, run, skipInVM)
+			fmt.Fprintf(&b, "\tsmoke-%s-%s) %s='%s' step $s /bin/e2e.test -test.run '%s' -test.skip '%s' -test.v -test.count=%d ;;\n",
+				mode, g.name, testutil.AgentArgsEnv, modes[mode].args, run, skipInVM, smokeCount())
 		}
 	}
 	return b.String()
+}
+
+// SmokeEnv narrows the smoke subset to the groups it names (comma
+// separated; the load tests and `profi check` are then left out), and
+// CountEnv runs each smoke test that many times in one boot: a flaky
+// count, reproduced in minutes. Unset: every group, once.
+const (
+	SmokeEnv = "PROFI_VM_SMOKE"
+	CountEnv = "PROFI_VM_COUNT"
+)
+
+// smokeGroups are the groups SmokeEnv names; nil: every group.
+func smokeGroups() map[string]bool {
+	v := os.Getenv(SmokeEnv)
+	if v == "" {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, g := range strings.Split(v, ",") {
+		out[strings.TrimSpace(g)] = true
+	}
+	return out
+}
+
+// smokeCount is CountEnv's count (1 when unset or invalid).
+func smokeCount() int {
+	n, err := strconv.Atoi(os.Getenv(CountEnv))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
 }
 
 // stepResult is one step's output and exit status, and its wall time.
@@ -358,10 +394,16 @@ func runKernel(t *testing.T, a arch, k kernel, dir, cpio string, modes []string,
 		if load {
 			steps = []string{"load", "check"}
 		}
+		groups := smokeGroups()
 		for _, m := range modes {
 			for _, g := range smoke {
-				steps = append(steps, "smoke-"+m+"-"+g.name)
+				if groups == nil || groups[g.name] {
+					steps = append(steps, "smoke-"+m+"-"+g.name)
+				}
 			}
+		}
+		if groups != nil {
+			steps = slices.DeleteFunc(steps, func(s string) bool { return s == "load" || s == "check" })
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

@@ -148,6 +148,7 @@ Validation of value combinations the agent would reject at startup
 {{- if $p.safety.allowUnsafeKernel }}
 - "--allow-unsafe-kernel"
 {{- end }}
+- {{ printf "--probe-traced-processes=%v" $p.safety.probeTracedProcesses | quote }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}
