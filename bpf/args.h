@@ -206,6 +206,30 @@ static __always_inline void decode_cu_copy_3d_async(struct pt_regs *ctx, struct 
 	in->stream = arg(ctx, 2);
 }
 
+/*
+ * (const CUDA_MEMCPY3D_PEER *p): WidthInBytes, Height and Depth at 176, as in
+ * CUDA_MEMCPY3D (CUDA 12.4's cuda.h: the peer struct's srcContext and
+ * dstContext sit where CUDA_MEMCPY3D has reserved0 and reserved1; the stub
+ * header asserts the offsets, test/stubs/cuda_drv_stub.h). A copy between
+ * contexts: "p2p", as cuMemcpyPeer, whatever the two ends' memory types.
+ */
+static __always_inline void decode_cu_copy_3d_peer(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 whd[3] = {};
+
+	bpf_probe_read_user(whd, sizeof(whd), (void *)(arg(ctx, 1) + 176));
+	in->arg1 = whd[0] * whd[1] * whd[2];
+	in->kind = KIND_P2P;
+}
+
+/* (const CUDA_MEMCPY3D_PEER *p, stream). */
+static __always_inline void decode_cu_copy_3d_peer_async(struct pt_regs *ctx,
+							 struct inflight_call *in)
+{
+	decode_cu_copy_3d_peer(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
 /* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
 static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -448,6 +472,12 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_CU_COPY_3D_ASYNC:
 		decode_cu_copy_3d_async(ctx, in);
+		break;
+	case ARGS_CU_COPY_3D_PEER:
+		decode_cu_copy_3d_peer(ctx, in);
+		break;
+	case ARGS_CU_COPY_3D_PEER_ASYNC:
+		decode_cu_copy_3d_peer_async(ctx, in);
 		break;
 	case ARGS_SET_2D_ASYNC:
 		decode_set_2d_async(ctx, in);

@@ -134,6 +134,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_CU_COPY_2D_ASYNC:
 	case ARGS_CU_COPY_3D:
 	case ARGS_CU_COPY_3D_ASYNC:
+	case ARGS_CU_COPY_3D_PEER:
+	case ARGS_CU_COPY_3D_PEER_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
 		/* Recorded into a capturing stream's graph: its replays move the bytes. */

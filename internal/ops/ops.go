@@ -140,6 +140,8 @@ const (
 	ArgsCuCopy2DAsync          // (const CUDA_MEMCPY2D *, stream)
 	ArgsCuCopy3D               // (const CUDA_MEMCPY3D *): memory types at 32 and 120, WidthInBytes at 176
 	ArgsCuCopy3DAsync          // (const CUDA_MEMCPY3D *, stream)
+	ArgsCuCopy3DPeer           // (const CUDA_MEMCPY3D_PEER *): WidthInBytes at 176, a peer copy
+	ArgsCuCopy3DPeerAsync      // (const CUDA_MEMCPY3D_PEER *, stream)
 	NumArgs
 )
 
@@ -156,7 +158,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
 	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC", "CU_COPY_2D", "CU_COPY_2D_ASYNC",
-	"CU_COPY_3D", "CU_COPY_3D_ASYNC",
+	"CU_COPY_3D", "CU_COPY_3D_ASYNC", "CU_COPY_3D_PEER", "CU_COPY_3D_PEER_ASYNC",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

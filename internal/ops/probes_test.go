@@ -96,9 +96,9 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 66, 124},
 		{discover.LibCudart, KernelModeFull, ProfileLean, 68, 135},
 		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 80, 152},
-		{discover.LibCuda, KernelModeOff, ProfileLean, 70, 140},       // + cuGraphLaunch_ptsz, 26 graph and capture rows and 10 2D/3D copies (timed)
-		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 76, 146}, // + two _ptsz launches (entry only)
-		{discover.LibCuda, KernelModeFull, ProfileFull, 103, 206},     // + 12 pitched sets (diagnostic, timed)
+		{discover.LibCuda, KernelModeOff, ProfileLean, 74, 148},       // + cuGraphLaunch_ptsz, 26 graph and capture rows and 14 2D/3D copies (timed)
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 80, 154}, // + two _ptsz launches (entry only)
+		{discover.LibCuda, KernelModeFull, ProfileFull, 107, 214},     // + 12 pitched sets (diagnostic, timed)
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},

@@ -257,4 +257,9 @@ var Table = []Row{
 	{Const: "CuMemcpy2DAsyncPtsz", Symbol: "cuMemcpy2DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2DAsync, Optional: true, Pausable: true, Base: "cuMemcpy2DAsync_v2"},
 	{Const: "CuMemcpy3DPtds", Symbol: "cuMemcpy3D_v2_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3D, Optional: true, Pausable: true, Base: "cuMemcpy3D_v2"},
 	{Const: "CuMemcpy3DAsyncPtsz", Symbol: "cuMemcpy3DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DAsync_v2"},
+	// Driver 3D peer copies (between contexts): the descriptor's WidthInBytes x Height x Depth, "p2p".
+	{Const: "CuMemcpy3DPeer", Symbol: "cuMemcpy3DPeer", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeer, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3DPeerAsync", Symbol: "cuMemcpy3DPeerAsync", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3DPeerPtds", Symbol: "cuMemcpy3DPeer_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeer, Optional: true, Pausable: true, Base: "cuMemcpy3DPeer"},
+	{Const: "CuMemcpy3DPeerAsyncPtsz", Symbol: "cuMemcpy3DPeerAsync_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DPeerAsync"},
 }

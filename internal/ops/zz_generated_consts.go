@@ -212,5 +212,9 @@ const (
 	OpCuMemcpy2DAsyncPtsz              Op = 205 // cuMemcpy2DAsync_v2_ptsz
 	OpCuMemcpy3DPtds                   Op = 206 // cuMemcpy3D_v2_ptds
 	OpCuMemcpy3DAsyncPtsz              Op = 207 // cuMemcpy3DAsync_v2_ptsz
-	NumOps                             Op = 208 // OP_MAX
+	OpCuMemcpy3DPeer                   Op = 208 // cuMemcpy3DPeer
+	OpCuMemcpy3DPeerAsync              Op = 209 // cuMemcpy3DPeerAsync
+	OpCuMemcpy3DPeerPtds               Op = 210 // cuMemcpy3DPeer_ptds
+	OpCuMemcpy3DPeerAsyncPtsz          Op = 211 // cuMemcpy3DPeerAsync_ptsz
+	NumOps                             Op = 212 // OP_MAX
 )

@@ -105,7 +105,7 @@ var driverMemFuncs = []string{
 	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemsetD8_v2", "cuMemsetD16_v2",
 	"cuMemsetD32_v2", "cuMemsetD32Async", "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
 	"cuMemsetD2D32Async", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2", "cuMemcpy3D_v2",
-	"cuMemcpy3DAsync_v2", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
+	"cuMemcpy3DAsync_v2", "cuMemcpy3DPeer", "cuMemcpy3DPeerAsync", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
 	"cuMemAddressFree", "cuMemMap", "cuMemUnmap",
 }
 

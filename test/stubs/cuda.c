@@ -526,6 +526,25 @@ EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
 {
 	WRAP(do_copy_3d(p, 1, s));
 }
+/* A 3D copy between contexts, checked as cuMemcpy3D. */
+static CUresult do_copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, int async, CUstream s)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	sink = (uintptr_t)p->srcContext ^ (uintptr_t)p->dstContext;
+	return do_copy_nd(p->srcMemoryType, cu_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray),
+			  p->srcPitch, p->dstMemoryType,
+			  cu_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray), p->dstPitch,
+			  p->WidthInBytes, p->Height * p->Depth, async, 0, s);
+}
+EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p)
+{
+	WRAP(do_copy_3d_peer(p, 0, NULL));
+}
+EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+	WRAP(do_copy_3d_peer(p, 1, s));
+}
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
 			    unsigned long long flags)
 {

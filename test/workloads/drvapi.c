@@ -1,7 +1,7 @@
 /* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
  * and statically linked runtimes do. Memory: allocations (plain, async,
  * managed, VMM physical allocations), copies of every direction (sync,
- * async, per-thread stream; 2D and 3D), peer copies, sets of 1, 2 and 4-byte elements
+ * async, per-thread stream; 2D and 3D), peer copies (linear and 3D), sets of 1, 2 and 4-byte elements
  * (linear and pitched), VMM mapping calls, and one failing free. Launches: every launch entry
  * point and its per-thread-stream (_ptsz) variant, and graph launches.
  * Prints its exact ground truth, tallied from the arguments passed and the
@@ -19,7 +19,7 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 43 };
+enum { NFN = 45 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
 	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
@@ -162,6 +162,21 @@ int main(int argc, char **argv)
 		c3.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c3.dstDevice = b;
 		CALL(cuMemcpy3DAsync_v2, &c3, s);
 		copied(4, 256 * hh * 3);
+		/* Between contexts: "p2p" whatever the ends' memory types; every
+		 * 10th row wider than its pitch fails (CUDA_ERROR_INVALID_VALUE). */
+		CUDA_MEMCPY3D_PEER cp = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+					 .srcContext = (CUcontext)(uintptr_t)0xc1, .srcPitch = 512,
+					 .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+					 .dstContext = (CUcontext)(uintptr_t)0xc2, .dstPitch = 512,
+					 .WidthInBytes = i % 10 ? 128 * (size_t)(i % 3 + 1) : 1024,
+					 .Height = hh, .Depth = 2};
+		CUresult prc = cuMemcpy3DPeer(&cp);
+		tally(F_cuMemcpy3DPeer, prc);
+		if (prc == CUDA_SUCCESS)
+			p2p_bytes += cp.WidthInBytes * hh * 2;
+		cp.WidthInBytes = 64, cp.Depth = 5, cp.dstMemoryType = CU_MEMORYTYPE_HOST, cp.dstHost = host;
+		CALL(cuMemcpy3DPeerAsync, &cp, s);
+		p2p_bytes += 64 * hh * 5;
 
 		CALL(cuMemsetD8_v2, a, 0, 1000);
 		CALL(cuMemsetD16_v2, a, 0, 1000);
