@@ -252,6 +252,27 @@ static __always_inline void decode_set_2d_async(struct pt_regs *ctx, struct infl
 	in->stream = arg(ctx, 6);
 }
 
+/*
+ * (cudaPitchedPtr p, int value, cudaExtent extent): both structs by value,
+ * 32 and 24 bytes (big_arg: on the stack on x86-64, by reference on arm64);
+ * the extent's width (bytes) x height x depth. An unreadable extent counts
+ * the call without bytes.
+ */
+static __always_inline void decode_set_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 whd[3] = {};
+
+	bpf_probe_read_user(whd, sizeof(whd), (void *)big_arg(ctx, 2 + BIG_ARG_SLOTS, 32));
+	in->arg1 = whd[0] * whd[1] * whd[2];
+}
+
+/* (cudaPitchedPtr p, int value, cudaExtent extent, stream). */
+static __always_inline void decode_set_3d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_set_3d(ctx, in);
+	in->stream = arg(ctx, 2 + 2 * BIG_ARG_SLOTS);
+}
+
 /* (dst, value, count, stream). */
 static __always_inline void decode_set_async(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -481,6 +502,12 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_SET_2D_ASYNC:
 		decode_set_2d_async(ctx, in);
+		break;
+	case ARGS_SET_3D:
+		decode_set_3d(ctx, in);
+		break;
+	case ARGS_SET_3D_ASYNC:
+		decode_set_3d_async(ctx, in);
 		break;
 	case ARGS_CU_COPY:
 		decode_cu_copy(ctx, in);

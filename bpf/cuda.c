@@ -128,6 +128,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_SET_ASYNC:
 	case ARGS_SET_2D:
 	case ARGS_SET_2D_ASYNC:
+	case ARGS_SET_3D:
+	case ARGS_SET_3D_ASYNC:
 	case ARGS_CU_COPY:
 	case ARGS_CU_COPY_ASYNC:
 	case ARGS_CU_COPY_2D:
@@ -143,7 +145,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 			u64 graph = capture_of(key.pid, in.stream);
 			u32 a = args_of(in.op);
 			u32 set = a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D ||
-				  a == ARGS_SET_2D_ASYNC;
+				  a == ARGS_SET_2D_ASYNC || a == ARGS_SET_3D ||
+				  a == ARGS_SET_3D_ASYNC;
 
 			if (graph) {
 				add_node(key.pid, in.op, graph, 0, set ? 0 : in.kind,

@@ -491,7 +491,11 @@ const (
 	ProfiOpOP_CU_MEMCPY_3D_PEER_ASYNC               ProfiOp = 209
 	ProfiOpOP_CU_MEMCPY_3D_PEER_PTDS                ProfiOp = 210
 	ProfiOpOP_CU_MEMCPY_3D_PEER_ASYNC_PTSZ          ProfiOp = 211
-	ProfiOpOP_MAX                                   ProfiOp = 212
+	ProfiOpOP_CUDA_MEMSET_3D                        ProfiOp = 212
+	ProfiOpOP_CUDA_MEMSET_3D_ASYNC                  ProfiOp = 213
+	ProfiOpOP_CUDA_MEMSET_3D_PTDS                   ProfiOp = 214
+	ProfiOpOP_CUDA_MEMSET_3D_ASYNC_PTSZ             ProfiOp = 215
+	ProfiOpOP_MAX                                   ProfiOp = 216
 )
 
 type ProfiOpArgs uint32
@@ -564,6 +568,8 @@ const (
 	ProfiOpArgsARGS_CU_COPY_3D_ASYNC      ProfiOpArgs = 64
 	ProfiOpArgsARGS_CU_COPY_3D_PEER       ProfiOpArgs = 65
 	ProfiOpArgsARGS_CU_COPY_3D_PEER_ASYNC ProfiOpArgs = 66
+	ProfiOpArgsARGS_SET_3D                ProfiOpArgs = 67
+	ProfiOpArgsARGS_SET_3D_ASYNC          ProfiOpArgs = 68
 )
 
 type ProfiPhase uint32

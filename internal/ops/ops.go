@@ -142,6 +142,8 @@ const (
 	ArgsCuCopy3DAsync          // (const CUDA_MEMCPY3D *, stream)
 	ArgsCuCopy3DPeer           // (const CUDA_MEMCPY3D_PEER *): WidthInBytes at 176, a peer copy
 	ArgsCuCopy3DPeerAsync      // (const CUDA_MEMCPY3D_PEER *, stream)
+	ArgsSet3D                  // (cudaPitchedPtr, int value, cudaExtent): structs by value, extent width x height x depth
+	ArgsSet3DAsync             // (cudaPitchedPtr, int value, cudaExtent, stream)
 	NumArgs
 )
 
@@ -158,7 +160,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
 	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC", "CU_COPY_2D", "CU_COPY_2D_ASYNC",
-	"CU_COPY_3D", "CU_COPY_3D_ASYNC", "CU_COPY_3D_PEER", "CU_COPY_3D_PEER_ASYNC",
+	"CU_COPY_3D", "CU_COPY_3D_ASYNC", "CU_COPY_3D_PEER", "CU_COPY_3D_PEER_ASYNC", "SET_3D", "SET_3D_ASYNC",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

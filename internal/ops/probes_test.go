@@ -95,7 +95,7 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCudart, KernelModeOff, ProfileLean, 58, 116}, // + 21 graph and capture rows, 8 3D and 8 symbol copies (timed),
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 66, 124},
 		{discover.LibCudart, KernelModeFull, ProfileLean, 68, 135},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 80, 152},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 84, 160},
 		{discover.LibCuda, KernelModeOff, ProfileLean, 74, 148},       // + cuGraphLaunch_ptsz, 26 graph and capture rows and 14 2D/3D copies (timed)
 		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 80, 154}, // + two _ptsz launches (entry only)
 		{discover.LibCuda, KernelModeFull, ProfileFull, 107, 214},     // + 12 pitched sets (diagnostic, timed)

@@ -262,4 +262,9 @@ var Table = []Row{
 	{Const: "CuMemcpy3DPeerAsync", Symbol: "cuMemcpy3DPeerAsync", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true},
 	{Const: "CuMemcpy3DPeerPtds", Symbol: "cuMemcpy3DPeer_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeer, Optional: true, Pausable: true, Base: "cuMemcpy3DPeer"},
 	{Const: "CuMemcpy3DPeerAsyncPtsz", Symbol: "cuMemcpy3DPeerAsync_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DPeerAsync"},
+	// 3D sets: the extent's width (bytes) x height x depth, its structs passed by value.
+	{Const: "CudaMemset3D", Symbol: "cudaMemset3D", Lib: rt, Family: FamilyMemset, Args: ArgsSet3D, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset3DAsync", Symbol: "cudaMemset3DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset3DPtds", Symbol: "cudaMemset3D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet3D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3D"},
+	{Const: "CudaMemset3DAsyncPtsz", Symbol: "cudaMemset3DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3DAsync"},
 }

@@ -216,5 +216,9 @@ const (
 	OpCuMemcpy3DPeerAsync              Op = 209 // cuMemcpy3DPeerAsync
 	OpCuMemcpy3DPeerPtds               Op = 210 // cuMemcpy3DPeer_ptds
 	OpCuMemcpy3DPeerAsyncPtsz          Op = 211 // cuMemcpy3DPeerAsync_ptsz
-	NumOps                             Op = 212 // OP_MAX
+	OpCudaMemset3D                     Op = 212 // cudaMemset3D
+	OpCudaMemset3DAsync                Op = 213 // cudaMemset3DAsync
+	OpCudaMemset3DPtds                 Op = 214 // cudaMemset3D_ptds
+	OpCudaMemset3DAsyncPtsz            Op = 215 // cudaMemset3DAsync_ptsz
+	NumOps                             Op = 216 // OP_MAX
 )

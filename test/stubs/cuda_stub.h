@@ -231,6 +231,10 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemset2DAsync, (void *devPtr, size_t pitch, int value,          \
 			      size_t width, size_t height,                    \
 			      cudaStream_t stream))                           \
+	X(cudaMemset3D, (struct cudaPitchedPtr pitchedDevPtr, int value,      \
+			 struct cudaExtent extent))                           \
+	X(cudaMemset3DAsync, (struct cudaPitchedPtr pitchedDevPtr, int value, \
+			      struct cudaExtent extent, cudaStream_t stream)) \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -281,6 +285,11 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 			      size_t width, size_t height))                   \
 	X(cudaMemset2DAsync_ptsz, (void *devPtr, size_t pitch, int value,     \
 				   size_t width, size_t height,               \
+				   cudaStream_t stream))                      \
+	X(cudaMemset3D_ptds, (struct cudaPitchedPtr pitchedDevPtr, int value, \
+			      struct cudaExtent extent))                      \
+	X(cudaMemset3DAsync_ptsz, (struct cudaPitchedPtr pitchedDevPtr,       \
+				   int value, struct cudaExtent extent,       \
 				   cudaStream_t stream))                      \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \

@@ -825,6 +825,27 @@ EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size
 	WRAP(do_memset_2d(ASYNC, devPtr, pitch, value, width, height, stream));
 }
 
+/* extent.width bytes in each of height x depth rows: a row wider than the
+ * pitch is cudaErrorInvalidValue. Both structs come by value. */
+static cudaError_t do_memset_3d(int mode, struct cudaPitchedPtr p, int value, struct cudaExtent e,
+				cudaStream_t stream)
+{
+	if (e.width > p.pitch && e.height * e.depth > 1)
+		return cudaErrorInvalidValue;
+	return do_memset(mode, p.ptr, value, e.width * e.height * e.depth, stream);
+}
+
+EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+	WRAP(do_memset_3d(SYNC, p, value, e, NULL));
+}
+
+EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+				     cudaStream_t stream)
+{
+	WRAP(do_memset_3d(ASYNC, p, value, e, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -957,6 +978,17 @@ EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value,
 					  size_t height, cudaStream_t stream)
 {
 	WRAP(do_memset_2d(ASYNC_PTSZ, devPtr, pitch, value, width, height, stream));
+}
+
+EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+	WRAP(do_memset_3d(SYNC, p, value, e, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+					  cudaStream_t stream)
+{
+	WRAP(do_memset_3d(ASYNC_PTSZ, p, value, e, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

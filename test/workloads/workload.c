@@ -84,6 +84,7 @@ enum {
 	F_TO_SYMBOL, F_FROM_SYMBOL, F_TO_SYMBOL_ASYNC, F_FROM_SYMBOL_ASYNC,
 	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
 	F_MEMSET_2D, F_MEMSET_2D_ASYNC, F_MEMSET_2D_PTDS, F_MEMSET_2D_ASYNC_PTSZ,
+	F_MEMSET_3D, F_MEMSET_3D_ASYNC, F_MEMSET_3D_PTDS, F_MEMSET_3D_ASYNC_PTSZ,
 	NFN
 };
 static const struct {
@@ -125,6 +126,8 @@ static const struct {
 	{"cudaMemcpyToSymbolAsync_ptsz", 1, G_PTSZ}, {"cudaMemcpyFromSymbolAsync_ptsz", 1, G_PTSZ},
 	{"cudaMemset2D", 0, G_EXTRA}, {"cudaMemset2DAsync", 1, G_EXTRA},
 	{"cudaMemset2D_ptds", 0, G_PTSZ}, {"cudaMemset2DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemset3D", 0, G_EXTRA}, {"cudaMemset3DAsync", 1, G_EXTRA},
+	{"cudaMemset3D_ptds", 0, G_PTSZ}, {"cudaMemset3DAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -495,6 +498,23 @@ static void set_mem_2d(struct tally *t, int f, void *p, size_t pitch, size_t wid
 	record(t, f, s, rc);
 	if (rc == cudaSuccess)
 		stream_row(t, (uintptr_t)s)->memset_bytes += width * height;
+}
+
+/* f: one of the F_MEMSET_3D* sets: width bytes in each of height x depth
+ * rows pitch apart, the pointer and extent passed by value (the synchronous
+ * ones get s = NULL). */
+static void set_mem_3d(struct tally *t, int f, void *p, size_t pitch, size_t width,
+		       size_t height, size_t depth, cudaStream_t s)
+{
+	struct cudaPitchedPtr pp = {.ptr = p, .pitch = pitch, .xsize = width, .ysize = height};
+	struct cudaExtent e = {.width = width, .height = height, .depth = depth};
+	cudaError_t rc = f == F_MEMSET_3D_ASYNC ? CUDA(cudaMemset3DAsync)(pp, 0, e, s)
+			 : f == F_MEMSET_3D_ASYNC_PTSZ ? CUDA(cudaMemset3DAsync_ptsz)(pp, 0, e, s)
+			 : f == F_MEMSET_3D_PTDS	 ? CUDA(cudaMemset3D_ptds)(pp, 0, e)
+						 : CUDA(cudaMemset3D)(pp, 0, e);
+	record(t, f, s, rc);
+	if (rc == cudaSuccess)
+		stream_row(t, (uintptr_t)s)->memset_bytes += width * height * depth;
 }
 
 /* NVTX (--nvtx), always through dlsym'd pointers: the library is opened
@@ -931,6 +951,9 @@ static void *worker_main(void *arg)
 			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
 			set_mem_2d(t, F_MEMSET_2D, weights, 1024, 512 + 64 * (i % 4), 3 + i % 3, NULL);
 			set_mem_2d(t, F_MEMSET_2D_ASYNC, kv, 256, 200, 1 + i % 7, s[0]);
+			set_mem_3d(t, F_MEMSET_3D, weights, 512, 384 + 32 * (i % 3), 2 + i % 3, 1 + i % 4,
+				   NULL);
+			set_mem_3d(t, F_MEMSET_3D_ASYNC, kv, 256, 96, 3, 2 + i % 5, s[0]);
 			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
 			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
 			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
@@ -972,6 +995,8 @@ static void *worker_main(void *arg)
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
 			set_mem_2d(t, F_MEMSET_2D_PTDS, kv, 512, 300 + 20 * (i % 5), 2 + i % 4, NULL);
 			set_mem_2d(t, F_MEMSET_2D_ASYNC_PTSZ, weights, 128, 128, 4 + i % 2, s[0]);
+			set_mem_3d(t, F_MEMSET_3D_PTDS, kv, 256, 160 + 16 * (i % 4), 2, 1 + i % 3, NULL);
+			set_mem_3d(t, F_MEMSET_3D_ASYNC_PTSZ, weights, 64, 64, 1 + i % 3, 3, s[0]);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
 			if (have_graphs && have_graph_ptsz)
 				graph_launch_ptsz(t, exec, p1);
