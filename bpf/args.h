@@ -24,6 +24,41 @@ static __always_inline void decode_alloc_async(struct pt_regs *ctx, struct infli
 }
 
 /*
+ * (void **ptr, size_t *pitch, width, height, ...): cudaMallocPitch and
+ * cuMemAllocPitch. The size is the pitch the call writes back x height, read
+ * at the return: the pitch's address waits in launch.func, which no
+ * allocation uses otherwise (the in-flight record does not grow).
+ */
+static __always_inline void decode_alloc_pitch(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+	in->launch.func = arg(ctx, 2);
+	in->arg1 = arg(ctx, 4);
+}
+
+/*
+ * (cudaPitchedPtr *out, cudaExtent extent): the extent (24 bytes) by value
+ * (big_arg); the call writes ptr and pitch at out and out + 8. The size is
+ * that pitch x height x depth.
+ */
+static __always_inline void decode_alloc_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 hd[2] = {};
+
+	bpf_probe_read_user(hd, sizeof(hd), (void *)(big_arg(ctx, 2, 0) + 8));
+	in->arg0 = arg(ctx, 1);
+	in->launch.func = in->arg0 + 8;
+	in->arg1 = hd[0] * hd[1];
+}
+
+/* (void **ptr, size_t size, pool, stream): from a memory pool. */
+static __always_inline void decode_alloc_pool(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_alloc(ctx, in);
+	in->stream = arg(ctx, 4);
+}
+
+/*
  * (ptr): the size is taken out at entry, while the pointer is still owned
  * by this call: after the return another thread may already have been
  * handed the same address. Put back if the free fails (timed_return).
@@ -430,6 +465,15 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_ALLOC_ASYNC:
 		decode_alloc_async(ctx, in);
+		break;
+	case ARGS_ALLOC_PITCH:
+		decode_alloc_pitch(ctx, in);
+		break;
+	case ARGS_ALLOC_3D:
+		decode_alloc_3d(ctx, in);
+		break;
+	case ARGS_ALLOC_POOL:
+		decode_alloc_pool(ctx, in);
 		break;
 	case ARGS_FREE_ASYNC:
 		in->stream = arg(ctx, 2); /* (ptr, stream) */

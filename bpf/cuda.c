@@ -82,11 +82,21 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	switch (args_of(in.op)) {
 	case ARGS_ALLOC:
 	case ARGS_ALLOC_ASYNC:
+	case ARGS_ALLOC_POOL:
+	case ARGS_ALLOC_PITCH:
+	case ARGS_ALLOC_3D:
 		if (ret == 0) {
 			struct alloc_key ak = {.pid = key.pid};
 			struct alloc_val av = {.size = in.arg1, .dev = key.dev};
+			u32 a = args_of(in.op);
 
-			bytes = in.arg1;
+			/* Pitched: the pitch written back x the rows (0 if unreadable). */
+			if (a == ARGS_ALLOC_PITCH || a == ARGS_ALLOC_3D) {
+				if (bpf_probe_read_user(&out, sizeof(out), (void *)in.launch.func))
+					out = 0;
+				av.size = out * in.arg1;
+			}
+			bytes = av.size;
 			if (bpf_probe_read_user(&ak.ptr, sizeof(ak.ptr), (void *)in.arg0))
 				count_drop(DROP_MALLOC_SIZES);
 			else

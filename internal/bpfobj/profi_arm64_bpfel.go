@@ -495,7 +495,14 @@ const (
 	ProfiOpOP_CUDA_MEMSET_3D_ASYNC                  ProfiOp = 213
 	ProfiOpOP_CUDA_MEMSET_3D_PTDS                   ProfiOp = 214
 	ProfiOpOP_CUDA_MEMSET_3D_ASYNC_PTSZ             ProfiOp = 215
-	ProfiOpOP_MAX                                   ProfiOp = 216
+	ProfiOpOP_CUDA_MALLOC_PITCH                     ProfiOp = 216
+	ProfiOpOP_CUDA_MALLOC_3D                        ProfiOp = 217
+	ProfiOpOP_CUDA_MALLOC_FROM_POOL_ASYNC           ProfiOp = 218
+	ProfiOpOP_CUDA_MALLOC_FROM_POOL_ASYNC_PTSZ      ProfiOp = 219
+	ProfiOpOP_CU_MEM_ALLOC_PITCH                    ProfiOp = 220
+	ProfiOpOP_CU_MEM_ALLOC_FROM_POOL_ASYNC          ProfiOp = 221
+	ProfiOpOP_CU_MEM_ALLOC_FROM_POOL_ASYNC_PTSZ     ProfiOp = 222
+	ProfiOpOP_MAX                                   ProfiOp = 223
 )
 
 type ProfiOpArgs uint32
@@ -570,6 +577,9 @@ const (
 	ProfiOpArgsARGS_CU_COPY_3D_PEER_ASYNC ProfiOpArgs = 66
 	ProfiOpArgsARGS_SET_3D                ProfiOpArgs = 67
 	ProfiOpArgsARGS_SET_3D_ASYNC          ProfiOpArgs = 68
+	ProfiOpArgsARGS_ALLOC_PITCH           ProfiOpArgs = 69
+	ProfiOpArgsARGS_ALLOC_3D              ProfiOpArgs = 70
+	ProfiOpArgsARGS_ALLOC_POOL            ProfiOpArgs = 71
 )
 
 type ProfiPhase uint32

@@ -267,4 +267,13 @@ var Table = []Row{
 	{Const: "CudaMemset3DAsync", Symbol: "cudaMemset3DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true},
 	{Const: "CudaMemset3DPtds", Symbol: "cudaMemset3D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet3D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3D"},
 	{Const: "CudaMemset3DAsyncPtsz", Symbol: "cudaMemset3DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3DAsync"},
+	// Pitched and pool allocations, tracked as cudaMalloc: a pitched one's
+	// size is the pitch it wrote back x its rows (x its depth).
+	{Const: "CudaMallocPitch", Symbol: "cudaMallocPitch", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPitch, Optional: true},
+	{Const: "CudaMalloc3D", Symbol: "cudaMalloc3D", Lib: rt, Family: FamilyMalloc, Args: ArgsAlloc3D, Optional: true},
+	{Const: "CudaMallocFromPoolAsync", Symbol: "cudaMallocFromPoolAsync", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true},
+	{Const: "CudaMallocFromPoolAsyncPtsz", Symbol: "cudaMallocFromPoolAsync_ptsz", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true, Base: "cudaMallocFromPoolAsync"},
+	{Const: "CuMemAllocPitch", Symbol: "cuMemAllocPitch_v2", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPitch, Optional: true},
+	{Const: "CuMemAllocFromPoolAsync", Symbol: "cuMemAllocFromPoolAsync", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true},
+	{Const: "CuMemAllocFromPoolAsyncPtsz", Symbol: "cuMemAllocFromPoolAsync_ptsz", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true, Base: "cuMemAllocFromPoolAsync"},
 }

@@ -220,5 +220,12 @@ const (
 	OpCudaMemset3DAsync                Op = 213 // cudaMemset3DAsync
 	OpCudaMemset3DPtds                 Op = 214 // cudaMemset3D_ptds
 	OpCudaMemset3DAsyncPtsz            Op = 215 // cudaMemset3DAsync_ptsz
-	NumOps                             Op = 216 // OP_MAX
+	OpCudaMallocPitch                  Op = 216 // cudaMallocPitch
+	OpCudaMalloc3D                     Op = 217 // cudaMalloc3D
+	OpCudaMallocFromPoolAsync          Op = 218 // cudaMallocFromPoolAsync
+	OpCudaMallocFromPoolAsyncPtsz      Op = 219 // cudaMallocFromPoolAsync_ptsz
+	OpCuMemAllocPitch                  Op = 220 // cuMemAllocPitch_v2
+	OpCuMemAllocFromPoolAsync          Op = 221 // cuMemAllocFromPoolAsync
+	OpCuMemAllocFromPoolAsyncPtsz      Op = 222 // cuMemAllocFromPoolAsync_ptsz
+	NumOps                             Op = 223 // OP_MAX
 )

@@ -29,7 +29,8 @@ var drvapiStreamed = map[string]bool{
 	"cuMemcpyDtoHAsync_v2": true, "cuMemcpyDtoDAsync_v2": true, "cuMemcpyHtoDAsync_v2_ptsz": true,
 	"cuMemcpyAsync_ptsz": true, "cuMemsetD32Async": true, "cuMemsetD2D32Async": true,
 	"cuMemcpy2DAsync_v2": true, "cuMemcpy3DAsync_v2": true, "cuMemcpy3DPeerAsync": true,
-	"cuLaunchKernel": true, "cuLaunchKernel_ptsz": true, "cuLaunchKernelEx": true, "cuLaunchKernelEx_ptsz": true,
+	"cuMemAllocFromPoolAsync": true,
+	"cuLaunchKernel":          true, "cuLaunchKernel_ptsz": true, "cuLaunchKernelEx": true, "cuLaunchKernelEx_ptsz": true,
 	"cuLaunchCooperativeKernel": true, "cuLaunchCooperativeKernel_ptsz": true, "cuGraphLaunch": true,
 	"cuGraphLaunch_ptsz": true,
 }
@@ -52,9 +53,9 @@ func TestDriverAPI(t *testing.T) {
 	a := startAgent(t, "--probe-profile", "full")
 	var gt drvapiTruth
 	pid := runClient(t, a, &gt, fixtures.DrvAPI, strconv.Itoa(iters), strconv.Itoa(launches))
-	if len(gt.Calls) != 45 || gt.Errors["cuMemFree_v2"] != iters || gt.Errors["cuMemcpy3DPeer"] != iters/10 ||
-		gt.KernelLaunches != 6*launches {
-		t.Fatalf("drvapi ground truth %+v: want 45 functions, %d failed frees, %d failed 3D peer copies, %d launches",
+	if len(gt.Calls) != 47 || gt.Errors["cuMemFree_v2"] != iters || gt.Errors["cuMemcpy3DPeer"] != iters/10 ||
+		gt.Errors["cuMemAllocPitch_v2"] != iters/10 || gt.KernelLaunches != 6*launches {
+		t.Fatalf("drvapi ground truth %+v: want 47 functions, %d failed frees, %d failed 3D peer copies and pitched allocations, %d launches",
 			gt, iters, iters/10, 6*launches)
 	}
 

@@ -54,6 +54,8 @@ var countedFuncs = map[string]counts{
 	"cudaMemcpyToSymbolAsync": {label: "cudaMemcpyToSymbolAsync"}, "cudaMemcpyFromSymbolAsync": {label: "cudaMemcpyFromSymbolAsync"},
 	"cudaMemcpyToSymbol_ptds": {label: "cudaMemcpyToSymbol_ptds"}, "cudaMemcpyFromSymbol_ptds": {label: "cudaMemcpyFromSymbol_ptds"},
 	"cudaMemcpyToSymbolAsync_ptsz": {label: "cudaMemcpyToSymbolAsync_ptsz"}, "cudaMemcpyFromSymbolAsync_ptsz": {label: "cudaMemcpyFromSymbolAsync_ptsz"},
+	"cudaMallocPitch": {label: "cudaMallocPitch"}, "cudaMalloc3D": {label: "cudaMalloc3D"},
+	"cudaMallocFromPoolAsync": {label: "cudaMallocFromPoolAsync"}, "cudaMallocFromPoolAsync_ptsz": {label: "cudaMallocFromPoolAsync_ptsz"},
 
 	"cudaStreamSynchronize": {label: "cudaStreamSync", diag: true}, "cudaEventSynchronize": {label: "cudaEventSync", diag: true},
 	"cudaMemset": {label: "cudaMemset", diag: true}, "cudaMemsetAsync": {label: "cudaMemsetAsync", diag: true},

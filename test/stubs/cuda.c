@@ -361,6 +361,33 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	WRAP(do_mem_free(dptr, hStream));
 }
+/* Rows of WidthInBytes padded to a pitch of the next multiple of 512 bytes,
+ * written back through pPitch; ElementSizeBytes must be 4, 8 or 16
+ * (CUDA_ERROR_INVALID_VALUE otherwise, nothing allocated). */
+static CUresult do_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h,
+				   unsigned elem)
+{
+	size_t pitch = (w + 511) & ~(size_t)511;
+	CUresult rc;
+
+	if (!pPitch || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = do_mem_alloc(dptr, pitch * h, &next_dptr);
+	if (rc == CUDA_SUCCESS)
+		*pPitch = pitch;
+	return rc;
+}
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+				   size_t Height, unsigned ElementSizeBytes)
+{
+	WRAP(do_mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					CUstream hStream)
+{
+	sink = (uintptr_t)pool ^ (uintptr_t)hStream;
+	WRAP(do_mem_alloc(dptr, bytesize, &next_dptr));
+}
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)
 {
 	sink = flags;

@@ -11,6 +11,7 @@ typedef int CUresult;
 /* Same struct tags as the runtime's handles, as in the real headers: a
  * cudaStream_t is a CUstream. */
 typedef struct CUstream_st *CUstream;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
@@ -324,6 +325,8 @@ PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 	X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream))         \
 	X(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy))                          \
 	X(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream))   \
+	X(cuMemAllocPitch_v2, (CUdeviceptr * dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned ElementSizeBytes)) \
+	X(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)) \
 	X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const void *prop, unsigned long long flags)) \
 	X(cuMemRelease, (CUmemGenericAllocationHandle handle))                        \
 	X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \

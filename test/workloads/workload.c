@@ -85,6 +85,7 @@ enum {
 	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
 	F_MEMSET_2D, F_MEMSET_2D_ASYNC, F_MEMSET_2D_PTDS, F_MEMSET_2D_ASYNC_PTSZ,
 	F_MEMSET_3D, F_MEMSET_3D_ASYNC, F_MEMSET_3D_PTDS, F_MEMSET_3D_ASYNC_PTSZ,
+	F_MALLOC_PITCH, F_MALLOC_3D, F_MALLOC_FROM_POOL, F_MALLOC_FROM_POOL_PTSZ,
 	NFN
 };
 static const struct {
@@ -128,6 +129,8 @@ static const struct {
 	{"cudaMemset2D_ptds", 0, G_PTSZ}, {"cudaMemset2DAsync_ptsz", 1, G_PTSZ},
 	{"cudaMemset3D", 0, G_EXTRA}, {"cudaMemset3DAsync", 1, G_EXTRA},
 	{"cudaMemset3D_ptds", 0, G_PTSZ}, {"cudaMemset3DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMallocPitch", 0, G_EXTRA}, {"cudaMalloc3D", 0, G_EXTRA},
+	{"cudaMallocFromPoolAsync", 1, G_EXTRA}, {"cudaMallocFromPoolAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -313,6 +316,51 @@ static void dev_free(struct tally *t, void *p, size_t size, int async, cudaStrea
 	record(t, async == 2 ? F_FREE_ASYNC_PTSZ : async ? F_FREE_ASYNC : F_FREE, s, rc);
 	if (rc == cudaSuccess && p)
 		t->free_bytes += size;
+}
+
+/* Pitched allocations (cudaMallocPitch, cudaMalloc3D: the size is the
+ * pitch the runtime writes back x the rows) and one from a pool on stream
+ * s, each freed with cudaFree (of NULL when it failed). */
+static void pitched_pool_malloc_free(struct tally *t, long i, cudaStream_t s)
+{
+	void *p = NULL;
+	size_t pitch = 0, h = (size_t)(1 + i % 4), size = 0;
+	cudaError_t rc = CUDA(cudaMallocPitch)(&p, &pitch, 200 + 100 * (size_t)(i % 5), h);
+
+	record(t, F_MALLOC_PITCH, NULL, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size = pitch * h;
+	dev_free(t, rc == cudaSuccess ? p : NULL, size, 0, NULL);
+
+	struct cudaPitchedPtr pp = {0};
+	struct cudaExtent e = {.width = 96 + 32 * (size_t)(i % 3), .height = 2 + (size_t)(i % 3),
+			       .depth = 1 + (size_t)(i % 2)};
+	rc = CUDA(cudaMalloc3D)(&pp, e);
+	record(t, F_MALLOC_3D, NULL, rc);
+	size = 0;
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size = pp.pitch * e.height * e.depth;
+	dev_free(t, rc == cudaSuccess ? pp.ptr : NULL, size, 0, NULL);
+
+	p = NULL, size = 4096 + 64 * (size_t)(i % 7);
+	rc = CUDA(cudaMallocFromPoolAsync)(&p, size, (cudaMemPool_t)(uintptr_t)0x9100, s);
+	record(t, F_MALLOC_FROM_POOL, s, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size;
+	dev_free(t, rc == cudaSuccess ? p : NULL, rc == cudaSuccess ? size : 0, 0, NULL);
+}
+
+/* From a pool on the per-thread stream variant, freed the same way
+ * (cudaFreeAsync_ptsz, of NULL when it failed). */
+static void pool_malloc_free_ptsz(struct tally *t, size_t size, cudaStream_t s)
+{
+	void *p = NULL;
+	cudaError_t rc = CUDA(cudaMallocFromPoolAsync_ptsz)(&p, size, (cudaMemPool_t)(uintptr_t)0x9200, s);
+
+	record(t, F_MALLOC_FROM_POOL_PTSZ, s, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size;
+	dev_free(t, rc == cudaSuccess ? p : NULL, rc == cudaSuccess ? size : 0, 2, s);
 }
 
 static void host_alloc_free(struct tally *t, size_t size)
@@ -946,6 +994,7 @@ static void *worker_main(void *arg)
 				    cudaMemcpyDeviceToHost, s[0]);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
+			pitched_pool_malloc_free(t, i, s[0]);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
 			set_mem(t, F_MEMSET, weights, 4096 * (i % 3 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
@@ -1002,6 +1051,7 @@ static void *worker_main(void *arg)
 				graph_launch_ptsz(t, exec, p1);
 			size_t asize = (size_t)(i % 4 + 1) << 14;
 			dev_free(t, dev_malloc(t, asize, 2, p2), asize, 2, p2);
+			pool_malloc_free_ptsz(t, asize / 2, p2);
 			launch(t, LA_RT_EXC_PTSZ, (i + 3) % NRT_KERNELS, grid, block, args, 256, p3);
 			launch(t, LA_RT_COOP_PTSZ, i % NRT_KERNELS, grid, block, args,
 			       128 * (i % 3), p1);
