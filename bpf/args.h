@@ -24,6 +24,41 @@ static __always_inline void decode_alloc_async(struct pt_regs *ctx, struct infli
 }
 
 /*
+ * (void **ptr, size_t *pitch, width, height, ...): cudaMallocPitch and
+ * cuMemAllocPitch. The size is the pitch the call writes back x height, read
+ * at the return: the pitch's address waits in launch.func, which no
+ * allocation uses otherwise (the in-flight record does not grow).
+ */
+static __always_inline void decode_alloc_pitch(struct pt_regs *ctx, struct inflight_call *in)
+{
+	in->arg0 = arg(ctx, 1);
+	in->launch.func = arg(ctx, 2);
+	in->arg1 = arg(ctx, 4);
+}
+
+/*
+ * (cudaPitchedPtr *out, cudaExtent extent): the extent (24 bytes) by value
+ * (big_arg); the call writes ptr and pitch at out and out + 8. The size is
+ * that pitch x height x depth.
+ */
+static __always_inline void decode_alloc_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 hd[2] = {};
+
+	bpf_probe_read_user(hd, sizeof(hd), (void *)(big_arg(ctx, 2, 0) + 8));
+	in->arg0 = arg(ctx, 1);
+	in->launch.func = in->arg0 + 8;
+	in->arg1 = hd[0] * hd[1];
+}
+
+/* (void **ptr, size_t size, pool, stream): from a memory pool. */
+static __always_inline void decode_alloc_pool(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_alloc(ctx, in);
+	in->stream = arg(ctx, 4);
+}
+
+/*
  * (ptr): the size is taken out at entry, while the pointer is still owned
  * by this call: after the return another thread may already have been
  * handed the same address. Put back if the free fails (timed_return).
@@ -206,6 +241,30 @@ static __always_inline void decode_cu_copy_3d_async(struct pt_regs *ctx, struct 
 	in->stream = arg(ctx, 2);
 }
 
+/*
+ * (const CUDA_MEMCPY3D_PEER *p): WidthInBytes, Height and Depth at 176, as in
+ * CUDA_MEMCPY3D (CUDA 12.4's cuda.h: the peer struct's srcContext and
+ * dstContext sit where CUDA_MEMCPY3D has reserved0 and reserved1; the stub
+ * header asserts the offsets, test/stubs/cuda_drv_stub.h). A copy between
+ * contexts: "p2p", as cuMemcpyPeer, whatever the two ends' memory types.
+ */
+static __always_inline void decode_cu_copy_3d_peer(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 whd[3] = {};
+
+	bpf_probe_read_user(whd, sizeof(whd), (void *)(arg(ctx, 1) + 176));
+	in->arg1 = whd[0] * whd[1] * whd[2];
+	in->kind = KIND_P2P;
+}
+
+/* (const CUDA_MEMCPY3D_PEER *p, stream). */
+static __always_inline void decode_cu_copy_3d_peer_async(struct pt_regs *ctx,
+							 struct inflight_call *in)
+{
+	decode_cu_copy_3d_peer(ctx, in);
+	in->stream = arg(ctx, 2);
+}
+
 /* (dst, value, count): count elements of the op's unit (cuMemsetD16/D32). */
 static __always_inline void decode_set(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -226,6 +285,27 @@ static __always_inline void decode_set_2d_async(struct pt_regs *ctx, struct infl
 {
 	decode_set_2d(ctx, in);
 	in->stream = arg(ctx, 6);
+}
+
+/*
+ * (cudaPitchedPtr p, int value, cudaExtent extent): both structs by value,
+ * 32 and 24 bytes (big_arg: on the stack on x86-64, by reference on arm64);
+ * the extent's width (bytes) x height x depth. An unreadable extent counts
+ * the call without bytes.
+ */
+static __always_inline void decode_set_3d(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 whd[3] = {};
+
+	bpf_probe_read_user(whd, sizeof(whd), (void *)big_arg(ctx, 2 + BIG_ARG_SLOTS, 32));
+	in->arg1 = whd[0] * whd[1] * whd[2];
+}
+
+/* (cudaPitchedPtr p, int value, cudaExtent extent, stream). */
+static __always_inline void decode_set_3d_async(struct pt_regs *ctx, struct inflight_call *in)
+{
+	decode_set_3d(ctx, in);
+	in->stream = arg(ctx, 2 + 2 * BIG_ARG_SLOTS);
 }
 
 /* (dst, value, count, stream). */
@@ -386,6 +466,15 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 	case ARGS_ALLOC_ASYNC:
 		decode_alloc_async(ctx, in);
 		break;
+	case ARGS_ALLOC_PITCH:
+		decode_alloc_pitch(ctx, in);
+		break;
+	case ARGS_ALLOC_3D:
+		decode_alloc_3d(ctx, in);
+		break;
+	case ARGS_ALLOC_POOL:
+		decode_alloc_pool(ctx, in);
+		break;
 	case ARGS_FREE_ASYNC:
 		in->stream = arg(ctx, 2); /* (ptr, stream) */
 		/* fall through: one copy of the free's lookup serves both */
@@ -449,8 +538,20 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 	case ARGS_CU_COPY_3D_ASYNC:
 		decode_cu_copy_3d_async(ctx, in);
 		break;
+	case ARGS_CU_COPY_3D_PEER:
+		decode_cu_copy_3d_peer(ctx, in);
+		break;
+	case ARGS_CU_COPY_3D_PEER_ASYNC:
+		decode_cu_copy_3d_peer_async(ctx, in);
+		break;
 	case ARGS_SET_2D_ASYNC:
 		decode_set_2d_async(ctx, in);
+		break;
+	case ARGS_SET_3D:
+		decode_set_3d(ctx, in);
+		break;
+	case ARGS_SET_3D_ASYNC:
+		decode_set_3d_async(ctx, in);
 		break;
 	case ARGS_CU_COPY:
 		decode_cu_copy(ctx, in);

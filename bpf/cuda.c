@@ -59,8 +59,8 @@ static __noinline bool copy_node(u32 pid, struct inflight_call *in, u64 bytes)
 {
 	u64 graph = capture_of(pid, in->stream);
 	u32 a = args_of(in->op);
-	u32 set =
-	    a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D || a == ARGS_SET_2D_ASYNC;
+	u32 set = a == ARGS_SET || a == ARGS_SET_ASYNC || a == ARGS_SET_2D ||
+		  a == ARGS_SET_2D_ASYNC || a == ARGS_SET_3D || a == ARGS_SET_3D_ASYNC;
 
 	if (!graph)
 		return false;
@@ -112,11 +112,21 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	switch (args_of(in.op)) {
 	case ARGS_ALLOC:
 	case ARGS_ALLOC_ASYNC:
+	case ARGS_ALLOC_POOL:
+	case ARGS_ALLOC_PITCH:
+	case ARGS_ALLOC_3D:
 		if (ret == 0) {
 			struct alloc_key ak = {.pid = key.pid};
 			struct alloc_val av = {.size = in.arg1, .dev = key.dev};
+			u32 a = args_of(in.op);
 
-			bytes = in.arg1;
+			/* Pitched: the pitch written back x the rows (0 if unreadable). */
+			if (a == ARGS_ALLOC_PITCH || a == ARGS_ALLOC_3D) {
+				if (bpf_probe_read_user(&out, sizeof(out), (void *)in.launch.func))
+					out = 0;
+				av.size = out * in.arg1;
+			}
+			bytes = av.size;
 			if (bpf_probe_read_user(&ak.ptr, sizeof(ak.ptr), (void *)in.arg0))
 				count_drop(DROP_MALLOC_SIZES);
 			else
@@ -158,12 +168,16 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_SET_ASYNC:
 	case ARGS_SET_2D:
 	case ARGS_SET_2D_ASYNC:
+	case ARGS_SET_3D:
+	case ARGS_SET_3D_ASYNC:
 	case ARGS_CU_COPY:
 	case ARGS_CU_COPY_ASYNC:
 	case ARGS_CU_COPY_2D:
 	case ARGS_CU_COPY_2D_ASYNC:
 	case ARGS_CU_COPY_3D:
 	case ARGS_CU_COPY_3D_ASYNC:
+	case ARGS_CU_COPY_3D_PEER:
+	case ARGS_CU_COPY_3D_PEER_ASYNC:
 		if (ret == 0)
 			bytes = in.arg1;
 		if (bytes && in.stream && copy_node(key.pid, &in, bytes))

@@ -108,7 +108,7 @@ static __always_inline int nccl_entry_impl(struct pt_regs *ctx)
 		c->out = arg(ctx, 1);
 		c->info.nranks = (s32)arg(ctx, 2);
 		c->info.rank = (s32)arg(ctx, 3 + BIG_ARG_SLOTS);
-		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)big_arg(ctx, 3));
+		bpf_probe_read_user(c->info.id, sizeof(c->info.id), (void *)big_arg(ctx, 3, 0));
 		break;
 	case ARGS_NCCL_INIT_ALL:
 		c->info.nranks = (s32)arg(ctx, 2);

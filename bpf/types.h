@@ -197,7 +197,7 @@ struct inflight_call {
 	u32 sampled; /* the latency of this call is measured (--sample-rate) */
 	u32 dev;     /* free of a tracked allocation: the allocation's device */
 	u32 pad;
-	struct launch_args launch; /* timed launches (full mode) */
+	struct launch_args launch; /* timed launches (full mode); pitched malloc: func = &pitch */
 };
 
 /* Kinds of name_event. */

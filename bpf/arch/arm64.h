@@ -96,8 +96,10 @@ static __always_inline u64 arg(struct pt_regs *ctx, u32 n)
  * The address of a composite of more than 16 bytes passed by value as
  * argument slot n: the caller passes a pointer to a copy in that slot
  * (AAPCS64, stage B), and the next argument takes slot n + 1 (BIG_ARG_SLOTS).
+ * Each such composite takes its own slot, so the bytes of earlier ones
+ * (before, which x86-64 needs) do not matter here.
  */
-static __always_inline u64 big_arg(struct pt_regs *ctx, u32 n)
+static __always_inline u64 big_arg(struct pt_regs *ctx, u32 n, u32 before)
 {
 	return arg(ctx, n);
 }

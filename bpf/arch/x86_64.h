@@ -82,13 +82,16 @@ static __always_inline u64 arg(struct pt_regs *ctx, u32 n)
 
 /*
  * The address of a composite of more than 16 bytes passed by value as
- * argument slot n, when no earlier argument is on the stack: the caller
- * copied it (class MEMORY) where the first stack argument goes, above the
- * return address, and the next argument takes slot n (BIG_ARG_SLOTS).
+ * argument slot n, after `before` bytes of such composites earlier in the
+ * list, when no other argument is on the stack: the caller copied each
+ * (class MEMORY) in argument order where the stack arguments go, above the
+ * return address, 8-byte aligned, and the next argument takes slot n
+ * (BIG_ARG_SLOTS). cudaMemset3D(cudaPitchedPtr, int, cudaExtent): the
+ * extent at sp+8+32, the int in the first register.
  */
-static __always_inline u64 big_arg(struct pt_regs *ctx, u32 n)
+static __always_inline u64 big_arg(struct pt_regs *ctx, u32 n, u32 before)
 {
-	return ctx->rsp + 8;
+	return ctx->rsp + 8 + before;
 }
 
 /*

@@ -140,6 +140,13 @@ const (
 	ArgsCuCopy2DAsync          // (const CUDA_MEMCPY2D *, stream)
 	ArgsCuCopy3D               // (const CUDA_MEMCPY3D *): memory types at 32 and 120, WidthInBytes at 176
 	ArgsCuCopy3DAsync          // (const CUDA_MEMCPY3D *, stream)
+	ArgsCuCopy3DPeer           // (const CUDA_MEMCPY3D_PEER *): WidthInBytes at 176, a peer copy
+	ArgsCuCopy3DPeerAsync      // (const CUDA_MEMCPY3D_PEER *, stream)
+	ArgsSet3D                  // (cudaPitchedPtr, int value, cudaExtent): structs by value, extent width x height x depth
+	ArgsSet3DAsync             // (cudaPitchedPtr, int value, cudaExtent, stream)
+	ArgsAllocPitch             // (void **ptr, size_t *pitch, width, height, ...): tracked, pitch x height
+	ArgsAlloc3D                // (cudaPitchedPtr *out, cudaExtent by value): tracked, pitch x height x depth
+	ArgsAllocPool              // (void **ptr, size, pool, stream): tracked, as ArgsAllocAsync
 	NumArgs
 )
 
@@ -156,7 +163,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_KERNEL_NODE", "GRAPH_MEMCPY_NODE", "GRAPH_MEMCPY_NODE_1D", "GRAPH_MEMSET_NODE",
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
 	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC", "CU_COPY_2D", "CU_COPY_2D_ASYNC",
-	"CU_COPY_3D", "CU_COPY_3D_ASYNC",
+	"CU_COPY_3D", "CU_COPY_3D_ASYNC", "CU_COPY_3D_PEER", "CU_COPY_3D_PEER_ASYNC", "SET_3D", "SET_3D_ASYNC", "ALLOC_PITCH", "ALLOC_3D", "ALLOC_POOL",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

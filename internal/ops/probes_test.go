@@ -92,13 +92,13 @@ func TestProbesExactSets(t *testing.T) {
 		mode, profile string
 		n, traps      int
 	}{
-		{discover.LibCudart, KernelModeOff, ProfileLean, 58, 116}, // + 21 graph and capture rows, 8 3D and 8 symbol copies (timed),
-		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 66, 124},
-		{discover.LibCudart, KernelModeFull, ProfileLean, 68, 135},
-		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 80, 152},
-		{discover.LibCuda, KernelModeOff, ProfileLean, 70, 140},       // + cuGraphLaunch_ptsz, 26 graph and capture rows and 10 2D/3D copies (timed)
-		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 76, 146}, // + two _ptsz launches (entry only)
-		{discover.LibCuda, KernelModeFull, ProfileFull, 103, 206},     // + 12 pitched sets (diagnostic, timed)
+		{discover.LibCudart, KernelModeOff, ProfileLean, 62, 124}, // + 21 graph and capture rows, 8 3D and 8 symbol copies, 4 pitched and pool allocations (timed),
+		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 70, 132},
+		{discover.LibCudart, KernelModeFull, ProfileLean, 72, 143},
+		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 88, 168},
+		{discover.LibCuda, KernelModeOff, ProfileLean, 77, 154},       // + cuGraphLaunch_ptsz, 26 graph and capture rows, 14 2D/3D copies, 3 pitched and pool allocations (timed)
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 83, 160}, // + two _ptsz launches (entry only)
+		{discover.LibCuda, KernelModeFull, ProfileFull, 110, 220},     // + 12 pitched sets (diagnostic, timed)
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},
@@ -116,7 +116,7 @@ func TestProbesReturnsACopy(t *testing.T) {
 	p := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean)
 	p[0].Symbol = "changed"
 	_ = append(Probes(discover.LibCudart, KernelModeOff, ProfileLean), Probe{Symbol: "extra"})
-	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 66 {
+	if got := Probes(discover.LibCudart, KernelModeAnonymous, ProfileLean); got[0].Symbol != "cudaMalloc" || len(got) != 70 {
 		t.Errorf("Probes changed by its callers: %+v", got)
 	}
 }

@@ -257,4 +257,23 @@ var Table = []Row{
 	{Const: "CuMemcpy2DAsyncPtsz", Symbol: "cuMemcpy2DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy2DAsync, Optional: true, Pausable: true, Base: "cuMemcpy2DAsync_v2"},
 	{Const: "CuMemcpy3DPtds", Symbol: "cuMemcpy3D_v2_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3D, Optional: true, Pausable: true, Base: "cuMemcpy3D_v2"},
 	{Const: "CuMemcpy3DAsyncPtsz", Symbol: "cuMemcpy3DAsync_v2_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DAsync_v2"},
+	// Driver 3D peer copies (between contexts): the descriptor's WidthInBytes x Height x Depth, "p2p".
+	{Const: "CuMemcpy3DPeer", Symbol: "cuMemcpy3DPeer", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeer, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3DPeerAsync", Symbol: "cuMemcpy3DPeerAsync", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true},
+	{Const: "CuMemcpy3DPeerPtds", Symbol: "cuMemcpy3DPeer_ptds", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeer, Optional: true, Pausable: true, Base: "cuMemcpy3DPeer"},
+	{Const: "CuMemcpy3DPeerAsyncPtsz", Symbol: "cuMemcpy3DPeerAsync_ptsz", Lib: drv, Family: FamilyMemcpy, Args: ArgsCuCopy3DPeerAsync, Optional: true, Pausable: true, Base: "cuMemcpy3DPeerAsync"},
+	// 3D sets: the extent's width (bytes) x height x depth, its structs passed by value.
+	{Const: "CudaMemset3D", Symbol: "cudaMemset3D", Lib: rt, Family: FamilyMemset, Args: ArgsSet3D, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset3DAsync", Symbol: "cudaMemset3DAsync", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true},
+	{Const: "CudaMemset3DPtds", Symbol: "cudaMemset3D_ptds", Lib: rt, Family: FamilyMemset, Args: ArgsSet3D, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3D"},
+	{Const: "CudaMemset3DAsyncPtsz", Symbol: "cudaMemset3DAsync_ptsz", Lib: rt, Family: FamilyMemset, Args: ArgsSet3DAsync, Diagnostic: true, Optional: true, Pausable: true, Base: "cudaMemset3DAsync"},
+	// Pitched and pool allocations, tracked as cudaMalloc: a pitched one's
+	// size is the pitch it wrote back x its rows (x its depth).
+	{Const: "CudaMallocPitch", Symbol: "cudaMallocPitch", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPitch, Optional: true},
+	{Const: "CudaMalloc3D", Symbol: "cudaMalloc3D", Lib: rt, Family: FamilyMalloc, Args: ArgsAlloc3D, Optional: true},
+	{Const: "CudaMallocFromPoolAsync", Symbol: "cudaMallocFromPoolAsync", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true},
+	{Const: "CudaMallocFromPoolAsyncPtsz", Symbol: "cudaMallocFromPoolAsync_ptsz", Lib: rt, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true, Base: "cudaMallocFromPoolAsync"},
+	{Const: "CuMemAllocPitch", Symbol: "cuMemAllocPitch_v2", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPitch, Optional: true},
+	{Const: "CuMemAllocFromPoolAsync", Symbol: "cuMemAllocFromPoolAsync", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true},
+	{Const: "CuMemAllocFromPoolAsyncPtsz", Symbol: "cuMemAllocFromPoolAsync_ptsz", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true, Base: "cuMemAllocFromPoolAsync"},
 }

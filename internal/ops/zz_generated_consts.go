@@ -212,5 +212,20 @@ const (
 	OpCuMemcpy2DAsyncPtsz              Op = 205 // cuMemcpy2DAsync_v2_ptsz
 	OpCuMemcpy3DPtds                   Op = 206 // cuMemcpy3D_v2_ptds
 	OpCuMemcpy3DAsyncPtsz              Op = 207 // cuMemcpy3DAsync_v2_ptsz
-	NumOps                             Op = 208 // OP_MAX
+	OpCuMemcpy3DPeer                   Op = 208 // cuMemcpy3DPeer
+	OpCuMemcpy3DPeerAsync              Op = 209 // cuMemcpy3DPeerAsync
+	OpCuMemcpy3DPeerPtds               Op = 210 // cuMemcpy3DPeer_ptds
+	OpCuMemcpy3DPeerAsyncPtsz          Op = 211 // cuMemcpy3DPeerAsync_ptsz
+	OpCudaMemset3D                     Op = 212 // cudaMemset3D
+	OpCudaMemset3DAsync                Op = 213 // cudaMemset3DAsync
+	OpCudaMemset3DPtds                 Op = 214 // cudaMemset3D_ptds
+	OpCudaMemset3DAsyncPtsz            Op = 215 // cudaMemset3DAsync_ptsz
+	OpCudaMallocPitch                  Op = 216 // cudaMallocPitch
+	OpCudaMalloc3D                     Op = 217 // cudaMalloc3D
+	OpCudaMallocFromPoolAsync          Op = 218 // cudaMallocFromPoolAsync
+	OpCudaMallocFromPoolAsyncPtsz      Op = 219 // cudaMallocFromPoolAsync_ptsz
+	OpCuMemAllocPitch                  Op = 220 // cuMemAllocPitch_v2
+	OpCuMemAllocFromPoolAsync          Op = 221 // cuMemAllocFromPoolAsync
+	OpCuMemAllocFromPoolAsyncPtsz      Op = 222 // cuMemAllocFromPoolAsync_ptsz
+	NumOps                             Op = 223 // OP_MAX
 )

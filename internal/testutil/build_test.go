@@ -105,7 +105,8 @@ var driverMemFuncs = []string{
 	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemsetD8_v2", "cuMemsetD16_v2",
 	"cuMemsetD32_v2", "cuMemsetD32Async", "cuMemsetD2D8_v2", "cuMemsetD2D16_v2", "cuMemsetD2D32_v2",
 	"cuMemsetD2D32Async", "cuMemcpy2D_v2", "cuMemcpy2DUnaligned_v2", "cuMemcpy2DAsync_v2", "cuMemcpy3D_v2",
-	"cuMemcpy3DAsync_v2", "cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
+	"cuMemcpy3DAsync_v2", "cuMemcpy3DPeer", "cuMemcpy3DPeerAsync", "cuMemAllocPitch_v2", "cuMemAllocFromPoolAsync",
+	"cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
 	"cuMemAddressFree", "cuMemMap", "cuMemUnmap",
 }
 
@@ -570,6 +571,8 @@ func wantCalls(p params, errors, graphs bool) map[string]uint64 {
 				c[fn] = perIter(1)
 			}
 		}
+		// cudaFreeAsync_ptsz frees cudaMallocFromPoolAsync_ptsz's allocation too.
+		c["cudaFreeAsync_ptsz"] = perIter(2)
 		if errors {
 			errIters := T * uint64((p.iters+9)/10)
 			c["cudaMemcpy_ptds"] += errIters
@@ -916,8 +919,8 @@ func checkClosedForm(t *testing.T, gt *GroundTruth, p params, phases uint64) {
 			t.Errorf("calls[%s] = %d, want %d", fn, gt.Calls[fn], want)
 		}
 	}
-	// NULL free + per-iteration frees + managed frees + bogus frees.
-	if want := T*(1+uint64(p.mallocs)*I+I) + errIters; gt.Calls["cudaFree"] != want {
+	// NULL free + per-iteration frees + managed, pitched, 3D and pool frees + bogus frees.
+	if want := T*(1+uint64(p.mallocs)*I+4*I) + errIters; gt.Calls["cudaFree"] != want {
 		t.Errorf("calls[cudaFree] = %d, want %d", gt.Calls["cudaFree"], want)
 	}
 	if gt.Calls["cuModuleGetFunction"] != 2*T || gt.Calls["cuInit"] != T {
@@ -1205,9 +1208,10 @@ func TestWorkloadDefaultSizePtsz(t *testing.T) {
 	for _, n := range wantCalls(p, true, true) {
 		want += n
 	}
-	// 21 variants per iteration and thread, 2 failing calls every 10th.
-	if gt.TotalCalls() != want || want != 18328+2*200*21+2*20*2 {
-		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*21+2*20*2)
+	// 24 variants and a second cudaFreeAsync_ptsz per iteration and thread,
+	// 2 failing calls every 10th.
+	if gt.TotalCalls() != want || want != 18328+2*200*25+2*20*2 {
+		t.Errorf("--ptsz: %d calls, predicted %d, want %d", gt.TotalCalls(), want, 18328+2*200*25+2*20*2)
 	}
 	checkPtsz(t, gt, p, 1, true, true)
 

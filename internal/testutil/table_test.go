@@ -24,7 +24,8 @@ var unstubbedRows = []string{
 	"cuMemsetD8_v2_ptds", "cuMemsetD2D8Async", "cuMemsetD2D16Async", "cuMemsetD2D8_v2_ptds",
 	"cuMemsetD2D16_v2_ptds", "cuMemsetD2D32_v2_ptds", "cuMemsetD2D8Async_ptsz", "cuMemsetD2D16Async_ptsz",
 	"cuMemsetD2D32Async_ptsz", "cuMemcpy2D_v2_ptds", "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy2DAsync_v2_ptsz",
-	"cuMemcpy3D_v2_ptds", "cuMemcpy3DAsync_v2_ptsz",
+	"cuMemcpy3D_v2_ptds", "cuMemcpy3DAsync_v2_ptsz", "cuMemcpy3DPeer_ptds", "cuMemcpy3DPeerAsync_ptsz",
+	"cuMemAllocFromPoolAsync_ptsz",
 }
 
 func tableRow(symbol string) (ops.Row, bool) {

@@ -30,7 +30,8 @@ var ExtraFuncs = []string{
 	"cudaDeviceSynchronize", "cudaSetDevice", "cudaGetDevice",
 	"cudaMemcpy3D", "cudaMemcpy3DAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 	"cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync",
-	"cudaMemset2D", "cudaMemset2DAsync",
+	"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset3D", "cudaMemset3DAsync",
+	"cudaMallocPitch", "cudaMalloc3D", "cudaMallocFromPoolAsync",
 }
 
 // DriverFuncs are the driver functions the workload calls directly with
@@ -55,6 +56,7 @@ var PtszFuncs = []string{
 	"cudaMemcpy3D_ptds", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz",
 	"cudaMemcpyToSymbol_ptds", "cudaMemcpyFromSymbol_ptds", "cudaMemcpyToSymbolAsync_ptsz",
 	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz",
+	"cudaMemset3D_ptds", "cudaMemset3DAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
 }
 
 // PtszBase maps each of PtszFuncs to its base function: the operation
@@ -82,6 +84,9 @@ var PtszBase = map[string]string{
 	"cudaMemcpyFromSymbolAsync_ptsz":   "cudaMemcpyFromSymbolAsync",
 	"cudaMemset2D_ptds":                "cudaMemset2D",
 	"cudaMemset2DAsync_ptsz":           "cudaMemset2DAsync",
+	"cudaMemset3D_ptds":                "cudaMemset3D",
+	"cudaMemset3DAsync_ptsz":           "cudaMemset3DAsync",
+	"cudaMallocFromPoolAsync_ptsz":     "cudaMallocFromPoolAsync",
 }
 
 // AllFuncs are all keys GroundTruth.Calls may have.
@@ -105,6 +110,8 @@ var AllStreamFuncs = slices.Concat(StreamFuncs, []string{
 	"cudaMemcpy3DAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy3DAsync_ptsz", "cudaMemcpy3DPeerAsync_ptsz",
 	"cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz",
 	"cudaMemcpyFromSymbolAsync_ptsz", "cudaMemset2DAsync", "cudaMemset2DAsync_ptsz",
+	"cudaMemset3DAsync", "cudaMemset3DAsync_ptsz", "cudaMallocFromPoolAsync",
+	"cudaMallocFromPoolAsync_ptsz",
 })
 
 // LaunchAPIs are the keys of GroundTruth.LaunchesByAPI and
@@ -150,7 +157,8 @@ var (
 	memcpyPeerFuncs = []string{"cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeer", "cudaMemcpy3DPeerAsync",
 		"cudaMemcpy3DPeer_ptds", "cudaMemcpy3DPeerAsync_ptsz"}
 	memsetFuncs = []string{"cudaMemset", "cudaMemsetAsync", "cudaMemset_ptds", "cudaMemsetAsync_ptsz",
-		"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz"}
+		"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz",
+		"cudaMemset3D", "cudaMemset3DAsync", "cudaMemset3D_ptds", "cudaMemset3DAsync_ptsz"}
 )
 
 // GroundTruth is what the workload did in all its measured phases so far,

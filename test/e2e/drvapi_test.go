@@ -28,8 +28,9 @@ var drvapiStreamed = map[string]bool{
 	"cuMemAllocAsync": true, "cuMemFreeAsync": true, "cuMemcpyAsync": true, "cuMemcpyHtoDAsync_v2": true,
 	"cuMemcpyDtoHAsync_v2": true, "cuMemcpyDtoDAsync_v2": true, "cuMemcpyHtoDAsync_v2_ptsz": true,
 	"cuMemcpyAsync_ptsz": true, "cuMemsetD32Async": true, "cuMemsetD2D32Async": true,
-	"cuMemcpy2DAsync_v2": true, "cuMemcpy3DAsync_v2": true,
-	"cuLaunchKernel": true, "cuLaunchKernel_ptsz": true, "cuLaunchKernelEx": true, "cuLaunchKernelEx_ptsz": true,
+	"cuMemcpy2DAsync_v2": true, "cuMemcpy3DAsync_v2": true, "cuMemcpy3DPeerAsync": true,
+	"cuMemAllocFromPoolAsync": true,
+	"cuLaunchKernel":          true, "cuLaunchKernel_ptsz": true, "cuLaunchKernelEx": true, "cuLaunchKernelEx_ptsz": true,
 	"cuLaunchCooperativeKernel": true, "cuLaunchCooperativeKernel_ptsz": true, "cuGraphLaunch": true,
 	"cuGraphLaunch_ptsz": true,
 }
@@ -52,8 +53,10 @@ func TestDriverAPI(t *testing.T) {
 	a := startAgent(t, "--probe-profile", "full")
 	var gt drvapiTruth
 	pid := runClient(t, a, &gt, fixtures.DrvAPI, strconv.Itoa(iters), strconv.Itoa(launches))
-	if len(gt.Calls) != 43 || gt.Errors["cuMemFree_v2"] != iters || gt.KernelLaunches != 6*launches {
-		t.Fatalf("drvapi ground truth %+v: want 43 functions, %d failed frees, %d launches", gt, iters, 6*launches)
+	if len(gt.Calls) != 47 || gt.Errors["cuMemFree_v2"] != iters || gt.Errors["cuMemcpy3DPeer"] != iters/10 ||
+		gt.Errors["cuMemAllocPitch_v2"] != iters/10 || gt.KernelLaunches != 6*launches {
+		t.Fatalf("drvapi ground truth %+v: want 47 functions, %d failed frees, %d failed 3D peer copies and pitched allocations, %d launches",
+			gt, iters, iters/10, 6*launches)
 	}
 
 	p := "pid=" + strconv.Itoa(pid)

@@ -54,6 +54,8 @@ var countedFuncs = map[string]counts{
 	"cudaMemcpyToSymbolAsync": {label: "cudaMemcpyToSymbolAsync"}, "cudaMemcpyFromSymbolAsync": {label: "cudaMemcpyFromSymbolAsync"},
 	"cudaMemcpyToSymbol_ptds": {label: "cudaMemcpyToSymbol_ptds"}, "cudaMemcpyFromSymbol_ptds": {label: "cudaMemcpyFromSymbol_ptds"},
 	"cudaMemcpyToSymbolAsync_ptsz": {label: "cudaMemcpyToSymbolAsync_ptsz"}, "cudaMemcpyFromSymbolAsync_ptsz": {label: "cudaMemcpyFromSymbolAsync_ptsz"},
+	"cudaMallocPitch": {label: "cudaMallocPitch"}, "cudaMalloc3D": {label: "cudaMalloc3D"},
+	"cudaMallocFromPoolAsync": {label: "cudaMallocFromPoolAsync"}, "cudaMallocFromPoolAsync_ptsz": {label: "cudaMallocFromPoolAsync_ptsz"},
 
 	"cudaStreamSynchronize": {label: "cudaStreamSync", diag: true}, "cudaEventSynchronize": {label: "cudaEventSync", diag: true},
 	"cudaMemset": {label: "cudaMemset", diag: true}, "cudaMemsetAsync": {label: "cudaMemsetAsync", diag: true},
@@ -63,6 +65,8 @@ var countedFuncs = map[string]counts{
 	"cudaMemset_ptds":            {label: "cudaMemset_ptds", diag: true}, "cudaMemsetAsync_ptsz": {label: "cudaMemsetAsync_ptsz", diag: true},
 	"cudaMemset2D": {label: "cudaMemset2D", diag: true}, "cudaMemset2DAsync": {label: "cudaMemset2DAsync", diag: true},
 	"cudaMemset2D_ptds": {label: "cudaMemset2D_ptds", diag: true}, "cudaMemset2DAsync_ptsz": {label: "cudaMemset2DAsync_ptsz", diag: true},
+	"cudaMemset3D": {label: "cudaMemset3D", diag: true}, "cudaMemset3DAsync": {label: "cudaMemset3DAsync", diag: true},
+	"cudaMemset3D_ptds": {label: "cudaMemset3D_ptds", diag: true}, "cudaMemset3DAsync_ptsz": {label: "cudaMemset3DAsync_ptsz", diag: true},
 
 	"cudaLaunchKernel": {label: "cudaLaunchKernel", launch: true}, "cudaLaunchKernel_ptsz": {label: "cudaLaunchKernel_ptsz", launch: true},
 	"cudaLaunchKernelExC":              {label: "cudaLaunchKernelExC", launch: true},

@@ -361,6 +361,33 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	WRAP(do_mem_free(dptr, hStream));
 }
+/* Rows of WidthInBytes padded to a pitch of the next multiple of 512 bytes,
+ * written back through pPitch; ElementSizeBytes must be 4, 8 or 16
+ * (CUDA_ERROR_INVALID_VALUE otherwise, nothing allocated). */
+static CUresult do_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h,
+				   unsigned elem)
+{
+	size_t pitch = (w + 511) & ~(size_t)511;
+	CUresult rc;
+
+	if (!pPitch || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = do_mem_alloc(dptr, pitch * h, &next_dptr);
+	if (rc == CUDA_SUCCESS)
+		*pPitch = pitch;
+	return rc;
+}
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+				   size_t Height, unsigned ElementSizeBytes)
+{
+	WRAP(do_mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					CUstream hStream)
+{
+	sink = (uintptr_t)pool ^ (uintptr_t)hStream;
+	WRAP(do_mem_alloc(dptr, bytesize, &next_dptr));
+}
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)
 {
 	sink = flags;
@@ -525,6 +552,25 @@ EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p)
 EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
 {
 	WRAP(do_copy_3d(p, 1, s));
+}
+/* A 3D copy between contexts, checked as cuMemcpy3D. */
+static CUresult do_copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, int async, CUstream s)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	sink = (uintptr_t)p->srcContext ^ (uintptr_t)p->dstContext;
+	return do_copy_nd(p->srcMemoryType, cu_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray),
+			  p->srcPitch, p->dstMemoryType,
+			  cu_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray), p->dstPitch,
+			  p->WidthInBytes, p->Height * p->Depth, async, 0, s);
+}
+EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p)
+{
+	WRAP(do_copy_3d_peer(p, 0, NULL));
+}
+EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+	WRAP(do_copy_3d_peer(p, 1, s));
 }
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
 			    unsigned long long flags)

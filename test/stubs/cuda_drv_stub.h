@@ -11,6 +11,7 @@ typedef int CUresult;
 /* Same struct tags as the runtime's handles, as in the real headers: a
  * cudaStream_t is a CUstream. */
 typedef struct CUstream_st *CUstream;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
@@ -173,6 +174,30 @@ _Static_assert(offsetof(CUDA_MEMCPY3D, dstMemoryType) == 120, "CUDA_MEMCPY3D.dst
 _Static_assert(offsetof(CUDA_MEMCPY3D, WidthInBytes) == 176, "CUDA_MEMCPY3D.WidthInBytes offset");
 _Static_assert(sizeof(CUDA_MEMCPY3D) == 200, "CUDA_MEMCPY3D size");
 
+/* CUDA 12.4's cuda.h: CUDA_MEMCPY3D with the two contexts in place of its
+ * reserved pointers, so the same offsets. */
+typedef struct {
+	size_t srcXInBytes, srcY, srcZ, srcLOD;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	CUcontext srcContext;
+	size_t srcPitch, srcHeight;
+	size_t dstXInBytes, dstY, dstZ, dstLOD;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	CUcontext dstContext;
+	size_t dstPitch, dstHeight;
+	size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D_PEER;
+_Static_assert(offsetof(CUDA_MEMCPY3D_PEER, srcContext) == 64, "CUDA_MEMCPY3D_PEER.srcContext offset");
+_Static_assert(offsetof(CUDA_MEMCPY3D_PEER, dstContext) == 152, "CUDA_MEMCPY3D_PEER.dstContext offset");
+_Static_assert(offsetof(CUDA_MEMCPY3D_PEER, WidthInBytes) == 176, "CUDA_MEMCPY3D_PEER.WidthInBytes offset");
+_Static_assert(sizeof(CUDA_MEMCPY3D_PEER) == 200, "CUDA_MEMCPY3D_PEER size");
+
 typedef struct {
 	unsigned long long flags;
 	CUstream hUploadStream;
@@ -298,6 +323,10 @@ PROFI_CU_FUNCS(PROFI_DECLARE_CU_FUNC)
 	X(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream))         \
 	X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy))                                \
 	X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream))         \
+	X(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy))                          \
+	X(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream))   \
+	X(cuMemAllocPitch_v2, (CUdeviceptr * dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned ElementSizeBytes)) \
+	X(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)) \
 	X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const void *prop, unsigned long long flags)) \
 	X(cuMemRelease, (CUmemGenericAllocationHandle handle))                        \
 	X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)) \

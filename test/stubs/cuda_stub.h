@@ -9,6 +9,7 @@
 
 typedef int cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
 typedef struct CUkern_st *cudaKernel_t; /* CUDA 12+: an opaque kernel handle */
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
@@ -231,6 +232,17 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 	X(cudaMemset2DAsync, (void *devPtr, size_t pitch, int value,          \
 			      size_t width, size_t height,                    \
 			      cudaStream_t stream))                           \
+	X(cudaMemset3D, (struct cudaPitchedPtr pitchedDevPtr, int value,      \
+			 struct cudaExtent extent))                           \
+	X(cudaMemset3DAsync, (struct cudaPitchedPtr pitchedDevPtr, int value, \
+			      struct cudaExtent extent, cudaStream_t stream)) \
+	X(cudaMallocPitch, (void **devPtr, size_t *pitch, size_t width,       \
+			    size_t height))                                   \
+	X(cudaMalloc3D, (struct cudaPitchedPtr *pitchedDevPtr,                \
+			 struct cudaExtent extent))                           \
+	X(cudaMallocFromPoolAsync, (void **ptr, size_t size,                  \
+				    cudaMemPool_t memPool,                    \
+				    cudaStream_t stream))                     \
 	X(cudaMallocManaged, (void **devPtr, size_t size, unsigned flags))    \
 	X(cudaMallocHost, (void **ptr, size_t size))                          \
 	X(cudaFreeHost, (void *ptr))                                          \
@@ -281,6 +293,14 @@ enum { cudaMemAttachGlobal = 1, cudaMemAttachHost = 2 };
 			      size_t width, size_t height))                   \
 	X(cudaMemset2DAsync_ptsz, (void *devPtr, size_t pitch, int value,     \
 				   size_t width, size_t height,               \
+				   cudaStream_t stream))                      \
+	X(cudaMallocFromPoolAsync_ptsz, (void **ptr, size_t size,             \
+					 cudaMemPool_t memPool,               \
+					 cudaStream_t stream))                \
+	X(cudaMemset3D_ptds, (struct cudaPitchedPtr pitchedDevPtr, int value, \
+			      struct cudaExtent extent))                      \
+	X(cudaMemset3DAsync_ptsz, (struct cudaPitchedPtr pitchedDevPtr,       \
+				   int value, struct cudaExtent extent,       \
 				   cudaStream_t stream))                      \
 	X(cudaMemset_ptds, (void *devPtr, int value, size_t count))           \
 	X(cudaMemsetAsync_ptsz, (void *devPtr, int value, size_t count,       \

@@ -623,6 +623,55 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
 	WRAP(do_malloc(devPtr, size, stream));
 }
 
+/* Rows of width bytes padded to a pitch of the next multiple of 512 bytes,
+ * written back with the pointer. */
+static size_t row_pitch(size_t width)
+{
+	return (width + 511) & ~(size_t)511;
+}
+
+static cudaError_t do_malloc_pitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	cudaError_t rc;
+
+	if (!pitch)
+		return cudaErrorInvalidValue;
+	rc = do_malloc(devPtr, row_pitch(width) * height, NULL);
+	if (rc == cudaSuccess)
+		*pitch = row_pitch(width);
+	return rc;
+}
+
+static cudaError_t do_malloc_3d(struct cudaPitchedPtr *p, struct cudaExtent e)
+{
+	cudaError_t rc;
+
+	if (!p)
+		return cudaErrorInvalidValue;
+	rc = do_malloc(&p->ptr, row_pitch(e.width) * e.height * e.depth, NULL);
+	if (rc == cudaSuccess)
+		p->pitch = row_pitch(e.width), p->xsize = e.width, p->ysize = e.height;
+	return rc;
+}
+
+EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	WRAP(do_malloc_pitch(devPtr, pitch, width, height));
+}
+
+/* The extent by value; the pitched pointer written back. */
+EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent e)
+{
+	WRAP(do_malloc_3d(p, e));
+}
+
+EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+					   cudaStream_t stream)
+{
+	sink = (uintptr_t)memPool;
+	WRAP(do_malloc(ptr, size, stream));
+}
+
 EXPORT cudaError_t cudaFree(void *devPtr)
 {
 	WRAP(do_free(devPtr, NULL));
@@ -825,6 +874,27 @@ EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size
 	WRAP(do_memset_2d(ASYNC, devPtr, pitch, value, width, height, stream));
 }
 
+/* extent.width bytes in each of height x depth rows: a row wider than the
+ * pitch is cudaErrorInvalidValue. Both structs come by value. */
+static cudaError_t do_memset_3d(int mode, struct cudaPitchedPtr p, int value, struct cudaExtent e,
+				cudaStream_t stream)
+{
+	if (e.width > p.pitch && e.height * e.depth > 1)
+		return cudaErrorInvalidValue;
+	return do_memset(mode, p.ptr, value, e.width * e.height * e.depth, stream);
+}
+
+EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+	WRAP(do_memset_3d(SYNC, p, value, e, NULL));
+}
+
+EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+				     cudaStream_t stream)
+{
+	WRAP(do_memset_3d(ASYNC, p, value, e, stream));
+}
+
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
 {
 	WRAP(do_malloc_managed(devPtr, size, flags));
@@ -957,6 +1027,24 @@ EXPORT cudaError_t cudaMemset2DAsync_ptsz(void *devPtr, size_t pitch, int value,
 					  size_t height, cudaStream_t stream)
 {
 	WRAP(do_memset_2d(ASYNC_PTSZ, devPtr, pitch, value, width, height, stream));
+}
+
+EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+						cudaStream_t stream)
+{
+	sink = (uintptr_t)memPool;
+	WRAP(do_malloc(ptr, size, stream));
+}
+
+EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int value, struct cudaExtent e)
+{
+	WRAP(do_memset_3d(SYNC, p, value, e, PER_THREAD_STREAM));
+}
+
+EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int value, struct cudaExtent e,
+					  cudaStream_t stream)
+{
+	WRAP(do_memset_3d(ASYNC_PTSZ, p, value, e, stream));
 }
 
 EXPORT cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)

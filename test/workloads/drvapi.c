@@ -1,7 +1,7 @@
 /* Drives the driver API of the stub libcuda.so.1 directly, as Triton, NCCL
  * and statically linked runtimes do. Memory: allocations (plain, async,
- * managed, VMM physical allocations), copies of every direction (sync,
- * async, per-thread stream; 2D and 3D), peer copies, sets of 1, 2 and 4-byte elements
+ * managed, pitched, from a pool, VMM physical allocations), copies of every direction (sync,
+ * async, per-thread stream; 2D and 3D), peer copies (linear and 3D), sets of 1, 2 and 4-byte elements
  * (linear and pitched), VMM mapping calls, and one failing free. Launches: every launch entry
  * point and its per-thread-stream (_ptsz) variant, and graph launches.
  * Prints its exact ground truth, tallied from the arguments passed and the
@@ -19,7 +19,7 @@
 
 #include "cuda_drv_stub.h"
 
-enum { NFN = 43 };
+enum { NFN = 47 };
 static const char *const fn_name[NFN] = {
 #define NAME(name, params) #name,
 	PROFI_CU_MEM_FUNCS(NAME) PROFI_CU_LAUNCH_FUNCS(NAME)
@@ -115,6 +115,17 @@ int main(int argc, char **argv)
 		CALL(cuMemAllocManaged, &m, 3 * n, 1);
 		CALL(cuMemCreate, &h, 1 << 21, NULL, 0);
 		malloc_bytes += n + 2 * n + 3 * n + (1 << 21);
+		/* Pitched: the pitch the driver writes back x the rows; every 10th
+		 * asks for 2-byte elements (CUDA_ERROR_INVALID_VALUE). From a pool:
+		 * on drvapi's stream. */
+		CUdeviceptr pa = 0, pp = 0;
+		size_t pitch = 0, prow = 300 + 100 * (size_t)(i % 4), prows = (size_t)(i % 5 + 1);
+		CUresult arc = cuMemAllocPitch_v2(&pa, &pitch, prow, prows, i % 10 ? 4 : 2);
+		tally(F_cuMemAllocPitch_v2, arc);
+		if (arc == CUDA_SUCCESS)
+			malloc_bytes += pitch * prows;
+		CALL(cuMemAllocFromPoolAsync, &pp, 5000 + 8 * (size_t)i, (CUmemoryPool)(uintptr_t)0x9100, s);
+		malloc_bytes += 5000 + 8 * (size_t)i;
 
 		CALL(cuMemcpyHtoD_v2, a, host, n);
 		copied(1, n);
@@ -162,6 +173,21 @@ int main(int argc, char **argv)
 		c3.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c3.dstDevice = b;
 		CALL(cuMemcpy3DAsync_v2, &c3, s);
 		copied(4, 256 * hh * 3);
+		/* Between contexts: "p2p" whatever the ends' memory types; every
+		 * 10th row wider than its pitch fails (CUDA_ERROR_INVALID_VALUE). */
+		CUDA_MEMCPY3D_PEER cp = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+					 .srcContext = (CUcontext)(uintptr_t)0xc1, .srcPitch = 512,
+					 .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+					 .dstContext = (CUcontext)(uintptr_t)0xc2, .dstPitch = 512,
+					 .WidthInBytes = i % 10 ? 128 * (size_t)(i % 3 + 1) : 1024,
+					 .Height = hh, .Depth = 2};
+		CUresult prc = cuMemcpy3DPeer(&cp);
+		tally(F_cuMemcpy3DPeer, prc);
+		if (prc == CUDA_SUCCESS)
+			p2p_bytes += cp.WidthInBytes * hh * 2;
+		cp.WidthInBytes = 64, cp.Depth = 5, cp.dstMemoryType = CU_MEMORYTYPE_HOST, cp.dstHost = host;
+		CALL(cuMemcpy3DPeerAsync, &cp, s);
+		p2p_bytes += 64 * hh * 5;
 
 		CALL(cuMemsetD8_v2, a, 0, 1000);
 		CALL(cuMemsetD16_v2, a, 0, 1000);
@@ -187,6 +213,12 @@ int main(int argc, char **argv)
 		CALL(cuMemFreeAsync, b, s);
 		CALL(cuMemRelease, h);
 		freed_bytes += n + 2 * n + (1 << 21); /* the managed allocation stays */
+		if (arc == CUDA_SUCCESS) {
+			CALL(cuMemFree_v2, pa);
+			freed_bytes += pitch * prows;
+		}
+		CALL(cuMemFreeAsync, pp, s);
+		freed_bytes += 5000 + 8 * (size_t)i;
 		CALL(cuMemFree_v2, 0);		      /* fails: CUDA_ERROR_INVALID_VALUE */
 	}
 	for (long i = 0; i < launches; i++)

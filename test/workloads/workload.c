@@ -84,6 +84,8 @@ enum {
 	F_TO_SYMBOL, F_FROM_SYMBOL, F_TO_SYMBOL_ASYNC, F_FROM_SYMBOL_ASYNC,
 	F_TO_SYMBOL_PTDS, F_FROM_SYMBOL_PTDS, F_TO_SYMBOL_ASYNC_PTSZ, F_FROM_SYMBOL_ASYNC_PTSZ,
 	F_MEMSET_2D, F_MEMSET_2D_ASYNC, F_MEMSET_2D_PTDS, F_MEMSET_2D_ASYNC_PTSZ,
+	F_MEMSET_3D, F_MEMSET_3D_ASYNC, F_MEMSET_3D_PTDS, F_MEMSET_3D_ASYNC_PTSZ,
+	F_MALLOC_PITCH, F_MALLOC_3D, F_MALLOC_FROM_POOL, F_MALLOC_FROM_POOL_PTSZ,
 	NFN
 };
 static const struct {
@@ -125,6 +127,10 @@ static const struct {
 	{"cudaMemcpyToSymbolAsync_ptsz", 1, G_PTSZ}, {"cudaMemcpyFromSymbolAsync_ptsz", 1, G_PTSZ},
 	{"cudaMemset2D", 0, G_EXTRA}, {"cudaMemset2DAsync", 1, G_EXTRA},
 	{"cudaMemset2D_ptds", 0, G_PTSZ}, {"cudaMemset2DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMemset3D", 0, G_EXTRA}, {"cudaMemset3DAsync", 1, G_EXTRA},
+	{"cudaMemset3D_ptds", 0, G_PTSZ}, {"cudaMemset3DAsync_ptsz", 1, G_PTSZ},
+	{"cudaMallocPitch", 0, G_EXTRA}, {"cudaMalloc3D", 0, G_EXTRA},
+	{"cudaMallocFromPoolAsync", 1, G_EXTRA}, {"cudaMallocFromPoolAsync_ptsz", 1, G_PTSZ},
 };
 
 /* Launch APIs, the keys of launches_by_api (all always listed). */
@@ -312,6 +318,51 @@ static void dev_free(struct tally *t, void *p, size_t size, int async, cudaStrea
 		t->free_bytes += size;
 }
 
+/* Pitched allocations (cudaMallocPitch, cudaMalloc3D: the size is the
+ * pitch the runtime writes back x the rows) and one from a pool on stream
+ * s, each freed with cudaFree (of NULL when it failed). */
+static void pitched_pool_malloc_free(struct tally *t, long i, cudaStream_t s)
+{
+	void *p = NULL;
+	size_t pitch = 0, h = (size_t)(1 + i % 4), size = 0;
+	cudaError_t rc = CUDA(cudaMallocPitch)(&p, &pitch, 200 + 100 * (size_t)(i % 5), h);
+
+	record(t, F_MALLOC_PITCH, NULL, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size = pitch * h;
+	dev_free(t, rc == cudaSuccess ? p : NULL, size, 0, NULL);
+
+	struct cudaPitchedPtr pp = {0};
+	struct cudaExtent e = {.width = 96 + 32 * (size_t)(i % 3), .height = 2 + (size_t)(i % 3),
+			       .depth = 1 + (size_t)(i % 2)};
+	rc = CUDA(cudaMalloc3D)(&pp, e);
+	record(t, F_MALLOC_3D, NULL, rc);
+	size = 0;
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size = pp.pitch * e.height * e.depth;
+	dev_free(t, rc == cudaSuccess ? pp.ptr : NULL, size, 0, NULL);
+
+	p = NULL, size = 4096 + 64 * (size_t)(i % 7);
+	rc = CUDA(cudaMallocFromPoolAsync)(&p, size, (cudaMemPool_t)(uintptr_t)0x9100, s);
+	record(t, F_MALLOC_FROM_POOL, s, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size;
+	dev_free(t, rc == cudaSuccess ? p : NULL, rc == cudaSuccess ? size : 0, 0, NULL);
+}
+
+/* From a pool on the per-thread stream variant, freed the same way
+ * (cudaFreeAsync_ptsz, of NULL when it failed). */
+static void pool_malloc_free_ptsz(struct tally *t, size_t size, cudaStream_t s)
+{
+	void *p = NULL;
+	cudaError_t rc = CUDA(cudaMallocFromPoolAsync_ptsz)(&p, size, (cudaMemPool_t)(uintptr_t)0x9200, s);
+
+	record(t, F_MALLOC_FROM_POOL_PTSZ, s, rc);
+	if (rc == cudaSuccess)
+		t->malloc_bytes += size;
+	dev_free(t, rc == cudaSuccess ? p : NULL, rc == cudaSuccess ? size : 0, 2, s);
+}
+
 static void host_alloc_free(struct tally *t, size_t size)
 {
 	void *p = NULL;
@@ -495,6 +546,23 @@ static void set_mem_2d(struct tally *t, int f, void *p, size_t pitch, size_t wid
 	record(t, f, s, rc);
 	if (rc == cudaSuccess)
 		stream_row(t, (uintptr_t)s)->memset_bytes += width * height;
+}
+
+/* f: one of the F_MEMSET_3D* sets: width bytes in each of height x depth
+ * rows pitch apart, the pointer and extent passed by value (the synchronous
+ * ones get s = NULL). */
+static void set_mem_3d(struct tally *t, int f, void *p, size_t pitch, size_t width,
+		       size_t height, size_t depth, cudaStream_t s)
+{
+	struct cudaPitchedPtr pp = {.ptr = p, .pitch = pitch, .xsize = width, .ysize = height};
+	struct cudaExtent e = {.width = width, .height = height, .depth = depth};
+	cudaError_t rc = f == F_MEMSET_3D_ASYNC ? CUDA(cudaMemset3DAsync)(pp, 0, e, s)
+			 : f == F_MEMSET_3D_ASYNC_PTSZ ? CUDA(cudaMemset3DAsync_ptsz)(pp, 0, e, s)
+			 : f == F_MEMSET_3D_PTDS	 ? CUDA(cudaMemset3D_ptds)(pp, 0, e)
+						 : CUDA(cudaMemset3D)(pp, 0, e);
+	record(t, f, s, rc);
+	if (rc == cudaSuccess)
+		stream_row(t, (uintptr_t)s)->memset_bytes += width * height * depth;
 }
 
 /* NVTX (--nvtx), always through dlsym'd pointers: the library is opened
@@ -926,11 +994,15 @@ static void *worker_main(void *arg)
 				    cudaMemcpyDeviceToHost, s[0]);
 			size_t msize = (size_t)(i % 3 + 1) << 16;
 			dev_free(t, managed_malloc(t, msize), msize, 0, NULL);
+			pitched_pool_malloc_free(t, i, s[0]);
 			host_alloc_free(t, (size_t)(i % 2 + 1) << 12);
 			set_mem(t, F_MEMSET, weights, 4096 * (i % 3 + 1), NULL);
 			set_mem(t, F_MEMSET_ASYNC, kv, 1024 * (i % 5 + 1), s2);
 			set_mem_2d(t, F_MEMSET_2D, weights, 1024, 512 + 64 * (i % 4), 3 + i % 3, NULL);
 			set_mem_2d(t, F_MEMSET_2D_ASYNC, kv, 256, 200, 1 + i % 7, s[0]);
+			set_mem_3d(t, F_MEMSET_3D, weights, 512, 384 + 32 * (i % 3), 2 + i % 3, 1 + i % 4,
+				   NULL);
+			set_mem_3d(t, F_MEMSET_3D_ASYNC, kv, 256, 96, 3, 2 + i % 5, s[0]);
 			record(t, F_STREAM_SYNC, s1, CUDA(cudaStreamSynchronize)(s1));
 			record(t, F_EVENT_SYNC, NULL, CUDA(cudaEventSynchronize)(event));
 			record(t, F_DEVICE_SYNC, NULL, CUDA(cudaDeviceSynchronize)());
@@ -972,11 +1044,14 @@ static void *worker_main(void *arg)
 			set_mem(t, F_MEMSET_ASYNC_PTSZ, kv, 512 * (i % 3 + 1), p2);
 			set_mem_2d(t, F_MEMSET_2D_PTDS, kv, 512, 300 + 20 * (i % 5), 2 + i % 4, NULL);
 			set_mem_2d(t, F_MEMSET_2D_ASYNC_PTSZ, weights, 128, 128, 4 + i % 2, s[0]);
+			set_mem_3d(t, F_MEMSET_3D_PTDS, kv, 256, 160 + 16 * (i % 4), 2, 1 + i % 3, NULL);
+			set_mem_3d(t, F_MEMSET_3D_ASYNC_PTSZ, weights, 64, 64, 1 + i % 3, 3, s[0]);
 			record(t, F_STREAM_SYNC_PTSZ, p3, CUDA(cudaStreamSynchronize_ptsz)(p3));
 			if (have_graphs && have_graph_ptsz)
 				graph_launch_ptsz(t, exec, p1);
 			size_t asize = (size_t)(i % 4 + 1) << 14;
 			dev_free(t, dev_malloc(t, asize, 2, p2), asize, 2, p2);
+			pool_malloc_free_ptsz(t, asize / 2, p2);
 			launch(t, LA_RT_EXC_PTSZ, (i + 3) % NRT_KERNELS, grid, block, args, 256, p3);
 			launch(t, LA_RT_COOP_PTSZ, i % NRT_KERNELS, grid, block, args,
 			       128 * (i % 3), p1);
