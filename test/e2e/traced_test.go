@@ -141,9 +141,14 @@ func probeInsn(t *testing.T, pid int, lib, sym string, off uint64) (mem, file []
 		if err != nil || !os.SameFile(st, want) {
 			continue
 		}
-		var start, end, mapOff uint64
-		fmt.Sscanf(fields[0], "%x-%x", &start, &end)
-		mapOff, _ = strconv.ParseUint(fields[2], 16, 64)
+		var start, end uint64
+		if _, err := fmt.Sscanf(fields[0], "%x-%x", &start, &end); err != nil {
+			t.Fatalf("/proc/%d/maps: %q: %v", pid, fields[0], err)
+		}
+		mapOff, err := strconv.ParseUint(fields[2], 16, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/maps: offset %q: %v", pid, fields[2], err)
+		}
 		if fileOff < mapOff || fileOff >= mapOff+end-start {
 			continue
 		}
