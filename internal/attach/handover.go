@@ -334,6 +334,7 @@ func (h *handover) apply(host handoverHost, f *attached, plan handoverPlan) {
 			}
 		}
 	}
+	taken := 0
 	for _, op := range take {
 		lp := f.launches[op]
 		if err := host.linkLaunch(f, op); err != nil {
@@ -341,7 +342,18 @@ func (h *handover) apply(host handoverHost, f *attached, plan handoverPlan) {
 			continue
 		}
 		lp.handed = false
+		taken++
 		h.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
+	}
+	// Probes attached again: rt_text says at once, before any site goes,
+	// whether ops are still handed over. Left "handed" until the next
+	// pass, the driver would judge a launch at a site no longer counted
+	// by its marker's liveness alone, which arm64 cannot prove without
+	// frame records: counted twice (bpf/handover.h, driver_launch_op).
+	if taken > 0 {
+		if n := host.putRuntimeText(); n > 0 {
+			h.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
+		}
 	}
 	// Sites: add the plan's, then remove those of ops no longer handed.
 	for k, op := range plan.counted {

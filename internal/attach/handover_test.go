@@ -334,7 +334,7 @@ func TestHandoverOrder(t *testing.T) {
 	}
 	host.linkErr = nil
 	h.sync(host)
-	step("take back", "link 1 cudaLaunchKernel", "uncount 1/0x10")
+	step("take back", "link 1 cudaLaunchKernel", "rt_text 1 handed=false", "uncount 1/0x10")
 	if rt.launches[launch].handed || len(store.counted) != 0 {
 		t.Fatalf("after take back: handed %v, rt_counted %v", rt.launches[launch].handed, store.counted)
 	}
