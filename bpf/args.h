@@ -234,6 +234,24 @@ static __always_inline void decode_cu_copy_3d(struct pt_regs *ctx, struct inflig
 	in->kind = cu_copy_kind(src, dst);
 }
 
+/*
+ * cuGraphAddMemcpyNode(node *out, graph, deps, n, const CUDA_MEMCPY3D *p,
+ * ctx): the descriptor read as cuMemcpy3D_v2's; bytes in arg0, the graph
+ * in arg1, as the runtime's memcpy nodes (graph_return).
+ */
+static __always_inline void decode_cu_memcpy_node(struct pt_regs *ctx, struct inflight_call *in)
+{
+	u64 p = arg(ctx, 5), whd[3] = {};
+	u32 src = 0, dst = 0;
+
+	bpf_probe_read_user(&src, sizeof(src), (void *)(p + 32));
+	bpf_probe_read_user(&dst, sizeof(dst), (void *)(p + 120));
+	bpf_probe_read_user(whd, sizeof(whd), (void *)(p + 176));
+	in->arg0 = whd[0] * whd[1] * whd[2];
+	in->arg1 = arg(ctx, 2);
+	in->kind = cu_copy_kind(src, dst);
+}
+
 /* (const CUDA_MEMCPY3D *p, stream). */
 static __always_inline void decode_cu_copy_3d_async(struct pt_regs *ctx, struct inflight_call *in)
 {
@@ -595,6 +613,9 @@ static __always_inline void decode_entry(struct pt_regs *ctx, struct inflight_ca
 		break;
 	case ARGS_GRAPH_MEMCPY_NODE_1D:
 		decode_memcpy_node_1d(ctx, in);
+		break;
+	case ARGS_CU_GRAPH_MEMCPY_NODE:
+		decode_cu_memcpy_node(ctx, in);
 		break;
 	case ARGS_GRAPH_MEMSET_NODE:
 		decode_memset_node(ctx, in);

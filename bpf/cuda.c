@@ -235,6 +235,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_GRAPH_KERNEL_NODE:
 	case ARGS_GRAPH_MEMCPY_NODE:
 	case ARGS_GRAPH_MEMCPY_NODE_1D:
+	case ARGS_CU_GRAPH_MEMCPY_NODE:
 	case ARGS_GRAPH_MEMSET_NODE:
 	case ARGS_GRAPH_CHILD_NODE:
 		drop = graph_return(id, flags, &in, ret, key.dev);

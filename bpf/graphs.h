@@ -252,6 +252,7 @@ static __noinline int graph_return(u64 id, u32 flags, struct inflight_call *in, 
 	}
 	case ARGS_GRAPH_MEMCPY_NODE:
 	case ARGS_GRAPH_MEMCPY_NODE_1D:
+	case ARGS_CU_GRAPH_MEMCPY_NODE:
 		if (!ret)
 			add_node(pid, in->op, graph_id_of(pid, in->arg1, true), 0, in->kind,
 				 GRAPH_NODE_MEMCPY, NULL, in->arg0);

@@ -228,7 +228,8 @@ enum op {
 	OP_CU_MEM_ALLOC_PITCH = 220, /* cuMemAllocPitch_v2 */
 	OP_CU_MEM_ALLOC_FROM_POOL_ASYNC = 221, /* cuMemAllocFromPoolAsync */
 	OP_CU_MEM_ALLOC_FROM_POOL_ASYNC_PTSZ = 222, /* cuMemAllocFromPoolAsync_ptsz */
-	OP_MAX = 223,
+	OP_CU_GRAPH_ADD_MEMCPY_NODE = 223, /* cuGraphAddMemcpyNode */
+	OP_MAX = 224,
 };
 
 /*
@@ -312,6 +313,7 @@ enum op_args {
 	ARGS_ALLOC_PITCH = 69,
 	ARGS_ALLOC_3D = 70,
 	ARGS_ALLOC_POOL = 71,
+	ARGS_CU_GRAPH_MEMCPY_NODE = 72,
 };
 
 enum op_flag {
@@ -532,6 +534,7 @@ const u8 op_args[OP_TABLE] = {
 	[OP_CU_MEM_ALLOC_PITCH] = ARGS_ALLOC_PITCH,
 	[OP_CU_MEM_ALLOC_FROM_POOL_ASYNC] = ARGS_ALLOC_POOL,
 	[OP_CU_MEM_ALLOC_FROM_POOL_ASYNC_PTSZ] = ARGS_ALLOC_POOL,
+	[OP_CU_GRAPH_ADD_MEMCPY_NODE] = ARGS_CU_GRAPH_MEMCPY_NODE,
 };
 
 const u8 op_flags[OP_TABLE] = {

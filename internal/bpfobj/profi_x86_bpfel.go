@@ -505,7 +505,8 @@ const (
 	ProfiOpOP_CU_MEM_ALLOC_PITCH                    ProfiOp = 220
 	ProfiOpOP_CU_MEM_ALLOC_FROM_POOL_ASYNC          ProfiOp = 221
 	ProfiOpOP_CU_MEM_ALLOC_FROM_POOL_ASYNC_PTSZ     ProfiOp = 222
-	ProfiOpOP_MAX                                   ProfiOp = 223
+	ProfiOpOP_CU_GRAPH_ADD_MEMCPY_NODE              ProfiOp = 223
+	ProfiOpOP_MAX                                   ProfiOp = 224
 )
 
 type ProfiOpArgs uint32
@@ -583,6 +584,7 @@ const (
 	ProfiOpArgsARGS_ALLOC_PITCH           ProfiOpArgs = 69
 	ProfiOpArgsARGS_ALLOC_3D              ProfiOpArgs = 70
 	ProfiOpArgsARGS_ALLOC_POOL            ProfiOpArgs = 71
+	ProfiOpArgsARGS_CU_GRAPH_MEMCPY_NODE  ProfiOpArgs = 72
 )
 
 type ProfiPhase uint32

@@ -147,6 +147,7 @@ const (
 	ArgsAllocPitch             // (void **ptr, size_t *pitch, width, height, ...): tracked, pitch x height
 	ArgsAlloc3D                // (cudaPitchedPtr *out, cudaExtent by value): tracked, pitch x height x depth
 	ArgsAllocPool              // (void **ptr, size, pool, stream): tracked, as ArgsAllocAsync
+	ArgsCuGraphMemcpyNode      // (node *out, graph, deps, n, const CUDA_MEMCPY3D *, ctx): read as ArgsCuCopy3D
 	NumArgs
 )
 
@@ -164,6 +165,7 @@ var argsNames = [NumArgs]string{
 	"GRAPH_CHILD_NODE", "COPY_3D", "COPY_3D_ASYNC", "COPY_3D_PEER", "COPY_3D_PEER_ASYNC",
 	"COPY_SYMBOL", "COPY_SYMBOL_ASYNC", "SET_2D", "SET_2D_ASYNC", "CU_COPY_2D", "CU_COPY_2D_ASYNC",
 	"CU_COPY_3D", "CU_COPY_3D_ASYNC", "CU_COPY_3D_PEER", "CU_COPY_3D_PEER_ASYNC", "SET_3D", "SET_3D_ASYNC", "ALLOC_PITCH", "ALLOC_3D", "ALLOC_POOL",
+	"CU_GRAPH_MEMCPY_NODE",
 }
 
 // Direction is a cudaMemcpyKind (the `direction` label's source).

@@ -96,9 +96,9 @@ func TestProbesExactSets(t *testing.T) {
 		{discover.LibCudart, KernelModeAnonymous, ProfileLean, 70, 132},
 		{discover.LibCudart, KernelModeFull, ProfileLean, 72, 143},
 		{discover.LibCudart, KernelModeAnonymous, ProfileFull, 88, 168},
-		{discover.LibCuda, KernelModeOff, ProfileLean, 77, 154},       // + cuGraphLaunch_ptsz, 26 graph and capture rows, 14 2D/3D copies, 3 pitched and pool allocations (timed)
-		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 83, 160}, // + two _ptsz launches (entry only)
-		{discover.LibCuda, KernelModeFull, ProfileFull, 110, 220},     // + 12 pitched sets (diagnostic, timed)
+		{discover.LibCuda, KernelModeOff, ProfileLean, 78, 156},       // + cuGraphLaunch_ptsz, 27 graph and capture rows, 14 2D/3D copies, 3 pitched and pool allocations (timed)
+		{discover.LibCuda, KernelModeAnonymous, ProfileLean, 84, 162}, // + two _ptsz launches (entry only)
+		{discover.LibCuda, KernelModeFull, ProfileFull, 111, 222},     // + 12 pitched sets (diagnostic, timed)
 		{discover.LibNCCL, KernelModeFull, ProfileFull, 15, 29},
 		{discover.LibNCCL, KernelModeOff, ProfileLean, 15, 29},
 		{discover.LibNVTX, KernelModeOff, ProfileLean, 6, 6},

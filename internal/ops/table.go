@@ -276,4 +276,5 @@ var Table = []Row{
 	{Const: "CuMemAllocPitch", Symbol: "cuMemAllocPitch_v2", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPitch, Optional: true},
 	{Const: "CuMemAllocFromPoolAsync", Symbol: "cuMemAllocFromPoolAsync", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true},
 	{Const: "CuMemAllocFromPoolAsyncPtsz", Symbol: "cuMemAllocFromPoolAsync_ptsz", Lib: drv, Family: FamilyMalloc, Args: ArgsAllocPool, Optional: true, Base: "cuMemAllocFromPoolAsync"},
+	{Const: "CuGraphAddMemcpyNode", Symbol: "cuGraphAddMemcpyNode", Lib: drv, Args: ArgsCuGraphMemcpyNode, Optional: true},
 }

@@ -227,5 +227,6 @@ const (
 	OpCuMemAllocPitch                  Op = 220 // cuMemAllocPitch_v2
 	OpCuMemAllocFromPoolAsync          Op = 221 // cuMemAllocFromPoolAsync
 	OpCuMemAllocFromPoolAsyncPtsz      Op = 222 // cuMemAllocFromPoolAsync_ptsz
-	NumOps                             Op = 223 // OP_MAX
+	OpCuGraphAddMemcpyNode             Op = 223 // cuGraphAddMemcpyNode
+	NumOps                             Op = 224 // OP_MAX
 )

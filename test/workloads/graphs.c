@@ -139,7 +139,7 @@ __attribute__((constructor)) static void register_kernels(void)
 	X(cudaGraphLaunch_ptsz) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)                \
 	X(cuGraphInstantiateWithFlags) X(cuGraphAddKernelNode) X(cuGraphAddKernelNode_v2)       \
 	X(cuGraphAddMemsetNode) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGraphLaunch)        \
-	X(cuGraphLaunch_ptsz)
+	X(cuGraphLaunch_ptsz) X(cuGraphAddMemcpyNode)
 enum {
 #define ID(name) F_##name,
 	FUNCS(ID)
@@ -515,9 +515,18 @@ static CUgraph build_graph(struct model *m, struct model *cm, CUgraph *child)
 	CALL(cuGraphAddMemsetNode, 0, CUDA_SUCCESS, (CUgraphNode *)&n, (CUgraph)c,
 	     (const CUgraphNode *)&prev, 1, &ms, NULL);
 	cm->set += 2 * 512;
+	/* A copy node the driver adds from a CUDA_MEMCPY3D descriptor. */
+	CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host,
+			    .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+			    .dstDevice = (CUdeviceptr)(uintptr_t)d_in,
+			    .WidthInBytes = 128, .Height = 4, .Depth = 2};
+	CALL(cuGraphAddMemcpyNode, 0, CUDA_SUCCESS, (CUgraphNode *)&n, (CUgraph)c,
+	     (const CUgraphNode *)&prev, 1, &c3, NULL);
+	cm->copy[cudaMemcpyHostToDevice] += 128 * 4 * 2;
 	for (int t = 0; t < 3; t++)
 		model_node(cm, CU_GRAPH_NODE_TYPE_KERNEL);
 	model_node(cm, CU_GRAPH_NODE_TYPE_MEMSET);
+	model_node(cm, CU_GRAPH_NODE_TYPE_MEMCPY);
 	check_nodes((CUgraph)c, cm, "child graph");
 
 	CALL(cudaGraphCreate, 0, cudaSuccess, &g, 0);
