@@ -150,14 +150,22 @@ func graphsNewOpsWant(want, got values, pid int, gt testutil.GraphsTruth, newOps
 			}
 		}
 		if _, timed := got[key("profi_cuda_duration_count_total", op)]; timed {
-			n := float64(gt.Calls[fn])
-			want[key("profi_cuda_duration_count_total", op)] += n
-			want[key("profi_cuda_duration_bucket_total", op, "le=+Inf")] += n
-			want[key("profi_cuda_duration_seconds", op)] += n
+			addTimed(want, fn, float64(gt.Calls[fn]))
 			for code, n := range gt.Errors[fn] {
 				want[key("profi_cuda_errors_total", op, p, "error_code="+code)] += float64(n)
 			}
 		}
+	}
+}
+
+// addTimed adds n timed calls of operation op to want's node-wide latency
+// series (no pid label: every process's calls meet there), as the tests
+// read them.
+func addTimed(want values, op string, n float64) {
+	for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
+		key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
+		key("profi_cuda_duration_seconds", "operation="+op)} {
+		want[k] += n
 	}
 }
 

@@ -93,11 +93,7 @@ func requireGraphsBeside(t *testing.T, a *testutil.Agent, m mode, victim, hostil
 			if _, timed := got[key("profi_cuda_duration_count_total", "operation="+op)]; !timed {
 				continue
 			}
-			for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
-				key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
-				key("profi_cuda_duration_seconds", "operation="+op)} {
-				want[k] += n
-			}
+			addTimed(want, op, n)
 		}
 		if victimDiff = diff(want, got); victimDiff != "" {
 			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
@@ -279,11 +275,7 @@ func TestHostileTenantCgroup(t *testing.T) {
 				if op == "cudaLaunchKernel" {
 					continue // anonymous mode: not timed
 				}
-				for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
-					key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
-					key("profi_cuda_duration_seconds", "operation="+op)} {
-					w[k] += v
-				}
+				addTimed(w, op, v)
 			}
 			// The process's aggregated keys: one per copy stream but the
 			// default, one per error code (on the default stream), cudaMalloc's.

@@ -134,11 +134,7 @@ func TestHostileTenantQuotas(t *testing.T) {
 			if op == "cudaLaunchKernel" {
 				continue // anonymous mode: not timed
 			}
-			for _, k := range []string{key("profi_cuda_duration_count_total", "operation="+op),
-				key("profi_cuda_duration_bucket_total", "operation="+op, "le=+Inf"),
-				key("profi_cuda_duration_seconds", "operation="+op)} {
-				w[k] += v
-			}
+			addTimed(w, op, v)
 		}
 		victimDiff = diff(w, observed(mfs, victim.PID))
 		// Keys of the hostile process in aggregated: one per named copy

@@ -84,6 +84,25 @@ static int run(char **argv)
 	}
 }
 
+/*
+ * Waits for the attached pid's next state change into *status: 1 for a
+ * stop, 0 when the process is gone, -1 on an error (printed), and, when
+ * interruptible, 2 once a signal interrupted the wait and set stop.
+ */
+static int wait_traced(pid_t pid, int *status, int interruptible)
+{
+	for (;;) {
+		if (waitpid(pid, status, __WALL) >= 0)
+			return WIFEXITED(*status) || WIFSIGNALED(*status) ? 0 : 1;
+		if (errno != EINTR) {
+			perror("tracer: waitpid");
+			return -1;
+		}
+		if (interruptible && stop)
+			return 2;
+	}
+}
+
 static int attach(pid_t pid)
 {
 	struct sigaction sa;
@@ -100,14 +119,13 @@ static int attach(pid_t pid)
 	printf("attached %d\n", pid);
 	fflush(stdout);
 	while (!stop) {
-		if (waitpid(pid, &status, __WALL) < 0) {
-			if (errno == EINTR)
-				continue;
-			perror("tracer: waitpid");
+		int r = wait_traced(pid, &status, 1);
+		if (r < 0)
 			return 1;
-		}
-		if (WIFEXITED(status) || WIFSIGNALED(status))
+		if (r == 0)
 			return 0;
+		if (r == 2)
+			break;
 		ptrace(PTRACE_CONT, pid, NULL, (void *)(long)pass_on(status));
 	}
 	/* Detaching needs a ptrace-stop: interrupt, and pass on a signal
@@ -117,13 +135,10 @@ static int attach(pid_t pid)
 		return 1;
 	}
 	for (;;) {
-		if (waitpid(pid, &status, __WALL) < 0) {
-			if (errno == EINTR)
-				continue;
-			perror("tracer: waitpid");
+		int r = wait_traced(pid, &status, 0);
+		if (r < 0)
 			return 1;
-		}
-		if (WIFEXITED(status) || WIFSIGNALED(status))
+		if (r == 0)
 			return 0;
 		if (WIFSTOPPED(status))
 			break;
