@@ -1,29 +1,27 @@
 package attach
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/attach/uprobe"
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
 )
+
+// The Attacher's types and lifecycle (New, AddStatic, Close) and the
+// policy of a pass (Sync): which files are attached, refused by a cap,
+// retried or released. What it calls on the way has a file per concern.
 
 // Reasons of profi_system_attach_failures_total (docs/INTERFACE.md 5.7).
 const (
@@ -71,8 +69,6 @@ type Target struct {
 // TextRange is an executable mapping [Start, End).
 type TextRange struct{ Start, End uint64 }
 
-// rtRange is an rt_text value: a process's runtime code and the runtime
-// file's id.
 // Options configure an Attacher.
 type Options struct {
 	Programs   map[string]*ebpf.Program // by program name
@@ -445,292 +441,6 @@ func (a *Attacher) overCap(t Target, h *heldFiles) string {
 	return LimitFilesPerPID
 }
 
-// prepare opens and reads the symbols of each target file that Sync will
-// attach, without holding a.mu.
-func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened {
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return nil
-	}
-	var todo []Target
-	seen := make(map[FileKey]bool, len(targets)+len(a.static))
-	held := a.held()
-	for _, t := range append(slices.Clone(a.static), targets...) {
-		if seen[t.Key] {
-			continue
-		}
-		seen[t.Key] = true
-		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 || a.quarantined[t.Key] || a.stopped {
-			continue
-		}
-		if _, ok := a.files[t.Key]; ok {
-			continue
-		}
-		if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
-			continue
-		}
-		if _, ok := a.failed[t.Key]; !ok && a.overCap(t, held) != "" {
-			continue // not opened: Sync counts it
-		}
-		held.add(t)
-		todo = append(todo, t)
-	}
-	a.mu.Unlock()
-	out := make(map[FileKey]*opened, len(todo))
-	for _, t := range todo {
-		out[t.Key] = a.open(t)
-	}
-	return out
-}
-
-// opened is a target file opened and parsed for attaching: the file
-// (kept open, so the links go on the inode that was parsed) and its
-// probed symbols, or why that failed.
-type opened struct {
-	file   *os.File
-	syms   map[string]uprobe.Func
-	reason string
-	err    error
-}
-
-func (p *opened) close() {
-	if p.file != nil {
-		p.file.Close()
-		p.file = nil
-	}
-}
-
-// open opens t's file and reads the symbols of its probes. It takes no
-// lock. A panic (the parser's own is already an error of DefinedFuncs)
-// becomes an attach failure of that file, not the agent's end.
-func (a *Attacher) open(t Target) (p *opened) {
-	defer func() {
-		if r := recover(); r != nil {
-			p = &opened{reason: ReasonOther, err: fmt.Errorf("open and parse %s: panic: %v", t.Path, r)}
-		}
-	}()
-	f, err := t.Open()
-	if err != nil {
-		if errors.Is(err, discover.ErrProcessGone) {
-			return &opened{reason: ReasonProcessExited, err: fmt.Errorf("open %s: %w", t.Path, err)}
-		}
-		return &opened{reason: ReasonOpenFailed, err: fmt.Errorf("open %s: %w", t.Path, err)}
-	}
-	syms, err := uprobe.DefinedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile), t.Static, uprobe.HostMachine())
-	if err != nil {
-		f.Close()
-		return &opened{reason: ReasonNotELF, err: fmt.Errorf("read symbols of %s: %w", t.Path, err)}
-	}
-	return &opened{file: f, syms: syms}
-}
-
-// release closes the links of files no process maps any more, in the
-// background: each detach waits for RCU grace periods (seconds for a
-// library's set under load), and holding the lock that long kept new
-// libraries from attaching and scrapes from answering. Hits of the old
-// links until they are gone are refused in BPF: their file id has left
-// pid_files.
-func (a *Attacher) release(files []*attached) {
-	if len(files) == 0 {
-		return
-	}
-	a.closing.Add(1)
-	go func() {
-		defer a.closing.Done()
-		for _, f := range files {
-			f.closeLinks()
-		}
-	}()
-}
-
-// SetFullMode sets which processes get full kernel mode whatever the
-// global mode (pods annotated profi/mode: full): PID-filtered full-mode
-// probes (timed launches, name sources) are attached for them at each
-// Sync, so only they pay the extra traps. full is asked at every Sync, so
-// a process whose pod is annotated (or whose pod reaches the watch's cache)
-// later is upgraded at the next discovery pass; it must not call back into
-// the Attacher.
-func (a *Attacher) SetFullMode(full func(pid int) bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.fullMode = full
-}
-
-// SetFullModePIDs upgrades exactly these processes (SetFullMode with a
-// fixed set).
-func (a *Attacher) SetFullModePIDs(pids []int) {
-	set := make(map[int]bool, len(pids))
-	for _, p := range pids {
-		set[p] = true
-	}
-	a.SetFullMode(func(pid int) bool { return set[pid] })
-}
-
-// upgradeProbes are the probes full mode adds to, or changes in, the
-// probe set of the global mode.
-func upgradeProbes(lib discover.Library, mode, profile string) []ops.Probe {
-	base := ops.Probes(lib, mode, profile)
-	var out []ops.Probe
-	for _, p := range ops.Probes(lib, ops.KernelModeFull, profile) {
-		if !slices.Contains(base, p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// syncUpgrades attaches PID-filtered full-mode probes for upgraded
-// processes and removes those of processes no longer upgraded. The
-// PF_FULL bit of pid_files is set after the links exist and cleared before
-// they close, so a launch is never left to probes that are not there.
-func (a *Attacher) syncUpgrades() {
-	for _, f := range a.files {
-		want := map[int]bool{}
-		if a.opts.KernelMode != ops.KernelModeFull && a.fullMode != nil {
-			for _, pid := range f.target.PIDs {
-				if a.fullMode(pid) && a.probed(f, pid) {
-					want[pid] = true
-				}
-			}
-		}
-		for pid := range f.upgrades {
-			if !want[pid] {
-				a.dropUpgrade(f, pid)
-			}
-		}
-		for pid := range want {
-			if _, ok := f.upgrades[pid]; ok {
-				continue
-			}
-			if err := a.upgrade(f, pid); err != nil {
-				a.log.Warn("full-mode upgrade failed; retried at the next scan", "lib", f.target.Lib, "pid", pid, "err", err)
-			}
-		}
-	}
-}
-
-func (a *Attacher) upgrade(f *attached, pid int) error {
-	probes := upgradeProbes(f.target.Lib, a.opts.KernelMode, a.opts.Profile)
-	if len(probes) == 0 {
-		return nil
-	}
-	links, err := a.reattach(f, probes, pid)
-	if err != nil {
-		return err
-	}
-	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-	v, _ := a.maps.fileFlags(k)
-	if err := a.maps.putFile(k, v|uint8(bpfobj.ProfiPidFileFlagPF_OWN|bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
-		links.Close()
-		return fmt.Errorf("mark pid %d upgraded: %w", pid, err)
-	}
-	if f.upgrades == nil {
-		f.upgrades = map[int]*uprobe.Links{}
-	}
-	f.upgrades[pid] = links
-	a.log.Info("process upgraded to full kernel mode", "lib", f.target.Lib, "pid", pid, "links", links.Len())
-	return nil
-}
-
-func (a *Attacher) dropUpgrade(f *attached, pid int) {
-	k := bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}
-	if v, ok := a.maps.fileFlags(k); ok && v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
-		if err := a.maps.putFile(k, v&^uint8(bpfobj.ProfiPidFileFlagPF_FULL)); err != nil {
-			// The links close anyway: the process's launches go uncounted
-			// by launch_entry until the next pass rewrites the value.
-			a.log.Warn("unmark upgraded pid", "pid", pid, "err", err)
-		}
-	}
-	f.upgrades[pid].Close()
-	delete(f.upgrades, pid)
-}
-
-// wantRuntimeText is where libcudart's code is mapped in every process that
-// maps an attached libcudart: what rt_text should hold, so a driver launch
-// can tell whether the runtime made it (driver_launch_op in bpf/handover.h).
-func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
-	want := map[uint32]rtRange{}
-	if a.opts.RuntimeText == nil {
-		return want
-	}
-	for _, f := range a.files {
-		if f.target.Lib != discover.LibCudart {
-			continue
-		}
-		for pid, r := range f.target.Text {
-			if _, dup := want[uint32(pid)]; !dup { // a second libcudart in one process: keep the first
-				want[uint32(pid)] = rtRange{r, f.id, f.handedAny()}
-			}
-		}
-	}
-	return want
-}
-
-// syncProcessMaps moves pid_files and rt_text to what the attached files
-// say, in processMaps.apply's order; with handover, the runtime->driver
-// handover runs where apply allows it: after rt_text's new entries (they
-// carry the file id), before pid_files (PF_RT_MARK follows its plan).
-// Called with a.mu held.
-func (a *Attacher) syncProcessMaps(handover bool) {
-	f := a.maps.apply(a.wantRuntimeText(), func() map[bpfobj.ProfiPidFile]uint8 {
-		if handover {
-			a.ho.sync(a)
-		}
-		return a.wantPIDFiles()
-	})
-	if f.rtTextPut > 0 {
-		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", f.rtTextPut)
-	}
-	if f.pidFiles > 0 {
-		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", f.pidFiles)
-	}
-	if f.rtTextDelete > 0 {
-		a.log.Warn("could not delete from the rt_text map", "failures", f.rtTextDelete)
-	}
-}
-
-// wantPIDFiles is what pid_files should hold: which attached files each
-// process maps, so that a file attached under two keys counts every call
-// once (hit_flags in bpf/hits.h), and in the same value whether full-mode upgrade probes
-// serve the (pid, file) (PF_FULL: set by upgrade once its links exist,
-// cleared by dropUpgrade before they close; kept here) and whether rt_text
-// holds a runtime file's process's range (PF_RT_TEXT: only once the
-// entry is written, processMaps.apply).
-func (a *Attacher) wantPIDFiles() map[bpfobj.ProfiPidFile]uint8 {
-	const (
-		own      = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
-		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
-		rtText   = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
-		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
-		rtMark   = uint8(bpfobj.ProfiPidFileFlagPF_RT_MARK)
-	)
-	want := map[bpfobj.ProfiPidFile]uint8{}
-	for _, f := range a.files {
-		if !profiled(f.target.Lib) {
-			continue // its program counts nothing: no ownership needed
-		}
-		for _, pid := range f.target.PIDs {
-			v := own
-			if _, ok := f.upgrades[pid]; ok {
-				v |= full
-			}
-			if _, ok := a.maps.hasText(uint32(pid)); ok && f.target.Lib == discover.LibCudart {
-				v |= rtText
-				if !f.target.Static {
-					v |= rtShared
-				}
-				if f.marks() {
-					v |= rtMark
-				}
-			}
-			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = v
-			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = own
-		}
-	}
-	return want
-}
-
 // merge adds the PIDs of a second target for an already seen file.
 func (a *Attacher) merge(t Target) {
 	if f, ok := a.files[t.Key]; ok {
@@ -748,6 +458,9 @@ func (a *Attacher) merge(t Target) {
 	}
 }
 
+// attach attaches t's file (p: opened by prepare, or open) and records
+// the outcome: the file attached, or a failure with its reason, retry
+// time and counts.
 func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 	att, reason, err := a.attachFile(t, p)
 	if err != nil {
@@ -804,234 +517,8 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 // attach failure, or a pid_files owner.
 func profiled(lib discover.Library) bool { return lib != discover.LibLoader }
 
-// attachFile attaches every probe whose symbol the file (opened and
-// parsed by open) defines. It is all or nothing for the symbols present:
-// on any error the links made so far are closed.
-func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
-	defer p.close()
-	if p.err != nil {
-		return nil, p.reason, p.err
-	}
-	f, syms := p.file, p.syms
-	// The kernel resolves this magic link to the file already opened safely
-	// inside the process's root, so symlinks in the container cannot
-	// redirect the probe to another file.
-	fdPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	ex, err := link.OpenExecutable(fdPath)
-	if err != nil {
-		return nil, ReasonNotELF, fmt.Errorf("open executable %s: %w", t.Path, err)
-	}
-
-	a.nextID++
-	att := &attached{target: t, id: a.nextID, syms: syms, sets: map[int]*linkSet{}, ident: identOf(f)}
-	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
-	rest := all
-	if a.ho.candidate(t) {
-		rest = nil
-		att.launches, att.counted = map[ops.Op]*launchProbe{}, map[rtSite]ops.Op{}
-		for _, p := range all {
-			if _, ok := syms[p.Symbol]; ok && isHandoverProbe(p) {
-				att.launches[p.Op] = &launchProbe{probe: p}
-			} else {
-				rest = append(rest, p)
-			}
-		}
-	}
-	att.rest = rest
-	// The first PID filter's set is linked here, all or nothing; the
-	// others, when processes that map the file are left unprobed, by
-	// syncFilters in the same pass. None: every process that maps it is
-	// left unprobed, nothing is linked.
-	filters := a.wantFilters(&t)
-	set := a.set(ex, t, syms, att.id, a.opts.PID)
-	// Ops an earlier attachment of the file handed over stay unattached.
-	a.ho.prior(att)
-	if len(filters) > 0 {
-		set.PID = filters[0]
-		ls := &linkSet{}
-		for _, k := range []int{kindTimed, kindEntry} {
-			if reason, err := a.linkKind(att, ls, set, k); err != nil {
-				ls.close()
-				a.ho.dropCounted(att)
-				return nil, reason, err
-			}
-		}
-		att.sets[filters[0]] = ls
-	}
-	for _, p := range all {
-		sym, ok := syms[p.Symbol]
-		var r *uprobe.Refusal
-		if ok {
-			r = set.Refused.Refusal(sym)
-		}
-		switch {
-		case r != nil:
-			att.refused = append(att.refused, refusedProbe(p, sym, r))
-		case ok:
-			att.probes = append(att.probes, p)
-		case p.Optional:
-			att.absent = append(att.absent, p.Symbol)
-		default:
-			att.missing = append(att.missing, p.Symbol)
-		}
-	}
-	if len(att.probes) == 0 {
-		att.closeLinks()
-		a.ho.dropCounted(att)
-		if len(att.refused) > 0 {
-			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}
-		}
-		return nil, ReasonSymbolNotFound, fmt.Errorf("%s defines none of the probed symbols %v", t.Path, att.missing)
-	}
-	return att, "", nil
-}
-
-// allRefusedError: the kernel refuses a uprobe on every probed function
-// the file defines.
-type allRefusedError struct {
-	path    string
-	refused []RefusedProbe
-}
-
-func (e *allRefusedError) Error() string {
-	return fmt.Sprintf("the kernel refuses a uprobe on every probed function of %s: %s", e.path, strings.Join(refusedNames(e.refused), ", "))
-}
-
-// refusedNames are "symbol+offset (reason)" of refused probes, for logs.
-func refusedNames(r []RefusedProbe) []string {
-	out := make([]string, len(r))
-	for i, p := range r {
-		out[i] = fmt.Sprintf("%s+%d (%s)", p.Symbol, p.Offset, p.Reason)
-	}
-	return out
-}
-
-// refusedProbe is the /status entry of probe p refused at sym.
-func refusedProbe(p ops.Probe, sym uprobe.Func, r *uprobe.Refusal) RefusedProbe {
-	return RefusedProbe{
-		Symbol:     p.Symbol,
-		Operation:  ops.Name(uint32(p.Op)),
-		Reason:     r.Reason,
-		Offset:     sym.Offset,
-		FileOffset: sym.ProbeAddr(),
-		Code:       hex.EncodeToString(r.Code),
-		Error:      r.Err,
-	}
-}
-
-// set is the probe set of file t (opened as ex) for the linker, with the
-// file's known refusals.
-func (a *Attacher) set(ex *link.Executable, t Target, syms map[string]uprobe.Func, id uint32, pid int) uprobe.Set {
-	if a.refused[t.Key] == nil {
-		a.refused[t.Key] = uprobe.Refusals{}
-	}
-	return uprobe.Set{Exe: ex, Path: t.Path, Funcs: syms, FileID: id, PID: pid, Refused: a.refused[t.Key]}
-}
-
-// splitPausable splits probes into those the overhead budget never
-// pauses and those it may (Pausable).
-func splitPausable(probes []ops.Probe) (cold, hot []ops.Probe) {
-	for _, p := range probes {
-		if ops.Pausable(p.Op) {
-			hot = append(hot, p)
-		} else {
-			cold = append(cold, p)
-		}
-	}
-	return cold, hot
-}
-
-// FileInfo is an attached, profiled library file and who maps it.
-type FileInfo struct {
-	Key    FileKey
-	Lib    discover.Library
-	PIDs   []int
-	Paused bool
-}
-
-// Files returns the attached, profiled library files.
-func (a *Attacher) Files() []FileInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]FileInfo, 0, len(a.files))
-	for key, f := range a.files {
-		if profiled(f.target.Lib) {
-			out = append(out, FileInfo{Key: key, Lib: f.target.Lib, PIDs: slices.Clone(f.target.PIDs), Paused: f.paused})
-		}
-	}
-	return out
-}
-
-// SetPaused detaches (true) or re-attaches (false) the Pausable probes of
-// an attached file: the duty cycle of the overhead budget. Detaching waits
-// for RCU grace periods, so it happens outside the lock. A file no longer
-// attached is not an error.
-func (a *Attacher) SetPaused(key FileKey, paused bool) error {
-	a.mu.Lock()
-	f := a.files[key]
-	if f == nil || f.paused == paused || a.closed {
-		a.mu.Unlock()
-		return nil
-	}
-	if paused {
-		var closing []*uprobe.Links
-		for _, ls := range f.sets {
-			closing = append(closing, ls.hot[kindTimed], ls.hot[kindEntry])
-			ls.hot = [2]*uprobe.Links{}
-			for op, l := range ls.launches {
-				if ops.Pausable(op) {
-					closing = append(closing, l)
-					delete(ls.launches, op)
-				}
-			}
-		}
-		f.paused = true
-		a.mu.Unlock()
-		for _, l := range closing {
-			l.Close()
-		}
-		return nil
-	}
-	defer a.mu.Unlock()
-	for pid, ls := range f.sets {
-		for _, k := range []int{kindTimed, kindEntry} {
-			_, hot := splitPausable(probesOfKind(f.rest, k))
-			links, err := a.reattach(f, hot, pid)
-			if err != nil {
-				return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
-			}
-			ls.hot[k] = links
-		}
-		for op, lp := range f.launches {
-			if lp.handed || !ops.Pausable(op) || ls.launches[op] != nil {
-				continue
-			}
-			links, err := a.reattach(f, []ops.Probe{lp.probe}, pid)
-			if err != nil {
-				return fmt.Errorf("resume probes of %s: %w", f.target.Path, err)
-			}
-			if ls.launches == nil {
-				ls.launches = map[ops.Op]*uprobe.Links{}
-			}
-			ls.launches[op] = links
-		}
-	}
-	f.paused = false
-	return nil
-}
-
-// reattach attaches probes of an already attached file again, with the
-// symbols and offsets read at the first attach.
-func (a *Attacher) reattach(f *attached, probes []ops.Probe, pid int) (*uprobe.Links, error) {
-	ex, done, err := a.executable(f)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	links, _, err := a.linker.Link(a.set(ex, f.target, f.syms, f.id, pid), probes)
-	return links, err
-}
-
+// requiredProbes is the number of lib's probes that are not optional:
+// the failures a file that defines none of them counts.
 func requiredProbes(lib discover.Library, mode, profile string) int {
 	n := 0
 	for _, p := range ops.Probes(lib, mode, profile) {
@@ -1042,19 +529,23 @@ func requiredProbes(lib discover.Library, mode, profile string) int {
 	return n
 }
 
-// closeLinks detaches every probe of f.
-func (f *attached) closeLinks() {
-	for pid, ls := range f.sets {
-		ls.close()
-		delete(f.sets, pid)
+// release closes the links of files no process maps any more, in the
+// background: each detach waits for RCU grace periods (seconds for a
+// library's set under load), and holding the lock that long kept new
+// libraries from attaching and scrapes from answering. Hits of the old
+// links until they are gone are refused in BPF: their file id has left
+// pid_files.
+func (a *Attacher) release(files []*attached) {
+	if len(files) == 0 {
+		return
 	}
-}
-
-// marks reports whether f's runtime launches leave a marker with their op
-// (PF_RT_MARK): while the file learns, and while some of its launch ops
-// are counted at the driver, so the driver can tell the others'.
-func (f *attached) marks() bool {
-	return len(f.launches) > 0 && !f.settled
+	a.closing.Add(1)
+	go func() {
+		defer a.closing.Done()
+		for _, f := range files {
+			f.closeLinks()
+		}
+	}()
 }
 
 // Close detaches everything. The Attacher is unusable afterwards.
@@ -1077,81 +568,4 @@ func (a *Attacher) Close() error {
 	a.linker.Close()
 	a.closed = true
 	return nil
-}
-
-// Counters are cumulative failure counts and the current attach state.
-type Counters struct {
-	// Failures by library and reason (profi_system_attach_failures_total).
-	Failures map[[2]string]uint64
-	// Attached library files by library (profi_system_discovery_attached_libraries).
-	Attached map[discover.Library]int
-	// TrackedPIDs are the processes, seen at the last scan, that map an attached library.
-	TrackedPIDs []int
-	// ScanProblems counts per-process procfs problems (malformed maps lines, unreadable files).
-	ScanProblems uint64
-	// LoadChecksSkipped counts library-load events not checked (rate limit);
-	// those processes wait for the periodic rescan.
-	LoadChecksSkipped uint64
-	// Layers are what profi probes of each tracked process (Layers).
-	Layers map[int][]Layer
-	// TriggersCoalesced counts library-load triggers merged into a pass
-	// already due or held back by MinTriggeredPassInterval.
-	TriggersCoalesced uint64
-	// LimitRefusals count the files the caps refused, each once while it
-	// stays mapped, by limit (LimitFilesPerPID, LimitFiles).
-	LimitRefusals map[string]uint64
-	// CappedFiles are the files the caps refuse now.
-	CappedFiles int
-	// SwitchGaps are the entry-only gaps of link-set switches by library
-	// (profi_system_probe_switch_gaps_total, ..._gap_seconds_total).
-	SwitchGaps map[discover.Library]SwitchGaps
-}
-
-// Counters returns a copy of the counters.
-func (a *Attacher) Counters() Counters {
-	c := a.counters()
-	c.Layers = Layers(a.Status())
-	return c
-}
-
-func (a *Attacher) counters() Counters {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load()}
-	for k, v := range a.counts {
-		c.Failures[[2]string{k.lib, k.reason}] = v
-	}
-	c.LimitRefusals = maps.Clone(a.limitRefused)
-	c.SwitchGaps = maps.Clone(a.gaps)
-	c.CappedFiles = len(a.capped)
-	pids := map[int]bool{}
-	for _, f := range a.files {
-		if !profiled(f.target.Lib) {
-			continue // a hook, not a profiled library
-		}
-		c.Attached[f.target.Lib]++
-		for _, p := range f.target.PIDs {
-			pids[p] = true
-		}
-	}
-	for p := range pids {
-		c.TrackedPIDs = append(c.TrackedPIDs, p)
-	}
-	sort.Ints(c.TrackedPIDs)
-	return c
-}
-
-// probedSymbols are the symbols any probe of lib may need: the global
-// mode's and, for full-mode upgrades of single processes (reattach with
-// the symbols read at attach), full mode's.
-func probedSymbols(lib discover.Library, mode, profile string) []string {
-	var names []string
-	for _, m := range []string{mode, ops.KernelModeFull} {
-		for _, p := range ops.Probes(lib, m, profile) {
-			if !slices.Contains(names, p.Symbol) {
-				names = append(names, p.Symbol)
-			}
-		}
-	}
-	return names
 }

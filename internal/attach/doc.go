@@ -14,4 +14,9 @@
 // only the handover's learning maps (rt_sites, rt_ops: handover.go) and
 // the loader's ring (WatchLoads), and never an aggregation map (package
 // aggregate reads those). It must not scan /proc (package discover does).
+//
+// attacher.go holds the Attacher's types, lifecycle and the policy of a
+// pass (Sync); each other concern (opening files, linking, full-mode
+// upgrades, the budget's pause, the process maps, traced processes, the
+// handover, status, counters) has a file of its own.
 package attach

@@ -405,6 +405,13 @@ func (f *attached) handedAny() bool {
 	return false
 }
 
+// marks reports whether f's runtime launches leave a marker with their op
+// (PF_RT_MARK): while the file learns, and while some of its launch ops
+// are counted at the driver, so the driver can tell the others'.
+func (f *attached) marks() bool {
+	return len(f.launches) > 0 && !f.settled
+}
+
 // forgetLearned deletes what BPF learned of runtime files no longer attached.
 func (h *handover) forgetLearned(stats map[uint32]map[ops.Op]opStats, sites map[uint32]map[rtSite]siteOps, live map[uint32]bool) {
 	for file, m := range stats {

@@ -47,6 +47,19 @@ func probesOfKind(probes []ops.Probe, k int) []ops.Probe {
 	return out
 }
 
+// splitPausable splits probes into those the overhead budget never
+// pauses and those it may (Pausable).
+func splitPausable(probes []ops.Probe) (cold, hot []ops.Probe) {
+	for _, p := range probes {
+		if ops.Pausable(p.Op) {
+			hot = append(hot, p)
+		} else {
+			cold = append(cold, p)
+		}
+	}
+	return cold, hot
+}
+
 // Len is the number of links.
 func (s *linkSet) Len() int {
 	if s == nil {
@@ -219,4 +232,12 @@ func (f *attached) multi() bool {
 		}
 	}
 	return false
+}
+
+// closeLinks detaches every probe of f.
+func (f *attached) closeLinks() {
+	for pid, ls := range f.sets {
+		ls.close()
+		delete(f.sets, pid)
+	}
 }

@@ -6,7 +6,13 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
+	"github.com/profi-dev/profi/internal/discover"
 )
+
+// The process maps, pid_files and rt_text: processMaps writes them and
+// keeps their mirrors, in the one order the BPF side relies on (apply);
+// the Attacher's wantPIDFiles and wantRuntimeText say what they should
+// hold, and syncProcessMaps moves them there at each pass.
 
 // rtRange is a process's rt_text entry: its libcudart's code range and
 // which attached file it is.
@@ -163,4 +169,89 @@ func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int)
 		}
 	}
 	return failed
+}
+
+// wantRuntimeText is where libcudart's code is mapped in every process that
+// maps an attached libcudart: what rt_text should hold, so a driver launch
+// can tell whether the runtime made it (driver_launch_op in bpf/handover.h).
+func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
+	want := map[uint32]rtRange{}
+	if a.opts.RuntimeText == nil {
+		return want
+	}
+	for _, f := range a.files {
+		if f.target.Lib != discover.LibCudart {
+			continue
+		}
+		for pid, r := range f.target.Text {
+			if _, dup := want[uint32(pid)]; !dup { // a second libcudart in one process: keep the first
+				want[uint32(pid)] = rtRange{r, f.id, f.handedAny()}
+			}
+		}
+	}
+	return want
+}
+
+// syncProcessMaps moves pid_files and rt_text to what the attached files
+// say, in processMaps.apply's order; with handover, the runtime->driver
+// handover runs where apply allows it: after rt_text's new entries (they
+// carry the file id), before pid_files (PF_RT_MARK follows its plan).
+// Called with a.mu held.
+func (a *Attacher) syncProcessMaps(handover bool) {
+	f := a.maps.apply(a.wantRuntimeText(), func() map[bpfobj.ProfiPidFile]uint8 {
+		if handover {
+			a.ho.sync(a)
+		}
+		return a.wantPIDFiles()
+	})
+	if f.rtTextPut > 0 {
+		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", f.rtTextPut)
+	}
+	if f.pidFiles > 0 {
+		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", f.pidFiles)
+	}
+	if f.rtTextDelete > 0 {
+		a.log.Warn("could not delete from the rt_text map", "failures", f.rtTextDelete)
+	}
+}
+
+// wantPIDFiles is what pid_files should hold: which attached files each
+// process maps, so that a file attached under two keys counts every call
+// once (hit_flags in bpf/hits.h), and in the same value whether full-mode upgrade probes
+// serve the (pid, file) (PF_FULL: set by upgrade once its links exist,
+// cleared by dropUpgrade before they close; kept here) and whether rt_text
+// holds a runtime file's process's range (PF_RT_TEXT: only once the
+// entry is written, processMaps.apply).
+func (a *Attacher) wantPIDFiles() map[bpfobj.ProfiPidFile]uint8 {
+	const (
+		own      = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
+		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
+		rtText   = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
+		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
+		rtMark   = uint8(bpfobj.ProfiPidFileFlagPF_RT_MARK)
+	)
+	want := map[bpfobj.ProfiPidFile]uint8{}
+	for _, f := range a.files {
+		if !profiled(f.target.Lib) {
+			continue // its program counts nothing: no ownership needed
+		}
+		for _, pid := range f.target.PIDs {
+			v := own
+			if _, ok := f.upgrades[pid]; ok {
+				v |= full
+			}
+			if _, ok := a.maps.hasText(uint32(pid)); ok && f.target.Lib == discover.LibCudart {
+				v |= rtText
+				if !f.target.Static {
+					v |= rtShared
+				}
+				if f.marks() {
+					v |= rtMark
+				}
+			}
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid), File: f.id}] = v
+			want[bpfobj.ProfiPidFile{Pid: uint32(pid)}] = own
+		}
+	}
+	return want
 }
