@@ -193,6 +193,9 @@ type Attacher struct {
 	gaps     map[discover.Library]SwitchGaps
 	closed   bool
 	lastSync time.Time
+	// newHook: a pass attached a loader hook; Run follows it with
+	// another pass (hookedNow).
+	newHook bool
 	// loadChecksSkipped counts library-load events over the check rate limit.
 	loadChecksSkipped atomic.Uint64
 	// triggersCoalesced counts pass triggers merged into a pass already
@@ -498,6 +501,7 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 	att.attachedAt = now
 	a.files[t.Key] = att
 	if !profiled(t.Lib) {
+		a.newHook = true
 		a.log.Debug("loader hook attached", "path", t.Path, "file", t.Key)
 		return
 	}

@@ -50,6 +50,17 @@ func (a *Attacher) Run(ctx context.Context, o LoopOptions) error {
 			o.Observe(time.Since(began))
 		}
 		a.lastPass.Store(time.Now().UnixNano())
+		if a.hookedNow() {
+			// A process that mapped a CUDA library between this pass's
+			// scan and its loader hook's attach was not seen by the scan
+			// and will not trigger a pass: the next scan, once the hook
+			// is there, sees it (at the triggered-pass interval, not
+			// --refresh-interval later).
+			if !a.holdTriggered(ctx, o.Trigger, t.C, minGap-time.Since(began)) {
+				return nil
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -84,6 +95,16 @@ func (a *Attacher) holdTriggered(ctx context.Context, trigger <-chan struct{}, t
 			a.triggersCoalesced.Add(1)
 		}
 	}
+}
+
+// hookedNow reports whether the last pass attached a loader hook, and
+// forgets it.
+func (a *Attacher) hookedNow() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.newHook
+	a.newHook = false
+	return h
 }
 
 // LastPass is when Run last finished a discovery pass, failed scans
