@@ -10,6 +10,10 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 )
 
+// The discovery loop (Run): a pass every --refresh-interval, triggered
+// passes at most MinTriggeredPassInterval apart, a pass after one that
+// hooked a new loader; and the grouping of a scan into targets (Targets).
+
 // Scanner is the discovery pass the loop runs (discover.Scanner).
 type Scanner interface {
 	Scan() (*discover.Result, error)

@@ -4,6 +4,9 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 )
 
+// The crash breaker's side of the attacher: taking one file's probes off
+// (Quarantine), every file's (QuarantineAll), and lifting one (Unquarantine).
+
 // QuarantinedFile is a library file whose probes Quarantine took off.
 type QuarantinedFile struct {
 	Key  FileKey

@@ -13,6 +13,10 @@ import (
 	"github.com/profi-dev/profi/internal/status"
 )
 
+// What /status and the self metrics see of the attacher: the attached
+// files and their probes, the failures, the loader hooks (Status), and
+// each tracked process's layers (Layers).
+
 // ProbeStatus is one attached probe (defined with the /status document).
 type ProbeStatus = status.ProbeStatus
 

@@ -15,6 +15,9 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 )
 
+// Passes on demand: library-load events from the loader hook (WatchLoads)
+// ask the discovery loop for a pass; and the exit hook (ExitHook).
+
 // maxChecksPerSecond bounds the per-process maps reads that library-load
 // events cause, so a node starting thousands of processes cannot turn
 // the trigger into a scan storm; events beyond it wait for the periodic
