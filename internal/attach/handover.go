@@ -208,9 +208,9 @@ func (m HandoverMaps) forgetSite(k rtSite) { _ = m.Sites.Delete(&k) }
 
 // handoverPlan is what decide wants for one file: the ops counted at the
 // driver (with the sites they are counted at), and whether the file has
-// settled: it stops learning, for good, because it launches some other
-// way or shares sites between ops, and no op is handed over or still
-// learning.
+// settled: it stops learning, for good, because none of its launch ops can
+// be handed over any more (each launches some other way or shares sites
+// with another op).
 type handoverPlan struct {
 	handed  map[ops.Op]bool
 	counted map[rtSite]ops.Op
@@ -237,16 +237,14 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 			own[op] = append(own[op], k)
 		}
 	}
-	refused, learning := false, false
+	refused := map[ops.Op]bool{}
 	for _, op := range probes {
 		st := stats[op]
 		switch {
 		case st.unmerged > 0 || shared[op]:
-			refused = true
+			refused[op] = true
 		case driverOK && st.merged >= MinMerged && len(own[op]) > 0:
 			plan.handed[op] = true
-		case st.merged > 0:
-			learning = true
 		}
 	}
 	// A tail-jump target never called directly (CUDA 13's cudaLaunchKernel
@@ -266,7 +264,18 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 			plan.counted[k] = op
 		}
 	}
-	plan.settled = refused && !learning && len(plan.handed) == 0
+	// The file settles only when every op is refused (a tail-jump target
+	// with its caller): an op not seen yet may still be handed over, and
+	// what the first launches show of one op says nothing of the others
+	// (a process whose first launch is rejected, before its other ops ran:
+	// TestOneTrapPerLaunchEveryAPI/--errors). A rule on what has been seen
+	// so far, never on when a pass happens to look.
+	plan.settled = len(probes) > 0
+	for _, op := range probes {
+		if !refused[op] && !(plan.tails[op] && refused[stats[op].tailOf]) {
+			plan.settled = false
+		}
+	}
 	return plan
 }
 

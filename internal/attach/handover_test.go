@@ -27,6 +27,7 @@ func TestDecide(t *testing.T) {
 	probes := []ops.Op{launch, ptsz, handle, exc}
 	tests := []struct {
 		name     string
+		probes   []ops.Op // nil: launch, ptsz, handle, exc
 		stats    map[ops.Op]opStats
 		sites    map[rtSite]siteOps
 		driverOK bool
@@ -70,14 +71,20 @@ func TestDecide(t *testing.T) {
 			driverOK: true,
 		},
 		{
-			name:     "a runtime that launches some other way settles",
-			stats:    map[ops.Op]opStats{launch: {unmerged: 100}},
+			name:     "one op launches some other way, the others not seen yet: not settled",
+			stats:    map[ops.Op]opStats{launch: {unmerged: 1}},
+			driverOK: true,
+		},
+		{
+			name:     "a runtime whose every op launches some other way settles",
+			stats:    map[ops.Op]opStats{launch: {unmerged: 100}, ptsz: {unmerged: 1, merged: 50}, handle: {unmerged: 2}, exc: {unmerged: 3}},
 			driverOK: true,
 			settled:  true,
 		},
 		{
-			name:  "a site two ops share",
-			stats: map[ops.Op]opStats{launch: {merged: 100}, handle: {merged: 100}},
+			name:   "a site two ops share",
+			probes: []ops.Op{launch, handle},
+			stats:  map[ops.Op]opStats{launch: {merged: 100}, handle: {merged: 100}},
 			sites: map[rtSite]siteOps{
 				site(0x10, ops.OpCuLaunchKernel): {ops: map[ops.Op]bool{launch: true, handle: true}},
 			},
@@ -86,6 +93,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name:     "a site marked mixed",
+			probes:   []ops.Op{launch},
 			stats:    map[ops.Op]opStats{launch: {merged: 100}},
 			sites:    map[rtSite]siteOps{site(0x10, ops.OpCuLaunchKernel): {ops: map[ops.Op]bool{launch: true}, mixed: true}},
 			driverOK: true,
@@ -103,7 +111,8 @@ func TestDecide(t *testing.T) {
 			counted:  1,
 		},
 		{
-			name: "a tail-jump target also called directly stays",
+			name:   "a tail-jump target also called directly stays",
+			probes: []ops.Op{launch, handle},
 			stats: map[ops.Op]opStats{
 				handle: {merged: 100},
 				launch: {merged: 5, tails: 100, tailOf: handle},
@@ -111,6 +120,17 @@ func TestDecide(t *testing.T) {
 			sites: map[rtSite]siteOps{
 				site(0x10, ops.OpCuLaunchKernel): {ops: map[ops.Op]bool{launch: true, handle: true}},
 			},
+			driverOK: true,
+			settled:  true,
+		},
+		{
+			name:   "a tail-jump target settles with its refused caller",
+			probes: []ops.Op{launch, handle},
+			stats: map[ops.Op]opStats{
+				handle: {merged: 100, unmerged: 1},
+				launch: {tails: 100, tailOf: handle},
+			},
+			sites:    map[rtSite]siteOps{site(0x10, ops.OpCuLaunchKernel): one(handle)},
 			driverOK: true,
 			settled:  true,
 		},
@@ -126,7 +146,11 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := decide(probes, tc.stats, tc.sites, tc.driverOK)
+			p := tc.probes
+			if p == nil {
+				p = probes
+			}
+			plan := decide(p, tc.stats, tc.sites, tc.driverOK)
 			got := slices.Sorted(maps.Keys(plan.handed))
 			want := slices.Sorted(slices.Values(tc.handed))
 			if !slices.Equal(got, want) {
