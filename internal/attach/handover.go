@@ -272,7 +272,8 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 	// so far, never on when a pass happens to look.
 	plan.settled = len(probes) > 0
 	for _, op := range probes {
-		if !refused[op] && !(plan.tails[op] && refused[stats[op].tailOf]) {
+		withCaller := plan.tails[op] && refused[stats[op].tailOf]
+		if !refused[op] && !withCaller {
 			plan.settled = false
 		}
 	}
