@@ -28,6 +28,15 @@ static __always_inline struct rt_launch *thread_marker(void)
 }
 static const struct rt_site_val zero_rt_site;
 
+/* Tells userspace that op of file may be handed over now (rt_learned). */
+static __always_inline void rt_learned_now(u32 file, u32 op)
+{
+	struct rt_learned_event e = {.file = file, .op = op};
+
+	if (bpf_ringbuf_output(&rt_learned, &e, sizeof(e), 0))
+		count_drop(DROP_RT_LEARN);
+}
+
 /* what: 0 merged, 1 unmerged, 2 a tail jump from 1 + op tail_of. */
 static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 {
@@ -36,9 +45,11 @@ static __always_inline void rt_op_add(u32 file, u32 op, u32 what, u32 tail_of)
 
 	if (!v)
 		return;
-	if (what == 0)
+	if (what == 0) {
 		PCPU_ADD(v->merged, 1);
-	else if (what == 1)
+		if (v->merged == RT_MIN_MERGED)
+			rt_learned_now(file, op);
+	} else if (what == 1)
 		PCPU_ADD(v->unmerged, 1);
 	else {
 		PCPU_ADD(v->tails, 1);
@@ -91,14 +102,15 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
 	struct rt_site k = {.file = text->file, .drv_op = drv_op, .off = ret - text->start};
 	struct rt_site_val *v = lookup_or_init(&rt_sites, &k, &zero_rt_site, DROP_RT_LEARN);
 
+	/* The site first: rt_op_add may tell userspace to read both. */
+	if (v) {
+		if (!v->op)
+			v->op = op + 1;
+		else if (v->op != op + 1)
+			v->mixed = 1;
+		PCPU_ADD(v->merged, 1);
+	}
 	rt_op_add(text->file, op, 0, 0);
-	if (!v)
-		return;
-	if (!v->op)
-		v->op = op + 1;
-	else if (v->op != op + 1)
-		v->mixed = 1;
-	PCPU_ADD(v->merged, 1);
 }
 
 #define RT_NESTED ((u32)~0U)

@@ -307,6 +307,16 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } lib_loads SEC(".maps");
 
+/*
+ * Runtime ops that may be ready to hand over to the driver (rt_op_add): a
+ * few records per runtime file, never per launch. A full ring leaves the
+ * handover to the next discovery pass (DROP_RT_LEARN).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} rt_learned SEC(".maps");
+
 /* NCCL calls per (pid, op, communicator, result, device). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);

@@ -44,6 +44,8 @@ const struct launch_event unused_launch_event __attribute__((unused));
 const enum graph_node_type unused_graph_node_type __attribute__((unused));
 const enum pid_file_flag unused_pid_file_flag __attribute__((unused));
 const enum quota_map unused_quota_map __attribute__((unused));
+const enum rt_handover unused_rt_handover __attribute__((unused));
+const struct rt_learned_event unused_rt_learned_event __attribute__((unused));
 
 /* Forces the generated Go type of the crash_events records. */
 const struct crash_event unused_crash_event __attribute__((unused));

@@ -34,8 +34,9 @@ enum drop {
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
 	DROP_PID_QUOTA = 18,  /* a process's share of a shared map used up (or pid_quotas full) */
-	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full: a runtime file's launches stay counted by
-				 its own probes (two traps), nothing is lost */
+	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full, or rt_learned: a runtime file's launches
+				 stay counted by its own probes (two traps) until a pass hands
+				 them over, nothing is lost */
 	DROP_NCCL_COMMS = 20, /* nccl_comms full: a communicator's rank and size are not known */
 	DROP_THREAD_DEVICE =
 	    21, /* no memory for a thread's device: its later calls keep its old device */
@@ -272,6 +273,24 @@ struct rt_site_val {
 struct rt_op_key {
 	u32 file;
 	u32 op;
+};
+
+/*
+ * A new runtime file hands its launches over to the driver within its first
+ * launches, not at the next discovery pass: when one CPU has seen
+ * RT_MIN_MERGED launches of an op reach the driver, rt_op_add sends
+ * rt_learned_event to userspace, which runs the handover then
+ * (Attacher.WatchLearning). RT_MIN_MERGED is also the handover's threshold
+ * (attach.MinMerged).
+ */
+enum rt_handover {
+	RT_MIN_MERGED = 16,
+};
+
+/* A record of rt_learned: an op of a runtime file may be ready to hand over. */
+struct rt_learned_event {
+	u32 file; /* runtime file id */
+	u32 op;	  /* enum op */
 };
 
 /* rt_ops value, per CPU: how that op's launches reached the driver while learning. */

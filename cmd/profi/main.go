@@ -310,6 +310,12 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error {
+		if err := attacher.WatchLearning(ctx, objs.RtLearned); err != nil {
+			log.Warn("runtime files learned between passes wait for the next pass to hand their launches to the driver", "err", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
 		return attacher.Run(ctx, attach.LoopOptions{
 			Trigger:  passDue,
 			Scanner:  &discover.Scanner{ProcRoot: cfg.ProcPath, PID: cfg.PID, NVTX: cfg.EnableNVTX, Tracers: excludeTraced},

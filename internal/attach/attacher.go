@@ -201,6 +201,9 @@ type Attacher struct {
 	// triggersCoalesced counts pass triggers merged into a pass already
 	// due (Run, WatchLoads).
 	triggersCoalesced atomic.Uint64
+	// handoverWakeups and handoverLimited count the learning records
+	// that ran the handover and those over its rate limit (WatchLearning).
+	handoverWakeups, handoverLimited atomic.Uint64
 	// lastPass is when Run last finished a discovery pass (unix nanos;
 	// New's time before the first), for /health.
 	lastPass atomic.Int64

@@ -28,6 +28,10 @@ type Counters struct {
 	// TriggersCoalesced counts library-load triggers merged into a pass
 	// already due or held back by MinTriggeredPassInterval.
 	TriggersCoalesced uint64
+	// HandoverWakeups counts the learning records that ran the handover
+	// between passes; HandoverLimited those over its rate limit, whose
+	// files wait for the next pass (WatchLearning).
+	HandoverWakeups, HandoverLimited uint64
 	// LimitRefusals count the files the caps refused, each once while it
 	// stays mapped, by limit (LimitFilesPerPID, LimitFiles).
 	LimitRefusals map[string]uint64
@@ -48,7 +52,8 @@ func (a *Attacher) Counters() Counters {
 func (a *Attacher) counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load()}
+	c := Counters{Failures: map[[2]string]uint64{}, Attached: map[discover.Library]int{}, ScanProblems: a.scanProblems, LoadChecksSkipped: a.loadChecksSkipped.Load(), TriggersCoalesced: a.triggersCoalesced.Load(),
+		HandoverWakeups: a.handoverWakeups.Load(), HandoverLimited: a.handoverLimited.Load()}
 	for k, v := range a.counts {
 		c.Failures[[2]string{k.lib, k.reason}] = v
 	}

@@ -6,13 +6,15 @@
 // a reason; no failure stops the agent.
 //
 // The Attacher has one owner goroutine (the discovery loop) that calls Sync
-// and Close; Status and Counters may be called from any goroutine.
+// and Close; Status and Counters may be called from any goroutine, and
+// WatchLoads and WatchLearning run on goroutines of their own.
 //
 // Where to probe inside a file and how a probe set becomes links, per
 // architecture, is package uprobe's. The Attacher writes the maps that say
 // which processes and runtime ranges it serves (pid_files, rt_text), reads
 // only the handover's learning maps (rt_sites, rt_ops: handover.go) and
-// the loader's ring (WatchLoads), and never an aggregation map (package
+// two rings, the loader's (WatchLoads) and the handover's wake-ups
+// (WatchLearning), and never an aggregation map (package
 // aggregate reads those). It must not scan /proc (package discover does).
 //
 // attacher.go holds the Attacher's types, lifecycle and the policy of a

@@ -34,8 +34,10 @@ import (
 // observed: a runtime that launches some other way keeps its probes.
 
 // MinMerged is how many launches of a runtime op must have reached the
-// driver, all of them, before the driver counts that op.
-const MinMerged = 16
+// driver, all of them, before the driver counts that op. BPF's
+// RT_MIN_MERGED, where one CPU reaching it wakes the handover
+// (WatchLearning).
+const MinMerged = uint64(bpfobj.ProfiRtHandoverRT_MIN_MERGED)
 
 // HandoverMaps are the BPF maps of the handover; nil Counted disables it.
 // They are the handover's handoverStore.

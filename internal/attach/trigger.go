@@ -90,6 +90,58 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 	return false
 }
 
+// maxHandoverSyncsPerSecond bounds the handover runs that learning
+// records cause; records beyond it leave their file to the next pass.
+const maxHandoverSyncsPerSecond = 20
+
+// WatchLearning runs the runtime->driver handover when BPF says a runtime
+// op may be ready (ring rt_learned: one of its launches reached the driver
+// for the RT_MIN_MERGED-th time on a CPU), so a runtime file first seen
+// in a short process hands its launches over within its first launches
+// instead of at the next pass (ARCHITECTURE.md, "One trap per launch").
+// It returns when ctx ends.
+func (a *Attacher) WatchLearning(ctx context.Context, ring *ebpf.Map) error {
+	var (
+		window time.Time
+		syncs  int
+	)
+	return bpfobj.ReadRing(ctx, ring, a.log, func(raw []byte) {
+		var e bpfobj.ProfiRtLearnedEvent
+		if _, err := binary.Decode(raw, binary.NativeEndian, &e); err != nil {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if !a.waitsForHandover(e.File, ops.Op(e.Op)) {
+			return // handed over already, or its file is gone
+		}
+		if now := time.Now(); now.Sub(window) >= time.Second {
+			window, syncs = now, 0
+		}
+		if syncs++; syncs > maxHandoverSyncsPerSecond {
+			a.handoverLimited.Add(1)
+			return
+		}
+		a.handoverWakeups.Add(1)
+		a.syncProcessMaps(true)
+	})
+}
+
+// waitsForHandover reports whether op of the attached runtime file with id
+// file still counts its launches with its own probe. Called with a.mu held.
+func (a *Attacher) waitsForHandover(file uint32, op ops.Op) bool {
+	if a.closed || a.stopped {
+		return false
+	}
+	for _, f := range a.files {
+		if f.id == file {
+			lp, ok := f.launches[op]
+			return ok && !lp.handed && !f.paused && !f.settled
+		}
+	}
+	return false
+}
+
 // ExitHook attaches prog to the sched_process_exit raw tracepoint (it
 // clears the in-flight state of every exiting thread). Raw tracepoints
 // need no tracefs mount.

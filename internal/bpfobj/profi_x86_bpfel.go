@@ -658,6 +658,12 @@ type ProfiReplayKey struct {
 	Pad    uint32
 }
 
+type ProfiRtHandover uint32
+
+const (
+	ProfiRtHandoverRT_MIN_MERGED ProfiRtHandover = 16
+)
+
 type ProfiRtLaunch struct {
 	_      structs.HostLayout
 	Sp     uint64
@@ -665,6 +671,12 @@ type ProfiRtLaunch struct {
 	Learn  uint32
 	Merged uint16
 	Tail   uint16
+}
+
+type ProfiRtLearnedEvent struct {
+	_    structs.HostLayout
+	File uint32
+	Op   uint32
 }
 
 type ProfiRtOpKey struct {
@@ -713,83 +725,86 @@ type ProfiTextRange struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfiMapAggregated          = "aggregated"
-	ProfiMapCaptureEvents       = "capture_events"
-	ProfiMapCaptureStreams      = "capture_streams"
-	ProfiMapCaptures            = "captures"
-	ProfiMapCrashEvents         = "crash_events"
-	ProfiMapCrashLost           = "crash_lost"
-	ProfiMapDrops               = "drops"
-	ProfiMapEvents              = "events"
-	ProfiMapGraphExecs          = "graph_execs"
-	ProfiMapGraphIds            = "graph_ids"
-	ProfiMapGraphNodes          = "graph_nodes"
-	ProfiMapGraphReplays        = "graph_replays"
-	ProfiMapInflight            = "inflight"
-	ProfiMapKernelRegs          = "kernel_regs"
-	ProfiMapLaunchAgg           = "launch_agg"
-	ProfiMapLaunchSites         = "launch_sites"
-	ProfiMapLibLoads            = "lib_loads"
-	ProfiMapMallocSizes         = "malloc_sizes"
-	ProfiMapNcclAgg             = "nccl_agg"
-	ProfiMapNcclComms           = "nccl_comms"
-	ProfiMapNcclInflight        = "nccl_inflight"
-	ProfiMapNcclScratch         = "nccl_scratch"
-	ProfiMapNvtxScratch         = "nvtx_scratch"
-	ProfiMapNvtxStack           = "nvtx_stack"
-	ProfiMapPidClaim            = "pid_claim"
-	ProfiMapPidFiles            = "pid_files"
-	ProfiMapPidHits             = "pid_hits"
-	ProfiMapPidLastHit          = "pid_last_hit"
-	ProfiMapPidQuotas           = "pid_quotas"
-	ProfiMapPidStreams          = "pid_streams"
-	ProfiMapQuotaScratch        = "quota_scratch"
-	ProfiMapRtCounted           = "rt_counted"
-	ProfiMapRtLaunches          = "rt_launches"
-	ProfiMapRtOps               = "rt_ops"
-	ProfiMapRtSites             = "rt_sites"
-	ProfiMapRtText              = "rt_text"
-	ProfiMapTenantQuotas        = "tenant_quotas"
-	ProfiMapTenantReturned      = "tenant_returned"
-	ProfiMapThreadDevice        = "thread_device"
-	ProfiProgDlEvent            = "dl_event"
-	ProfiProgLaunchEntry        = "launch_entry"
-	ProfiProgNameEntry          = "name_entry"
-	ProfiProgNcclEntry          = "nccl_entry"
-	ProfiProgNcclReturn         = "nccl_return"
-	ProfiProgNvtxPop            = "nvtx_pop"
-	ProfiProgNvtxPush           = "nvtx_push"
-	ProfiProgThreadExit         = "thread_exit"
-	ProfiProgTimedEntry         = "timed_entry"
-	ProfiProgTimedReturn        = "timed_return"
-	ProfiVarCountHits           = "count_hits"
-	ProfiVarCrashBreaker        = "crash_breaker"
-	ProfiVarDetailedLaunches    = "detailed_launches"
-	ProfiVarGraphSeq            = "graph_seq"
-	ProfiVarKernelMode          = "kernel_mode"
-	ProfiVarLiveCaptures        = "live_captures"
-	ProfiVarMaxExecsPerPid      = "max_execs_per_pid"
-	ProfiVarMaxGraphsPerPid     = "max_graphs_per_pid"
-	ProfiVarMaxStreamsPerPid    = "max_streams_per_pid"
-	ProfiVarNvtxEnabled         = "nvtx_enabled"
-	ProfiVarOpArgs              = "op_args"
-	ProfiVarOpCopyKind          = "op_copy_kind"
-	ProfiVarOpFlags             = "op_flags"
-	ProfiVarOpUnit              = "op_unit"
-	ProfiVarPidShare            = "pid_share"
-	ProfiVarSampleRate          = "sample_rate"
-	ProfiVarTenantShare         = "tenant_share"
-	ProfiVarUnusedCrashEvent    = "unused_crash_event"
-	ProfiVarUnusedDrop          = "unused_drop"
-	ProfiVarUnusedGraphNodeType = "unused_graph_node_type"
-	ProfiVarUnusedLaunchEvent   = "unused_launch_event"
-	ProfiVarUnusedNameEvent     = "unused_name_event"
-	ProfiVarUnusedNameKind      = "unused_name_kind"
-	ProfiVarUnusedOp            = "unused_op"
-	ProfiVarUnusedOpArgs        = "unused_op_args"
-	ProfiVarUnusedPhase         = "unused_phase"
-	ProfiVarUnusedPidFileFlag   = "unused_pid_file_flag"
-	ProfiVarUnusedQuotaMap      = "unused_quota_map"
+	ProfiMapAggregated           = "aggregated"
+	ProfiMapCaptureEvents        = "capture_events"
+	ProfiMapCaptureStreams       = "capture_streams"
+	ProfiMapCaptures             = "captures"
+	ProfiMapCrashEvents          = "crash_events"
+	ProfiMapCrashLost            = "crash_lost"
+	ProfiMapDrops                = "drops"
+	ProfiMapEvents               = "events"
+	ProfiMapGraphExecs           = "graph_execs"
+	ProfiMapGraphIds             = "graph_ids"
+	ProfiMapGraphNodes           = "graph_nodes"
+	ProfiMapGraphReplays         = "graph_replays"
+	ProfiMapInflight             = "inflight"
+	ProfiMapKernelRegs           = "kernel_regs"
+	ProfiMapLaunchAgg            = "launch_agg"
+	ProfiMapLaunchSites          = "launch_sites"
+	ProfiMapLibLoads             = "lib_loads"
+	ProfiMapMallocSizes          = "malloc_sizes"
+	ProfiMapNcclAgg              = "nccl_agg"
+	ProfiMapNcclComms            = "nccl_comms"
+	ProfiMapNcclInflight         = "nccl_inflight"
+	ProfiMapNcclScratch          = "nccl_scratch"
+	ProfiMapNvtxScratch          = "nvtx_scratch"
+	ProfiMapNvtxStack            = "nvtx_stack"
+	ProfiMapPidClaim             = "pid_claim"
+	ProfiMapPidFiles             = "pid_files"
+	ProfiMapPidHits              = "pid_hits"
+	ProfiMapPidLastHit           = "pid_last_hit"
+	ProfiMapPidQuotas            = "pid_quotas"
+	ProfiMapPidStreams           = "pid_streams"
+	ProfiMapQuotaScratch         = "quota_scratch"
+	ProfiMapRtCounted            = "rt_counted"
+	ProfiMapRtLaunches           = "rt_launches"
+	ProfiMapRtLearned            = "rt_learned"
+	ProfiMapRtOps                = "rt_ops"
+	ProfiMapRtSites              = "rt_sites"
+	ProfiMapRtText               = "rt_text"
+	ProfiMapTenantQuotas         = "tenant_quotas"
+	ProfiMapTenantReturned       = "tenant_returned"
+	ProfiMapThreadDevice         = "thread_device"
+	ProfiProgDlEvent             = "dl_event"
+	ProfiProgLaunchEntry         = "launch_entry"
+	ProfiProgNameEntry           = "name_entry"
+	ProfiProgNcclEntry           = "nccl_entry"
+	ProfiProgNcclReturn          = "nccl_return"
+	ProfiProgNvtxPop             = "nvtx_pop"
+	ProfiProgNvtxPush            = "nvtx_push"
+	ProfiProgThreadExit          = "thread_exit"
+	ProfiProgTimedEntry          = "timed_entry"
+	ProfiProgTimedReturn         = "timed_return"
+	ProfiVarCountHits            = "count_hits"
+	ProfiVarCrashBreaker         = "crash_breaker"
+	ProfiVarDetailedLaunches     = "detailed_launches"
+	ProfiVarGraphSeq             = "graph_seq"
+	ProfiVarKernelMode           = "kernel_mode"
+	ProfiVarLiveCaptures         = "live_captures"
+	ProfiVarMaxExecsPerPid       = "max_execs_per_pid"
+	ProfiVarMaxGraphsPerPid      = "max_graphs_per_pid"
+	ProfiVarMaxStreamsPerPid     = "max_streams_per_pid"
+	ProfiVarNvtxEnabled          = "nvtx_enabled"
+	ProfiVarOpArgs               = "op_args"
+	ProfiVarOpCopyKind           = "op_copy_kind"
+	ProfiVarOpFlags              = "op_flags"
+	ProfiVarOpUnit               = "op_unit"
+	ProfiVarPidShare             = "pid_share"
+	ProfiVarSampleRate           = "sample_rate"
+	ProfiVarTenantShare          = "tenant_share"
+	ProfiVarUnusedCrashEvent     = "unused_crash_event"
+	ProfiVarUnusedDrop           = "unused_drop"
+	ProfiVarUnusedGraphNodeType  = "unused_graph_node_type"
+	ProfiVarUnusedLaunchEvent    = "unused_launch_event"
+	ProfiVarUnusedNameEvent      = "unused_name_event"
+	ProfiVarUnusedNameKind       = "unused_name_kind"
+	ProfiVarUnusedOp             = "unused_op"
+	ProfiVarUnusedOpArgs         = "unused_op_args"
+	ProfiVarUnusedPhase          = "unused_phase"
+	ProfiVarUnusedPidFileFlag    = "unused_pid_file_flag"
+	ProfiVarUnusedQuotaMap       = "unused_quota_map"
+	ProfiVarUnusedRtHandover     = "unused_rt_handover"
+	ProfiVarUnusedRtLearnedEvent = "unused_rt_learned_event"
 )
 
 // LoadProfi returns the embedded CollectionSpec for Profi.
@@ -883,6 +898,7 @@ type ProfiMapSpecs struct {
 	QuotaScratch   *ebpf.MapSpec `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
+	RtLearned      *ebpf.MapSpec `ebpf:"rt_learned"`
 	RtOps          *ebpf.MapSpec `ebpf:"rt_ops"`
 	RtSites        *ebpf.MapSpec `ebpf:"rt_sites"`
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
@@ -895,34 +911,36 @@ type ProfiMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiVariableSpecs struct {
-	CountHits           *ebpf.VariableSpec `ebpf:"count_hits"`
-	CrashBreaker        *ebpf.VariableSpec `ebpf:"crash_breaker"`
-	DetailedLaunches    *ebpf.VariableSpec `ebpf:"detailed_launches"`
-	GraphSeq            *ebpf.VariableSpec `ebpf:"graph_seq"`
-	KernelMode          *ebpf.VariableSpec `ebpf:"kernel_mode"`
-	LiveCaptures        *ebpf.VariableSpec `ebpf:"live_captures"`
-	MaxExecsPerPid      *ebpf.VariableSpec `ebpf:"max_execs_per_pid"`
-	MaxGraphsPerPid     *ebpf.VariableSpec `ebpf:"max_graphs_per_pid"`
-	MaxStreamsPerPid    *ebpf.VariableSpec `ebpf:"max_streams_per_pid"`
-	NvtxEnabled         *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
-	OpArgs              *ebpf.VariableSpec `ebpf:"op_args"`
-	OpCopyKind          *ebpf.VariableSpec `ebpf:"op_copy_kind"`
-	OpFlags             *ebpf.VariableSpec `ebpf:"op_flags"`
-	OpUnit              *ebpf.VariableSpec `ebpf:"op_unit"`
-	PidShare            *ebpf.VariableSpec `ebpf:"pid_share"`
-	SampleRate          *ebpf.VariableSpec `ebpf:"sample_rate"`
-	TenantShare         *ebpf.VariableSpec `ebpf:"tenant_share"`
-	UnusedCrashEvent    *ebpf.VariableSpec `ebpf:"unused_crash_event"`
-	UnusedDrop          *ebpf.VariableSpec `ebpf:"unused_drop"`
-	UnusedGraphNodeType *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
-	UnusedLaunchEvent   *ebpf.VariableSpec `ebpf:"unused_launch_event"`
-	UnusedNameEvent     *ebpf.VariableSpec `ebpf:"unused_name_event"`
-	UnusedNameKind      *ebpf.VariableSpec `ebpf:"unused_name_kind"`
-	UnusedOp            *ebpf.VariableSpec `ebpf:"unused_op"`
-	UnusedOpArgs        *ebpf.VariableSpec `ebpf:"unused_op_args"`
-	UnusedPhase         *ebpf.VariableSpec `ebpf:"unused_phase"`
-	UnusedPidFileFlag   *ebpf.VariableSpec `ebpf:"unused_pid_file_flag"`
-	UnusedQuotaMap      *ebpf.VariableSpec `ebpf:"unused_quota_map"`
+	CountHits            *ebpf.VariableSpec `ebpf:"count_hits"`
+	CrashBreaker         *ebpf.VariableSpec `ebpf:"crash_breaker"`
+	DetailedLaunches     *ebpf.VariableSpec `ebpf:"detailed_launches"`
+	GraphSeq             *ebpf.VariableSpec `ebpf:"graph_seq"`
+	KernelMode           *ebpf.VariableSpec `ebpf:"kernel_mode"`
+	LiveCaptures         *ebpf.VariableSpec `ebpf:"live_captures"`
+	MaxExecsPerPid       *ebpf.VariableSpec `ebpf:"max_execs_per_pid"`
+	MaxGraphsPerPid      *ebpf.VariableSpec `ebpf:"max_graphs_per_pid"`
+	MaxStreamsPerPid     *ebpf.VariableSpec `ebpf:"max_streams_per_pid"`
+	NvtxEnabled          *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
+	OpArgs               *ebpf.VariableSpec `ebpf:"op_args"`
+	OpCopyKind           *ebpf.VariableSpec `ebpf:"op_copy_kind"`
+	OpFlags              *ebpf.VariableSpec `ebpf:"op_flags"`
+	OpUnit               *ebpf.VariableSpec `ebpf:"op_unit"`
+	PidShare             *ebpf.VariableSpec `ebpf:"pid_share"`
+	SampleRate           *ebpf.VariableSpec `ebpf:"sample_rate"`
+	TenantShare          *ebpf.VariableSpec `ebpf:"tenant_share"`
+	UnusedCrashEvent     *ebpf.VariableSpec `ebpf:"unused_crash_event"`
+	UnusedDrop           *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedGraphNodeType  *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
+	UnusedLaunchEvent    *ebpf.VariableSpec `ebpf:"unused_launch_event"`
+	UnusedNameEvent      *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	UnusedNameKind       *ebpf.VariableSpec `ebpf:"unused_name_kind"`
+	UnusedOp             *ebpf.VariableSpec `ebpf:"unused_op"`
+	UnusedOpArgs         *ebpf.VariableSpec `ebpf:"unused_op_args"`
+	UnusedPhase          *ebpf.VariableSpec `ebpf:"unused_phase"`
+	UnusedPidFileFlag    *ebpf.VariableSpec `ebpf:"unused_pid_file_flag"`
+	UnusedQuotaMap       *ebpf.VariableSpec `ebpf:"unused_quota_map"`
+	UnusedRtHandover     *ebpf.VariableSpec `ebpf:"unused_rt_handover"`
+	UnusedRtLearnedEvent *ebpf.VariableSpec `ebpf:"unused_rt_learned_event"`
 }
 
 // ProfiObjects contains all objects after they have been loaded into the kernel.
@@ -978,6 +996,7 @@ type ProfiMaps struct {
 	QuotaScratch   *ebpf.Map `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
 	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
+	RtLearned      *ebpf.Map `ebpf:"rt_learned"`
 	RtOps          *ebpf.Map `ebpf:"rt_ops"`
 	RtSites        *ebpf.Map `ebpf:"rt_sites"`
 	RtText         *ebpf.Map `ebpf:"rt_text"`
@@ -1021,6 +1040,7 @@ func (m *ProfiMaps) Close() error {
 		m.QuotaScratch,
 		m.RtCounted,
 		m.RtLaunches,
+		m.RtLearned,
 		m.RtOps,
 		m.RtSites,
 		m.RtText,
@@ -1034,34 +1054,36 @@ func (m *ProfiMaps) Close() error {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiVariables struct {
-	CountHits           *ebpf.Variable `ebpf:"count_hits"`
-	CrashBreaker        *ebpf.Variable `ebpf:"crash_breaker"`
-	DetailedLaunches    *ebpf.Variable `ebpf:"detailed_launches"`
-	GraphSeq            *ebpf.Variable `ebpf:"graph_seq"`
-	KernelMode          *ebpf.Variable `ebpf:"kernel_mode"`
-	LiveCaptures        *ebpf.Variable `ebpf:"live_captures"`
-	MaxExecsPerPid      *ebpf.Variable `ebpf:"max_execs_per_pid"`
-	MaxGraphsPerPid     *ebpf.Variable `ebpf:"max_graphs_per_pid"`
-	MaxStreamsPerPid    *ebpf.Variable `ebpf:"max_streams_per_pid"`
-	NvtxEnabled         *ebpf.Variable `ebpf:"nvtx_enabled"`
-	OpArgs              *ebpf.Variable `ebpf:"op_args"`
-	OpCopyKind          *ebpf.Variable `ebpf:"op_copy_kind"`
-	OpFlags             *ebpf.Variable `ebpf:"op_flags"`
-	OpUnit              *ebpf.Variable `ebpf:"op_unit"`
-	PidShare            *ebpf.Variable `ebpf:"pid_share"`
-	SampleRate          *ebpf.Variable `ebpf:"sample_rate"`
-	TenantShare         *ebpf.Variable `ebpf:"tenant_share"`
-	UnusedCrashEvent    *ebpf.Variable `ebpf:"unused_crash_event"`
-	UnusedDrop          *ebpf.Variable `ebpf:"unused_drop"`
-	UnusedGraphNodeType *ebpf.Variable `ebpf:"unused_graph_node_type"`
-	UnusedLaunchEvent   *ebpf.Variable `ebpf:"unused_launch_event"`
-	UnusedNameEvent     *ebpf.Variable `ebpf:"unused_name_event"`
-	UnusedNameKind      *ebpf.Variable `ebpf:"unused_name_kind"`
-	UnusedOp            *ebpf.Variable `ebpf:"unused_op"`
-	UnusedOpArgs        *ebpf.Variable `ebpf:"unused_op_args"`
-	UnusedPhase         *ebpf.Variable `ebpf:"unused_phase"`
-	UnusedPidFileFlag   *ebpf.Variable `ebpf:"unused_pid_file_flag"`
-	UnusedQuotaMap      *ebpf.Variable `ebpf:"unused_quota_map"`
+	CountHits            *ebpf.Variable `ebpf:"count_hits"`
+	CrashBreaker         *ebpf.Variable `ebpf:"crash_breaker"`
+	DetailedLaunches     *ebpf.Variable `ebpf:"detailed_launches"`
+	GraphSeq             *ebpf.Variable `ebpf:"graph_seq"`
+	KernelMode           *ebpf.Variable `ebpf:"kernel_mode"`
+	LiveCaptures         *ebpf.Variable `ebpf:"live_captures"`
+	MaxExecsPerPid       *ebpf.Variable `ebpf:"max_execs_per_pid"`
+	MaxGraphsPerPid      *ebpf.Variable `ebpf:"max_graphs_per_pid"`
+	MaxStreamsPerPid     *ebpf.Variable `ebpf:"max_streams_per_pid"`
+	NvtxEnabled          *ebpf.Variable `ebpf:"nvtx_enabled"`
+	OpArgs               *ebpf.Variable `ebpf:"op_args"`
+	OpCopyKind           *ebpf.Variable `ebpf:"op_copy_kind"`
+	OpFlags              *ebpf.Variable `ebpf:"op_flags"`
+	OpUnit               *ebpf.Variable `ebpf:"op_unit"`
+	PidShare             *ebpf.Variable `ebpf:"pid_share"`
+	SampleRate           *ebpf.Variable `ebpf:"sample_rate"`
+	TenantShare          *ebpf.Variable `ebpf:"tenant_share"`
+	UnusedCrashEvent     *ebpf.Variable `ebpf:"unused_crash_event"`
+	UnusedDrop           *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedGraphNodeType  *ebpf.Variable `ebpf:"unused_graph_node_type"`
+	UnusedLaunchEvent    *ebpf.Variable `ebpf:"unused_launch_event"`
+	UnusedNameEvent      *ebpf.Variable `ebpf:"unused_name_event"`
+	UnusedNameKind       *ebpf.Variable `ebpf:"unused_name_kind"`
+	UnusedOp             *ebpf.Variable `ebpf:"unused_op"`
+	UnusedOpArgs         *ebpf.Variable `ebpf:"unused_op_args"`
+	UnusedPhase          *ebpf.Variable `ebpf:"unused_phase"`
+	UnusedPidFileFlag    *ebpf.Variable `ebpf:"unused_pid_file_flag"`
+	UnusedQuotaMap       *ebpf.Variable `ebpf:"unused_quota_map"`
+	UnusedRtHandover     *ebpf.Variable `ebpf:"unused_rt_handover"`
+	UnusedRtLearnedEvent *ebpf.Variable `ebpf:"unused_rt_learned_event"`
 }
 
 // ProfiPrograms contains all programs after they have been loaded into the kernel.

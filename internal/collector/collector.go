@@ -83,6 +83,7 @@ type Collector struct {
 	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
 	limitRefusals, readFailures                  *prometheus.Desc
 	switchGaps, switchGapTime                    *prometheus.Desc
+	handoverWakeups                              *prometheus.Desc
 }
 
 // New returns the collector; it reads data only when scraped.
@@ -139,6 +140,7 @@ func New(data Data) *Collector {
 		switchGaps:      d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
 		switchGapTime:   d("profi_system_probe_switch_gap_seconds_total", "Total time the switches of profi_system_probe_switch_gaps_total left the entry-only probes detached: the window whose calls are not counted.", []string{"library"}, nil),
 		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
+		handoverWakeups: d("profi_system_handover_wakeups_total", "Runtime launch ops that BPF reported ready to hand over to the driver between discovery passes (ARCHITECTURE.md, \"One trap per launch\"): ran (the handover ran at once), rate_limited (over 20 runs a second: that file waits for the next pass).", []string{"result"}, nil),
 	}
 }
 
@@ -158,7 +160,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
 		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
 		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals, c.readFailures,
-		c.switchGaps, c.switchGapTime,
+		c.switchGaps, c.switchGapTime, c.handoverWakeups,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
 	} {
 		ch <- d
@@ -309,6 +311,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.scanProblems, att.ScanProblems)
 	counter(c.loadSkips, att.LoadChecksSkipped)
 	counter(c.coalesced, att.TriggersCoalesced)
+	counter(c.handoverWakeups, att.HandoverWakeups, "ran")
+	counter(c.handoverWakeups, att.HandoverLimited, "rate_limited")
 	var gpuRejected uint64
 	if c.data.GPURejected != nil {
 		gpuRejected = c.data.GPURejected()

@@ -192,7 +192,7 @@ func testCounters() attach.Counters {
 		Attached:          map[discover.Library]int{discover.LibCudart: 2},
 		TrackedPIDs:       []int{7, 4242},
 		ScanProblems:      5,
-		TriggersCoalesced: 6,
+		TriggersCoalesced: 6, HandoverWakeups: 3, HandoverLimited: 1,
 	}
 }
 

@@ -155,3 +155,124 @@ func TestOneTrapPerLaunchShortProcesses(t *testing.T) {
 		waitReleased(t, a)
 	}
 }
+
+// selfCounter is the sum of a self-metric's series whose labels include
+// those given (name=value).
+func selfCounter(t *testing.T, a *testutil.Agent, family string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, s := range testutil.Samples(mfs[family]) {
+		if slices.ContainsFunc(labels, func(l string) bool { n, v, _ := strings.Cut(l, "="); return s.Labels[n] != v }) {
+			continue
+		}
+		sum += s.Value
+	}
+	return sum
+}
+
+// waitHandedOver waits until the runtime launch probes counted at the
+// driver are want, and returns how long that took.
+func waitHandedOver(t *testing.T, a *testutil.Agent, want []string) time.Duration {
+	t.Helper()
+	began := time.Now()
+	err := testenv.Eventually(10*time.Second, func() error {
+		if counted, _ := handover(t, a); !slices.Equal(counted, want) {
+			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(began)
+}
+
+// A runtime file profi has not learned yet, in a process that lives a
+// second or less (issue 33): it hands its launches over to the driver
+// within its first launches, not at the next discovery pass (an hour
+// away here; the loader hook attaches the process). The client stops
+// after k launches of each API; by then BPF has reported through
+// rt_learned that the API's launches reach the driver, and the handover
+// has run. Between the stops every launch costs exactly one
+// launch_entry run (the kernel's BPF statistics), no discovery pass ran
+// after the attach, the handover ran once per API, and every count is
+// exact.
+func TestOneTrapPerLaunchNewFile(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("BPF run-time statistics unavailable: %v", err)
+	}
+	defer stats.Close()
+	a := startAgent(t, "--kernel-mode", "anonymous", "--refresh-interval", "3600")
+	err = testenv.Eventually(15*time.Second, func() error {
+		var st struct {
+			Hooks []struct{ Path string } `json:"loader_hooks"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if len(st.Hooks) == 0 {
+			return fmt.Errorf("no loader hooked")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, m, k = 3000, 1000, 100
+	c := startClient(t, []string{fmt.Sprintf("LAUNCH13_PAUSE_AT=%d,%d,%d", k, n, n+k)}, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	waitAttached(t, a, c.PID)
+	if counted, _ := handover(t, a); len(counted) != 0 {
+		t.Fatalf("launch probes counted at the driver %v before any launch of a new file", counted)
+	}
+	passes := selfCounter(t, a, "profi_system_discovery_scan_duration_seconds")
+	// Each stop: the launches since the previous one, the APIs whose
+	// handover must have run by then, and whether those launches were all
+	// made after a handover (one trap each).
+	stops := []struct {
+		at      int
+		handed  []string
+		oneTrap bool
+	}{
+		{k, []string{"__cudaLaunchKernel", "cudaLaunchKernel"}, false},
+		{n, []string{"__cudaLaunchKernel", "cudaLaunchKernel"}, true},
+		{n + k, handedAll, false},
+		{n + m, handedAll, true},
+	}
+	from := 0
+	for _, s := range stops {
+		runs := launchEntryRuns(t, a)
+		line := c.Go(t)
+		runs = launchEntryRuns(t, a) - runs
+		if s.at < n+m && line != fmt.Sprintf("paused %d\n", s.at) {
+			t.Fatalf("launch13: %q, want paused %d", line, s.at)
+		}
+		took := waitHandedOver(t, a, s.handed)
+		t.Logf("launches %d..%d: %d launch probe runs; handed over %v %v later", from, s.at, runs, s.handed, took)
+		if s.oneTrap && runs != uint64(s.at-from) {
+			t.Errorf("launches %d..%d: %d launch probe runs, want one per launch (%d)", from, s.at, runs, s.at-from)
+		}
+		if s.at == n+m {
+			var gt launch13Truth
+			if err := json.Unmarshal([]byte(line), &gt); err != nil {
+				t.Fatalf("launch13 output %q: %v", line, err)
+			}
+			p := "pid=" + strconv.Itoa(c.PID)
+			want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
+			maps.Copy(want, anonymousLaunches(p, n, m, gt))
+			requireExact(t, a, want, c.PID)
+		}
+		from = s.at
+	}
+	if d := selfCounter(t, a, "profi_system_discovery_scan_duration_seconds") - passes; d != 0 {
+		t.Errorf("%v discovery passes ran while the client launched, want none: the handover must not wait for one", d)
+	}
+	if ran := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=ran"); ran != 2 {
+		t.Errorf("handover wake-ups that ran: %v, want 2 (one per launch API)", ran)
+	}
+	c.Exit(t)
+}

@@ -13,6 +13,9 @@
  * not in the ground truth. LAUNCH13_SPREAD_MS=T in the environment spreads
  * the launches over about T milliseconds (a pause of 1 ms between equal
  * batches), so that the agent changes how it probes them while they run.
+ * LAUNCH13_PAUSE_AT=I,J,... stops before launch I (counting from 0), J...:
+ * prints "paused I" and waits for "go" (EOF ends the process), so that a
+ * test can look at the agent between two launches.
  *
  * stdin protocol: prints "ready <pid>"; "go" -> the launches -> one JSON
  * line of what it called; EOF -> exit 0. */
@@ -71,6 +74,18 @@ static void (*const kernels[3])(float *) = {_Z13launch13_gemmPf, _Z16launch13_so
 static const char *const kernel_names[3] = {"_Z13launch13_gemmPf", "_Z16launch13_softmaxPf",
 					    "_Z16launch13_rmsnormPf"};
 
+/* Whether i is in the comma-separated list (LAUNCH13_PAUSE_AT). */
+static int pause_here(const char *list, long i)
+{
+	for (char *end; *list; list = *end ? end + 1 : end) {
+		if (strtol(list, &end, 10) == i)
+			return 1;
+		if (end == list)
+			die("LAUNCH13_PAUSE_AT: a list of launch indices, comma-separated");
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "early")))
@@ -92,9 +107,16 @@ int main(int argc, char **argv)
 	const char *spread = getenv("LAUNCH13_SPREAD_MS");
 	long pauses = spread ? strtol(spread, NULL, 10) : 0;
 	long batch = pauses > 0 ? (n + m) / pauses + 1 : n + m + 1;
+	const char *pause_at = getenv("LAUNCH13_PAUSE_AT");
 	for (long i = 0; i < n + m; i++) {
 		if (i && i % batch == 0)
 			usleep(1000);
+		if (pause_at && pause_here(pause_at, i)) {
+			printf("paused %ld\n", i);
+			fflush(stdout);
+			if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
+				return 0;
+		}
 		cur = i;
 		cur_ptsz = i >= n;
 		kernels[i % 3](buf);
