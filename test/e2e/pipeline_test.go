@@ -283,13 +283,10 @@ func TestDrainWhileCalling(t *testing.T) {
 	}
 }
 
-// A library that a running process dlopens is attached at once: the
-// loader's _dl_debug_state hook triggers a pass; the periodic rescan is
-// set to an hour here, so it cannot be what finds it.
-func TestEventDrivenAttach(t *testing.T) {
-	w := startWorkload(t, fixtures.WorkloadDlopen, []string{"--lib", fixtures.Cudart})
-	a := startAgent(t, "--refresh-interval", "3600")
-	// The first pass, at start-up, hooks this host's ld.so.
+// waitLoaderHooked waits until the agent's first pass, at start-up, has
+// hooked this host's ld.so: from then on a library load triggers a pass.
+func waitLoaderHooked(t *testing.T, a *testutil.Agent) {
+	t.Helper()
 	err := testenv.Eventually(15*time.Second, func() error {
 		var st struct {
 			Hooks []struct{ Path string } `json:"loader_hooks"`
@@ -305,6 +302,15 @@ func TestEventDrivenAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A library that a running process dlopens is attached at once: the
+// loader's _dl_debug_state hook triggers a pass; the periodic rescan is
+// set to an hour here, so it cannot be what finds it.
+func TestEventDrivenAttach(t *testing.T) {
+	w := startWorkload(t, fixtures.WorkloadDlopen, []string{"--lib", fixtures.Cudart})
+	a := startAgent(t, "--refresh-interval", "3600")
+	waitLoaderHooked(t, a)
 	if err := w.Load(); err != nil {
 		t.Fatal(err)
 	}

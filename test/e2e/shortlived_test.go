@@ -95,13 +95,23 @@ var handedAll = []string{"__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaL
 func teach(t *testing.T, a *testutil.Agent, tn, tm int) *client {
 	t.Helper()
 	c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(tn), strconv.Itoa(tm))
+	waitAttached(t, a, c.PID)
+	requireLaunch13(t, a, c.PID, tn, tm, c.Go(t))
+	return c
+}
+
+// requireLaunch13 requires profi's series of launch13 process pid, which
+// made n + m launches (anonymous mode), to equal its ground-truth line.
+func requireLaunch13(t *testing.T, a *testutil.Agent, pid, n, m int, line string) {
+	t.Helper()
 	var gt launch13Truth
-	pid := c.run(t, a, &gt)
+	if err := json.Unmarshal([]byte(line), &gt); err != nil {
+		t.Fatalf("launch13 output %q: %v", line, err)
+	}
 	p := "pid=" + strconv.Itoa(pid)
 	want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
-	maps.Copy(want, anonymousLaunches(p, tn, tm, gt))
+	maps.Copy(want, anonymousLaunches(p, n, m, gt))
 	requireExact(t, a, want, pid)
-	return c
 }
 
 // Short processes (issue 33): batch jobs and evaluation scripts launch for
@@ -135,14 +145,7 @@ func TestOneTrapPerLaunchShortProcesses(t *testing.T) {
 		line := c.Go(t)
 		took := time.Since(began)
 		runs = launchEntryRuns(t, a) - runs
-		var gt launch13Truth
-		if err := json.Unmarshal([]byte(line), &gt); err != nil {
-			t.Fatalf("launch13 output %q: %v", line, err)
-		}
-		p := "pid=" + strconv.Itoa(c.PID)
-		want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
-		maps.Copy(want, anonymousLaunches(p, n, m, gt))
-		requireExact(t, a, want, c.PID)
+		requireLaunch13(t, a, c.PID, n, m, line)
 		_, after := handover(t, a)
 		c.Exit(t)
 		t.Logf("process %d: %d launches in %v, %d launch probe runs", i, n+m, took, runs)
@@ -196,11 +199,11 @@ func waitHandedOver(t *testing.T, a *testutil.Agent, want []string) time.Duratio
 // within its first launches, not at the next discovery pass (an hour
 // away here; the loader hook attaches the process). The client stops
 // after k launches of each API; by then BPF has reported through
-// rt_learned that the API's launches reach the driver, and the handover
-// has run. Between the stops every launch costs exactly one
-// launch_entry run (the kernel's BPF statistics), no discovery pass ran
-// after the attach, the handover ran once per API, and every count is
-// exact.
+// rt_learned that the API's launches reach the driver, and the test waits
+// for the handover, which no pass can run (the client loads no library
+// after its attach). Between the stops every launch costs exactly one launch_entry
+// run (the kernel's BPF statistics), the wake-ups ran the handover once
+// per API, and every count is exact.
 func TestOneTrapPerLaunchNewFile(t *testing.T) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -208,28 +211,13 @@ func TestOneTrapPerLaunchNewFile(t *testing.T) {
 	}
 	defer stats.Close()
 	a := startAgent(t, "--kernel-mode", "anonymous", "--refresh-interval", "3600")
-	err = testenv.Eventually(15*time.Second, func() error {
-		var st struct {
-			Hooks []struct{ Path string } `json:"loader_hooks"`
-		}
-		if err := a.Status(&st); err != nil {
-			return err
-		}
-		if len(st.Hooks) == 0 {
-			return fmt.Errorf("no loader hooked")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitLoaderHooked(t, a)
 	const n, m, k = 3000, 1000, 100
 	c := startClient(t, []string{fmt.Sprintf("LAUNCH13_PAUSE_AT=%d,%d,%d", k, n, n+k)}, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
 	waitAttached(t, a, c.PID)
 	if counted, _ := handover(t, a); len(counted) != 0 {
 		t.Fatalf("launch probes counted at the driver %v before any launch of a new file", counted)
 	}
-	passes := selfCounter(t, a, "profi_system_discovery_scan_duration_seconds")
 	// Each stop: the launches since the previous one, the APIs whose
 	// handover must have run by then, and whether those launches were all
 	// made after a handover (one trap each).
@@ -257,22 +245,14 @@ func TestOneTrapPerLaunchNewFile(t *testing.T) {
 			t.Errorf("launches %d..%d: %d launch probe runs, want one per launch (%d)", from, s.at, runs, s.at-from)
 		}
 		if s.at == n+m {
-			var gt launch13Truth
-			if err := json.Unmarshal([]byte(line), &gt); err != nil {
-				t.Fatalf("launch13 output %q: %v", line, err)
-			}
-			p := "pid=" + strconv.Itoa(c.PID)
-			want := values{key("profi_cuda_malloc_bytes_total", p): 0, key("profi_cuda_active_memory_bytes", p): 0}
-			maps.Copy(want, anonymousLaunches(p, n, m, gt))
-			requireExact(t, a, want, c.PID)
+			requireLaunch13(t, a, c.PID, n, m, line)
 		}
 		from = s.at
 	}
-	if d := selfCounter(t, a, "profi_system_discovery_scan_duration_seconds") - passes; d != 0 {
-		t.Errorf("%v discovery passes ran while the client launched, want none: the handover must not wait for one", d)
-	}
-	if ran := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=ran"); ran != 2 {
-		t.Errorf("handover wake-ups that ran: %v, want 2 (one per launch API)", ran)
+	ran := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=ran")
+	limited := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=rate_limited")
+	if ran != 2 || limited != 0 {
+		t.Errorf("handover wake-ups: %v ran, %v rate-limited; want 2 (one per launch API) and 0", ran, limited)
 	}
 	c.Exit(t)
 }
