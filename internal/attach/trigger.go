@@ -15,8 +15,9 @@ import (
 	"github.com/profi-dev/profi/internal/ops"
 )
 
-// Passes on demand: library-load events from the loader hook (WatchLoads)
-// ask the discovery loop for a pass; and the exit hook (ExitHook).
+// Work on demand between passes: library-load events from the loader hook
+// ask the discovery loop for a pass (WatchLoads); runtime ops BPF reports
+// ready run the handover (WatchLearning); and the exit hook (ExitHook).
 
 // maxChecksPerSecond bounds the per-process maps reads that library-load
 // events cause, so a node starting thousands of processes cannot turn
