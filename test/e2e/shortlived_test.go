@@ -159,24 +159,6 @@ func TestOneTrapPerLaunchShortProcesses(t *testing.T) {
 	}
 }
 
-// selfCounter is the sum of a self-metric's series whose labels include
-// those given (name=value).
-func selfCounter(t *testing.T, a *testutil.Agent, family string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := a.Metrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, s := range testutil.Samples(mfs[family]) {
-		if slices.ContainsFunc(labels, func(l string) bool { n, v, _ := strings.Cut(l, "="); return s.Labels[n] != v }) {
-			continue
-		}
-		sum += s.Value
-	}
-	return sum
-}
-
 // waitHandedOver waits until the runtime launch probes counted at the
 // driver are want, and returns how long that took.
 func waitHandedOver(t *testing.T, a *testutil.Agent, want []string) time.Duration {
@@ -249,9 +231,12 @@ func TestOneTrapPerLaunchNewFile(t *testing.T) {
 		}
 		from = s.at
 	}
-	ran := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=ran")
-	limited := selfCounter(t, a, "profi_system_handover_wakeups_total", "result=rate_limited")
-	if ran != 2 || limited != 0 {
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakeups := series(mfs, "profi_system_handover_wakeups_total", "result")
+	if ran, limited := wakeups["ran"], wakeups["rate_limited"]; ran != 2 || limited != 0 {
 		t.Errorf("handover wake-ups: %v ran, %v rate-limited; want 2 (one per launch API) and 0", ran, limited)
 	}
 	c.Exit(t)

@@ -934,7 +934,7 @@ static void *worker_main(void *arg)
 		 * launch", limits): on every thread the rejection is learned
 		 * before any of that thread's launches reaches the driver, so
 		 * cudaLaunchKernel is refused before it could be handed over,
-		 * whenever profi's passes run.
+		 * whenever profi's handover runs.
 		 */
 		if (opt.errors && i % 10 == 0) {
 			dim3 one = {1, 1, 1};
