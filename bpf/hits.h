@@ -6,22 +6,33 @@
  */
 #pragma once
 
-/* Records that the probe of ctx's attached file trapped in process pid now. */
+/*
+ * Records that the probe of ctx's attached file trapped in process pid now.
+ * The clock is read at most once a tick per process: the tick count
+ * (bpf_jiffies64) is a load, while bpf_ktime_get_ns reads the clock source,
+ * which cost 220 ns a call on a kvm-clock VM (docs/BENCHMARK.md,
+ * "Crash breaker"). The breaker's window is seconds, so a hit time up to a
+ * tick early changes nothing it decides.
+ */
 static __always_inline void note_hit(struct pt_regs *ctx, u32 pid)
 {
 	u32 file = COOKIE_FILE(bpf_get_attach_cookie(ctx));
-	u64 now = bpf_ktime_get_ns();
-	struct last_hit *h, v = {.ns = now, .file = file};
+	u32 tick = (u32)bpf_jiffies64();
+	struct last_hit *h, v = {.file = file, .tick = tick};
 
 	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
 	if (!h) {
+		v.ns = bpf_ktime_get_ns();
 		bpf_map_update_elem(&pid_last_hit, &pid, &v, BPF_ANY);
 		return;
 	}
-	if (h->file != file || now - h->ns > 1000000) {
-		h->ns = now;
-		h->file = file;
+	/* Only on a change: threads on other CPUs rarely write the same line. */
+	if (h->tick != tick) {
+		h->ns = bpf_ktime_get_ns();
+		h->tick = tick;
 	}
+	if (h->file != file)
+		h->file = file;
 }
 
 /*

@@ -399,9 +399,9 @@ struct {
  * The crash circuit breaker (ARCHITECTURE.md, "Crash circuit breaker"):
  * each process's latest probe hit, which attached file trapped and when,
  * and the processes that then died of a fault signal. One value per
- * process, shared by its threads: written at most once a millisecond
- * unless another file traps, so threads on other CPUs rarely write the
- * same line. Off (crash_breaker false), the verifier drops the code.
+ * process, shared by its threads: written at most once a tick unless
+ * another file traps, so threads on other CPUs rarely write the same
+ * line. Off (crash_breaker false), the verifier drops the code.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

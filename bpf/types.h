@@ -311,9 +311,9 @@ struct rt_op_val {
 
 /* pid_last_hit's value: a process's latest probe hit (the crash breaker). */
 struct last_hit {
-	u64 ns;	  /* bpf_ktime_get_ns of the hit (at most 1 ms old for the same file) */
-	u32 file; /* the attached file whose probe trapped (its cookie's file id) */
-	u32 pad;
+	u64 ns;	  /* bpf_ktime_get_ns of the tick's first hit: at most a tick before the latest */
+	u32 file; /* the attached file whose probe trapped last (its cookie's file id) */
+	u32 tick; /* low 32 bits of bpf_jiffies64 when ns was read */
 };
 
 /* A probed process killed by a fault signal (crash_events). */

@@ -160,7 +160,7 @@ type ProfiLastHit struct {
 	_    structs.HostLayout
 	Ns   uint64
 	File uint32
-	Pad  uint32
+	Tick uint32
 }
 
 type ProfiLaunchEvent struct {
