@@ -82,6 +82,7 @@ const (
 	cfgNone      = "no_probe"
 	cfgEmpty     = "empty_uprobe" // the floor: one entry probe at the called function's symbol (+0)
 	cfgEmptyPair = "empty_uprobe+uretprobe"
+	cfgClock     = "clock_uprobe" // one entry probe whose program only reads the clock
 	cfgEmptyRD   = "empty_uprobe_rt+drv"           // entry probes on cudaLaunchKernel and cuLaunchKernel
 	cfgEmptyRD4  = "empty_uprobe+uretprobe_rt+drv" // entry and return probes on both
 	// At the offset internal/attach chooses: past an endbr64 followed by a push.
@@ -96,9 +97,10 @@ const (
 
 // An emptyProbe is a probe running the floor program.
 type emptyProbe struct {
-	at   site
-	ret  bool // a return probe as well
-	skip bool // at internal/attach's prologue offset instead of the symbol
+	at    site
+	ret   bool // a return probe as well
+	skip  bool // at internal/attach's prologue offset instead of the symbol
+	clock bool // the clock program (one bpf_ktime_get_ns) instead of the empty one
 }
 
 // A probeAt is a probed address: a function and the offset past its symbol.
@@ -219,6 +221,9 @@ type bench struct {
 	// skip caches, per library file, the probe offset internal/attach
 	// chooses for each function (skipOffset).
 	skip map[string]map[string]uint64
+	// clock is the floor program plus one bpf_ktime_get_ns: what the
+	// machine's clock read adds to a program (a timed call reads it twice).
+	clock *ebpf.Program
 	// stats holds the kernel's BPF run-time statistics on; nil when
 	// unavailable (progstats_test.go).
 	stats io.Closer
@@ -274,6 +279,13 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Fatalf("load empty program: %v", err)
 	}
 	defer bc.empty.Close()
+	clockSpec := emptySpec.Copy()
+	clockSpec.Name = "bench_clock"
+	clockSpec.Instructions = asm.Instructions{asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	if bc.clock, err = ebpf.NewProgram(clockSpec); err != nil {
+		b.Fatalf("load clock program: %v", err)
+	}
+	defer bc.clock.Close()
 	if noMulti != nil {
 		fmt.Printf("the kernel has no uprobe_multi links, so the NCCL uprobe_multi rows are left out: %v\n", noMulti)
 	} else {
@@ -393,6 +405,7 @@ func (bc *bench) configurations() results {
 		{fn: fnCuLaunch, name: cfgNone},
 		{fn: fnCuLaunch, name: cfgEmpty, traps: 1, empty: entry(siteCuLaunch)},
 		{fn: fnCuLaunch, name: cfgEmptyPair, traps: 2, empty: pair(siteCuLaunch)},
+		{fn: fnCuLaunch, name: cfgClock, traps: 1, empty: []emptyProbe{{at: siteCuLaunch, clock: true}}},
 	}, bpftraceRow, results{
 		{fn: fnCuLaunch, name: cfgProfi + off, mode: off},
 		{fn: fnCuLaunch, name: cfgProfi + anon, traps: 1, mode: anon},
@@ -616,15 +629,19 @@ func (bc *bench) attachEmpty(c *config, src map[discover.Library]string) error {
 			traps += n
 			continue
 		}
+		prog := bc.empty
+		if e.clock {
+			prog = bc.clock
+		}
 		if e.ret {
-			l, err := exes[e.at.lib].Uretprobe(e.at.sym, bc.empty, opts)
+			l, err := exes[e.at.lib].Uretprobe(e.at.sym, prog, opts)
 			if err != nil {
 				return fmt.Errorf("attach return probe %s+%d: %w", e.at.sym, off, err)
 			}
 			c.links = append(c.links, l)
 			traps++
 		}
-		l, err := exes[e.at.lib].Uprobe(e.at.sym, bc.empty, opts)
+		l, err := exes[e.at.lib].Uprobe(e.at.sym, prog, opts)
 		if err != nil {
 			return fmt.Errorf("attach probe %s+%d: %w", e.at.sym, off, err)
 		}
