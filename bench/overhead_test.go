@@ -82,7 +82,7 @@ const (
 	cfgNone      = "no_probe"
 	cfgEmpty     = "empty_uprobe" // the floor: one entry probe at the called function's symbol (+0)
 	cfgEmptyPair = "empty_uprobe+uretprobe"
-	cfgClock     = "clock_uprobe" // one entry probe whose program only reads the clock
+	cfgClock     = "clock_uprobe"                  // one entry probe whose program only reads the clock
 	cfgEmptyRD   = "empty_uprobe_rt+drv"           // entry probes on cudaLaunchKernel and cuLaunchKernel
 	cfgEmptyRD4  = "empty_uprobe+uretprobe_rt+drv" // entry and return probes on both
 	// At the offset internal/attach chooses: past an endbr64 followed by a push.
