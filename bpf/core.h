@@ -75,12 +75,34 @@ static __always_inline void count_drop(u32 idx)
 		PCPU_ADD(*v, 1);
 }
 
+/* The current thread's state (threads); NULL while it has none. */
+static __always_inline struct thread_state *thread_state(void)
+{
+	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+}
+
+/*
+ * The current thread's state, created when it has none (dev: its device
+ * so far, DEV_NONE for a new one); NULL without kernel memory for it.
+ */
+static __always_inline struct thread_state *thread_state_new(u32 dev)
+{
+	struct thread_state init = {.dev = dev};
+
+	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), &init,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* The device ordinal thread state t last set with cudaSetDevice; DEV_NONE if none. */
+static __always_inline u32 dev_of(const struct thread_state *t)
+{
+	return t ? t->dev : DEV_NONE;
+}
+
 /* The device ordinal the current thread last set with cudaSetDevice; DEV_NONE if none. */
 static __always_inline u32 thread_dev(void)
 {
-	u32 *dev = bpf_task_storage_get(&thread_device, bpf_get_current_task_btf(), 0, 0);
-
-	return dev ? *dev : DEV_NONE;
+	return dev_of(thread_state());
 }
 
 /*

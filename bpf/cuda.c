@@ -47,7 +47,7 @@ static __always_inline int timed_entry_impl(struct pt_regs *ctx)
  */
 static __noinline void timed_launch(u64 id, struct inflight_call *in, s32 ret, u64 dur, u32 weight)
 {
-	add_launch(id, in->op, in->launch.func, &in->launch, dur, weight);
+	add_launch(id, in->op, in->launch.func, &in->launch, dur, weight, thread_dev());
 	send_launch(id, in->op, in->start_ns, ret, dur, &in->launch);
 }
 
@@ -187,13 +187,12 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
 			u32 dev = in.arg0;
-			u32 *cur = bpf_task_storage_get(&thread_device, bpf_get_current_task_btf(),
-							&dev, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			struct thread_state *t = thread_state_new(dev);
 
 			/* No memory for it (counted): the thread's later calls keep their old
 			 * device. */
-			if (cur)
-				*cur = dev;
+			if (t)
+				t->dev = dev;
 			else
 				count_drop(DROP_THREAD_DEVICE);
 			key.dev = dev;
@@ -264,8 +263,8 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 /*
  * Launch APIs in anonymous mode: count, stream and geometry at entry. One
  * pid_files lookup (ownership, upgrade, whether rt_text is there), the
- * launch's stack in one read, rt_text only for driver launches, then
- * thread_device and launch_agg.
+ * launch's stack in one read, rt_text only for driver launches, the
+ * thread's state (threads: marker and device) once, then launch_agg.
  */
 static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 {
@@ -273,6 +272,7 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 	u32 op = COOKIE_OP(cookie);
 	struct launch_args a = {};
+	struct thread_state *t;
 	u64 ret = 0;
 	u32 flags;
 
@@ -282,14 +282,16 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	if (!flags || (flags & PF_FULL))
 		return 0;
 	decode_launch(ctx, op, &a, &ret);
+	/* One task-storage lookup for the marker and the device (threads). */
+	t = thread_state();
 	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
-		op = driver_launch_op(ctx, id, ret, op);
+		op = driver_launch_op(ctx, id, ret, op, t);
 		if (op == RT_NESTED)
 			return 0;
-	} else if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie))) {
+	} else if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie), t)) {
 		return 0;
 	}
-	add_launch(id, op, 0, &a, 0, 0);
+	add_launch(id, op, 0, &a, 0, 0, dev_of(t));
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);
 	return 0;
 }

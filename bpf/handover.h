@@ -2,7 +2,7 @@
 /*
  * The runtime->driver handover (ARCHITECTURE.md, "One trap per launch"):
  * which probe counts a runtime launch, the markers runtime entries leave
- * (rt_launches), what learning files record (rt_sites, rt_ops), and the
+ * (threads), what learning files record (rt_sites, rt_ops), and the
  * sites whose driver entry counts for the runtime (rt_counted).
  */
 #pragma once
@@ -19,12 +19,10 @@
  */
 static const struct rt_op_val zero_rt_op;
 
-/* The current thread's marker (rt_launches); NULL when it has none. */
-static __always_inline struct rt_launch *thread_marker(void)
+/* The marker in thread state t (thread_state); NULL when it has none. */
+static __always_inline struct rt_launch *thread_marker(struct thread_state *t)
 {
-	struct rt_launch *m = bpf_task_storage_get(&rt_launches, bpf_get_current_task_btf(), 0, 0);
-
-	return m && m->sp ? m : NULL;
+	return t && t->rt.sp ? &t->rt : NULL;
 }
 static const struct rt_site_val zero_rt_site;
 
@@ -72,23 +70,25 @@ static __always_inline bool rt_marker_live(struct pt_regs *ctx, const struct rt_
 }
 
 /*
- * Leaves the marker of a counted runtime launch; with learn (1 + op, the
- * file has PF_RT_MARK), the launch before it on the thread that never
- * reached the driver is counted against its op.
+ * Leaves the marker of a counted runtime launch in the thread's state t
+ * (created if NULL); with learn (1 + op, the file has PF_RT_MARK), the
+ * launch before it on the thread that never reached the driver is counted
+ * against its op.
  */
-static __always_inline void mark_runtime_launch(struct pt_regs *ctx, struct rt_launch *old,
+static __always_inline void mark_runtime_launch(struct pt_regs *ctx, struct thread_state *t,
 						u32 file, u32 learn, u64 ret, bool tail)
 {
-	struct rt_launch *m;
+	struct rt_launch *m, *old = thread_marker(t);
 
 	if (learn && old && old->learn && !old->merged)
 		rt_op_add(file, old->learn - 1, 1, 0);
-	m = bpf_task_storage_get(&rt_launches, bpf_get_current_task_btf(), 0,
-				 BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!m) {
+	if (!t)
+		t = thread_state_new(DEV_NONE);
+	if (!t) {
 		count_drop(DROP_RT_MARKER);
 		return;
 	}
+	m = &t->rt;
 	m->sp = entry_sp(ctx);
 	m->ret = ret;
 	m->learn = learn;
@@ -124,7 +124,8 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
  * who made the call; the marker only says which runtime op, so no time
  * window applies there: every marking launch replaces the thread's marker.
  */
-static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op)
+static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op,
+					    struct thread_state *t)
 {
 	u32 pid = id >> 32;
 	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
@@ -137,7 +138,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 
 		if (ret < text->start || ret >= text->end)
 			return op;
-		m = thread_marker();
+		m = thread_marker(t);
 		nested = m && !m->merged && entry_sp(ctx) < m->sp;
 		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
 		/* A marker of another op whose launch returned: it never got here. */
@@ -170,7 +171,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		count_drop(DROP_RT_TO_DRV);
 		return RT_NESTED;
 	}
-	m = thread_marker();
+	m = thread_marker(t);
 	if (!m)
 		return op;
 	nested = entry_sp(ctx) < m->sp && rt_marker_live(ctx, m);
@@ -193,12 +194,12 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
  * launch leaves one.
  */
 static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op,
-					   u32 file)
+					   u32 file, struct thread_state *t)
 {
 	u32 pid = id >> 32;
 	u32 learn = flags & PF_RT_MARK ? op + 1 : 0;
 	struct text_range *text;
-	struct rt_launch *m = thread_marker();
+	struct rt_launch *m = thread_marker(t);
 
 	/*
 	 * NVIDIA's CUDA 13 __cudaLaunchKernel reaches cudaLaunchKernel by a
@@ -220,14 +221,14 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return true;
 	}
 	if (flags_of(op) & OPF_KERNEL_HANDLE) {
-		mark_runtime_launch(ctx, m, file, learn, ret, true);
+		mark_runtime_launch(ctx, t, file, learn, ret, true);
 		return false;
 	}
 	if (flags & PF_RT_SHARED) {
 		text = bpf_map_lookup_elem(&rt_text, &pid);
 		if (!text || ret < text->start || ret >= text->end) {
 			if (learn)
-				mark_runtime_launch(ctx, m, file, learn, ret, false);
+				mark_runtime_launch(ctx, t, file, learn, ret, false);
 			return false;
 		}
 		count_drop(DROP_NESTED);
@@ -238,6 +239,6 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		count_drop(DROP_NESTED);
 		return true;
 	}
-	mark_runtime_launch(ctx, m, file, learn, ret, false);
+	mark_runtime_launch(ctx, t, file, learn, ret, false);
 	return false;
 }

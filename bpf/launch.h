@@ -91,14 +91,14 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 }
 
 static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_args *a, u64 dur,
-				       u32 weight)
+				       u32 weight, u32 dev)
 {
 	struct launch_key key = {.pid = id >> 32,
 				 .op = op,
 				 .stream = a->stream,
 				 .func = func,
 				 .phase = launch_phase(id),
-				 .dev = thread_dev()};
+				 .dev = dev};
 	struct launch_val *val;
 	u64 graph = capture_of(key.pid, a->stream);
 

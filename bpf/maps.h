@@ -77,20 +77,6 @@ struct {
 } drops SEC(".maps");
 
 /*
- * Runtime launch entered on a thread (anonymous mode), for the
- * runtime->driver guard (thread_marker). Task storage, like thread_device:
- * a pointer walk instead of a hash lookup on every runtime launch and
- * every driver launch the runtime made, and no shared LRU table in which
- * one process's threads could evict another's markers.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct rt_launch);
-} rt_launches SEC(".maps");
-
-/*
  * libcudart's code in each process, written by userspace from each scan:
  * a driver launch whose return address lies there was made by the runtime.
  */
@@ -135,19 +121,22 @@ struct {
 } rt_counted SEC(".maps");
 
 /*
- * Current device of each thread, from successful cudaSetDevice calls: every
- * call's key carries it (thread_dev). Task storage (issue 33): the value
- * hangs off the thread itself, so a lookup is a pointer walk and no hash,
- * a thread that never set a device costs one test of a NULL pointer, the
- * kernel frees it with the thread, and no process can take another's room:
- * there is no shared table to fill.
+ * Each thread's state (struct thread_state): its current device, from
+ * successful cudaSetDevice calls (every call's key carries it), and the
+ * marker its last counted runtime launch left for the runtime->driver
+ * guard (thread_marker). Task storage (issue 33): the value hangs off the
+ * thread itself, so a lookup is a pointer walk and no hash, one per probe
+ * run for both, a thread that never needed either costs one test of a
+ * NULL pointer, the kernel frees it with the thread, and no process can
+ * take another's room or evict another's markers: there is no shared
+ * table to fill.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, u32);
-} thread_device SEC(".maps");
+	__type(value, struct thread_state);
+} threads SEC(".maps");
 
 /*
  * (pid, cudaKernel_t) handles whose call site was sent (NAME_LAUNCH_SITE):

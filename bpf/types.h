@@ -250,6 +250,13 @@ struct rt_launch {
 	u16 tail; /* a __cudaLaunchKernel whose tail jump into cudaLaunchKernel is still to come */
 };
 
+/* A thread's state (threads): everything a probe keeps per thread, one lookup. */
+struct thread_state {
+	struct rt_launch rt; /* the marker of its last counted runtime launch; rt.sp 0: none */
+	u32 dev;	     /* the device its last successful cudaSetDevice set; DEV_NONE: none */
+	u32 pad;
+};
+
 /*
  * Where a runtime launch enters the driver: the runtime file, the driver
  * launch function, and the return address as an offset into the runtime's

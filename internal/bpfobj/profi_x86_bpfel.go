@@ -664,15 +664,6 @@ const (
 	ProfiRtHandoverRT_MIN_MERGED ProfiRtHandover = 16
 )
 
-type ProfiRtLaunch struct {
-	_      structs.HostLayout
-	Sp     uint64
-	Ret    uint64
-	Learn  uint32
-	Merged uint16
-	Tail   uint16
-}
-
 type ProfiRtLearnedEvent struct {
 	_    structs.HostLayout
 	File uint32
@@ -721,6 +712,20 @@ type ProfiTextRange struct {
 	Handed uint32
 }
 
+type ProfiThreadState struct {
+	_  structs.HostLayout
+	Rt struct {
+		_      structs.HostLayout
+		Sp     uint64
+		Ret    uint64
+		Learn  uint32
+		Merged uint16
+		Tail   uint16
+	}
+	Dev uint32
+	Pad uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -757,14 +762,13 @@ const (
 	ProfiMapPidStreams           = "pid_streams"
 	ProfiMapQuotaScratch         = "quota_scratch"
 	ProfiMapRtCounted            = "rt_counted"
-	ProfiMapRtLaunches           = "rt_launches"
 	ProfiMapRtLearned            = "rt_learned"
 	ProfiMapRtOps                = "rt_ops"
 	ProfiMapRtSites              = "rt_sites"
 	ProfiMapRtText               = "rt_text"
 	ProfiMapTenantQuotas         = "tenant_quotas"
 	ProfiMapTenantReturned       = "tenant_returned"
-	ProfiMapThreadDevice         = "thread_device"
+	ProfiMapThreads              = "threads"
 	ProfiProgDlEvent             = "dl_event"
 	ProfiProgLaunchEntry         = "launch_entry"
 	ProfiProgNameEntry           = "name_entry"
@@ -897,14 +901,13 @@ type ProfiMapSpecs struct {
 	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
 	QuotaScratch   *ebpf.MapSpec `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
-	RtLaunches     *ebpf.MapSpec `ebpf:"rt_launches"`
 	RtLearned      *ebpf.MapSpec `ebpf:"rt_learned"`
 	RtOps          *ebpf.MapSpec `ebpf:"rt_ops"`
 	RtSites        *ebpf.MapSpec `ebpf:"rt_sites"`
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
 	TenantQuotas   *ebpf.MapSpec `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.MapSpec `ebpf:"tenant_returned"`
-	ThreadDevice   *ebpf.MapSpec `ebpf:"thread_device"`
+	Threads        *ebpf.MapSpec `ebpf:"threads"`
 }
 
 // ProfiVariableSpecs contains global variables before they are loaded into the kernel.
@@ -995,14 +998,13 @@ type ProfiMaps struct {
 	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
 	QuotaScratch   *ebpf.Map `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
-	RtLaunches     *ebpf.Map `ebpf:"rt_launches"`
 	RtLearned      *ebpf.Map `ebpf:"rt_learned"`
 	RtOps          *ebpf.Map `ebpf:"rt_ops"`
 	RtSites        *ebpf.Map `ebpf:"rt_sites"`
 	RtText         *ebpf.Map `ebpf:"rt_text"`
 	TenantQuotas   *ebpf.Map `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.Map `ebpf:"tenant_returned"`
-	ThreadDevice   *ebpf.Map `ebpf:"thread_device"`
+	Threads        *ebpf.Map `ebpf:"threads"`
 }
 
 func (m *ProfiMaps) Close() error {
@@ -1039,14 +1041,13 @@ func (m *ProfiMaps) Close() error {
 		m.PidStreams,
 		m.QuotaScratch,
 		m.RtCounted,
-		m.RtLaunches,
 		m.RtLearned,
 		m.RtOps,
 		m.RtSites,
 		m.RtText,
 		m.TenantQuotas,
 		m.TenantReturned,
-		m.ThreadDevice,
+		m.Threads,
 	)
 }
 
