@@ -93,6 +93,7 @@ const (
 	cfgProfi         = "profi_"                // + kernel mode
 	cfgMultiSuffix   = "_uprobe_multi"         // profi with uprobe_multi links (the agent's default)
 	cfgHandedSuffix  = "_handed_over"          // profi after the runtime's launches were handed to the driver
+	cfgNoBreaker     = "_no_breaker"           // profi's classic programs with the crash breaker off
 )
 
 // An emptyProbe is a probe running the floor program.
@@ -131,8 +132,11 @@ type config struct {
 	// driver (attach.HandoverMaps), after one learning run in setup
 	// (learning: that run, whose launches still trap at both layers).
 	handover, learning bool
-	tool               counter   // a tool other than profi counting the calls (compare_test.go); nil = none
-	ns                 []float64 // ns per call, one per run
+	// noBreaker: profi's classic programs loaded with the crash breaker
+	// off (bench.noBreaker), beside the breaker-on ones in the same run.
+	noBreaker bool
+	tool      counter   // a tool other than profi counting the calls (compare_test.go); nil = none
+	ns        []float64 // ns per call, one per run
 	// progs: the BPF programs this configuration's loops ran, with their
 	// run time from the kernel's statistics (progstats_test.go).
 	progs map[progKey]progRun
@@ -214,6 +218,9 @@ type bench struct {
 	fx        *testutil.Fixtures
 	objs      *bpfobj.Objects
 	classic   *bpfobj.Objects // the programs of objs as classic uprobe programs
+	// noBreaker: classic again, loaded with the crash breaker off; nil
+	// when -overhead.crash-breaker=false (then every program is).
+	noBreaker *bpfobj.Objects
 	empty     *ebpf.Program
 	// emptyMulti is the floor program for uprobe_multi links; nil where
 	// the kernel has none (then the uprobe_multi rows are left out).
@@ -263,11 +270,17 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	defer objs.Close()
 	bc.objs = objs
-	bc.classic, err = classicPrograms(objs)
+	bc.classic, err = classicPrograms(objs, *flagBreaker)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer bc.classic.Close()
+	if *flagBreaker {
+		if bc.noBreaker, err = classicPrograms(objs, false); err != nil {
+			b.Fatal(err)
+		}
+		defer bc.noBreaker.Close()
+	}
 	emptySpec := &ebpf.ProgramSpec{
 		Name:         "bench_empty",
 		Type:         ebpf.Kprobe, // uprobes are kprobe-type programs
@@ -435,7 +448,21 @@ func (bc *bench) configurations() results {
 		{fn: fnGraph, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteGraph, ret: true}, {at: siteCuGraph, ret: true}}},
 		{fn: fnGraph, name: cfgProfi + anon, traps: 4, mode: anon},
 		{fn: fnGraph, name: cfgProfi + anon + cfgMultiSuffix, traps: 4, mode: anon, multi: true},
-	}, bc.ncclConfigurations())
+	}, bc.breakerConfigurations(), bc.ncclConfigurations())
+}
+
+// breakerConfigurations measure the crash breaker's cost within the run:
+// profi's classic programs loaded with it off, interleaved with those
+// loaded with it on (the default's rows above).
+func (bc *bench) breakerConfigurations() results {
+	if bc.noBreaker == nil {
+		return nil
+	}
+	anon := ops.KernelModeAnonymous
+	return results{
+		{fn: fnCuLaunch, name: cfgProfi + anon + cfgNoBreaker, traps: 1, mode: anon, noBreaker: true},
+		{fn: fnTimed, name: cfgProfi + anon + cfgNoBreaker, traps: 2, mode: anon, noBreaker: true},
+	}
 }
 
 // build builds the stubs, bench/loop.c, bench/nccl_loop.c and
@@ -489,8 +516,11 @@ func (bc *bench) sources(c *config) map[discover.Library]string {
 // profiPrograms are the programs profi's attacher attaches, by name: all
 // of them, as the agent passes them (cmd/profi), loaded for uprobe_multi
 // links or for classic ones.
-func (bc *bench) profiPrograms(multi bool) map[string]*ebpf.Program {
-	if !multi {
+func (bc *bench) profiPrograms(c *config) map[string]*ebpf.Program {
+	switch {
+	case c.noBreaker:
+		return bc.noBreaker.Programs()
+	case !c.multi:
 		return bc.classic.Programs()
 	}
 	return bc.objs.Programs()
@@ -499,7 +529,7 @@ func (bc *bench) profiPrograms(multi bool) map[string]*ebpf.Program {
 // classicPrograms loads profi's programs as classic uprobe programs (as
 // bpfobj.Load does on kernels without uprobe_multi) on objs's maps, so
 // both kinds of links count into the same maps.
-func classicPrograms(objs *bpfobj.Objects) (*bpfobj.Objects, error) {
+func classicPrograms(objs *bpfobj.Objects, breaker bool) (*bpfobj.Objects, error) {
 	spec, err := bpfobj.LoadProfi()
 	if err != nil {
 		return nil, err
@@ -509,7 +539,7 @@ func classicPrograms(objs *bpfobj.Objects) (*bpfobj.Objects, error) {
 			p.AttachType = ebpf.AttachNone
 		}
 	}
-	if err := spec.Variables[bpfobj.ProfiVarCrashBreaker].Set(*flagBreaker); err != nil {
+	if err := spec.Variables[bpfobj.ProfiVarCrashBreaker].Set(breaker); err != nil {
 		return nil, fmt.Errorf("set crash_breaker: %w", err)
 	}
 	var out bpfobj.Objects
@@ -575,7 +605,7 @@ func (bc *bench) setup(c *config, dir string) error {
 		// profi as the agent runs it: its attacher, the kernel mode, the
 		// default probe profile, no PID filter (--pid unset).
 		opts := attach.Options{
-			Programs:    bc.profiPrograms(c.multi),
+			Programs:    bc.profiPrograms(c),
 			KernelMode:  c.mode,
 			Profile:     ops.ProfileLean,
 			PIDFiles:    bc.objs.PidFiles,

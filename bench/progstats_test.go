@@ -76,6 +76,11 @@ func (bc *bench) programs() map[progKey]*ebpf.Program {
 	for name, p := range bc.classic.Programs() {
 		out[progKey{name, "classic"}] = p
 	}
+	if bc.noBreaker != nil {
+		for name, p := range bc.noBreaker.Programs() {
+			out[progKey{name, "classic, crash breaker off"}] = p
+		}
+	}
 	out[progKey{emptyName, "classic"}] = bc.empty
 	out[progKey{clockName, "classic"}] = bc.clock
 	if bc.emptyMulti != nil {
