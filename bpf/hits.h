@@ -10,9 +10,9 @@
  * Records that the probe of ctx's attached file trapped in process pid now.
  * The clock is read at most once a tick per process: the tick count
  * (bpf_jiffies64) is a load, while bpf_ktime_get_ns reads the clock source,
- * which cost 220 ns a call on a kvm-clock VM (docs/BENCHMARK.md,
- * "Crash breaker"). The breaker's window is seconds, so a hit time up to a
- * tick early changes nothing it decides.
+ * 120-170 ns a call on the benchmark's kvm-clock VM (docs/BENCHMARK.md,
+ * "Crash circuit breaker"). The breaker's window is seconds, so a hit time
+ * up to a tick early changes nothing it decides.
  */
 static __always_inline void note_hit(struct pt_regs *ctx, u32 pid)
 {
