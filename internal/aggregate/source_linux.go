@@ -217,8 +217,8 @@ func (s MapSource) DeleteDead(alive func(pid uint32) bool) (int, error) {
 
 // deleteThreads removes the per-thread entries (nvtx_stack) of processes
 // for which gone is true: thread_exit deletes each thread's own, and these
-// are what a missing exit hook left behind. thread_device is task storage:
-// the kernel frees it with the thread.
+// are what a missing exit hook left behind. threads (the device and the
+// runtime marker) is task storage: the kernel frees it with the thread.
 func (s MapSource) deleteThreads(gone func(pid uint32) bool) error {
 	_, err := deleteWhere(s.Objects.NvtxStack, func(id *uint64) bool { return gone(uint32(*id >> 32)) })
 	return err
