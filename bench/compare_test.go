@@ -206,7 +206,7 @@ func (bc *bench) skipOffset(path string, s site) (uint64, error) {
 	if err := unix.Stat(path, &st); err != nil {
 		return 0, err
 	}
-	progs := bc.profiPrograms(&config{})
+	progs := bc.classic.Programs()
 	for name := range progs {
 		progs[name] = bc.empty
 	}
