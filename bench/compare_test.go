@@ -327,7 +327,7 @@ func printHitTargets(configs results) {
 		switch {
 		case c.mode == ops.KernelModeAnonymous && c.handover:
 			fmt.Printf(" %s %d once handed to the driver;", c.fn, c.traps)
-		case c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet:
+		case c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet && !c.noBreaker:
 			fmt.Printf(" %s %d;", c.fn, c.traps)
 		}
 	}

@@ -397,7 +397,7 @@ func (bc *bench) configurations() results {
 		// On the CET build bpftrace probes at +0: endbr64 is single-stepped.
 		bpftraceCET = results{{fn: fnTimed, cet: true, name: cfgBpftrace, traps: 1, steps: 1, tool: bpftrace{bin: bin}}}
 	}
-	return slices.Concat(results{
+	return bc.withoutBreaker(slices.Concat(results{
 		{fn: fnLaunch, name: cfgNone},
 		{fn: fnLaunch, name: cfgEmpty, traps: 1, empty: entry(siteLaunch)},
 		{fn: fnLaunch, name: cfgEmptyRD, traps: 2, empty: []emptyProbe{{at: siteLaunch}, {at: siteCuLaunch}}},
@@ -448,21 +448,28 @@ func (bc *bench) configurations() results {
 		{fn: fnGraph, name: cfgEmptyRD4, traps: 4, empty: []emptyProbe{{at: siteGraph, ret: true}, {at: siteCuGraph, ret: true}}},
 		{fn: fnGraph, name: cfgProfi + anon, traps: 4, mode: anon},
 		{fn: fnGraph, name: cfgProfi + anon + cfgMultiSuffix, traps: 4, mode: anon, multi: true},
-	}, bc.breakerConfigurations(), bc.ncclConfigurations())
+	}, bc.ncclConfigurations()))
 }
 
-// breakerConfigurations measure the crash breaker's cost within the run:
-// profi's classic programs loaded with it off, interleaved with those
-// loaded with it on (the default's rows above).
-func (bc *bench) breakerConfigurations() results {
+// withoutBreaker measures the crash breaker's cost within the run: after
+// each classic anonymous row of a direct driver launch and of a timed call
+// it adds the same row with profi's programs loaded with the breaker off,
+// so that drift over a round hits both alike.
+func (bc *bench) withoutBreaker(configs results) results {
 	if bc.noBreaker == nil {
-		return nil
+		return configs
 	}
-	anon := ops.KernelModeAnonymous
-	return results{
-		{fn: fnCuLaunch, name: cfgProfi + anon + cfgNoBreaker, traps: 1, mode: anon, noBreaker: true},
-		{fn: fnTimed, name: cfgProfi + anon + cfgNoBreaker, traps: 2, mode: anon, noBreaker: true},
+	var out results
+	for _, c := range configs {
+		out = append(out, c)
+		if c.mode == ops.KernelModeAnonymous && !c.multi && !c.cet && (c.fn == fnCuLaunch || c.fn == fnTimed) {
+			off := *c
+			off.name += cfgNoBreaker
+			off.noBreaker = true
+			out = append(out, &off)
+		}
 	}
+	return out
 }
 
 // build builds the stubs, bench/loop.c, bench/nccl_loop.c and

@@ -44,10 +44,12 @@ type progRun struct {
 
 func (r progRun) perRun() float64 { return float64(r.ns.Nanoseconds()) / float64(r.runs) }
 
-// Empty programs' names in the tables, and the clock program's.
+// Empty programs' names in the tables, and the clock program's; the
+// links of profi's programs loaded with the crash breaker off (classic).
 const (
-	emptyName = "empty program"
-	clockName = "clock program"
+	emptyName      = "empty program"
+	clockName      = "clock program"
+	linksNoBreaker = "classic, crash breaker off"
 )
 
 // enableStats turns the kernel's BPF run-time statistics on for the run
@@ -78,7 +80,7 @@ func (bc *bench) programs() map[progKey]*ebpf.Program {
 	}
 	if bc.noBreaker != nil {
 		for name, p := range bc.noBreaker.Programs() {
-			out[progKey{name, "classic, crash breaker off"}] = p
+			out[progKey{name, linksNoBreaker}] = p
 		}
 	}
 	out[progKey{emptyName, "classic"}] = bc.empty
@@ -171,7 +173,11 @@ func printPrograms(configs results) {
 	}) {
 		r := total[k]
 		ratio := "—"
-		if e, ok := total[progKey{emptyName, k.links}]; ok && k.name != emptyName {
+		links := k.links
+		if links == linksNoBreaker {
+			links = "classic"
+		}
+		if e, ok := total[progKey{emptyName, links}]; ok && k.name != emptyName {
 			ratio = fmtRatio(r.perRun() / e.perRun())
 		}
 		t := target[k.name]
