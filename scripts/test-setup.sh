@@ -16,9 +16,13 @@
 #     the arm64 image), qemu-user (the arm64 image's agent run from its own
 #     root filesystem: test/e2e/image_arch_test.go);
 #     apt-get install, apt-get update first, only for what is missing;
-#   - kube-apiserver and helm, built once into the tools cache by
-#     scripts/build-kube-apiserver.sh (about 10 minutes) and
-#     scripts/build-helm.sh (about 6 minutes);
+#   - kube-apiserver, kubelet, kube-controller-manager, kube-scheduler,
+#     kube-proxy and helm, built once into the tools cache by
+#     scripts/build-kube.sh (about 10 minutes for the API server, 10 more
+#     for the rest, on 2 cores) and scripts/build-helm.sh (about 6 minutes);
+#   - the test node's runtime (internal/testutil/kubetest/node.go):
+#     containerd (ctr, the runc shim), containernetworking-plugins (bridge,
+#     host-local, loopback), iptables (kube-proxy), iproute2 (the bridge);
 #   - NVIDIA's real libcudart, libcuda and NVTX (CUDA 11.8, driver 535) and
 #     CUDA 12.4 (runtime, nvcc, driver 550, NCCL 2.29, trixie's glibc),
 #     fetched once into the same cache by scripts/fetch-nvidia.sh (about 3
@@ -57,6 +61,10 @@ requirements=(
 	"buildah buildah"
 	"podman podman"
 	"runc runc"
+	"containerd containerd ctr containerd-shim-runc-v2"
+	"containernetworking-plugins path:/usr/lib/cni/bridge path:/usr/lib/cni/host-local path:/usr/lib/cni/loopback"
+	"iptables iptables iptables-restore"
+	"iproute2 ip"
 	"ca-certificates path:/etc/ssl/certs/ca-certificates.crt"
 	"debian-archive-keyring path:/usr/share/keyrings/debian-archive-keyring.gpg"
 	"qemu-system-x86 qemu-system-x86_64"
@@ -80,8 +88,10 @@ done
 
 # Built or fetched into the tools cache.
 tools=()
-[ -n "${PROFI_KUBE_APISERVER:-}" ] || bash scripts/build-kube-apiserver.sh --check >/dev/null ||
+[ -n "${PROFI_KUBE_APISERVER:-}" ] || bash scripts/build-kube.sh --check kube-apiserver >/dev/null ||
 	tools+=(kube-apiserver)
+bash scripts/build-kube.sh --check kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null ||
+	tools+=(kube-node)
 [ -n "${PROFI_HELM:-}" ] || bash scripts/build-helm.sh --check >/dev/null || tools+=(helm)
 bash scripts/fetch-nvidia.sh --check >/dev/null || tools+=(nvidia)
 { bash scripts/fetch-kernels.sh --check amd64 && bash scripts/fetch-kernels.sh --check arm64; } >/dev/null ||
@@ -95,6 +105,7 @@ missing=()
 if [ ${#tools[@]} -gt 0 ]; then
 	names=$(printf '%s, ' "${tools[@]}")
 	names=${names%, }
+	names=${names/kube-node/kubelet, kube-controller-manager, kube-scheduler, kube-proxy}
 	names=${names/nvidia/NVIDIA\'s libcudart, libcuda, NVTX, nvcc and NCCL}
 	missing+=("${names/kernels/Debian\'s cloud kernels} (built or fetched into $cache)")
 fi
@@ -114,7 +125,8 @@ if [ ${#packages[@]} -gt 0 ]; then
 fi
 for t in "${tools[@]}"; do
 	case $t in
-	kube-apiserver) bash scripts/build-kube-apiserver.sh >/dev/null ;;
+	kube-apiserver) bash scripts/build-kube.sh kube-apiserver >/dev/null ;;
+	kube-node) bash scripts/build-kube.sh kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null ;;
 	helm) bash scripts/build-helm.sh >/dev/null ;;
 	nvidia) bash scripts/fetch-nvidia.sh >/dev/null ;;
 	kernels) bash scripts/fetch-kernels.sh amd64 >/dev/null && bash scripts/fetch-kernels.sh arm64 >/dev/null ;;

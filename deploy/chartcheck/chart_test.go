@@ -379,7 +379,7 @@ func TestChartRefusesInsecureAuth(t *testing.T) {
 		{"client SANs with mtls", append([]string{"profi.metricsTls.mode=mtls", "profi.metricsTls.allowedClientSANs[0]=p"}, cm...), ""},
 	}
 	for _, tc := range cases {
-		args := []string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion}
+		args := templateArgs(chart)
 		for _, s := range tc.set {
 			args = append(args, "--set", s)
 		}
@@ -496,4 +496,37 @@ func valuesPeers(t *testing.T, file string) []networkingv1.NetworkPolicyPeer {
 		}
 	}
 	return peers
+}
+
+// TestMonitoringObjectsNeedTheirAPI: on a cluster that does not serve the
+// Prometheus Operator's kinds, the defaults render neither the
+// ServiceMonitor nor the PrometheusRule, so `helm install` with the
+// defaults works there (issue 48; test/e2e/node_test.go installs it so);
+// where the API is served, both are rendered.
+func TestMonitoringObjectsNeedTheirAPI(t *testing.T) {
+	helm := requireHelm(t)
+	chart := filepath.Join(repoRoot(t), "deploy/profi")
+	kinds := func(args []string) map[string]bool {
+		out, err := exec.Command(helm, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %v: %v\n%s", args, err, out)
+		}
+		objs, err := decodeManifests(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, o := range objs {
+			got[o.GetKind()] = true
+		}
+		return got
+	}
+	without := kinds([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion})
+	if without["ServiceMonitor"] || without["PrometheusRule"] || !without["DaemonSet"] {
+		t.Errorf("without the monitoring.coreos.com/v1 API: kinds %v, want a DaemonSet and no ServiceMonitor or PrometheusRule", without)
+	}
+	with := kinds(templateArgs(chart))
+	if !with["ServiceMonitor"] || !with["PrometheusRule"] {
+		t.Errorf("with the monitoring.coreos.com/v1 API: kinds %v, want a ServiceMonitor and a PrometheusRule", with)
+	}
 }

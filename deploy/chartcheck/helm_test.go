@@ -27,6 +27,16 @@ const (
 	namespace   = "monitoring"
 )
 
+// templateArgs are helm template's arguments for the release, with the
+// Prometheus Operator's kinds among the API versions (its CRDs are loaded
+// for the dry-run): without them the chart leaves the ServiceMonitor and
+// PrometheusRule out (TestMonitoringObjectsNeedTheirAPI).
+func templateArgs(chart string, extra ...string) []string {
+	return append([]string{"template", releaseName, chart, "--namespace", namespace,
+		"--kube-version", kubeVersion, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+		"--api-versions", "monitoring.coreos.com/v1/PrometheusRule"}, extra...)
+}
+
 // requireTool returns the path of a tool, or skips the test (fails it with
 // PROFI_E2E=1) with how to get it.
 func requireTool(t *testing.T, path string, err error, how string) string {
@@ -113,7 +123,7 @@ func render(t *testing.T, values string) []*unstructured.Unstructured {
 	if out, err := lint.CombinedOutput(); err != nil {
 		t.Fatalf("helm lint --strict %v: %v\n%s", extra, err, out)
 	}
-	args := append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion}, extra...)
+	args := templateArgs(chart, extra...)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(helm, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

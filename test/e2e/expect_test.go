@@ -314,6 +314,17 @@ func requireExact(t *testing.T, a *testutil.Agent, want values, pids ...int) map
 // otherwise by the caller).
 func requireExactExcept(t *testing.T, a *testutil.Agent, want values, pids []int, skip values) map[string]*dto.MetricFamily {
 	t.Helper()
+	return requireExactOf(t, a, want, pids, func(got values) {
+		for k := range skip {
+			delete(got, k)
+		}
+	})
+}
+
+// requireExactOf is requireExact on the observed series that drop keeps
+// (it deletes the others).
+func requireExactOf(t *testing.T, a *testutil.Agent, want values, pids []int, drop func(values)) map[string]*dto.MetricFamily {
+	t.Helper()
 	var mfs map[string]*dto.MetricFamily
 	err := testenv.Eventually(15*time.Second, func() error {
 		var err error
@@ -321,9 +332,7 @@ func requireExactExcept(t *testing.T, a *testutil.Agent, want values, pids []int
 			return err
 		}
 		got := observed(mfs, pids...)
-		for k := range skip {
-			delete(got, k)
-		}
+		drop(got)
 		if d := diff(want, got); d != "" {
 			return fmt.Errorf("metrics differ from ground truth:\n%s", d)
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,6 +116,11 @@ func podLabels(t *testing.T, a *testutil.Agent, pid int) (map[[3]string]int, err
 	if err != nil {
 		return nil, err
 	}
+	return podLabelsIn(mfs, pid)
+}
+
+// podLabelsIn is podLabels on a scrape.
+func podLabelsIn(mfs map[string]*dto.MetricFamily, pid int) (map[[3]string]int, error) {
 	out := map[[3]string]int{}
 	for name, mf := range mfs {
 		if !strings.HasPrefix(name, "profi_cuda_") {
@@ -125,6 +131,9 @@ func podLabels(t *testing.T, a *testutil.Agent, pid int) (map[[3]string]int, err
 				out[[3]string{s.Labels["namespace"], s.Labels["pod"], s.Labels["container"]}]++
 			}
 		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no profi_cuda_ series of pid %d", pid)
 	}
 	return out, nil
 }

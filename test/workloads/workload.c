@@ -26,7 +26,8 @@
  *
  * stdin protocol: prints "ready <pid>"; "load" -> dlopen -> "loaded" (the
  * linked build just answers); "go" -> one measured phase -> one JSON line of
- * cumulative totals; "exit" or EOF -> exit 0. */
+ * cumulative totals; "segv", "ill" or "nullstore" -> dies of that fault;
+ * "exit" or EOF -> exit 0. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -1419,14 +1420,17 @@ static void load_nvtx(void)
  * The crash breaker's tests: one probed call (cudaMalloc, whose stub calls
  * no driver function: the runtime's probe is the last to trap), then a
  * real fault, SIGSEGV (a store to an address the compiler cannot see is
- * NULL) or SIGILL (an undefined instruction).
+ * NULL) or SIGILL (an undefined instruction). "nullstore" is the NULL store
+ * alone: a crash of the process's own code, no CUDA call just before it (the
+ * crash-looping pod of test/e2e/node_test.go).
  */
-static void die_of_fault(int segv)
+static void die_of_fault(int segv, int probed)
 {
 	void *p = NULL;
 	volatile int *volatile bad = NULL;
 
-	CUDA(cudaMalloc)(&p, 64);
+	if (probed)
+		CUDA(cudaMalloc)(&p, 64);
 	if (segv)
 		*bad = 1;
 #if defined(__x86_64__)
@@ -1518,7 +1522,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(line, "segv") || !strcmp(line, "ill")) {
 			if (needs_load && !loaded)
 				die("\"segv\"/\"ill\" before \"load\"");
-			die_of_fault(line[0] == 's');
+			die_of_fault(line[0] == 's', 1);
+		} else if (!strcmp(line, "nullstore")) {
+			die_of_fault(1, 0);
 		} else {
 			fprintf(stderr, "workload: unexpected command \"%s\"\n", line);
 			return 2;

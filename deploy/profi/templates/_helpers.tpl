@@ -243,3 +243,15 @@ Validation of value combinations the agent would reject at startup
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+"true" when the cluster serves the Prometheus Operator's kind (ServiceMonitor
+or PrometheusRule, the argument's .kind): the chart renders those objects only
+then, so `helm install` with the defaults works on a cluster without the
+operator's CRDs (NOTES.txt says what was left out). `helm template` has no
+cluster: pass --api-versions monitoring.coreos.com/v1/ServiceMonitor (and
+/PrometheusRule) to render them.
+*/}}
+{{- define "profi.hasMonitoringAPI" -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}true{{- end -}}
+{{- end -}}

@@ -45,8 +45,12 @@ const (
 
 	// kubeWrapperMod is the wrapper module whose k8s.io/kubernetes version
 	// names the cached binary.
-	kubeWrapperMod = "tools/kube-apiserver/go.mod"
+	kubeWrapperMod = "tools/kube/go.mod"
 )
+
+// ServiceCIDR is the API server's Service address range; the "kubernetes"
+// Service has its first address.
+const ServiceCIDR = "10.0.0.0/24"
 
 // Identity of the admin user of StartAPIServer's kubeconfig. The group
 // system:masters passes every RBAC check.
@@ -64,7 +68,7 @@ const (
 	APIServerNobodyUser  = "profi-nobody"
 )
 
-// KubeVersion returns the Kubernetes version that tools/kube-apiserver
+// KubeVersion returns the Kubernetes version that tools/kube
 // builds (the version of k8s.io/kubernetes its go.mod requires).
 func KubeVersion() (string, error) {
 	root, err := testenv.RepoRoot()
@@ -89,7 +93,7 @@ func KubeVersion() (string, error) {
 }
 
 // KubeAPIServerBinary returns the kube-apiserver to run: $PROFI_KUBE_APISERVER,
-// or the one scripts/build-kube-apiserver.sh cached under
+// or the one scripts/build-kube.sh cached under
 // $PROFI_TOOLS_CACHE (default /var/cache/profi-tools)/kube-apiserver-VERSION/.
 func KubeAPIServerBinary() (string, error) {
 	if p := os.Getenv(KubeAPIServerEnv); p != "" {
@@ -105,7 +109,7 @@ func KubeAPIServerBinary() (string, error) {
 	cache := testenv.ToolsCache()
 	p := filepath.Join(cache, "kube-apiserver-"+version, "kube-apiserver")
 	if err := testenv.Executable(p); err != nil {
-		return "", fmt.Errorf("kube-apiserver %s is not built (%w): run scripts/build-kube-apiserver.sh "+
+		return "", fmt.Errorf("kube-apiserver %s is not built (%w): run scripts/build-kube.sh "+
 			"(about 10 minutes on 2 cores; .ci/run does), or set %s", version, err, KubeAPIServerEnv)
 	}
 	return p, nil
@@ -129,6 +133,7 @@ type APIServer struct {
 	Dir         string // etcd data, certificates, keys, logs (kube-apiserver.log, etcd.log)
 	EtcdURL     string // http://127.0.0.1:PORT
 
+	opts   APIServerOptions
 	bin    string
 	args   []string
 	caData []byte
@@ -145,6 +150,26 @@ type APIServer struct {
 // (Debian package etcd-server), or fails it when PROFI_E2E=1 forbids
 // skipping; under -short it skips (the start takes seconds).
 func StartAPIServer(t testing.TB) *APIServer {
+	t.Helper()
+	return StartAPIServerWith(t, APIServerOptions{})
+}
+
+// APIServerOptions change what StartAPIServerWith starts from the default
+// (objects only, on loopback) to the API server of a cluster whose pods
+// reach it (StartNode).
+type APIServerOptions struct {
+	// Address is the one address the server binds, advertises (the
+	// "kubernetes" Service's endpoint) and is reached at; its self-signed
+	// certificate names it. Empty: 127.0.0.1, and no endpoint reconciler.
+	Address string
+	// ServiceAccounts turns the ServiceAccount admission plugin on: pods
+	// get their ServiceAccount's token mounted, and the ServiceAccount must
+	// exist (kube-controller-manager creates each namespace's default one).
+	ServiceAccounts bool
+}
+
+// StartAPIServerWith is StartAPIServer with options.
+func StartAPIServerWith(t testing.TB, opts APIServerOptions) *APIServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping test that needs a kube-apiserver in -short mode")
@@ -163,7 +188,7 @@ func StartAPIServer(t testing.TB) *APIServer {
 		t.Skipf("skipping API server test: %v (set %s=1 to make this a failure)", err, testenv.E2EEnv)
 	}
 
-	s := &APIServer{Dir: t.TempDir(), bin: bin}
+	s := &APIServer{Dir: t.TempDir(), bin: bin, opts: opts}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kube-apiserver log (last lines):\n%s", tailFile(filepath.Join(s.Dir, "kube-apiserver.log"), 40))
@@ -305,14 +330,18 @@ func etcdEnv() []string {
 }
 
 func (s *APIServer) setArgs(port int) {
-	s.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	addr := s.opts.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	s.URL = fmt.Sprintf("https://%s:%d", addr, port)
 	certDir := filepath.Join(s.Dir, "certs")
 	s.CAFile = filepath.Join(certDir, "apiserver.crt") // the serving cert followed by its CA
 	sa := filepath.Join(s.Dir, "sa.key")
 	s.args = []string{
 		"--etcd-servers=" + s.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + addr,
+		"--advertise-address=" + addr,
 		"--secure-port=" + strconv.Itoa(port),
 		// Self-signed serving certificate, generated on the first start
 		// and reused by Restart, so the kubeconfig stays valid.
@@ -322,18 +351,26 @@ func (s *APIServer) setArgs(port int) {
 		"--service-account-key-file=" + sa,
 		"--service-account-signing-key-file=" + sa,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.0.0.0/24",
-		// No "kubernetes" Service endpoints to reconcile to a loopback address.
-		"--endpoint-reconciler-type=none",
-		// No controller-manager creates the namespaces' default
-		// ServiceAccount, which this plugin would require of every pod.
-		"--disable-admission-plugins=ServiceAccount",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--profiling=false",
 		// Every list and watch straight from etcd: after Restart the watch
 		// cache waits for etcd progress notifications, which Debian's etcd
 		// 3.4.23 sends late ("Too large resource version" for minutes), and
 		// tests should not depend on that.
 		"--watch-cache=false",
+	}
+	if s.opts.Address == "" {
+		// No "kubernetes" Service endpoints to reconcile to a loopback address.
+		s.args = append(s.args, "--endpoint-reconciler-type=none")
+	} else {
+		// Logs and exec through the kubelet at the node's address, not a
+		// DNS lookup of the node's name.
+		s.args = append(s.args, "--kubelet-preferred-address-types=InternalIP")
+	}
+	if !s.opts.ServiceAccounts {
+		// No controller-manager creates the namespaces' default
+		// ServiceAccount, which this plugin would require of every pod.
+		s.args = append(s.args, "--disable-admission-plugins=ServiceAccount")
 	}
 }
 

@@ -23,7 +23,7 @@ const E2EEnv = "PROFI_E2E"
 // Where the tools the scripts build are cached.
 const (
 	// ToolsCacheEnv overrides DefaultToolsCache, the directory that
-	// scripts/build-kube-apiserver.sh, scripts/build-helm.sh and
+	// scripts/build-kube.sh, scripts/build-helm.sh and
 	// scripts/fetch-nvidia.sh fill.
 	ToolsCacheEnv     = "PROFI_TOOLS_CACHE"
 	DefaultToolsCache = "/var/cache/profi-tools"
