@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/profi
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-setup test-vm test-unit generate lint fmt demo bench bench-setup bench-scale bench-all clean chart-check image docker-build docker-push
+.PHONY: node all build test test-setup test-vm test-unit generate lint fmt demo bench bench-setup bench-scale bench-all clean chart-check image docker-build docker-push
 
 all: build
 
@@ -27,6 +27,13 @@ test-setup:
 test: test-setup
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
+
+# A single-node Kubernetes (kubelet, containerd, CNI bridge; the one
+# test/e2e/node_test.go runs) with the chart installed and a workload pod,
+# left running for a person to look at; it prints how to reach it, and
+# Ctrl-C removes it. Root needed.
+node: test-setup
+	PROFI_NODE_KEEP=1 PROFI_E2E=1 $(GO) test -count=1 -v -timeout 0 -run '^TestNodeForAPerson$$' ./test/e2e/
 
 # The VM kernel matrix alone, each step's result and time.
 test-vm: test-setup

@@ -170,7 +170,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	case kr.Verdict == kbugs.Suspect:
 		log.Warn("the kernel may have a uprobe bug that can hurt a probed process, unless a backport fixed it; probing", "kernel", kr.Summary())
 	}
-	klog := kmsg.New(kmsg.Options{Logger: log})
+	klog := kmsg.New(kmsg.Options{Logger: log, Fallback: kmsg.OpenSyslog})
 	klog.Subscribe(kwatch.New(brk.StopAll, cfg.KmsgTrustUser).Consume)
 
 	ctl, stopStats := startBudget(cfg, objs, attacher, log)
@@ -325,12 +325,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 	})
 	g.Go(func() error { return agg.Run(ctx) })
-	g.Go(func() error {
-		if err := klog.Run(ctx); err != nil {
-			log.Error("kernel log unreadable: kernel warnings in the uprobe code no longer stop the probes, Xids come from NVML events only", "err", err)
-		}
-		return nil
-	})
+	if cfg.KernelLog == "off" {
+		klog.Off("--kernel-log off")
+		log.Info("kernel log off (--kernel-log off): kernel warnings in the uprobe code do not stop the probes, Xids come from NVML events only")
+	} else {
+		g.Go(func() error {
+			if err := klog.Run(ctx); err != nil {
+				log.Error("kernel log unreadable: kernel warnings in the uprobe code no longer stop the probes, Xids come from NVML events only", "err", err)
+			}
+			return nil
+		})
+	}
 	if crashes {
 		g.Go(func() error {
 			if err := brk.Run(ctx, objs.CrashEvents, objs.CrashLost); err != nil {

@@ -241,7 +241,8 @@ func TestAgentArgsParse(t *testing.T) {
 
 // TestDaemonSetPrivileges pins the privileges of the agent (the Rust
 // exporter's chart ran it privileged; docs/SECURITY.md): host PID namespace, root without privilege escalation, only BPF,
-// PERFMON and SYS_PTRACE (SYS_ADMIN only with the overhead budget), a
+// PERFMON, SYS_PTRACE and SYSLOG (SYSLOG only with the kernel log on,
+// SYS_ADMIN only with the overhead budget), a
 // read-only root filesystem, seccompProfile RuntimeDefault, the host's /proc
 // read-only, and no hostPath other than /proc (no debugfs, tracefs or bpffs).
 func TestDaemonSetPrivileges(t *testing.T) {
@@ -261,6 +262,9 @@ func TestDaemonSetPrivileges(t *testing.T) {
 			add = append(add, string(cp))
 		}
 		want := []string{"BPF", "PERFMON", "SYS_PTRACE"}
+		if !slices.Contains(c.Args, "--kernel-log=off") {
+			want = append(want, "SYSLOG") // syslog(2)
+		}
 		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--overhead-budget=") && a != "--overhead-budget=0" }) {
 			want = append(want, "SYS_ADMIN") // BPF_ENABLE_STATS
 		}

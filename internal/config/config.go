@@ -117,6 +117,7 @@ type Config struct {
 	NoUprobeMulti          bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	AllowUnsafeKernel      bool          // --allow-unsafe-kernel: attach probes on a kernel with a known uprobe bug
 	ProbeTracedProcesses   string        // --probe-traced-processes: auto|always|never
+	KernelLog              string        // --kernel-log: auto|off
 	KmsgTrustUser          bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
 	LogLevel               slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP                   OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
@@ -236,6 +237,7 @@ type cli struct {
 	NoUprobeMulti          bool    `name:"no-uprobe-multi" hidden:"" help:"Attach CUDA and NCCL with classic uprobes even where uprobe_multi exists (tests the fallback of older kernels)."`
 	ProbeTracedProcesses   string  `name:"probe-traced-processes" default:"auto" placeholder:"POLICY" help:"Whether a process with a tracer (gdb, strace, CRIU: TracerPid in /proc/PID/status) is probed: always, never, or auto (never on arm64, whose kernel's uprobe single-step handler misbehaved for traced processes; always elsewhere). An unprobed process has no breakpoint in its memory; it is probed again when its tracer leaves."`
 	AllowUnsafeKernel      bool    `name:"allow-unsafe-kernel" help:"Attach probes even on a kernel with a known uprobe bug that can hurt a probed process (docs/KERNELS.md, Known uprobe bugs); without it such a kernel gets no probes."`
+	KernelLog              string  `name:"kernel-log" default:"auto" placeholder:"MODE" help:"Whether the agent follows the kernel log (kernel warnings in the uprobe code stop every probe; Xid lines): auto (/dev/kmsg, or syslog(2) with CAP_SYSLOG where the device cannot be opened, as in a container) or off."`
 	KmsgTrustUser          bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
 	OverheadBudget         float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
 	CrashWindow            int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
@@ -487,6 +489,7 @@ func (p *parser) build(raw *cli) *Config {
 		SampleRate:             raw.SampleRate,
 		DetailedLaunches:       raw.DetailedLaunches,
 		NoUprobeMulti:          raw.NoUprobeMulti,
+		KernelLog:              raw.KernelLog,
 		KmsgTrustUser:          raw.KmsgTrustUser,
 		AllowUnsafeKernel:      raw.AllowUnsafeKernel,
 		ProbeTracedProcesses:   raw.ProbeTracedProcesses,
@@ -498,6 +501,7 @@ func (p *parser) build(raw *cli) *Config {
 	p.checkEnum("probe-profile", raw.ProbeProfile, ops.ProfileLean, ops.ProfileFull)
 	p.checkEnum("gpm", raw.GPM, "auto", "on", "off")
 	p.checkEnum("probe-traced-processes", raw.ProbeTracedProcesses, "auto", "always", "never")
+	p.checkEnum("kernel-log", raw.KernelLog, "auto", "off")
 	cfg.GPM = raw.GPM
 	if raw.PID < 0 {
 		p.errorf("--pid: must be 0 (all) or a PID, got %d", raw.PID)

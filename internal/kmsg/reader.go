@@ -73,6 +73,10 @@ type Options struct {
 	// Open opens the log (tests); os.OpenFile of Path, non-blocking, and a
 	// seek to its end, when nil.
 	Open func(path string) (io.ReadCloser, error)
+	// Fallback opens the log another way when Open finds no Path or may
+	// not open it (a container: OpenSyslog); the reader then reports
+	// SyslogPath as its path. Nil: no fallback.
+	Fallback func() (io.ReadCloser, error)
 }
 
 // Reader follows the kernel log.
@@ -82,6 +86,7 @@ type Reader struct {
 	lim  *rate.Limiter
 
 	mu        sync.Mutex
+	path      string // what it reads: opts.Path, or SyslogPath
 	consumers []Consumer
 	records   uint64
 	truncated uint64
@@ -114,6 +119,7 @@ func New(opts Options) *Reader {
 	}
 	return &Reader{
 		opts:  opts,
+		path:  opts.Path,
 		log:   opts.Logger.With("component", "kmsg"),
 		lim:   rate.NewLimiter(opts.Rate, opts.Burst),
 		drops: map[string]uint64{},
@@ -156,6 +162,19 @@ func (r *Reader) Subscribe(c Consumer) {
 // kernel log (Status says why).
 func (r *Reader) Run(ctx context.Context) error {
 	f, err := r.opts.Open(r.opts.Path)
+	if err != nil && r.opts.Fallback != nil &&
+		(errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission)) {
+		var ferr error
+		if f, ferr = r.opts.Fallback(); ferr == nil {
+			r.log.Info("kernel log read through syslog(2)", "path", r.opts.Path, "reason", err)
+			r.mu.Lock()
+			r.path = SyslogPath
+			r.mu.Unlock()
+			err = nil
+		} else {
+			err = fmt.Errorf("%w; %s: %w", err, SyslogPath, ferr)
+		}
+	}
 	if err != nil {
 		err = fmt.Errorf("open the kernel log: %w", err)
 		r.setState(false, err)
@@ -195,7 +214,7 @@ func (r *Reader) loop(ctx context.Context, f io.Reader) error {
 		case errors.Is(err, syscall.EINVAL):
 			r.drop(DropTooLong, 1)
 			if short++; short >= maxShort {
-				return fmt.Errorf("read %s: %d records in a row longer than %d bytes", r.opts.Path, short, bufSize)
+				return fmt.Errorf("read %s: %d records in a row longer than %d bytes", r.path, short, bufSize)
 			}
 			continue
 		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
@@ -203,7 +222,7 @@ func (r *Reader) loop(ctx context.Context, f io.Reader) error {
 		case ctx.Err() != nil:
 			return nil
 		default:
-			return fmt.Errorf("read %s: %w", r.opts.Path, err)
+			return fmt.Errorf("read %s: %w", r.path, err)
 		}
 		short = 0
 		rec, err := Parse(buf[:n], r.opts.MaxMessage)
@@ -231,6 +250,11 @@ func (r *Reader) loop(ctx context.Context, f io.Reader) error {
 			c(rec)
 		}
 	}
+}
+
+// Off records that the reader is not run, and why (Stats.Error).
+func (r *Reader) Off(why string) {
+	r.setState(false, fmt.Errorf("off: %s", why))
 }
 
 func (r *Reader) drop(reason string, n uint64) {
@@ -265,7 +289,7 @@ type Stats struct {
 func (r *Reader) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Stats{Path: r.opts.Path, Running: r.running, Error: r.err, Records: r.records, Truncated: r.truncated}
+	s := Stats{Path: r.path, Running: r.running, Error: r.err, Records: r.records, Truncated: r.truncated}
 	for k, v := range r.drops {
 		if v > 0 {
 			if s.Drops == nil {

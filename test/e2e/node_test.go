@@ -3,8 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,15 +69,7 @@ func TestNode(t *testing.T) {
 	early := runningContainer(t, c, "serve", "early", "server", 0)
 
 	installStart := time.Now()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"install", "profi", filepath.Join(root, "deploy/profi"), "--namespace", agentNamespace, "--create-namespace", "--wait", "--timeout", "3m"}
-	for _, o := range nodeChartOverrides {
-		args = append(args, "--set", o)
-	}
-	out := helm(t, n, args...)
+	out := helmInstall(t, n)
 	if !strings.Contains(out, "ServiceMonitor NOT created") || !strings.Contains(out, "PrometheusRule NOT created") {
 		t.Errorf("helm install on a cluster without the Prometheus Operator: its notes do not say the ServiceMonitor and PrometheusRule were left out:\n%s", out)
 	}
@@ -84,7 +80,7 @@ func TestNode(t *testing.T) {
 	// Started after the agent: attached on their libraries' mapping.
 	replicas := int32(2)
 	labels := map[string]string{"app": "llm"}
-	_, err = c.AppsV1().Deployments("serve").Create(context.Background(), &appsv1.Deployment{
+	_, err := c.AppsV1().Deployments("serve").Create(context.Background(), &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "llm"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
@@ -132,6 +128,23 @@ func TestNode(t *testing.T) {
 	for i, ct := range cts {
 		t.Logf("%s (pid %d): %d calls, %d launches, counted exactly with its labels", ct, ct.pid, gts[i].TotalCalls(), gts[i].Launches)
 	}
+}
+
+// helmInstall installs the chart as release "profi" in agentNamespace
+// with its defaults and nodeChartOverrides (plus set), waiting for the
+// DaemonSet, and returns helm's output.
+func helmInstall(t *testing.T, n *kubetest.Node, set ...string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"install", "profi", filepath.Join(root, "deploy/profi"), "--namespace", agentNamespace,
+		"--create-namespace", "--wait", "--timeout", "3m"}
+	for _, o := range append(slices.Clone(nodeChartOverrides), set...) {
+		args = append(args, "--set", o)
+	}
+	return helm(t, n, args...)
 }
 
 func createNamespace(t *testing.T, c kubernetes.Interface, name string) {
@@ -191,4 +204,39 @@ func requireNoErrorLog(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
 			}
 		}
 	}
+}
+
+// TestNodeForAPerson is `make node`: the node of TestNode with the chart
+// installed (its defaults and nodeChartOverrides) and one workload pod,
+// left running until interrupted, with how to reach it. It runs only when
+// PROFI_NODE_KEEP=1 (the Makefile sets it).
+func TestNodeForAPerson(t *testing.T) {
+	if os.Getenv("PROFI_NODE_KEEP") != "1" {
+		t.Skip("make node runs this (PROFI_NODE_KEEP=1)")
+	}
+	testutil.RequireBPF(t)
+	kubetest.RequireNode(t)
+	n := kubetest.StartNode(t, kubetest.NodeOptions{Labels: gpuNodeLabels, Images: nodeImages(t, t.TempDir())})
+	c := n.Client()
+	helmInstall(t, n)
+	pod, _ := agentPod(t, c, agentNamespace)
+	createNamespace(t, c, "serve")
+	createWorkloadPod(t, c, "serve", &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{workloadContainer("server", 0)}},
+	})
+	ct := runningContainer(t, c, "serve", "llm", "server", 0)
+	fmt.Fprintf(os.Stderr, `
+The node is up (Ctrl-C stops it and removes everything).
+  export KUBECONFIG=%s
+  kubectl get pods -A -o wide
+  kubectl -n %s logs %s            # the agent
+  curl -s http://%s:9401/metrics | grep 'pod="llm"'
+  kill -USR1 %d                    # the workload pod runs one phase; its ground truth:
+  kubectl -n serve logs llm
+Component logs: %s/*.log
+`, n.Kubeconfig, agentNamespace, pod.Name, pod.Status.PodIP, ct.podrun, n.Dir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
 }

@@ -149,6 +149,7 @@ Validation of value combinations the agent would reject at startup
 - "--allow-unsafe-kernel"
 {{- end }}
 - {{ printf "--probe-traced-processes=%v" $p.safety.probeTracedProcesses | quote }}
+- {{ printf "--kernel-log=%v" $p.kernelLog | quote }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}
