@@ -135,7 +135,7 @@ func WriteImageArchive(dst string, img Image) error {
 	}
 	md := descriptor("application/vnd.oci.image.manifest.v1+json", manifest)
 	md["annotations"] = map[string]string{
-		"io.containerd.image.name":         img.Name,
+		"io.containerd.image.name":          img.Name,
 		"org.opencontainers.image.ref.name": img.Name[strings.LastIndex(img.Name, ":")+1:],
 	}
 	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []any{md}})
