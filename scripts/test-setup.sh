@@ -123,13 +123,33 @@ if [ ${#packages[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
+# The downloads (network-bound) run beside the builds (CPU-bound); one go
+# build makes every missing Kubernetes binary, sharing their packages.
+fetches=()
+kube=()
 for t in "${tools[@]}"; do
 	case $t in
-	kube-apiserver) bash scripts/build-kube.sh kube-apiserver >/dev/null ;;
-	kube-node) bash scripts/build-kube.sh kubelet kube-controller-manager kube-scheduler kube-proxy >/dev/null ;;
-	helm) bash scripts/build-helm.sh >/dev/null ;;
-	nvidia) bash scripts/fetch-nvidia.sh >/dev/null ;;
-	kernels) bash scripts/fetch-kernels.sh amd64 >/dev/null && bash scripts/fetch-kernels.sh arm64 >/dev/null ;;
+	nvidia)
+		bash scripts/fetch-nvidia.sh >/dev/null &
+		fetches+=($!)
+		;;
+	kernels)
+		{ bash scripts/fetch-kernels.sh amd64 && bash scripts/fetch-kernels.sh arm64; } >/dev/null &
+		fetches+=($!)
+		;;
 	esac
+done
+for t in "${tools[@]}"; do
+	case $t in
+	kube-apiserver) kube+=(kube-apiserver) ;;
+	kube-node) kube+=(kubelet kube-controller-manager kube-scheduler kube-proxy) ;;
+	esac
+done
+[ ${#kube[@]} -eq 0 ] || bash scripts/build-kube.sh "${kube[@]}" >/dev/null
+for t in "${tools[@]}"; do
+	[ "$t" = helm ] && bash scripts/build-helm.sh >/dev/null
+done
+for p in "${fetches[@]}"; do
+	wait "$p" || die "the downloads above (scripts/fetch-nvidia.sh, scripts/fetch-kernels.sh) failed"
 done
 echo "test-setup: done" >&2

@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -52,41 +51,11 @@ func TestDryRunOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	crds, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy/chartcheck/testdata/crds/*.yaml"))
+	crds, err := kubetest.CRDFiles()
 	if err != nil || len(crds) != 3 {
 		t.Fatalf("CRD files: %v %v, want 3", crds, err)
 	}
-	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	for _, f := range crds {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := decodeManifests(b)
-		if err != nil || len(objs) != 1 {
-			t.Fatalf("%s: %d objects, %v", f, len(objs), err)
-		}
-		if _, err := dyn.Resource(crdGVR).Create(ctx, objs[0], metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create CRD %s: %v", filepath.Base(f), err)
-		}
-		name := objs[0].GetName()
-		if err := testenv.Eventually(time.Minute, func() error {
-			got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-			return fmt.Errorf("CRD %s not established yet", name)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srv.InstallCRDs(t, crds...)
 	if _, err := srv.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -39,12 +39,17 @@ func BuildAgent(dir string) (string, error) {
 
 // Agent is a running profi binary.
 type Agent struct {
-	URL  string // http://127.0.0.1:PORT
-	cmd  *exec.Cmd
-	logs *lockedBuffer
-	once sync.Once
-	done chan struct{}
-	err  error
+	URL string // http://127.0.0.1:PORT
+	// HTTP and Token, where set, are the client and the bearer token Get
+	// uses (an agent serving HTTPS with bearer auth); http.DefaultClient
+	// and no token otherwise.
+	HTTP  *http.Client
+	Token string
+	cmd   *exec.Cmd
+	logs  *lockedBuffer
+	once  sync.Once
+	done  chan struct{}
+	err   error
 }
 
 // StartAgent runs bin with args plus a free loopback --listen address,
@@ -146,7 +151,18 @@ func (a *Agent) Stop() error {
 
 // Get fetches a path and returns status and body.
 func (a *Agent) Get(path string) (int, []byte, error) {
-	resp, err := http.Get(a.URL + path)
+	req, err := http.NewRequest(http.MethodGet, a.URL+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	c := a.HTTP
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

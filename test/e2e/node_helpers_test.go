@@ -4,22 +4,33 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/profi-dev/profi/internal/testutil"
+	"github.com/profi-dev/profi/internal/testutil/certtest"
 	"github.com/profi-dev/profi/internal/testutil/kubetest"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
@@ -317,4 +328,450 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// requireKernelLog checks /status's kernel log: read from path (""
+// : any) and running, or not running with an error containing errPart.
+func requireKernelLog(t *testing.T, a *testutil.Agent, path, errPart string) {
+	t.Helper()
+	var st struct {
+		KernelLog *struct {
+			Path    string `json:"path"`
+			Running bool   `json:"running"`
+			Error   string `json:"error"`
+		} `json:"kernel_log"`
+	}
+	err := testenv.Eventually(15*time.Second, func() error {
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		k := st.KernelLog
+		switch {
+		case k == nil:
+			return fmt.Errorf("/status has no kernel_log")
+		case path != "" && k.Path != path:
+			return fmt.Errorf("kernel log %+v, want path %s", *k, path)
+		case errPart == "" && !k.Running:
+			return fmt.Errorf("kernel log %+v, want running", *k)
+		case errPart != "" && (k.Running || !strings.Contains(k.Error, errPart)):
+			return fmt.Errorf("kernel log %+v, want not running: %s", *k, errPart)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requireNoQuarantine fails the test when the crash breaker took any
+// probes off.
+func requireNoQuarantine(t *testing.T, a *testutil.Agent) {
+	t.Helper()
+	var st quarantineStatus
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Quarantined) > 0 || st.Degraded {
+		t.Errorf("quarantined %+v, degraded %q: want none", st.Quarantined, st.DegradedReasons)
+	}
+}
+
+// requireNoSeries waits until the agent exports no per-process series of
+// pid.
+func requireNoSeries(t *testing.T, a *testutil.Agent, pid int, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	err := testenv.Eventually(timeout, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		if got, err := podLabelsIn(mfs, pid); err == nil {
+			return fmt.Errorf("pid %d still has series: %v", pid, got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pid %d's series gone %v after its pod's deletion", pid, time.Since(start).Round(100*time.Millisecond))
+}
+
+// deletePod deletes a pod (its processes get SIGTERM, podrun ends the
+// workload) and waits until it is gone.
+func deletePod(t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := testenv.Eventually(time.Minute, func() error {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod %s/%s still there (%v)", ns, name, err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// since is what counters say happened between two expectations of the
+// same processes: after minus before, the keys that changed.
+func since(after, before values) values {
+	out := values{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	dropGauges(out)
+	return out
+}
+
+// dropGauges removes the gauges of an expectation: a new agent's
+// active-memory gauge starts at its attach, not as a difference.
+func dropGauges(v values) {
+	for k := range v {
+		if strings.HasPrefix(k, "profi_cuda_active_memory_bytes") {
+			delete(v, k)
+		}
+	}
+}
+
+func crdFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := kubetest.CRDFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// requireObject fails the test unless the object exists.
+func requireObject(t *testing.T, n *kubetest.Node, group, resource, ns, name string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(n.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
+	if _, err := dyn.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+		t.Errorf("%s %s/%s: %v", resource, ns, name, err)
+	}
+}
+
+// helmUpgradeAgent upgrades the release with its values and set, waits
+// for the rolled agent pod (another pod than a's) and returns a client of
+// it with a's TLS configuration and token.
+func helmUpgradeAgent(t *testing.T, n *kubetest.Node, a *testutil.Agent, set ...string) *testutil.Agent {
+	t.Helper()
+	c := n.Client()
+	old := a.URL
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"upgrade", "profi", filepath.Join(root, "deploy/profi"), "--namespace", agentNamespace,
+		"--reuse-values", "--wait", "--timeout", "3m"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	start := time.Now()
+	helm(t, n, args...)
+	scheme := "http"
+	if a.HTTP != nil {
+		scheme = "https"
+	}
+	var pod *corev1.Pod
+	err = testenv.Eventually(2*time.Minute, func() error {
+		var b *testutil.Agent
+		pod, b = agentPod(t, c, agentNamespace)
+		if u := scheme + "://" + pod.Status.PodIP + ":9401"; u == old {
+			return fmt.Errorf("agent pod %s is the one before the upgrade", pod.Name)
+		}
+		_ = b
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("helm upgrade %v: agent pod %s Ready after %v", set, pod.Name, time.Since(start).Round(time.Millisecond))
+	requireNoErrorLog(t, c, pod)
+	return &testutil.Agent{URL: scheme + "://" + pod.Status.PodIP + ":9401", HTTP: a.HTTP, Token: a.Token}
+}
+
+// upgradeWithAuth upgrades the release as a user turning on HTTPS and
+// bearer auth with Prometheus's ServiceAccount as the reader, and a new
+// image tag: the serving certificate comes from a Secret (a CA of the
+// test's), and the agent must check every token with a TokenReview and a
+// SubjectAccessReview against the API server. It returns a client that
+// authenticates as a cluster admin.
+func upgradeWithAuth(t *testing.T, n *kubetest.Node, a *testutil.Agent) *testutil.Agent {
+	t.Helper()
+	c := n.Client()
+	ctx := context.Background()
+	createNamespace(t, c, "monitoring")
+	ca := certtest.NewCA(t, "profi-test-ca")
+	server := ca.Issue(t, certtest.CertOptions{CommonName: "profi", DNSNames: []string{agentServerName}})
+	_, err := c.CoreV1().Secrets(agentNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "profi-metrics-tls"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": ca.PEM},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TagImage(profiImage+":"+profiTag, profiImage+":"+profiTag+"2"); err != nil {
+		t.Fatal(err)
+	}
+	b := &testutil.Agent{URL: a.URL, HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: agentServerName},
+	}}}
+	b = helmUpgradeAgent(t, n, b, "image.tag="+profiTag+"2",
+		"profi.metricsTls.mode=server", "profi.metricsTls.existingSecret=profi-metrics-tls",
+		"profi.metricsAuth.mode=bearer",
+		"profi.metricsAuth.readers[0].kind=ServiceAccount", "profi.metricsAuth.readers[0].name=prometheus",
+		"profi.metricsAuth.readers[0].namespace=monitoring")
+	if code, _, err := b.Get("/metrics"); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d %v, want 401", code, err)
+	}
+	// Prometheus's ServiceAccount may read /metrics (the chart's readers),
+	// nothing else; the test reads /status as a cluster admin.
+	b.Token = n.ServiceAccountToken(t, "monitoring", "prometheus")
+	if code, _, err := b.Get("/metrics"); err != nil || code != http.StatusOK {
+		t.Errorf("/metrics as monitoring/prometheus: %d %v, want 200", code, err)
+	}
+	if code, _, err := b.Get("/status"); err != nil || code != http.StatusForbidden {
+		t.Errorf("/status as monitoring/prometheus: %d %v, want 403 (a reader of /metrics only)", code, err)
+	}
+	b.Token = n.Token
+	return b
+}
+
+// agentServerName is the name Prometheus verifies the agent's certificate
+// for: the chart's default (serviceMonitor.tls.serverName empty).
+const agentServerName = "profi.profi.svc"
+
+// requirePrometheusSD runs a real Prometheus that finds the agent as the
+// Prometheus Operator would from the release's ServiceMonitor
+// (kubernetes_sd_configs role endpoints in its namespaces, the operator's
+// relabeling to the Service and port, then the ServiceMonitor's own
+// endpoint settings: scheme, path, TLS, bearer token, honorLabels,
+// relabelings), with the token of its ServiceAccount monitoring/prometheus,
+// and checks that what it scraped per (namespace, pod, container) of cts
+// equals the agent's own /metrics in mfs.
+func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.MetricFamily, cts []container) {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus (Debian package prometheus): %v", err)
+	}
+	dyn, err := dynamic.NewForConfig(n.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}
+	sm, err := dyn.Resource(gvr).Namespace(agentNamespace).Get(context.Background(), "profi", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Prometheus's ServiceAccount needs for endpoints discovery (as
+	// kube-prometheus grants it); get on /metrics comes from the chart's
+	// profi.metricsAuth.readers.
+	n.GrantClusterRole(t, "prometheus-sd", []rbacv1.PolicyRule{{APIGroups: []string{""},
+		Resources: []string{"endpoints", "services", "pods"}, Verbs: []string{"get", "list", "watch"}}},
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "monitoring", Name: "prometheus"})
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := scrapeConfigFromServiceMonitor(sm.Object, n, write, func(ns, name, key string) []byte {
+		s, err := n.Client().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Data[key]
+	}, n.ServiceAccountToken(t, "monitoring", "prometheus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := write("prometheus.yml", cfg)
+	port, err := testutil.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--config.file="+conf, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+port)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus config:\n%s\nprometheus log:\n%s", cfg, logs.String())
+		}
+	})
+	p := &prometheusServer{url: "http://" + port}
+
+	want := map[[3]string]float64{}
+	keep := map[[3]string]bool{}
+	for _, ct := range cts {
+		keep[[3]string{ct.ns, ct.pod, ct.name}] = true
+	}
+	for _, s := range testutil.Samples(mfs["profi_cuda_calls_total"]) {
+		if k := [3]string{s.Labels["namespace"], s.Labels["pod"], s.Labels["container"]}; keep[k] {
+			want[k] += s.Value
+		}
+	}
+	err = testenv.Eventually(90*time.Second, func() error {
+		up, err := p.query(`up`)
+		if err != nil {
+			return err
+		}
+		if len(up) != 1 || up[0].value != 1 {
+			return fmt.Errorf("up %+v, want one target up", up)
+		}
+		got, err := p.query(`sum by (namespace, pod, container) (profi_cuda_calls_total)`)
+		if err != nil {
+			return err
+		}
+		have := map[[3]string]float64{}
+		for _, s := range got {
+			if k := [3]string{s.labels["namespace"], s.labels["pod"], s.labels["container"]}; keep[k] {
+				have[k] = s.value
+			}
+		}
+		if !maps.Equal(have, want) {
+			return fmt.Errorf("Prometheus: calls by (namespace, pod, container) %v; the agent's /metrics: %v", have, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Prometheus (kubernetes_sd_configs, the ServiceMonitor's settings, bearer token of monitoring/prometheus) scraped the calls of %d containers exactly", len(want))
+}
+
+// scrapeConfigFromServiceMonitor writes the Prometheus configuration the
+// Prometheus Operator generates for a ServiceMonitor's first endpoint
+// (its job name, the role endpoints discovery in the namespaceSelector's
+// namespaces, the keep rules for the selector's labels and the port name,
+// the target labels namespace, service, pod, container and endpoint, then
+// the endpoint's own settings). Files (the CA from its Secret, the token
+// for bearerTokenFile) go through write; discovery uses token too, as
+// Prometheus's ServiceAccount (it may list endpoints: the test binds it).
+func scrapeConfigFromServiceMonitor(sm map[string]any, n *kubetest.Node, write func(string, []byte) string,
+	secret func(ns, name, key string) []byte, token string) ([]byte, error) {
+	ns, _, _ := unstructured.NestedString(sm, "metadata", "namespace")
+	name, _, _ := unstructured.NestedString(sm, "metadata", "name")
+	spec, _, _ := unstructured.NestedMap(sm, "spec")
+	eps, _, _ := unstructured.NestedSlice(spec, "endpoints")
+	if len(eps) != 1 {
+		return nil, fmt.Errorf("ServiceMonitor %s/%s: %d endpoints, want 1", ns, name, len(eps))
+	}
+	ep := eps[0].(map[string]any)
+	str := func(m map[string]any, path ...string) string {
+		v, _, _ := unstructured.NestedString(m, path...)
+		return v
+	}
+	tokenFile := write("token", []byte(token))
+	job := map[string]any{
+		"job_name":        fmt.Sprintf("serviceMonitor/%s/%s/0", ns, name),
+		"scrape_interval": "1s",
+		"scheme":          str(ep, "scheme"),
+		"metrics_path":    str(ep, "path"),
+		"kubernetes_sd_configs": []any{map[string]any{
+			"role":          "endpoints",
+			"api_server":    n.URL,
+			"namespaces":    map[string]any{"names": must(unstructured.NestedStringSlice(spec, "namespaceSelector", "matchNames"))},
+			"tls_config":    map[string]any{"ca_file": n.CAFile},
+			"authorization": map[string]any{"credentials_file": tokenFile},
+		}},
+	}
+	if h, ok, _ := unstructured.NestedBool(ep, "honorLabels"); ok {
+		job["honor_labels"] = h
+	}
+	if str(ep, "bearerTokenFile") != "" {
+		job["authorization"] = map[string]any{"credentials_file": tokenFile}
+	}
+	if tc, ok, _ := unstructured.NestedMap(ep, "tlsConfig"); ok {
+		tlsCfg := map[string]any{"server_name": str(tc, "serverName")}
+		if skip, _, _ := unstructured.NestedBool(tc, "insecureSkipVerify"); skip {
+			tlsCfg["insecure_skip_verify"] = true
+		}
+		if sec := str(tc, "ca", "secret", "name"); sec != "" {
+			tlsCfg["ca_file"] = write("ca.crt", secret(ns, sec, str(tc, "ca", "secret", "key")))
+		}
+		job["tls_config"] = tlsCfg
+	}
+	var relabel []any
+	labels, _, _ := unstructured.NestedStringMap(spec, "selector", "matchLabels")
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		relabel = append(relabel, map[string]any{"action": "keep",
+			"source_labels": []string{"__meta_kubernetes_service_label_" + sanitize(k)}, "regex": labels[k]})
+	}
+	port := str(ep, "port")
+	relabel = append(relabel,
+		map[string]any{"action": "keep", "source_labels": []string{"__meta_kubernetes_endpoint_port_name"}, "regex": port},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_namespace"}, "target_label": "namespace"},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_service_name"}, "target_label": "service"},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_pod_container_name"}, "target_label": "container"},
+		map[string]any{"target_label": "endpoint", "replacement": port},
+	)
+	rl, _, _ := unstructured.NestedSlice(ep, "relabelings")
+	relabel = append(relabel, snakeKeys(rl)...)
+	job["relabel_configs"] = relabel
+	if mrl, ok, _ := unstructured.NestedSlice(ep, "metricRelabelings"); ok {
+		job["metric_relabel_configs"] = snakeKeys(mrl)
+	}
+	return json.Marshal(map[string]any{ // JSON is YAML
+		"global":         map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
+		"scrape_configs": []any{job},
+	})
+}
+
+func must[T any](v T, _ bool, _ error) T { return v }
+
+// sanitize is Prometheus's label name sanitizing of a Kubernetes label key.
+func sanitize(k string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, k)
+}
+
+// snakeKeys turns a ServiceMonitor's relabelings (sourceLabels,
+// targetLabel) into Prometheus's relabel_configs (source_labels,
+// target_label).
+func snakeKeys(rules []any) []any {
+	var out []any
+	for _, r := range rules {
+		m := map[string]any{}
+		for k, v := range r.(map[string]any) {
+			var b strings.Builder
+			for _, c := range k {
+				if c >= 'A' && c <= 'Z' {
+					b.WriteByte('_')
+					c += 'a' - 'A'
+				}
+				b.WriteRune(c)
+			}
+			m[b.String()] = v
+		}
+		out = append(out, m)
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/profi-dev/profi/internal/kmsg"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/kubetest"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
@@ -128,6 +129,97 @@ func TestNode(t *testing.T) {
 	for i, ct := range cts {
 		t.Logf("%s (pid %d): %d calls, %d launches, counted exactly with its labels", ct, ct.pid, gts[i].TotalCalls(), gts[i].Launches)
 	}
+	requireKernelLog(t, a, kmsg.SyslogPath, "")
+
+	t.Run("crash loop", func(t *testing.T) {
+		// Its own NULL store 6 s after its last CUDA call, past the
+		// chart's --crash-window (5 s): an ordinary crash, which must not
+		// take the probes off (a crash right after a call is the breaker's
+		// case, test/e2e/breaker_test.go).
+		crash := workloadContainer("worker", 6*time.Second)
+		createWorkloadPod(t, c, "batch", &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "crashy"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{crash}},
+		})
+		seen := map[string]bool{}
+		for restarts := int32(0); restarts < 3; restarts++ {
+			ct := runningContainer(t, c, "batch", "crashy", "worker", restarts)
+			if seen[ct.id] {
+				t.Fatalf("%s: restart %d reuses container %s", ct, restarts, ct.id)
+			}
+			seen[ct.id] = true
+			waitAttached(t, a, ct.pid)
+			gt := phase(t, c, ct)
+			requireCounted(t, a, []container{ct}, []*testutil.GroundTruth{gt})
+			t.Logf("%s, restart %d (container %.12s, pid %d): counted exactly, labelled", ct, restarts, ct.id, ct.pid)
+		}
+		if !strings.Contains(podLog(t, c, container{ns: "batch", pod: "crashy", name: "worker"}, true), "died segmentation fault") {
+			t.Errorf("the previous instance of batch/crashy did not die of SIGSEGV:\n%s", podLog(t, c, container{ns: "batch", pod: "crashy", name: "worker"}, true))
+		}
+		// The other pods are counted on, exactly.
+		gts[0] = phase(t, c, cts[0])
+		requireCounted(t, a, cts, gts)
+		requireNoQuarantine(t, a)
+	})
+
+	t.Run("pod deleted and recreated", func(t *testing.T) {
+		old := cts[len(cts)-1] // batch/restricted
+		oldPod, err := c.CoreV1().Pods(old.ns).Get(context.Background(), old.pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deletePod(t, c, old.ns, old.pod)
+		requireNoSeries(t, a, old.pid, 60*time.Second+15*time.Second) // the chart's --gc-interval, and a pass
+		createWorkloadPod(t, c, old.ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: old.pod}, Spec: oldPod.Spec})
+		ct := runningContainer(t, c, old.ns, old.pod, old.name, 0)
+		waitAttached(t, a, ct.pid)
+		cts[len(cts)-1], gts[len(gts)-1] = ct, phase(t, c, ct)
+		requireCounted(t, a, cts, gts)
+	})
+
+	t.Run("helm upgrade with auth, TLS and the Prometheus Operator", func(t *testing.T) {
+		n.InstallCRDs(t, crdFiles(t)...)
+		before := gts
+		a = upgradeWithAuth(t, n, a)
+		for _, ct := range cts {
+			waitAttached(t, a, ct.pid)
+		}
+		for _, kind := range []string{"servicemonitors", "prometheusrules"} {
+			requireObject(t, n, "monitoring.coreos.com", kind, agentNamespace, "profi")
+		}
+		after := make([]*testutil.GroundTruth, len(cts))
+		for i, ct := range cts {
+			after[i] = phase(t, c, ct)
+		}
+		// The new agent counts what the workloads did since it attached,
+		// nothing before: exactly the difference of their cumulative
+		// ground truths.
+		want := since(expected(after), expected(before))
+		pids := make([]int, len(cts))
+		for i, ct := range cts {
+			pids[i] = ct.pid
+		}
+		mfs := requireExactOf(t, a, want, pids, func(v values) { perProcess(v); dropGauges(v) })
+		requirePrometheusSD(t, n, mfs, cts)
+	})
+
+	t.Run("kernel log", func(t *testing.T) {
+		// Off: no CAP_SYSLOG, /status says so, no ERROR line.
+		a = helmUpgradeAgent(t, n, a, "profi.kernelLog=off")
+		requireKernelLog(t, a, "", "off: --kernel-log off")
+		// On, trusting lines written from userspace (the test writes the
+		// kernel's warning; docs/TESTING.md): a kernel warning in the
+		// uprobe code, read through syslog(2) in the pod, stops every
+		// probe on the node.
+		a = helmUpgradeAgent(t, n, a, "profi.kernelLog=auto", "profi.extraArgs={--kmsg-trust-user}")
+		requireKernelLog(t, a, kmsg.SyslogPath, "")
+		waitAttached(t, a, cts[0].pid)
+		writeUprobeWarning(t, cts[0].pid)
+		st := waitQuarantined(t, a, 1)
+		if q := st.Quarantined[0]; q.Library != "all" || q.Reason != "kernel_warning" {
+			t.Errorf("after a kernel warning: %+v, want every probe off (library all, kernel_warning)", q)
+		}
+	})
 }
 
 // helmInstall installs the chart as release "profi" in agentNamespace

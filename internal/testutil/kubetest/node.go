@@ -305,6 +305,12 @@ func (n *Node) ImportImage(archive string) error {
 	return err
 }
 
+// TagImage gives an imported image another name (a "new version" of it).
+func (n *Node) TagImage(src, dst string) error {
+	_, err := n.ctr("images", "tag", "--force", src, dst)
+	return err
+}
+
 func (n *Node) startControllerManager(bin string) error {
 	port, err := freePorts(1)
 	if err != nil {
