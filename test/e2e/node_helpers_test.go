@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -555,13 +556,19 @@ func upgradeWithAuth(t *testing.T, n *kubetest.Node, a *testutil.Agent) *testuti
 const agentServerName = "profi.profi.svc"
 
 // requirePrometheusSD runs a real Prometheus that finds the agent as the
-// Prometheus Operator would from the release's ServiceMonitor
-// (kubernetes_sd_configs role endpoints in its namespaces, the operator's
-// relabeling to the Service and port, then the ServiceMonitor's own
-// endpoint settings: scheme, path, TLS, bearer token, honorLabels,
-// relabelings), with the token of its ServiceAccount monitoring/prometheus,
-// and checks that what it scraped per (namespace, pod, container) of cts
-// equals the agent's own /metrics in mfs.
+// Prometheus Operator would from the release's ServiceMonitor (role
+// endpoints discovery in its namespaces, the operator's relabeling to the
+// Service and port, then the ServiceMonitor's own endpoint settings:
+// scheme, path, TLS, bearer token, honorLabels, relabelings), with the
+// token of its ServiceAccount monitoring/prometheus, and checks that what
+// it scraped per (namespace, pod, container) of cts equals the agent's own
+// /metrics in mfs.
+//
+// Debian's Prometheus (2.42) is built without kubernetes_sd_configs, so the
+// discovery is served to it over http_sd_configs by endpointsSD: the
+// targets and __meta_kubernetes_* labels that role endpoints gives, read
+// from the API server with Prometheus's own token. Everything after the
+// discovery (relabeling, TLS, auth, the scrape) is Prometheus's.
 func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.MetricFamily, cts []container) {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
@@ -591,13 +598,22 @@ func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.Met
 		}
 		return p
 	}
-	cfg, err := scrapeConfigFromServiceMonitor(sm.Object, n, write, func(ns, name, key string) []byte {
+	token := n.ServiceAccountToken(t, "monitoring", "prometheus")
+	promCfg := n.RESTConfig()
+	promCfg.BearerToken = token
+	promClient, err := kubernetes.NewForConfig(promCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := httptest.NewServer(endpointsSD(t, promClient, sm.Object))
+	t.Cleanup(sd.Close)
+	cfg, err := scrapeConfigFromServiceMonitor(sm.Object, sd.URL, write, func(ns, name, key string) []byte {
 		s, err := n.Client().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s.Data[key]
-	}, n.ServiceAccountToken(t, "monitoring", "prometheus"))
+	}, token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -667,10 +683,10 @@ func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.Met
 // (its job name, the role endpoints discovery in the namespaceSelector's
 // namespaces, the keep rules for the selector's labels and the port name,
 // the target labels namespace, service, pod, container and endpoint, then
-// the endpoint's own settings). Files (the CA from its Secret, the token
-// for bearerTokenFile) go through write; discovery uses token too, as
-// Prometheus's ServiceAccount (it may list endpoints: the test binds it).
-func scrapeConfigFromServiceMonitor(sm map[string]any, n *kubetest.Node, write func(string, []byte) string,
+// the endpoint's own settings), with the discovery at sdURL (endpointsSD).
+// Files (the CA from its Secret, the token for bearerTokenFile) go through
+// write.
+func scrapeConfigFromServiceMonitor(sm map[string]any, sdURL string, write func(string, []byte) string,
 	secret func(ns, name, key string) []byte, token string) ([]byte, error) {
 	ns, _, _ := unstructured.NestedString(sm, "metadata", "namespace")
 	name, _, _ := unstructured.NestedString(sm, "metadata", "name")
@@ -690,13 +706,7 @@ func scrapeConfigFromServiceMonitor(sm map[string]any, n *kubetest.Node, write f
 		"scrape_interval": "1s",
 		"scheme":          str(ep, "scheme"),
 		"metrics_path":    str(ep, "path"),
-		"kubernetes_sd_configs": []any{map[string]any{
-			"role":          "endpoints",
-			"api_server":    n.URL,
-			"namespaces":    map[string]any{"names": must(unstructured.NestedStringSlice(spec, "namespaceSelector", "matchNames"))},
-			"tls_config":    map[string]any{"ca_file": n.CAFile},
-			"authorization": map[string]any{"credentials_file": tokenFile},
-		}},
+		"http_sd_configs": []any{map[string]any{"url": sdURL, "refresh_interval": "1s"}},
 	}
 	if h, ok, _ := unstructured.NestedBool(ep, "honorLabels"); ok {
 		job["honor_labels"] = h
@@ -741,7 +751,65 @@ func scrapeConfigFromServiceMonitor(sm map[string]any, n *kubetest.Node, write f
 	})
 }
 
-func must[T any](v T, _ bool, _ error) T { return v }
+// endpointsSD serves, in http_sd_configs' format, what Prometheus's
+// kubernetes_sd_configs role endpoints discovers in the ServiceMonitor's
+// namespaces: one target per endpoint address and port, with the
+// __meta_kubernetes_* labels the relabeling uses (namespace, service name
+// and labels, endpoint port name, pod name, the container that declares
+// the port). It lists with c, Prometheus's own credentials.
+func endpointsSD(t *testing.T, c kubernetes.Interface, sm map[string]any) http.HandlerFunc {
+	namespaces, _, _ := unstructured.NestedStringSlice(sm, "spec", "namespaceSelector", "matchNames")
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		groups := []map[string]any{}
+		for _, ns := range namespaces {
+			eps, err := c.CoreV1().Endpoints(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			for _, ep := range eps.Items {
+				svc, err := c.CoreV1().Services(ns).Get(ctx, ep.Name, metav1.GetOptions{})
+				if err != nil {
+					continue
+				}
+				for _, sub := range ep.Subsets {
+					for _, addr := range sub.Addresses {
+						for _, port := range sub.Ports {
+							labels := map[string]string{
+								"__meta_kubernetes_namespace":          ns,
+								"__meta_kubernetes_service_name":       svc.Name,
+								"__meta_kubernetes_endpoint_port_name": port.Name,
+							}
+							for k, v := range svc.Labels {
+								labels["__meta_kubernetes_service_label_"+sanitize(k)] = v
+							}
+							if ref := addr.TargetRef; ref != nil && ref.Kind == "Pod" {
+								labels["__meta_kubernetes_pod_name"] = ref.Name
+								if pod, err := c.CoreV1().Pods(ns).Get(ctx, ref.Name, metav1.GetOptions{}); err == nil {
+									for _, ctr := range pod.Spec.Containers {
+										for _, p := range ctr.Ports {
+											if p.ContainerPort == port.Port {
+												labels["__meta_kubernetes_pod_container_name"] = ctr.Name
+											}
+										}
+									}
+								}
+							}
+							groups = append(groups, map[string]any{
+								"targets": []string{fmt.Sprintf("%s:%d", addr.IP, port.Port)}, "labels": labels,
+							})
+						}
+					}
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(groups); err != nil {
+			t.Logf("endpoints discovery: %v", err)
+		}
+	}
+}
 
 // sanitize is Prometheus's label name sanitizing of a Kubernetes label key.
 func sanitize(k string) string {
@@ -774,4 +842,29 @@ func snakeKeys(rules []any) []any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// logRolloutGap reports, per attached file, how long its processes went
+// uncounted across a rollout at most: from the start of the upgrade (the
+// old agent was counting until then at least) to the new agent's attach
+// of the file (/status attached_at).
+func logRolloutGap(t *testing.T, a *testutil.Agent, upgrade time.Time) {
+	t.Helper()
+	var st struct {
+		Attached []struct {
+			Path       string    `json:"path"`
+			PIDs       []int     `json:"pids"`
+			AttachedAt time.Time `json:"attached_at"`
+		} `json:"attached_libraries"`
+	}
+	if err := a.Status(&st); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.Attached {
+		gap := f.AttachedAt.Sub(upgrade)
+		if gap <= 0 {
+			t.Errorf("%s: attached at %v, before the upgrade began (%v)", f.Path, f.AttachedAt, upgrade)
+		}
+		t.Logf("rollout gap of %s (%d processes): at most %v", f.Path, len(f.PIDs), gap.Round(time.Millisecond))
+	}
 }

@@ -68,6 +68,9 @@ func TestNode(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{workloadContainer("server", 0)}},
 	})
 	early := runningContainer(t, c, "serve", "early", "server", 0)
+	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", early.pid)); err == nil {
+		t.Logf("the cgroups kubelet gave %s (pid %d):\n%s", early, early.pid, cg)
+	}
 
 	installStart := time.Now()
 	out := helmInstall(t, n)
@@ -180,10 +183,12 @@ func TestNode(t *testing.T) {
 	t.Run("helm upgrade with auth, TLS and the Prometheus Operator", func(t *testing.T) {
 		n.InstallCRDs(t, crdFiles(t)...)
 		before := gts
+		upgrade := time.Now()
 		a = upgradeWithAuth(t, n, a)
 		for _, ct := range cts {
 			waitAttached(t, a, ct.pid)
 		}
+		logRolloutGap(t, a, upgrade)
 		for _, kind := range []string{"servicemonitors", "prometheusrules"} {
 			requireObject(t, n, "monitoring.coreos.com", kind, agentNamespace, "profi")
 		}
@@ -195,6 +200,7 @@ func TestNode(t *testing.T) {
 		// nothing before: exactly the difference of their cumulative
 		// ground truths.
 		want := since(expected(after), expected(before))
+		perProcess(want)
 		pids := make([]int, len(cts))
 		for i, ct := range cts {
 			pids[i] = ct.pid
