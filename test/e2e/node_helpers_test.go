@@ -675,7 +675,7 @@ func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.Met
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Prometheus (kubernetes_sd_configs, the ServiceMonitor's settings, bearer token of monitoring/prometheus) scraped the calls of %d containers exactly", len(want))
+	t.Logf("Prometheus (role endpoints discovery, the ServiceMonitor's settings, bearer token of monitoring/prometheus) scraped the calls of %d containers exactly", len(want))
 }
 
 // scrapeConfigFromServiceMonitor writes the Prometheus configuration the
