@@ -21,7 +21,7 @@ import (
 // chart's DaemonSet asks: the pod spec comes from `helm template`, and every
 // field the chart sets is translated into a podman flag or the test fails
 // (podmanRunArgs): hostPID, root with every capability dropped but BPF,
-// PERFMON and SYS_PTRACE, no privilege escalation, a read-only root, the
+// PERFMON, SYS_PTRACE and SYSLOG, no privilege escalation, a read-only root, the
 // host's /proc read-only at /host/proc, the memory and CPU limits, the
 // chart's arguments and environment, and seccompProfile RuntimeDefault. The
 // init container (`profi check`) runs first, as the kubelet would.

@@ -247,7 +247,7 @@ func renderPod(t *testing.T, set ...string) *corev1.PodSpec {
 }
 
 // Capability bits (linux/capability.h) of the names a chart may add.
-var capBits = map[string]uint{"SYS_PTRACE": 19, "SYS_ADMIN": 21, "PERFMON": 38, "BPF": 39}
+var capBits = map[string]uint{"SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYSLOG": 34, "PERFMON": 38, "BPF": 39}
 
 // capMask is the effective set of a container given the chart's add list
 // (with drop ALL).
