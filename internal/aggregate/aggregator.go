@@ -209,6 +209,11 @@ type Aggregator struct {
 	graphRefused map[string]uint64
 	// readFailures counts drains that went on without a map, by map.
 	readFailures map[string]uint64
+	// lingering are exited processes whose series are still exported,
+	// oldest first; folded the per-container series they fold into
+	// (exited.go).
+	lingering []lingering
+	folded    map[foldKey]*foldedSeries
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -237,6 +242,7 @@ func New(opts Options) *Aggregator {
 		procs:        map[int]*procState{},
 		graphRefused: map[string]uint64{},
 		readFailures: map[string]uint64{},
+		folded:       map[foldKey]*foldedSeries{},
 		hists:        newHistFamily[HistKey](famHist),
 		kernelHists:  newHistFamily[KernelHistKey](famKernelHist),
 		ncclHists:    newHistFamily[HistKey](famNCCLHist),
@@ -396,37 +402,18 @@ func (a *Aggregator) Drain() error {
 		}
 		ps := a.process(pid)
 		if ps == nil {
-			// Exited: keep what the histograms need, drop the rest.
-			a.retire(pid, d)
+			// Exited: its final series stay exported (exited.go), its
+			// histograms are retained, its keys go.
+			a.exit(pid, d, snap, began)
 			dead[uint32(pid)] = true
 			continue
 		}
 		if a.opts.Scale != nil {
 			a.estimate(ps, d)
 		}
-		graphs := a.expandGraphs(d, func(graph uint64, reason string) {
-			if ps.refusedGraphs == nil {
-				ps.refusedGraphs = map[uint64]bool{}
-			}
-			if !ps.refusedGraphs[graph] {
-				ps.refusedGraphs[graph] = true
-				a.graphRefused[reason]++
-			}
-		})
-		var parts []*Process
-		for _, part := range a.splitByGPU(ps, d) {
-			p := a.build(ps, part.meta, part.data, snap)
-			p.GPUs = part.attrs
-			parts = append(parts, p)
-		}
-		if len(parts) == 0 {
-			// Graph state but no key to export (its keys refused at a
-			// full map or its quota): nothing to show this drain.
-			continue
-		}
-		mergePerPID(parts)
-		parts[0].Graphs = graphs
-		snap.Processes = append(snap.Processes, parts...)
+		// Graph state but no key to export (its keys refused at a full
+		// map or its quota) gives no part: nothing to show this drain.
+		snap.Processes = append(snap.Processes, a.parts(ps, d, snap)...)
 	}
 	// Processes known from an earlier drain that have no keys any more.
 	for pid := range a.procs {
@@ -465,6 +452,7 @@ func (a *Aggregator) Drain() error {
 		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}
 	a.stragglers(live, began)
+	a.exitedSeries(snap, began)
 	snap.NCCLStale = a.nccl.stale
 	a.histograms(snap, began)
 	snap.Events = a.retiredCalls
@@ -599,15 +587,13 @@ func estimateInto[K comparable, V any, P interface {
 }
 
 // retire folds an exited process's latency data into the retained
-// histograms and forgets the process.
+// histograms and forgets the process. d holds estimates already (exit)
+// where the process was known and Options.Scale is set.
 func (a *Aggregator) retire(pid int, d *pidData) {
 	var meta Meta
 	ps, known := a.procs[pid]
 	if known {
 		meta = ps.meta
-		if a.opts.Scale != nil {
-			a.estimate(ps, d) // retained data continues the exported estimate
-		}
 	}
 	gpuOf := func(dev uint32) string {
 		if a.opts.GPUs == nil || !known {
@@ -643,10 +629,22 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 			a.ncclHists.retire(HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, newHist(v.Timed, v.DurationNs, v.Buckets[:]), now)
 		}
 	}
-	a.forget(pid)
+	// A known process's tuples stay admitted while its series linger
+	// (exited.go releases them when it folds them).
+	a.forgetState(pid)
+	if !known {
+		a.releaseTuples(pid)
+	}
 }
 
+// forget drops everything known about a process.
 func (a *Aggregator) forget(pid int) {
+	a.forgetState(pid)
+	a.releaseTuples(pid)
+}
+
+// forgetState drops a process's state and the labelers' memory of it.
+func (a *Aggregator) forgetState(pid int) {
 	delete(a.procs, pid)
 	if a.opts.Pods != nil {
 		a.opts.Pods.Forget(pid)
@@ -658,6 +656,11 @@ func (a *Aggregator) forget(pid int) {
 	if a.opts.Names != nil {
 		a.opts.Names.Forget(pid)
 	}
+}
+
+// releaseTuples removes pid's per-process tuples from --max-time-series'
+// count (the histograms' carry no pid and stay).
+func (a *Aggregator) releaseTuples(pid int) {
 	for t := range a.admitted {
 		if t.pid == pid && t.fam != famHist && t.fam != famKernelHist && t.fam != famNCCLHist {
 			delete(a.admitted, t)

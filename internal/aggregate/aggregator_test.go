@@ -659,9 +659,14 @@ func TestExitedProcess(t *testing.T) {
 	if s2.Events != 16 {
 		t.Errorf("drain 2 Events = %d, want 16", s2.Events)
 	}
-	// 200's per-PID tuples are released; the histogram stays.
-	if s2.Series != 3 {
-		t.Errorf("drain 2 Series = %d, want 3", s2.Series)
+	// 200's series stay, with its final values, for --gc-interval
+	// (exited.go): its tuples too.
+	if s2.Series != 8 {
+		t.Errorf("drain 2 Series = %d, want 8", s2.Series)
+	}
+	if len(s2.Exited) != 1 || s2.Exited[0].Meta.PID != 200 || !s2.Exited[0].Exited ||
+		s2.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 8 || s2.Exited[0].Launches[Kernel{Name: "anonymous", Class: "other"}].Count != 6 {
+		t.Errorf("drain 2 exited = %+v, want pid 200 with 8 calls and 6 launches", s2.Exited)
 	}
 
 	// Nothing more to delete; nothing goes backwards.
@@ -672,8 +677,8 @@ func TestExitedProcess(t *testing.T) {
 	if got := hists(s3); !reflect.DeepEqual(got, wantH2) {
 		t.Errorf("drain 3 hists = %+v, want %+v", got, wantH2)
 	}
-	if s3.Events != 16 || s3.Series != 3 {
-		t.Errorf("drain 3 Events, Series = %d, %d; want 16, 3", s3.Events, s3.Series)
+	if s3.Events != 16 || s3.Series != 8 {
+		t.Errorf("drain 3 Events, Series = %d, %d; want 16, 8", s3.Events, s3.Series)
 	}
 }
 
@@ -843,7 +848,8 @@ func TestMaxTimeSeries(t *testing.T) {
 	t.Parallel()
 	src := newFakeSource()
 	procs := newFakeProcs(map[int]fakeProc{100: {"a", 1}, 200: {"b", 2}})
-	a := New(Options{Source: src, Procs: procs, MaxTimeSeries: 3})
+	clock := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	a := New(Options{Source: src, Procs: procs, MaxTimeSeries: 3, Now: clock.now})
 	type step struct {
 		pids   []int
 		calls  map[int]map[OpStream]uint64
@@ -921,9 +927,40 @@ func TestMaxTimeSeries(t *testing.T) {
 		series: 3,
 	})
 
-	// 100 exits: its two per-PID slots are freed and 200's tuples fit.
+	// 100 exits: its series stay (exited.go), so its two per-PID slots
+	// stay taken and 200's tuples are still refused.
 	delete(procs.live, 100)
-	check(t, drain(t, a), step{
+	s := drain(t, a)
+	check(t, s, step{
+		pids:   []int{200},
+		calls:  map[int]map[OpStream]uint64{200: {}},
+		hist:   hist(120, map[int]uint64{0: 12}),
+		drops:  3,
+		series: 3,
+	})
+	if want := []map[uint32]bool{{100: true}}; !reflect.DeepEqual(src.deleted, want) {
+		t.Errorf("DeletePIDs calls = %v, want %v", src.deleted, want)
+	}
+	if len(s.Exited) != 1 || s.Exited[0].Meta.PID != 100 || s.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 1 {
+		t.Errorf("exited %+v, want pid 100 with its final calls", s.Exited)
+	}
+
+	// --gc-interval later 100 folds into its comm's series (pid ""): the
+	// same two slots, now the folded series'.
+	clock.t = clock.t.Add(time.Minute)
+	s = drain(t, a)
+	check(t, s, step{pids: []int{200}, calls: map[int]map[OpStream]uint64{200: {}}, hist: hist(120, map[int]uint64{0: 12}), drops: 3, series: 3})
+	if len(s.Exited) != 1 || s.Exited[0].Meta != (Meta{Comm: "a"}) || s.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 1 {
+		t.Errorf("exited %+v, want the folded series of comm a with 100's calls", s.Exited)
+	}
+
+	// RetainedExpiry after the fold, with no live process of its comm, the
+	// folded series go; 200's tuples fit at the next drain. The histogram
+	// keeps 100's share: 200 is live under the same label set.
+	clock.t = clock.t.Add(RetainedExpiry)
+	drain(t, a)
+	s = drain(t, a)
+	check(t, s, step{
 		pids:   []int{200},
 		calls:  map[int]map[OpStream]uint64{200: {{"cudaMalloc", "default"}: 4}},
 		memory: map[int]bool{200: true},
@@ -931,8 +968,8 @@ func TestMaxTimeSeries(t *testing.T) {
 		drops:  3,
 		series: 3,
 	})
-	if want := []map[uint32]bool{{100: true}}; !reflect.DeepEqual(src.deleted, want) {
-		t.Errorf("DeletePIDs calls = %v, want %v", src.deleted, want)
+	if len(s.Exited) != 0 {
+		t.Errorf("exited %+v, want none", s.Exited)
 	}
 }
 

@@ -78,6 +78,11 @@ type Process struct {
 	// in-flight ages, straggler ratios, per-communicator series) is on its
 	// first entry only.
 	GPUs []GPUAttribution
+	// Exited: the final values of a process that has exited (PID set), or
+	// the folded series of its container's exited processes (PID 0:
+	// exported with pid=""); only counters are exported for it
+	// (exited.go).
+	Exited bool
 	// memory and hostMemory report whether those series were admitted.
 	memory     bool
 	hostMemory bool
@@ -93,6 +98,10 @@ func (p *Process) HasHostMemory() bool { return p.hostMemory }
 // (false when --max-time-series refused them).
 func (p *Process) HasMemory() bool { return p.memory }
 
+// HasActiveMemory reports whether the active-memory gauge is exported: a
+// live process's, never an exited one's.
+func (p *Process) HasActiveMemory() bool { return p.memory && !p.Exited }
+
 // ActiveBytes is device memory allocated minus freed since attach; frees
 // of allocations made before attach are never subtracted.
 func (p *Process) ActiveBytes() uint64 {
@@ -100,6 +109,15 @@ func (p *Process) ActiveBytes() uint64 {
 		return 0
 	}
 	return p.MallocBytes - p.FreedBytes
+}
+
+// Exported are the entries whose counters are exported: the live
+// processes, then the exited ones.
+func (s *Snapshot) Exported() []*Process {
+	if len(s.Exited) == 0 {
+		return s.Processes
+	}
+	return append(s.Processes[:len(s.Processes):len(s.Processes)], s.Exited...)
 }
 
 // HistKey are the labels of the latency histograms.
@@ -110,6 +128,10 @@ type HistKey struct{ Op, Namespace, Pod, GPU string }
 type Snapshot struct {
 	Time      time.Time
 	Processes []*Process // sorted by PID, then GPU (one entry per GPU a process used)
+	// Exited are the series of exited processes (Process.Exited): the
+	// final values of those that exited less than --gc-interval ago, then
+	// the folded series of their containers. Only the exporters read them.
+	Exited []*Process
 	// Hists are the CUDA call latency histograms (bpfobj.LatencyBoundsNs).
 	Hists map[HistKey]*Hist
 	// KernelHists are the launch latency histograms (full mode,
@@ -128,8 +150,9 @@ type Snapshot struct {
 	RingDropRate float64
 	// CardinalityDrops counts label tuples refused at --max-time-series.
 	CardinalityDrops uint64
-	// ExpiredSeries counts retained histogram series of exited processes
-	// dropped RetainedExpiry after their last exit.
+	// ExpiredSeries counts series of exited processes dropped
+	// RetainedExpiry after their last exit: retained histograms and folded
+	// series (exited.go).
 	ExpiredSeries uint64
 	// RejectedComms counts processes whose comm was not label-safe
 	// (invalid UTF-8, control characters, too long) and was cleaned.

@@ -134,7 +134,7 @@ func New(data Data) *Collector {
 		k8sErrors:       d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
 		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
 		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
-		expiredSeries:   d("profi_system_retained_series_expired_total", "Latency histogram series of exited processes dropped 15 minutes after the last process of their label set exited.", nil, nil),
+		expiredSeries:   d("profi_system_retained_series_expired_total", "Series of exited processes dropped 15 minutes after the last process of their label set exited: latency histograms, and the folded pid=\"\" series of a container with no live process.", nil, nil),
 		limitRefusals:   d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
 		readFailures:    d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
 		switchGaps:      d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
@@ -277,7 +277,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 
-	for _, p := range s.Processes {
+	for _, p := range s.Exported() {
 		if p.NCCL != nil {
 			c.collectNCCL(ch, p)
 		}
@@ -379,7 +379,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // collectNCCL sends one process's NCCL families.
 func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Process) {
 	m, n := p.Meta, p.NCCL
-	pid := strconv.Itoa(m.PID)
+	pid := pidLabel(m.PID)
 	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
 	}
@@ -407,7 +407,7 @@ func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Proces
 		send(c.ncclCommBytes, prometheus.CounterValue, float64(v), co.Op, pid, co.Comm.ID)
 	}
 	for comm := range infos {
-		if comm.Rank >= 0 {
+		if comm.Rank >= 0 && !p.Exited {
 			send(c.ncclCommInfo, prometheus.GaugeValue, 1, pid, m.Comm, comm.ID, strconv.Itoa(comm.Rank), strconv.Itoa(comm.NRanks), m.Namespace, m.Pod, m.GPU)
 		}
 	}

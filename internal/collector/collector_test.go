@@ -156,6 +156,14 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 		MallocBytes: 10, FreedBytes: 20,
 	}
 
+	// The folded series of the container's exited processes: pid="".
+	folded := &aggregate.Process{
+		Meta:     aggregate.Meta{Comm: "python3", Namespace: "ml", Pod: "trainer-0", Container: "main", GPU: "0", GPUUUID: "GPU-5f2a8c1e-0000-1111-2222-333344445555"},
+		Exited:   true,
+		Calls:    map[aggregate.OpStream]uint64{{Op: "cudaLaunchKernel", Stream: "default"}: 300},
+		Launches: map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 300, GridBlocks: 300, BlockThreads: 300}},
+	}
+
 	var h1 aggregate.Hist
 	h1.Buckets = []uint64{1, 0, 2, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1}
 	h1.Count, h1.SumNs = 7, 1_500_000_123
@@ -169,6 +177,7 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 	return &aggregate.Snapshot{
 		Time:      time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		Processes: []*aggregate.Process{p2, p1},
+		Exited:    []*aggregate.Process{folded},
 		Hists: map[aggregate.HistKey]*aggregate.Hist{
 			{Op: "cudaMalloc", Namespace: "ml", Pod: "trainer-0", GPU: "0"}: &h1,
 			{Op: "cudaFree"}: &h2,

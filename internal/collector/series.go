@@ -121,8 +121,17 @@ type seriesKey struct{ a, b, c string }
 // escaped for the text formats.
 type procValues struct{ raw, text [numMeta]string }
 
+// pidLabel is the pid label of a process: "" for the folded series of a
+// container's exited processes (PID 0).
+func pidLabel(pid int) string {
+	if pid == 0 {
+		return ""
+	}
+	return strconv.Itoa(pid)
+}
+
 func valuesOf(m aggregate.Meta) *procValues {
-	pv := &procValues{raw: [numMeta]string{strconv.Itoa(m.PID), m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID}}
+	pv := &procValues{raw: [numMeta]string{pidLabel(m.PID), m.Comm, m.Namespace, m.Pod, m.Container, m.GPU, m.GPUUUID}}
 	for i, v := range pv.raw {
 		pv.raw[i] = validUTF8(v)
 		pv.text[i] = escapeLabel(pv.raw[i])
@@ -184,8 +193,9 @@ func textValue(v string) string {
 // name. Write errors are not checked here: a bufio.Writer keeps the
 // first one, and the caller's Flush returns it.
 func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om bool, keep func(string) bool) {
-	procs := make([]*procValues, len(s.Processes))
-	for i, p := range s.Processes {
+	exported := s.Exported()
+	procs := make([]*procValues, len(exported))
+	for i, p := range exported {
 		procs[i] = valuesOf(p.Meta)
 	}
 	var num []byte
@@ -197,7 +207,7 @@ func (c *Collector) writeFamilies(w *bufio.Writer, s *aggregate.Snapshot, om boo
 		if om {
 			header = f.omHeader
 		}
-		for i, p := range s.Processes {
+		for i, p := range exported {
 			pv := procs[i]
 			f.series(p, func(k seriesKey, v float64) {
 				if header != "" {
@@ -245,8 +255,9 @@ func appendValue(b []byte, v float64, om bool) []byte {
 // (label values compared in label-name order). A process's own label
 // pairs are shared by all its series.
 func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
-	procs := make([][numMeta]*dto.LabelPair, len(s.Processes))
-	for i, p := range s.Processes {
+	exported := s.Exported()
+	procs := make([][numMeta]*dto.LabelPair, len(exported))
+	for i, p := range exported {
 		pv := valuesOf(p.Meta)
 		for j := range numMeta {
 			procs[i][j] = &dto.LabelPair{Name: &metaLabels[j], Value: &pv.raw[j]}
@@ -260,7 +271,7 @@ func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
 				nKey++
 			}
 		}
-		for _, p := range s.Processes {
+		for _, p := range exported {
 			f.series(p, func(seriesKey, float64) { count++ })
 		}
 		if count == 0 {
@@ -272,7 +283,7 @@ func (c *Collector) gatherFamilies(s *aggregate.Snapshot) []*dto.MetricFamily {
 		keyPairs := make([]dto.LabelPair, 0, count*nKey)
 		keyValues := make([]string, 0, count*nKey)
 		vals := make([]float64, 0, count)
-		for i, p := range s.Processes {
+		for i, p := range exported {
 			f.series(p, func(k seriesKey, v float64) {
 				for j, src := range f.sources {
 					if src < numMeta {
@@ -363,8 +374,8 @@ func procFamilies() []*procFamily {
 			}),
 		memory("profi_cuda_malloc_bytes_total", "Bytes of device memory allocated by successful cudaMalloc and cudaMallocAsync calls.", counter,
 			(*aggregate.Process).HasMemory, func(p *aggregate.Process) uint64 { return p.MallocBytes }),
-		memory("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted.", gauge,
-			(*aggregate.Process).HasMemory, (*aggregate.Process).ActiveBytes),
+		memory("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted. Live processes only.", gauge,
+			(*aggregate.Process).HasActiveMemory, (*aggregate.Process).ActiveBytes),
 		newProcFamily("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", counter, errorLabels,
 			[]string{"operation", "error_code"}, func(p *aggregate.Process, yield yieldFunc) {
 				for k, v := range p.Errors {

@@ -235,10 +235,20 @@ func kernelLabel(raw string) string {
 // observed reads the same series from a scrape; per-PID families only
 // for the given pids (other processes on the machine may be probed too).
 func observed(mfs map[string]*dto.MetricFamily, pids ...int) values {
+	labels := make([]string, len(pids))
+	for i, p := range pids {
+		labels[i] = strconv.Itoa(p)
+	}
+	return observedPIDs(mfs, labels...)
+}
+
+// observedPIDs is observed by pid label value ("" for the folded series of
+// exited processes).
+func observedPIDs(mfs map[string]*dto.MetricFamily, pids ...string) values {
 	v := values{}
 	want := map[string]bool{}
 	for _, p := range pids {
-		want[strconv.Itoa(p)] = true
+		want[p] = true
 	}
 	perPID := map[string][]string{
 		"profi_cuda_calls_total":                      {"operation", "pid", "stream"},

@@ -377,25 +377,21 @@ func requireNoQuarantine(t *testing.T, a *testutil.Agent) {
 	}
 }
 
-// requireNoSeries waits until the agent exports no per-process series of
-// pid.
-func requireNoSeries(t *testing.T, a *testutil.Agent, pid int, timeout time.Duration) {
+// podSum is the sum of a family's series of one pod, every pid (exited
+// ones' and the folded pid="" included).
+func podSum(t *testing.T, a *testutil.Agent, ns, pod, family string) float64 {
 	t.Helper()
-	start := time.Now()
-	err := testenv.Eventually(timeout, func() error {
-		mfs, err := a.Metrics()
-		if err != nil {
-			return err
-		}
-		if got, err := podLabelsIn(mfs, pid); err == nil {
-			return fmt.Errorf("pid %d still has series: %v", pid, got)
-		}
-		return nil
-	})
+	mfs, err := a.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("pid %d's series gone %v after its pod's deletion", pid, time.Since(start).Round(100*time.Millisecond))
+	sum := 0.0
+	for _, s := range testutil.Samples(mfs[family]) {
+		if s.Labels["namespace"] == ns && s.Labels["pod"] == pod {
+			sum += s.Value
+		}
+	}
+	return sum
 }
 
 // deletePod deletes a pod (its processes get SIGTERM, podrun ends the

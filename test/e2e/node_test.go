@@ -145,6 +145,7 @@ func TestNode(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{crash}},
 		})
 		seen := map[string]bool{}
+		var launches float64
 		for restarts := int32(0); restarts < 3; restarts++ {
 			ct := runningContainer(t, c, "batch", "crashy", "worker", restarts)
 			if seen[ct.id] {
@@ -154,7 +155,18 @@ func TestNode(t *testing.T) {
 			waitAttached(t, a, ct.pid)
 			gt := phase(t, c, ct)
 			requireCounted(t, a, []container{ct}, []*testutil.GroundTruth{gt})
+			for k, v := range expected([]*testutil.GroundTruth{gt}) {
+				if strings.HasPrefix(k, "profi_cuda_kernel_launches_total{") {
+					launches += v
+				}
+			}
 			t.Logf("%s, restart %d (container %.12s, pid %d): counted exactly, labelled", ct, restarts, ct.id, ct.pid)
+		}
+		// The pod's launches over its restarts: the exited instances'
+		// series outlive them (--gc-interval, then folded), so the sum by
+		// pod is every instance's, exactly.
+		if got := podSum(t, a, "batch", "crashy", "profi_cuda_kernel_launches_total"); got != launches {
+			t.Errorf("batch/crashy: %v launches summed by pod, want %v (its three instances)", got, launches)
 		}
 		if !strings.Contains(podLog(t, c, container{ns: "batch", pod: "crashy", name: "worker"}, true), "died segmentation fault") {
 			t.Errorf("the previous instance of batch/crashy did not die of SIGSEGV:\n%s", podLog(t, c, container{ns: "batch", pod: "crashy", name: "worker"}, true))
@@ -172,7 +184,12 @@ func TestNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		deletePod(t, c, old.ns, old.pod)
-		requireNoSeries(t, a, old.pid, 60*time.Second+15*time.Second) // the chart's --gc-interval, and a pass
+		// Its counts outlive it (for the chart's --gc-interval, then
+		// folded into pid=""), with its labels.
+		final := expected([]*testutil.GroundTruth{gts[len(gts)-1]})
+		perProcess(final)
+		dropGauges(final)
+		requireExactOf(t, a, final, []int{old.pid}, func(v values) { perProcess(v); dropGauges(v) })
 		createWorkloadPod(t, c, old.ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: old.pod}, Spec: oldPod.Spec})
 		ct := runningContainer(t, c, old.ns, old.pod, old.name, 0)
 		waitAttached(t, a, ct.pid)

@@ -197,18 +197,35 @@ func TestOTLPPush(t *testing.T) {
 				}
 			}
 
-			// The process exits: its series leave /metrics and the push alike;
-			// the latency histograms (no pid) stay, exactly.
+			// The process exits: its counters stay, with their final values,
+			// in /metrics and the push alike (for --gc-interval, then folded:
+			// TestProcessExit); its active-memory gauge goes; the latency
+			// histograms (no pid) stay, exactly.
 			if err := w.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			requireExact(t, a, expected(nil, gt), w.PID)
+			final := expected([]*testutil.GroundTruth{gt})
+			delete(final, key("profi_cuda_active_memory_bytes", "pid="+strconv.Itoa(w.PID)))
+			requireExact(t, a, final, w.PID)
 			_, pushed = requirePushEqualsScrape(t, a, r)
-			for name, mf := range pushed {
-				for _, s := range testutil.Samples(mf) {
-					if s.Labels["pid"] == strconv.Itoa(w.PID) {
-						t.Errorf("%s still pushes a series of exited pid %d", name, w.PID)
-					}
+			calls := 0.0
+			for _, s := range testutil.Samples(pushed["profi_cuda_calls_total"]) {
+				if s.Labels["pid"] == strconv.Itoa(w.PID) {
+					calls += s.Value
+				}
+			}
+			wantCalls := 0.0
+			for k, v := range final {
+				if strings.HasPrefix(k, "profi_cuda_calls_total{") && strings.Contains(k, "pid="+strconv.Itoa(w.PID)) {
+					wantCalls += v
+				}
+			}
+			if calls != wantCalls {
+				t.Errorf("after the exit the push has %v calls of pid %d, want its %v", calls, w.PID, wantCalls)
+			}
+			for _, s := range testutil.Samples(pushed["profi_cuda_active_memory_bytes"]) {
+				if s.Labels["pid"] == strconv.Itoa(w.PID) {
+					t.Errorf("the active memory of exited pid %d is still pushed", w.PID)
 				}
 			}
 			if _, ok := pushed["profi_cuda_duration_seconds"]; !ok {

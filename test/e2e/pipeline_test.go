@@ -117,11 +117,15 @@ func TestLibraryInOtherMountNamespace(t *testing.T) {
 	}
 }
 
-// When a process exits its per-PID series disappear; the latency
-// histograms keep its calls (they carry no pid), and another process's
-// counters go on.
+// When a process exits its per-PID counters stay, with its final values
+// (Prometheus scrapes every 15-60 s: nothing it did is lost), while another
+// process of its container lives (no pod here: the same comm); once the
+// last one has exited, --gc-interval later, both fold into series with
+// pid="" that keep their counts exactly. The latency histograms keep every
+// call (they carry no pid).
 func TestProcessExit(t *testing.T) {
-	a := startAgent(t)
+	const gc = 3 * time.Second
+	a := startAgent(t, "--gc-interval", "3")
 	w1 := startWorkload(t, fixtures.Workload, defaultArgs)
 	w2 := startWorkload(t, fixtures.Workload, []string{"--threads", "1", "--iters", "100"})
 	waitAttached(t, a, w1.PID)
@@ -130,18 +134,71 @@ func TestProcessExit(t *testing.T) {
 	gt2 := runPhase(t, w2)
 	requireExact(t, a, expected([]*testutil.GroundTruth{gt1, gt2}), w1.PID, w2.PID)
 
+	// w1's last phase, then its exit: everything counted, and kept past
+	// --gc-interval while w2 runs.
+	gt1 = runPhase(t, w1)
 	if err := w1.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	gt2 = runPhase(t, w2)
-	mfs := requireExact(t, a, expected([]*testutil.GroundTruth{gt2}, gt1), w1.PID, w2.PID)
-	for name, mf := range mfs {
-		for _, s := range testutil.Samples(mf) {
-			if s.Labels["pid"] == strconv.Itoa(w1.PID) {
-				t.Errorf("%s still has a series of exited pid %d: %v", name, w1.PID, s.Labels)
+	final := func(gts ...*testutil.GroundTruth) values {
+		v := expected(gts)
+		for _, g := range gts {
+			delete(v, key("profi_cuda_active_memory_bytes", "pid="+strconv.Itoa(g.PID))) // a live process's gauge
+		}
+		return v
+	}
+	requireExact(t, a, final(gt1, gt2), w1.PID, w2.PID)
+	time.Sleep(gc + 2*time.Second)
+	requireExact(t, a, final(gt1, gt2), w1.PID, w2.PID)
+
+	// w2 exits: --gc-interval later both fold.
+	if err := w2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := values{}
+	for _, g := range []*testutil.GroundTruth{gt1, gt2} {
+		pid := "pid=" + strconv.Itoa(g.PID)
+		for k, v := range final(g) {
+			if strings.Contains(k, pid) {
+				want[strings.Replace(k, pid, "pid=", 1)] += v
 			}
 		}
 	}
+	err := testenv.Eventually(gc+15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		if left := observed(mfs, w1.PID, w2.PID); len(left) > 0 {
+			for k := range left {
+				if strings.Contains(k, "pid=") {
+					return fmt.Errorf("pids %d, %d still have series (%s)", w1.PID, w2.PID, k)
+				}
+			}
+		}
+		got := observedPIDs(mfs, "")
+		for k := range got {
+			if !strings.Contains(k, "pid=") {
+				delete(got, k) // the histograms, checked below
+			}
+		}
+		if d := diff(want, got); d != "" {
+			return fmt.Errorf("folded series differ from pids %d and %d's ground truth:\n%s", w1.PID, w2.PID, d)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hists := expected(nil, gt1, gt2)
+	requireExactOf(t, a, hists, nil, func(v values) {
+		for k := range v {
+			if strings.Contains(k, "pid=") {
+				delete(v, k)
+			}
+		}
+	})
 }
 
 // --pid attaches only to that process: the other one is never counted.
