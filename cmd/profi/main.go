@@ -252,9 +252,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var xids *xid.Tracker
 	if gpus != nil {
 		xids = xid.NewTracker(gpus.Snapshot, agg.Snapshot, xid.DefaultKeep)
+		xids.TrustUser = cfg.KmsgTrustUser
 		klog.Subscribe(xids.Consume)
 		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot),
-			collector.WithXids(xids.Counts, func() bool { return klog.Stats().Running })))
+			collector.WithXids(xids.Counts, xids.Rejected, func() bool { return klog.Stats().Running })))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// What /metrics and OTLP export: the registry and the per-process

@@ -30,11 +30,12 @@ type gpuCollector struct {
 	procs    func() *aggregate.Snapshot // pod labels of processes; may be nil
 	// xids and kmsgRunning: the kernel log's Xid counts (WithXids).
 	xids        func() map[xid.Key]uint64
+	xidRejects  func() map[string]uint64
 	kmsgRunning func() bool
 
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
-	processMemory, pcie, nvlinkErrors, xid                              *prometheus.Desc
+	processMemory, pcie, nvlinkErrors, xid, xidRejected                 *prometheus.Desc
 	processUtil, gpmRatio, gpmBytes                                     *prometheus.Desc
 }
 
@@ -70,9 +71,10 @@ func WithProcesses(snapshot func() *aggregate.Snapshot) GPUOption {
 // WithXids makes the kernel log the source of profi_gpu_xid_errors_total
 // while running() is true: counts(gpu, uuid, xid) replaces NVML's events,
 // which carry no identity to deduplicate against the log's (one source of
-// truth per fact; internal/xid).
-func WithXids(counts func() map[xid.Key]uint64, running func() bool) GPUOption {
-	return func(c *gpuCollector) { c.xids, c.kmsgRunning = counts, running }
+// truth per fact; internal/xid). rejected counts the Xid lines not
+// counted, by reason (profi_system_xid_lines_rejected_total).
+func WithXids(counts func() map[xid.Key]uint64, rejected func() map[string]uint64, running func() bool) GPUOption {
+	return func(c *gpuCollector) { c.xids, c.xidRejects, c.kmsgRunning = counts, rejected, running }
 }
 
 // NewGPU returns the collector of the GPU (NVML) families. snapshot returns
@@ -98,6 +100,8 @@ func NewGPU(snapshot func() *nvml.Snapshot, opts ...GPUOption) prometheus.Collec
 		pcie:         d("profi_gpu_pcie_throughput_bytes_per_second", "PCIe throughput by direction (tx: out of the GPU, rx: into it), NVML's 20 ms sample in KB/s × 1024.", withGPU("direction"), nil),
 		nvlinkErrors: d("profi_gpu_nvlink_errors_total", "NVLink data-link errors summed over the active links, by error_type: replay, recovery, crc_flit, crc_data.", withGPU("error_type"), nil),
 		xid:          d("profi_gpu_xid_errors_total", "XID critical error events seen by the agent since it started, by XID (decimal).", withGPU("xid"), nil),
+		xidRejected: d("profi_system_xid_lines_rejected_total", "Xid lines of the kernel log not counted, by reason: malformed (refused by the parser), not_kernel (not the kernel's facility: written from userspace, a forgery).",
+			[]string{"reason"}, nil),
 		processUtil: d("profi_gpu_process_utilization_ratio", "GPU utilization of a process (host PID) sampled by the driver (nvmlDeviceGetProcessUtilization), 0-1, "+
 			"mean of the driver's samples since the previous NVML poll, by engine: sm, memory, encoder, decoder. gpu_uuid is the MIG device on a MIG GPU. "+
 			"Device-side time, not host API latency. Pod labels are those of the profiled process (empty when it is not one).",
@@ -131,7 +135,7 @@ func (c *gpuCollector) podsOf() map[int]aggregate.Meta {
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.info, c.temperature, c.power, c.clock, c.utilization, c.memory, c.ecc, c.throttle,
-		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid,
+		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid, c.xidRejected,
 		c.processUtil, c.gpmRatio, c.gpmBytes,
 	} {
 		ch <- d
@@ -146,6 +150,11 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	if c.xidRejects != nil {
+		for reason, n := range c.xidRejects() {
+			counter(c.xidRejected, float64(n), reason)
+		}
 	}
 	if s == nil || !s.Up {
 		gauge(c.up, 0)

@@ -27,6 +27,13 @@ type Key struct {
 
 // Tracker is the kernel log consumer of Xid lines.
 type Tracker struct {
+	// TrustUser counts Xid lines of any facility (--kmsg-trust-user: the
+	// tests write theirs from userspace). Otherwise only the kernel's own
+	// count (the driver prints them with printk): a line written to
+	// /dev/kmsg from userspace has the user facility, and no process may
+	// forge an Xid (nor fire ProfiGPUXid).
+	TrustUser bool
+
 	gpus  func() *nvml.Snapshot      // may return nil
 	procs func() *aggregate.Snapshot // may return nil
 	keep  int
@@ -38,7 +45,14 @@ type Tracker struct {
 	counts    map[Key]uint64
 	recent    []status.Xid // oldest first, at most keep
 	malformed uint64
+	notKernel uint64
 }
+
+// Reasons an Xid line is not counted (Rejected).
+const (
+	RejectedMalformed = "malformed"  // the parser refused it
+	RejectedNotKernel = "not_kernel" // not the kernel's facility (written from userspace)
+)
 
 // NewTracker returns a Tracker; gpus and procs are the NVML and aggregator
 // snapshots (either may be nil).
@@ -59,6 +73,10 @@ func (t *Tracker) Consume(r kmsg.Record) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r.Facility != kmsg.FacilityKernel && !t.TrustUser {
+		t.notKernel++
+		return
+	}
 	if t.seen && r.Seq <= t.lastSeq {
 		return
 	}
@@ -178,4 +196,12 @@ func (t *Tracker) Malformed() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.malformed
+}
+
+// Rejected counts the Xid lines not counted, by reason (every reason
+// present).
+func (t *Tracker) Rejected() map[string]uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return map[string]uint64{RejectedMalformed: t.malformed, RejectedNotKernel: t.notKernel}
 }

@@ -64,3 +64,25 @@ func TestTrackerBlastRadius(t *testing.T) {
 		t.Errorf("recent %+v", r)
 	}
 }
+
+// An Xid line of another facility than the kernel's (written to /dev/kmsg
+// from userspace: any process could) is not counted, only counted as
+// rejected; with TrustUser (the tests' --kmsg-trust-user) it counts.
+func TestForgedXidRejected(t *testing.T) {
+	t.Parallel()
+	tr := NewTracker(nil, nil, 2)
+	line := "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+	tr.Consume(kmsg.Record{Seq: 1, Facility: kmsg.FacilityUser, Level: kmsg.LevelWarning, Message: line})
+	if len(tr.Counts()) != 0 || len(tr.Recent()) != 0 {
+		t.Errorf("a user-facility Xid was counted: %v %v", tr.Counts(), tr.Recent())
+	}
+	if got, want := tr.Rejected(), map[string]uint64{RejectedMalformed: 0, RejectedNotKernel: 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rejected %v, want %v", got, want)
+	}
+	tr.Consume(kmsg.Record{Seq: 2, Facility: kmsg.FacilityKernel, Message: line})
+	tr.TrustUser = true
+	tr.Consume(kmsg.Record{Seq: 3, Facility: kmsg.FacilityUser, Message: line})
+	if got, want := tr.Counts(), map[Key]uint64{{GPU: -1, Code: 79}: 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("counts %v, want %v (the kernel's line, then the trusted user's)", got, want)
+	}
+}

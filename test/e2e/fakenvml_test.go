@@ -237,7 +237,10 @@ func TestXidFromKernelLog(t *testing.T) {
 		}
 	}
 	kmsg("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=before, written before the agent started")
-	a := startAgent(t, "--nvml-interval", "1")
+	// The test writes the driver's lines from userspace (user facility):
+	// only --kmsg-trust-user counts them (a forged one otherwise,
+	// internal/xid TestForgedXidRejected).
+	a := startAgent(t, "--nvml-interval", "1", "--kmsg-trust-user")
 	w := startWorkload(t, fixtures.Workload, nil)
 	waitAttached(t, a, w.PID)
 	pid := strconv.Itoa(w.PID)
@@ -320,9 +323,10 @@ func TestXidFromKernelLog(t *testing.T) {
 }
 
 // TestXidFromNVMLEvents: where the kernel log cannot be read (here a
-// mount namespace whose /dev is empty; in a pod without CAP_SYSLOG), Xids
-// are counted from NVML's events, each event once, on the GPU it names.
-// /status says the kernel log is not read.
+// mount namespace whose /dev is empty, so no /dev/kmsg, and no CAP_SYSLOG
+// for syslog(2): as in a pod without the capability), Xids are counted
+// from NVML's events, each event once, on the GPU it names. /status says
+// the kernel log is not read.
 func TestXidFromNVMLEvents(t *testing.T) {
 	testutil.RequireBPF(t)
 	scenario := twoFakeGPUs(t)
@@ -331,7 +335,7 @@ func TestXidFromNVMLEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	argv := append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs none /dev && exec "$@"`, "sh",
-		agentBin, "--listen", addr, "--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so", "--nvml-interval", "1"},
+		"setpriv", "--bounding-set", "-syslog", "--", agentBin, "--listen", addr, "--refresh-interval", "1", "--cudart", "/nonexistent/libcudart.so", "--nvml-interval", "1"},
 		testutil.AgentArgs()...)
 	a, err := testutil.StartAgentCommand(context.Background(), addr, "/ready", argv)
 	if err != nil {
