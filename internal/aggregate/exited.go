@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
 )
 
 // The series of exited processes (docs/INTERFACE.md, "Series lifecycle").
@@ -211,12 +213,7 @@ func (a *Aggregator) fold(parts []*Process, now time.Time) {
 		foldLaunches := func(fam seriesFamily, dst, src map[Kernel]Launch) {
 			for kern, l := range src {
 				if admit(fam, kern.Name, kern.Class+"/"+kern.Phase) {
-					sum := dst[kern]
-					sum.Count += l.Count
-					sum.GridBlocks += l.GridBlocks
-					sum.BlockThreads += l.BlockThreads
-					sum.SharedBytes += l.SharedBytes
-					dst[kern] = sum
+					addLaunch(dst, kern, bpfobj.ProfiLaunchVal{Count: l.Count, GridBlocks: l.GridBlocks, BlockThreads: l.BlockThreads, SharedBytes: l.SharedBytes})
 				}
 			}
 		}

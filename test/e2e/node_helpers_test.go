@@ -567,10 +567,6 @@ const agentServerName = "profi.profi.svc"
 // discovery (relabeling, TLS, auth, the scrape) is Prometheus's.
 func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.MetricFamily, cts []container) {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus (Debian package prometheus): %v", err)
-	}
 	dyn, err := dynamic.NewForConfig(n.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -613,27 +609,12 @@ func requirePrometheusSD(t *testing.T, n *kubetest.Node, mfs map[string]*dto.Met
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := write("prometheus.yml", cfg)
-	port, err := testutil.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "--config.file="+conf, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+port)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("prometheus config:\n%s\nprometheus log:\n%s", cfg, logs.String())
+			t.Logf("prometheus config:\n%s", cfg)
 		}
 	})
-	p := &prometheusServer{url: "http://" + port}
+	p := startPrometheusWith(t, string(cfg))
 
 	want := map[[3]string]float64{}
 	keep := map[[3]string]bool{}

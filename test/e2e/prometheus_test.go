@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,42 +20,8 @@ type prometheusServer struct{ url string }
 
 func startPrometheus(t *testing.T, agentURL string) *prometheusServer {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv(testenv.E2EEnv) == "1" {
-			t.Fatalf("prometheus not installed (apt-get install prometheus): %v", err)
-		}
-		t.Skip("prometheus not installed")
-	}
-	dir := t.TempDir()
 	target := strings.TrimPrefix(agentURL, "http://")
-	cfg := fmt.Sprintf("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n- job_name: profi\n  static_configs: [{targets: [%q]}]\n", target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	p := &prometheusServer{url: "http://" + addr}
+	p := startPrometheusWith(t, fmt.Sprintf("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n- job_name: profi\n  static_configs: [{targets: [%q]}]\n", target))
 	if err := testenv.Eventually(30*time.Second, func() error {
 		v, err := p.query(`up{job="profi"}`)
 		if err == nil && (len(v) != 1 || v[0].value != 1) {
