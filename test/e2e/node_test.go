@@ -227,7 +227,8 @@ func TestNode(t *testing.T) {
 	})
 
 	t.Run("kernel log", func(t *testing.T) {
-		// Off: no CAP_SYSLOG, /status says so, no ERROR line.
+		// Off: /status says so, and no ERROR line (helmUpgradeAgent); the
+		// capability it drops: deploy/chartcheck TestDaemonSetPrivileges.
 		a = helmUpgradeAgent(t, n, a, "profi.kernelLog=off")
 		requireKernelLog(t, a, "", "off: --kernel-log off")
 		// On, trusting lines written from userspace (the test writes the

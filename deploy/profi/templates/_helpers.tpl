@@ -149,7 +149,7 @@ Validation of value combinations the agent would reject at startup
 - "--allow-unsafe-kernel"
 {{- end }}
 - {{ printf "--probe-traced-processes=%v" $p.safety.probeTracedProcesses | quote }}
-- {{ printf "--kernel-log=%v" $p.kernelLog | quote }}
+- {{ printf "--kernel-log=%s" (include "profi.kernelLog" .) | quote }}
 {{- with $p.otlp }}
 {{- if .endpoint }}
 - {{ printf "--otlp-endpoint=%v" .endpoint | quote }}
@@ -255,4 +255,13 @@ cluster: pass --api-versions monitoring.coreos.com/v1/ServiceMonitor (and
 */}}
 {{- define "profi.hasMonitoringAPI" -}}
 {{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+profi.kernelLog as the flag's value: auto or off. A bare YAML off (or
+false) arrives as the boolean false, true as true.
+*/}}
+{{- define "profi.kernelLog" -}}
+{{- $v := toString .Values.profi.kernelLog -}}
+{{- if eq $v "false" -}}off{{- else if eq $v "true" -}}auto{{- else -}}{{ $v }}{{- end -}}
 {{- end -}}
