@@ -33,7 +33,7 @@ test: test-setup
 # left running for a person to look at; it prints how to reach it, and
 # Ctrl-C removes it. Root needed.
 node: test-setup
-	PROFI_NODE_KEEP=1 PROFI_E2E=1 $(GO) test -count=1 -v -timeout 0 -run '^TestNodeForAPerson$$' ./test/e2e/
+	PROFI_E2E=1 $(GO) test -tags profi_node -count=1 -v -timeout 0 -run '^TestNodeForAPerson$$' ./test/e2e/
 
 # The VM kernel matrix alone, each step's result and time.
 test-vm: test-setup

@@ -539,6 +539,7 @@ func (a *Aggregator) process(pid int) *procState {
 		comm = safe
 		a.badComms++
 	}
+	a.foldPID(pid, a.opts.Now())
 	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: start, streams: map[uint64]string{}, kernels: map[string]bool{}}
 	a.procs[pid] = ps
 	a.label(ps)
@@ -629,12 +630,8 @@ func (a *Aggregator) retire(pid int, d *pidData) {
 			a.ncclHists.retire(HistKey{Op: ops.Name(k.Op), Namespace: meta.Namespace, Pod: meta.Pod, GPU: gpuOf(k.Dev)}, newHist(v.Timed, v.DurationNs, v.Buckets[:]), now)
 		}
 	}
-	// A known process's tuples stay admitted while its series linger
-	// (exited.go releases them when it folds them).
+	// Its tuples stay admitted while its series linger (exit, exited.go).
 	a.forgetState(pid)
-	if !known {
-		a.releaseTuples(pid)
-	}
 }
 
 // forget drops everything known about a process.

@@ -27,7 +27,7 @@ import (
 // first sample, never a jump. Only the bounds fold earlier, the oldest
 // first: MaxExitedPerContainer per container (short-lived workers, a
 // crash loop), MaxLingering per node, and a PID a new process has taken
-// (two series must never share a label set).
+// (foldPID: two series must never share a label set).
 
 // MaxLingering bounds the exited processes whose own series are kept, node
 // wide; MaxExitedPerContainer per container. Past them the oldest fold at
@@ -64,6 +64,7 @@ type foldedSeries struct {
 // exit keeps the final series of an exited process that was seen alive,
 // then retires its latency data and forgets it.
 func (a *Aggregator) exit(pid int, d *pidData, snap *Snapshot, now time.Time) {
+	a.foldPID(pid, now) // its keys are another process's: the PID was reused
 	if ps, known := a.procs[pid]; known {
 		if a.opts.Scale != nil {
 			a.estimate(ps, d) // the final values continue the exported estimate
@@ -81,15 +82,35 @@ func (a *Aggregator) exit(pid int, d *pidData, snap *Snapshot, now time.Time) {
 		}
 	}
 	a.retire(pid, d)
+	if !a.lingers(pid) {
+		a.releaseTuples(pid) // nothing of it stays exported
+	}
+}
+
+// lingers reports whether pid's series are kept.
+func (a *Aggregator) lingers(pid int) bool {
+	return slices.ContainsFunc(a.lingering, func(l lingering) bool { return l.pid == pid })
+}
+
+// foldPID folds the kept series of an exited process whose PID a new
+// process has taken, before the new one's series are built: two series
+// must never share a label set, nor the new process's tuples be released
+// with the old one's.
+func (a *Aggregator) foldPID(pid int, now time.Time) {
+	i := slices.IndexFunc(a.lingering, func(l lingering) bool { return l.pid == pid })
+	if i < 0 {
+		return
+	}
+	a.releaseTuples(pid)
+	a.fold(a.lingering[i].parts, now)
+	a.lingering = slices.Delete(a.lingering, i, i+1)
 }
 
 // exitedSeries folds the lingering processes that are due (see above),
 // expires folded series, and puts both into snap.Exited.
 func (a *Aggregator) exitedSeries(snap *Snapshot, now time.Time) {
-	live := map[int]bool{}
 	liveContainers := map[foldKey]bool{}
 	for _, p := range snap.Processes {
-		live[p.Meta.PID] = true
 		liveContainers[containerOf(p.Meta)] = true
 	}
 	// Per container: how many linger, and when the last one exited.
@@ -107,7 +128,7 @@ func (a *Aggregator) exitedSeries(snap *Snapshot, now time.Time) {
 	for i, l := range a.lingering { // oldest first
 		k := containerOf(l.parts[0].Meta)
 		done := !liveContainers[k] && now.Sub(last[k]) >= a.opts.GCInterval
-		if done || live[l.pid] || i < overNode || count[k] > MaxExitedPerContainer {
+		if done || i < overNode || count[k] > MaxExitedPerContainer {
 			count[k]--
 			// Its slots first: the folded series may take them.
 			a.releaseTuples(l.pid)

@@ -192,3 +192,29 @@ func TestExitedSeriesBounded(t *testing.T) {
 		})
 	}
 }
+
+// A PID reused by a process that exits before any drain sees it alive: the
+// new keys are not the lingering process's, which folds; the unknown
+// process's tuples are released, the folded series keep theirs.
+func TestExitedSeriesPIDReusedByUnseenProcess(t *testing.T) {
+	t.Parallel()
+	src := newFakeSource()
+	procs := newFakeProcs(map[int]fakeProc{100: {"old", 1000}})
+	a := New(Options{Source: src, Procs: procs})
+	src.add(akey(100, ops.OpCudaMalloc, 0, 0, 0), aval(5, 50, 500, 0))
+	drain(t, a)
+	delete(procs.live, 100)
+	if s := drain(t, a); len(s.Exited) != 1 || s.Series != 3 {
+		t.Fatalf("exited %d entries, %d series; want 1 lingering, 3 (memory, calls, histogram)", len(s.Exited), s.Series)
+	}
+	src.add(akey(100, ops.OpCudaFree, 0, 0, 0), aval(2, 20, 200, 0)) // the new process's, gone already
+	s := drain(t, a)
+	if len(s.Exited) != 1 || s.Exited[0].Meta.PID != 0 || s.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 5 ||
+		s.Exited[0].Calls[OpStream{"cudaFree", "default"}] != 0 {
+		t.Fatalf("exited %+v, want the old process folded with its own 5 calls only", s.Exited)
+	}
+	// Folded memory and calls, the two histograms.
+	if s.Series != 4 {
+		t.Errorf("Series %d, want 4", s.Series)
+	}
+}

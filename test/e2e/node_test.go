@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -320,39 +318,4 @@ func requireNoErrorLog(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
 			}
 		}
 	}
-}
-
-// TestNodeForAPerson is `make node`: the node of TestNode with the chart
-// installed (its defaults and nodeChartOverrides) and one workload pod,
-// left running until interrupted, with how to reach it. It runs only when
-// PROFI_NODE_KEEP=1 (the Makefile sets it).
-func TestNodeForAPerson(t *testing.T) {
-	if os.Getenv("PROFI_NODE_KEEP") != "1" {
-		t.Skip("make node runs this (PROFI_NODE_KEEP=1)")
-	}
-	testutil.RequireBPF(t)
-	kubetest.RequireNode(t)
-	n := kubetest.StartNode(t, kubetest.NodeOptions{Labels: gpuNodeLabels, Images: nodeImages(t, t.TempDir())})
-	c := n.Client()
-	helmInstall(t, n)
-	pod, _ := agentPod(t, c, agentNamespace)
-	createNamespace(t, c, "serve")
-	createWorkloadPod(t, c, "serve", &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "llm"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{workloadContainer("server", 0)}},
-	})
-	ct := runningContainer(t, c, "serve", "llm", "server", 0)
-	fmt.Fprintf(os.Stderr, `
-The node is up (Ctrl-C stops it and removes everything).
-  export KUBECONFIG=%s
-  kubectl get pods -A -o wide
-  kubectl -n %s logs %s            # the agent
-  curl -s http://%s:9401/metrics | grep 'pod="llm"'
-  kill -USR1 %d                    # the workload pod runs one phase; its ground truth:
-  kubectl -n serve logs llm
-Component logs: %s/*.log
-`, n.Kubeconfig, agentNamespace, pod.Name, pod.Status.PodIP, ct.podrun, n.Dir)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
 }
