@@ -214,6 +214,9 @@ type Aggregator struct {
 	// (exited.go).
 	lingering []lingering
 	folded    map[foldKey]*foldedSeries
+	// exiting is the PID whose final series exit builds (it evicts no
+	// other exited process's).
+	exiting int
 }
 
 // New returns an Aggregator with an empty snapshot published.
@@ -657,10 +660,11 @@ func (a *Aggregator) forgetState(pid int) {
 
 // releaseTuples removes pid's per-process tuples from --max-time-series'
 // count (the histograms' carry no pid and stay).
-func (a *Aggregator) releaseTuples(pid int) {
+func (a *Aggregator) releaseTuples(pid int) (released int) {
 	for t := range a.admitted {
 		if t.pid == pid && t.fam != famHist && t.fam != famKernelHist && t.fam != famNCCLHist {
 			delete(a.admitted, t)
+			released++
 		}
 	}
 	for t := range a.refused {
@@ -668,6 +672,7 @@ func (a *Aggregator) releaseTuples(pid int) {
 			delete(a.refused, t)
 		}
 	}
+	return released
 }
 
 // admit applies --max-time-series: a tuple seen before stays; a new one
@@ -676,6 +681,10 @@ func (a *Aggregator) releaseTuples(pid int) {
 func (a *Aggregator) admit(t tuple) bool {
 	if _, ok := a.admitted[t]; ok {
 		return true
+	}
+	// A live process's series take the room of exited ones (exited.go).
+	for a.opts.MaxTimeSeries > 0 && len(a.admitted) >= a.opts.MaxTimeSeries &&
+		t.pid > 0 && t.pid != a.exiting && a.evictExited() {
 	}
 	if len(a.admitted) < a.opts.MaxTimeSeries || a.opts.MaxTimeSeries <= 0 {
 		a.admitted[t] = struct{}{}

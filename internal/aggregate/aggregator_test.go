@@ -927,50 +927,36 @@ func TestMaxTimeSeries(t *testing.T) {
 		series: 3,
 	})
 
-	// 100 exits: its series stay (exited.go), so its two per-PID slots
-	// stay taken and 200's tuples are still refused.
+	// 100 exits: its series would stay (exited.go), but a live process's
+	// take their room: 200's tuples fit, and 100's two dropped tuples
+	// count as drops.
 	delete(procs.live, 100)
 	s := drain(t, a)
-	check(t, s, step{
-		pids:   []int{200},
-		calls:  map[int]map[OpStream]uint64{200: {}},
-		hist:   hist(120, map[int]uint64{0: 12}),
-		drops:  3,
-		series: 3,
-	})
-	if want := []map[uint32]bool{{100: true}}; !reflect.DeepEqual(src.deleted, want) {
-		t.Errorf("DeletePIDs calls = %v, want %v", src.deleted, want)
-	}
-	if len(s.Exited) != 1 || s.Exited[0].Meta.PID != 100 || s.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 1 {
-		t.Errorf("exited %+v, want pid 100 with its final calls", s.Exited)
-	}
-
-	// --gc-interval later 100 folds into its comm's series (pid ""): the
-	// same two slots, now the folded series'.
-	clock.t = clock.t.Add(time.Minute)
-	s = drain(t, a)
-	check(t, s, step{pids: []int{200}, calls: map[int]map[OpStream]uint64{200: {}}, hist: hist(120, map[int]uint64{0: 12}), drops: 3, series: 3})
-	if len(s.Exited) != 1 || s.Exited[0].Meta != (Meta{Comm: "a"}) || s.Exited[0].Calls[OpStream{"cudaMalloc", "default"}] != 1 {
-		t.Errorf("exited %+v, want the folded series of comm a with 100's calls", s.Exited)
-	}
-
-	// RetainedExpiry after the fold, with no live process of its comm, the
-	// folded series go; 200's tuples fit at the next drain. The histogram
-	// keeps 100's share: 200 is live under the same label set.
-	clock.t = clock.t.Add(RetainedExpiry)
-	drain(t, a)
-	s = drain(t, a)
 	check(t, s, step{
 		pids:   []int{200},
 		calls:  map[int]map[OpStream]uint64{200: {{"cudaMalloc", "default"}: 4}},
 		memory: map[int]bool{200: true},
 		hist:   hist(120, map[int]uint64{0: 12}),
-		drops:  3,
+		drops:  5,
 		series: 3,
 	})
-	if len(s.Exited) != 0 {
-		t.Errorf("exited %+v, want none", s.Exited)
+	if want := []map[uint32]bool{{100: true}}; !reflect.DeepEqual(src.deleted, want) {
+		t.Errorf("DeletePIDs calls = %v, want %v", src.deleted, want)
 	}
+	if len(s.Exited) != 0 {
+		t.Errorf("exited %+v, want none (evicted for the live 200)", s.Exited)
+	}
+
+	// Later drains: nothing comes back, nothing more is dropped.
+	clock.t = clock.t.Add(time.Minute)
+	check(t, drain(t, a), step{
+		pids:   []int{200},
+		calls:  map[int]map[OpStream]uint64{200: {{"cudaMalloc", "default"}: 4}},
+		memory: map[int]bool{200: true},
+		hist:   hist(120, map[int]uint64{0: 12}),
+		drops:  5,
+		series: 3,
+	})
 }
 
 func TestMaxTimeSeriesRefusesHistograms(t *testing.T) {

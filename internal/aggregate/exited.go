@@ -32,7 +32,8 @@ import (
 // MaxLingering bounds the exited processes whose own series are kept, node
 // wide; MaxExitedPerContainer per container. Past them the oldest fold at
 // once, so a flood of short-lived processes costs folded series, bounded
-// by --max-time-series, not memory.
+// by --max-time-series, not memory. And exited processes' series only use
+// the room live ones leave under --max-time-series (evictExited).
 const (
 	MaxLingering          = 1024
 	MaxExitedPerContainer = 64
@@ -69,7 +70,9 @@ func (a *Aggregator) exit(pid int, d *pidData, snap *Snapshot, now time.Time) {
 		if a.opts.Scale != nil {
 			a.estimate(ps, d) // the final values continue the exported estimate
 		}
+		a.exiting = pid
 		parts := a.parts(ps, d, snap)
+		a.exiting = 0
 		for _, p := range parts {
 			p.Exited = true
 			p.hists, p.khists, p.CUDAInFlight = nil, nil, nil // retire keeps the histograms
@@ -85,6 +88,38 @@ func (a *Aggregator) exit(pid int, d *pidData, snap *Snapshot, now time.Time) {
 	if !a.lingers(pid) {
 		a.releaseTuples(pid) // nothing of it stays exported
 	}
+}
+
+// evictExited drops the series of the oldest exited process, or else the
+// folded series folded longest ago, to make room under --max-time-series
+// for a live process's (admit): exited processes' series use only the
+// room live ones leave. The dropped tuples count as cardinality drops.
+// False when there is nothing to drop.
+func (a *Aggregator) evictExited() bool {
+	if len(a.lingering) > 0 {
+		a.cardDrops += uint64(a.releaseTuples(a.lingering[0].pid))
+		a.lingering = slices.Delete(a.lingering, 0, 1)
+		return true
+	}
+	var oldest foldKey
+	found := false
+	for k, f := range a.folded {
+		if !found || f.last.Before(a.folded[oldest].last) {
+			oldest, found = k, true
+		}
+	}
+	if !found {
+		return false
+	}
+	id := oldest.id()
+	for t := range a.admitted {
+		if t.pid == foldedPID && t.gpu == id {
+			delete(a.admitted, t)
+			a.cardDrops++
+		}
+	}
+	delete(a.folded, oldest)
+	return true
 }
 
 // lingers reports whether pid's series are kept.
