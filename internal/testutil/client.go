@@ -12,7 +12,10 @@ import (
 // Client is one of the small ground-truth workloads (test/workloads
 // launch13.c, drvapi.c, rtclient.c, graphs.c): it prints "ready PID",
 // waits for "go" on stdin, makes its calls, prints its ground truth as one
-// JSON line and exits at EOF.
+// JSON line and exits at EOF. launch13.c and test/nvcc/client.cu also take
+// "run" (Run): they print "running" and make calls, at least as many as
+// their arguments say, until "stop" (Stop), so that a test's adversary
+// (stalls, a handover), not the clock, decides how long they run.
 type Client struct {
 	Bin   string
 	PID   int
@@ -50,6 +53,32 @@ func StartClient(t *testing.T, env []string, bin string, args ...string) *Client
 func (c *Client) Go(t *testing.T) string {
 	t.Helper()
 	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s output: %v", c.Bin, err)
+	}
+	return line
+}
+
+// Run tells the client to make calls until Stop and returns once it is
+// making them.
+func (c *Client) Run(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, "run\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := c.out.ReadString('\n'); err != nil || line != "running\n" {
+		t.Fatalf("%s: %q, %v; want \"running\"", c.Bin, line, err)
+	}
+}
+
+// Stop tells a running client to stop: it makes the rest of the calls its
+// arguments ask for, if any, and Stop returns its ground-truth line.
+func (c *Client) Stop(t *testing.T) string {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
 		t.Fatal(err)
 	}
 	line, err := c.out.ReadString('\n')

@@ -222,6 +222,36 @@ func (w *Workload) Run() (*GroundTruth, error) {
 	if err := w.send("go"); err != nil {
 		return nil, err
 	}
+	return w.truth()
+}
+
+// RunUntil runs one measured phase that lasts as long as adversary does:
+// "run", then adversary once every thread of the workload is making calls
+// ("running"), then "stop"; each thread makes at least --iters iterations.
+// It returns the cumulative ground truth, as Run. The workload's
+// --pause-us bounds how many calls it makes meanwhile.
+func (w *Workload) RunUntil(adversary func()) (*GroundTruth, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.send("run"); err != nil {
+		return nil, err
+	}
+	line, err := w.waitLine(w.opts.runTimeout, `"running"`)
+	if err != nil {
+		return nil, err
+	}
+	if line != "running" {
+		return nil, w.errorf("printed %q, want \"running\"", line)
+	}
+	adversary()
+	if err := w.send("stop"); err != nil {
+		return nil, err
+	}
+	return w.truth()
+}
+
+// truth reads the ground truth a phase prints at its end.
+func (w *Workload) truth() (*GroundTruth, error) {
 	line, err := w.waitLine(w.opts.runTimeout, "ground truth JSON")
 	if err != nil {
 		return nil, err

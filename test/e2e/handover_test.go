@@ -49,13 +49,14 @@ func handover(t *testing.T, a *testutil.Agent) (counted []string, drops map[stri
 
 // One trap per launch (issue 18): a runtime whose launches all reach the
 // driver at sites of their own hands them to the driver's probe while a
-// process launches through it (spread over 4 s, the agent rescanning
-// every second), and a second process then launches through the same
+// process launches through it (it launches until /status shows the
+// handover), and a second process then launches through the same
 // runtime file with one probe hit per launch: no launch counted at the
 // runtime and skipped at the driver. A runtime that launches some other
 // way keeps its probes. Every count stays exact through the switch, also
 // with both processes stopped for 60 ms at a time while they launch
-// (stalled: a thread off the CPU between two probes of one launch).
+// (stalled: a thread off the CPU between two probes of one launch; each
+// launches until it was stopped minStalls times).
 func TestOneTrapPerLaunch(t *testing.T) {
 	n, m := testutil.ScaleDown(6000), testutil.ScaleDown(4000)
 	wantCounted := map[string][]string{
@@ -79,37 +80,36 @@ func TestOneTrapPerLaunch(t *testing.T) {
 // runtime launch probes handed to the driver.
 func oneTrapPerLaunch(t *testing.T, env []string, stalled bool, n, m int, wantCounted []string, viaDriver bool) {
 	a := startAgent(t, "--kernel-mode", "anonymous")
-	// A launches during the switch, then stays (holding the file). Its
-	// launches are spread over 4 s; stalled, the stops spread them (a
-	// stop each 0.1-2 ms of running), and sleeps between launches would
-	// only stall sleeping.
-	envA := env
-	if !stalled {
-		envA = append([]string{"LAUNCH13_SPREAD_MS=4000"}, env...)
-	}
-	pidA, gtA := runLaunch13Stalled(t, a, fixtures.Launch13, envA, n, m, stalled)
-	pA := "pid=" + strconv.Itoa(pidA)
-	want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
-	maps.Copy(want, anonymousLaunches(pA, n, m, gtA))
-	requireExact(t, a, want, pidA)
-
-	var counted []string
-	var before map[string]uint64
-	err := testenv.Eventually(5*time.Second, func() error {
-		counted, before = handover(t, a)
-		if !slices.Equal(counted, wantCounted) {
+	handedOver := func() error {
+		if counted, _ := handover(t, a); !slices.Equal(counted, wantCounted) {
 			return fmt.Errorf("launch probes counted at the driver %v, want %v", counted, wantCounted)
 		}
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	// A launches until the switch is over (at least n and m launches),
+	// then stays (holding the file). Unstalled, it pauses 1 ms every 50
+	// launches (LAUNCH13_PACE): how long the switch takes bounds how many
+	// it makes; stalled, the stops pace it.
+	envA := env
+	if !stalled {
+		envA = append([]string{"LAUNCH13_PACE=50"}, env...)
+	}
+	pidA, gtA := runLaunch13Until(t, a, fixtures.Launch13, envA, n, m, stalled, handedOver)
+	nA, mA := gtA.launches()
+	pA := "pid=" + strconv.Itoa(pidA)
+	want := values{key("profi_cuda_malloc_bytes_total", pA): 0, key("profi_cuda_active_memory_bytes", pA): 0}
+	maps.Copy(want, anonymousLaunches(pA, nA, mA, gtA))
+	requireExact(t, a, want, pidA)
+	if err := handedOver(); err != nil {
+		t.Fatalf("after process A: %v", err)
+	}
+	_, before := handover(t, a)
 
 	pidB, gtB := runLaunch13Stalled(t, a, fixtures.Launch13, env, n/2, m/2, stalled)
+	nB, mB := gtB.launches()
 	pB := "pid=" + strconv.Itoa(pidB)
 	want = values{key("profi_cuda_malloc_bytes_total", pB): 0, key("profi_cuda_active_memory_bytes", pB): 0}
-	maps.Copy(want, anonymousLaunches(pB, n/2, m/2, gtB))
+	maps.Copy(want, anonymousLaunches(pB, nB, mB, gtB))
 	requireExact(t, a, want, pidB)
 	_, after := handover(t, a)
 	skipped := after["runtime_to_driver"] - before["runtime_to_driver"]
@@ -117,8 +117,8 @@ func oneTrapPerLaunch(t *testing.T, env []string, stalled bool, n, m int, wantCo
 	if viaDriver && (skipped != 0 || tails != 0) {
 		t.Errorf("after the switch, %d launches were also counted at the runtime (runtime_to_driver) and %d tail jumps trapped (nested), want 0 and 0", skipped, tails)
 	}
-	if !viaDriver && (skipped != 0 || tails != uint64(n/2+m/2)) {
-		t.Errorf("runtime-only: runtime_to_driver +%d, nested +%d, want 0 and %d", skipped, tails, n/2+m/2)
+	if !viaDriver && (skipped != 0 || tails != uint64(nB+mB)) {
+		t.Errorf("runtime-only: runtime_to_driver +%d, nested +%d, want 0 and %d", skipped, tails, nB+mB)
 	}
 }
 

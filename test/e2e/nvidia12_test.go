@@ -45,8 +45,8 @@ var nvccBuilds = []struct {
 // still called. Every call, return code and launch attempt is counted
 // exactly, in anonymous mode (lean profile) and in full mode (full
 // profile; the kernel named from the real fatbin registration). Stalled:
-// the static client (the runtime in the executable) stopped at random
-// points between its probes.
+// the static client (the runtime in the executable) and the new sequence
+// stopped at random points between their probes, minStalls times.
 func TestNVIDIA12Clients(t *testing.T) {
 	nv := testutil.NVIDIA12Libs(t)
 	dir := t.TempDir()
@@ -76,8 +76,12 @@ func TestNVIDIA12Clients(t *testing.T) {
 				env := []string{"LD_LIBRARY_PATH=" + filepath.Dir(nv.Cuda) + ":" + filepath.Dir(nv.Cudart)}
 				var gt nvccTruth
 				pid := startClient(t, env, bin, strconv.Itoa(n)).runStalled(t, a, &gt, tc.stalled)
-				if gt.Launches != uint64(n) || len(gt.Calls) != 5 {
+				// Stalled, it makes at least n iterations.
+				if (gt.Launches != uint64(n) && !tc.stalled) || gt.Launches < uint64(n) || len(gt.Calls) != 5 {
 					t.Fatalf("%s ground truth %+v: want %d launches, 5 functions", b.name, gt, n)
+				}
+				if gt.Launches != uint64(n) {
+					t.Logf("%s made %d iterations (at least %d asked)", b.name, gt.Launches, n)
 				}
 				requireExact(t, a, nvccExpected(t, tc.m, gt, pid), pid)
 				// The 550 driver library stays mapped after cuInit fails.

@@ -7,11 +7,15 @@
 // Protocol: cudaGetDeviceCount (not probed), "ready <pid>"; "go" -> ITERS iterations of cudaMalloc,
 // cudaMemcpy (256 bytes to the device), a <<<2, 64>>> launch of nvcc_nop,
 // cudaDeviceSynchronize, cudaFree -> one JSON line: every call by function
-// name and return code, and the launch attempts. Without a GPU every call
-// returns 100 (NVIDIA's driver library found) or 35 (none).
+// name and return code, and the launch attempts. "run" instead of "go":
+// prints "running" and makes iterations until it has made at least ITERS
+// and read "stop" (or EOF), so that a test's adversary (stalls), not the
+// clock, decides how many; the JSON line says how many it made. Without a
+// GPU every call returns 100 (NVIDIA's driver library found) or 35 (none).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <poll.h>
 #include <unistd.h>
 
 __global__ void nvcc_nop(int *p) {
@@ -59,6 +63,21 @@ static void print(const struct tally *t, const char *sep) {
 	printf("}");
 }
 
+// stop_read reports whether "stop" (or EOF) has come on stdin while
+// running. stdio holds nothing unread then: the test writes "stop" only
+// after "running".
+static bool stop_read() {
+	struct pollfd p = {0, POLLIN, 0};
+	char line[64];
+	if (poll(&p, 1, 0) <= 0)
+		return false;
+	if (fgets(line, sizeof(line), stdin) && strncmp(line, "stop", 4)) {
+		fprintf(stderr, "nvcc client: running: want \"stop\"\n");
+		exit(1);
+	}
+	return true;
+}
+
 int main(int argc, char **argv) {
 	if (argc != 2) {
 		fprintf(stderr, "usage: client ITERS\n");
@@ -73,13 +92,18 @@ int main(int argc, char **argv) {
 	(void)cudaGetDeviceCount(&devices);
 	printf("ready %d\n", (int)getpid());
 	char line[64];
-	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
+	if (!fgets(line, sizeof(line), stdin) || (strncmp(line, "go", 2) && strncmp(line, "run", 3)))
 		return 1;
+	bool stopped = line[0] == 'g';
+	if (!stopped)
+		printf("running\n");
 	struct tally mal = {"cudaMalloc"}, cpy = {PT("cudaMemcpy", "_ptds")}, launch = {LAUNCH},
 		     sync = {"cudaDeviceSynchronize"}, fre = {"cudaFree"};
 	static char host[256];
 	long launches = 0;
-	for (long i = 0; i < iters; i++) {
+	for (long i = 0; i < iters || !stopped; i++) {
+		if (!stopped && i % 16 == 0)
+			stopped = stop_read();
 		int *d = NULL;
 		note(&mal, cudaMalloc(&d, sizeof(host)));
 		note(&cpy, cudaMemcpy(d, host, sizeof(host), cudaMemcpyHostToDevice));

@@ -18,7 +18,14 @@
  * test can look at the agent between two launches.
  *
  * stdin protocol: prints "ready <pid>"; "go" -> the launches -> one JSON
- * line of what it called; EOF -> exit 0. */
+ * line of what it called; EOF -> exit 0. "run" instead of "go": prints
+ * "running" and launches until it has made at least LAUNCHES +
+ * PTSZ_LAUNCHES launches and read "stop" (or EOF), in rounds of LAUNCHES
+ * __cudaLaunchKernel then PTSZ_LAUNCHES __cudaLaunchKernel_ptsz launches, so
+ * that a test's adversary, not the clock, decides how many it makes; the
+ * JSON line says how many it made. LAUNCH13_PACE=K pauses 1 ms after
+ * every K launches: how long the adversary takes then bounds how many. */
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,12 +93,26 @@ static int pause_here(const char *list, long i)
 	return 0;
 }
 
+/* Whether "stop" (or EOF) has come on stdin while running. stdio holds
+ * nothing unread then: the test writes "stop" only after "running". */
+static int stop_read(void)
+{
+	struct pollfd p = {.fd = 0, .events = POLLIN};
+	char line[64];
+
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	if (fgets(line, sizeof(line), stdin) && strncmp(line, "stop", 4))
+		die("running: want \"stop\"");
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "early")))
 		die("usage: launch13 LAUNCHES PTSZ_LAUNCHES [early]");
 	long n = strtol(argv[1], NULL, 10), m = strtol(argv[2], NULL, 10);
-	uint64_t per_kernel[3] = {0, 0, 0};
+	uint64_t per_kernel[3] = {0, 0, 0}, made[2] = {0, 0};
 	float buf[4];
 	char line[64];
 
@@ -102,14 +123,25 @@ int main(int argc, char **argv)
 	}
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
+	if (!fgets(line, sizeof(line), stdin) || (strncmp(line, "go", 2) && strncmp(line, "run", 3)))
 		return 0;
+	int stopped = line[0] == 'g';
+	if (!stopped) {
+		if (n + m <= 0)
+			die("\"run\" needs launches");
+		printf("running\n");
+		fflush(stdout);
+	}
+	const char *pace = getenv("LAUNCH13_PACE");
+	long pace_every = pace ? strtol(pace, NULL, 10) : 0;
 	const char *spread = getenv("LAUNCH13_SPREAD_MS");
 	long pauses = spread ? strtol(spread, NULL, 10) : 0;
 	long batch = pauses > 0 ? (n + m) / pauses + 1 : n + m + 1;
 	const char *pause_at = getenv("LAUNCH13_PAUSE_AT");
-	for (long i = 0; i < n + m; i++) {
-		if (i && i % batch == 0)
+	for (long i = 0; i < n + m || !stopped; i++) {
+		if (!stopped && i % 64 == 0)
+			stopped = stop_read();
+		if (i && ((pauses > 0 && i % batch == 0) || (pace_every > 0 && i % pace_every == 0)))
 			usleep(1000);
 		if (pause_at && pause_here(pause_at, i)) {
 			printf("paused %ld\n", i);
@@ -118,11 +150,13 @@ int main(int argc, char **argv)
 				return 0;
 		}
 		cur = i;
-		cur_ptsz = i >= n;
+		cur_ptsz = i % (n + m) >= n;
 		kernels[i % 3](buf);
 		per_kernel[i % 3]++;
+		made[cur_ptsz]++;
 	}
-	printf("{\"calls\":{\"__cudaLaunchKernel\":%ld,\"__cudaLaunchKernel_ptsz\":%ld", n, m);
+	printf("{\"calls\":{\"__cudaLaunchKernel\":%llu,\"__cudaLaunchKernel_ptsz\":%llu",
+	       (unsigned long long)made[0], (unsigned long long)made[1]);
 	if (get_kernel_calls)
 		printf(",\"__cudaGetKernel\":%llu", (unsigned long long)get_kernel_calls);
 	printf("},\"grid_blocks\":%llu,\"block_threads\":%llu,\"shared_bytes\":%llu,\"launches_by_kernel\":{",

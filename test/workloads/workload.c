@@ -26,15 +26,24 @@
  *
  * stdin protocol: prints "ready <pid>"; "load" -> dlopen -> "loaded" (the
  * linked build just answers); "go" -> one measured phase -> one JSON line of
- * cumulative totals; "segv", "ill" or "nullstore" -> dies of that fault;
+ * cumulative totals; "run" -> a phase that lasts until "stop": "running"
+ * once every thread has made its first iteration, then iterations (at least
+ * --iters per thread) until "stop" (or "exit", or EOF) -> the JSON line, so
+ * that a test's adversary, not the clock, decides how long it runs
+ * (--pause-us N: N microseconds of sleep after each iteration, to bound
+ * how many calls it makes meanwhile); "segv", "ill" or "nullstore" -> dies
+ * of that fault; "xol" or "tramp" -> dies of a fault in the uprobe page;
+ * "send HOW SIG" -> sends itself SIG (HOW: kill, tgkill, sigqueue, forge);
  * "exit" or EOF -> exit 0. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -213,7 +222,8 @@ static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
 	int driver, extra, ptsz, nvtx;
 	const char *lib, *lib_cuda, *nvtx_lib, *nccl_lib;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL, NULL};
+	int pause_us;
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL, NULL, 0};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
 static int have_graph_ptsz = 1; /* likewise for cudaGraphLaunch_ptsz */
 static struct tally total;
@@ -888,6 +898,18 @@ static void nvtx_ranges(struct tally *t, nvtxDomainHandle_t dom, int i, cudaStre
 #undef NVTX_LAUNCH
 }
 
+/* A phase run with "run": its workers go on past --iters until main reads
+ * "stop" (phase_stop, read after each iteration); main says "running" once
+ * each has made its first iteration (phase_started). */
+static int phase_until, phase_stop;
+static pthread_barrier_t phase_started;
+
+/* Whether a worker makes iteration i of the phase. */
+static int phase_goes_on(int i)
+{
+	return i < opt.iters || (phase_until && !__atomic_load_n(&phase_stop, __ATOMIC_RELAXED));
+}
+
 struct worker {
 	pthread_t tid;
 	int id;
@@ -926,7 +948,7 @@ static void *worker_main(void *arg)
 
 	int n = 1024;
 	void *args[] = {&weights, &kv, &n};
-	for (int i = 0; i < opt.iters; i++) {
+	for (int i = 0; phase_goes_on(i); i++) {
 		/*
 		 * The rejected runtime launch of the error paths comes first in
 		 * its iteration. profi learns a rejection at the thread's next
@@ -1099,6 +1121,10 @@ static void *worker_main(void *arg)
 					graph_launch_ptsz(t, NULL, st); /* 400 */
 			}
 		}
+		if (phase_until && i == 0)
+			pthread_barrier_wait(&phase_started);
+		if (opt.pause_us)
+			usleep(opt.pause_us);
 	}
 	free(s);
 	return NULL;
@@ -1257,21 +1283,36 @@ static void print_truth(const struct tally *t)
 	fflush(stdout);
 }
 
-static void run_phase(void)
+static void run_phase(int until)
 {
 	struct worker *w = calloc(opt.threads + 1, sizeof(*w)); /* +1: never calloc(0) */
 	if (!w)
 		die("out of memory");
+	phase_until = until;
+	phase_stop = 0;
+	if (until && pthread_barrier_init(&phase_started, NULL, (unsigned)opt.threads + 1))
+		die("pthread_barrier_init failed");
 	for (int i = 0; i < opt.threads; i++) {
 		w[i].id = i;
 		if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]))
 			die("pthread_create failed");
+	}
+	if (until) {
+		char line[64];
+		pthread_barrier_wait(&phase_started);
+		printf("running\n");
+		fflush(stdout);
+		if (fgets(line, sizeof(line), stdin) && strncmp(line, "stop", 4) && strncmp(line, "exit", 4))
+			die("running: want \"stop\"");
+		__atomic_store_n(&phase_stop, 1, __ATOMIC_RELAXED);
 	}
 	for (int i = 0; i < opt.threads; i++) {
 		pthread_join(w[i].tid, NULL);
 		merge(&total, &w[i].t);
 		free(w[i].t.streams);
 	}
+	if (until)
+		pthread_barrier_destroy(&phase_started);
 	free(w);
 	print_truth(&total);
 }
@@ -1443,6 +1484,89 @@ static void die_of_fault(int segv, int probed)
 	die("still alive after the fault");
 }
 
+/* The uprobe out-of-line page ([uprobes] in maps): 0 if none yet. */
+static uintptr_t uprobes_page(void)
+{
+	char line[512];
+	uintptr_t start = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		die("open /proc/self/maps");
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "[uprobes]")) {
+			start = (uintptr_t)strtoull(line, NULL, 16);
+			break;
+		}
+	fclose(f);
+	return start;
+}
+
+/*
+ * The crash breaker's attributed crashes: one probed call (cudaMalloc,
+ * whose return probe makes the kernel create the out-of-line page), then
+ * "xol": a jump into that page at an offset no copied instruction uses
+ * (its last 16 bytes: zeros, which fault on both architectures; x86-64's
+ * "add %al,(%rax)" with rax 0), or "tramp": a call of the return probe
+ * trampoline (the page's first bytes) with no return pending, which the
+ * kernel answers with SIGILL. Both fault at an address in the page.
+ */
+static void die_in_uprobes_page(int tramp)
+{
+	void *p = NULL;
+	uintptr_t page;
+
+	CUDA(cudaMalloc)(&p, 64);
+	page = uprobes_page();
+	if (!page)
+		die("no [uprobes] page after a probed call");
+	if (tramp) {
+		((void (*)(void))page)();
+	} else {
+		uintptr_t at = page + (uintptr_t)sysconf(_SC_PAGESIZE) - 16;
+#if defined(__x86_64__)
+		__asm__ volatile("xor %%eax, %%eax\n\tjmp *%0" : : "r"(at) : "rax", "memory");
+#else
+		((void (*)(void))at)();
+#endif
+	}
+	die("still alive after the jump into [uprobes]");
+}
+
+/*
+ * Fault signals that are not faults: one probed call, then signal sig sent
+ * to the process itself with kill, tgkill or sigqueue, or "forge": queued
+ * with rt_sigqueueinfo carrying a kernel fault's code (SEGV_MAPERR, which
+ * the kernel lets a process queue to itself) and an address in the
+ * [uprobes] page. None is raised by the kernel at a probe.
+ */
+static void die_of_sent_signal(const char *how, int sig)
+{
+	void *p = NULL;
+
+	CUDA(cudaMalloc)(&p, 64);
+	if (!strcmp(how, "kill")) {
+		kill(getpid(), sig);
+	} else if (!strcmp(how, "tgkill")) {
+		syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+	} else if (!strcmp(how, "sigqueue")) {
+		union sigval v = {.sival_int = 0};
+		sigqueue(getpid(), sig, v);
+	} else if (!strcmp(how, "forge")) {
+		siginfo_t si;
+		memset(&si, 0, sizeof(si));
+		si.si_signo = sig;
+		si.si_code = SEGV_MAPERR;
+		si.si_addr = (void *)(uprobes_page() + 16);
+		if (syscall(SYS_rt_sigqueueinfo, getpid(), sig, &si))
+			die("rt_sigqueueinfo");
+	} else {
+		die("unknown way to send a signal");
+	}
+	/* Delivered at the return from the system call at the latest. */
+	die("still alive after sending itself a fatal signal");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct { const char *name; int *v; long max; } int_opts[] = {
@@ -1450,6 +1574,7 @@ int main(int argc, char **argv)
 		{"--launches", &opt.launches, 100000}, {"--memcpy", &opt.memcpys, 100000},
 		{"--mallocs", &opt.mallocs, 100000}, {"--graphs", &opt.graphs, 100000},
 		{"--streams", &opt.streams, 64}, {"--driver", &opt.driver, 100000},
+		{"--pause-us", &opt.pause_us, 1000000},
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -1513,10 +1638,10 @@ int main(int argc, char **argv)
 			loaded = 1;
 			printf("loaded\n");
 			fflush(stdout);
-		} else if (!strcmp(line, "go")) {
+		} else if (!strcmp(line, "go") || !strcmp(line, "run")) {
 			if (needs_load && !loaded)
 				die("\"go\" before \"load\"");
-			run_phase();
+			run_phase(line[0] == 'r');
 		} else if (!strcmp(line, "exit")) {
 			break;
 		} else if (!strcmp(line, "segv") || !strcmp(line, "ill")) {
@@ -1525,6 +1650,19 @@ int main(int argc, char **argv)
 			die_of_fault(line[0] == 's', 1);
 		} else if (!strcmp(line, "nullstore")) {
 			die_of_fault(1, 0);
+		} else if (!strcmp(line, "xol") || !strcmp(line, "tramp")) {
+			if (needs_load && !loaded)
+				die("\"xol\"/\"tramp\" before \"load\"");
+			die_in_uprobes_page(line[0] == 't');
+		} else if (!strncmp(line, "send ", 5)) {
+			char how[16];
+			int sig;
+
+			if (needs_load && !loaded)
+				die("\"send\" before \"load\"");
+			if (sscanf(line + 5, "%15s %d", how, &sig) != 2)
+				die("send: want \"send HOW SIGNAL\"");
+			die_of_sent_signal(how, sig);
 		} else {
 			fprintf(stderr, "workload: unexpected command \"%s\"\n", line);
 			return 2;
