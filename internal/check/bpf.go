@@ -75,7 +75,7 @@ func bpfCheck(env *Env) []Result {
 	}
 	defer prog.Close()
 	out := []Result{{Name: "bpf_load", Status: OK, Detail: "a BPF map and a uprobe program loaded"}}
-	out = append(out, objectCheck(env), uprobeCheck(env, prog, counter, multi))
+	out = append(out, objectCheck(env), uprobeCheck(env, prog, counter, multi), uretprobeSeccompCheck(env, multi))
 	out = append(out, tracepointCheck(env))
 	return out
 }

@@ -1,6 +1,7 @@
 // Package check is `profi check`: a preflight of everything the agent
 // needs on this node (kernel features, privileges, a BPF program that
-// really loads and a uprobe that really fires, procfs, NVML, the
+// really loads and a uprobe that really fires, a return probe that a
+// process under a seccomp filter survives, procfs, NVML, the
 // Kubernetes API and its RBAC, TLS files, the OTLP endpoint). Each check
 // says ok, warn or fail, why, and the fix. A fail blocks: the agent would
 // not start or would not profile.
@@ -121,6 +122,11 @@ func WriteText(w io.Writer, r Report) {
 // and endpoints the agent will use. Exit status 1 when a check failed, 2
 // on a usage error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if os.Getenv(seccompChildEnv) != "" {
+		// The uretprobe/seccomp experiment's child (seccomp.go): it exits
+		// here, before the caller's clean-up runs on its confined thread.
+		os.Exit(seccompChild())
+	}
 	own, rest, err := splitArgs(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "profi check: %v\n", err)

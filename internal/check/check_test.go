@@ -28,6 +28,9 @@ import (
 const childEnv = "PROFI_CHECK_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(seccompChildEnv) != "" {
+		os.Exit(seccompChild())
+	}
 	if os.Getenv(childEnv) == "1" {
 		args := os.Args[1:]
 		for i, a := range args {

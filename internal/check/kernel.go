@@ -31,14 +31,19 @@ func kernelVersion() (release string, major, minor int) {
 	return release, major, minor
 }
 
-// kernelBugs classifies the running kernel against the known uprobe bugs.
-func kernelBugs() Result {
-	r := kbugs.Classify(kbugs.Running())
+// kernelBugs classifies a kernel (the running one) against the known
+// uprobe bugs.
+func kernelBugs(k kbugs.Kernel) Result {
+	r := kbugs.Classify(k)
 	res := Result{Name: "kernel_bugs", Detail: r.Summary()}
 	switch r.Verdict {
 	case kbugs.Bad:
 		res.Status = Fail
 		res.Fix = "run a kernel with the fix (docs/KERNELS.md, Known uprobe bugs); without it the agent attaches no probe unless --allow-unsafe-kernel (NVML metrics are served either way)"
+	case kbugs.Degraded:
+		res.Status = Warn
+		res.Fix = "run a kernel with the fix (docs/KERNELS.md, Known uprobe bugs); until then the agent probes without what the bug needs " +
+			"(no_return_probes: no return probes, so calls it would time are not probed; launches, NVTX and ncclGroupStart are still counted at entry)"
 	case kbugs.Suspect:
 		res.Status = Warn
 		res.Fix = "check that the kernel carries the fix named in docs/KERNELS.md, Known uprobe bugs; profi probes either way"
@@ -72,7 +77,7 @@ func kernelChecks(env *Env) []Result {
 		out = append(out, Result{Name: "kernel", Status: OK, Detail: "Linux " + release + " (profi needs " + bpfobj.MinKernel +
 			"+ for BPF cookies on uprobes, uses uprobe_multi from 6.6; tested on " + bpfobj.TestedKernels + ")"})
 	}
-	out = append(out, kernelBugs())
+	out = append(out, kernelBugs(kbugs.Running()))
 	btf := filepath.Join(env.SysRoot, "kernel/btf/vmlinux")
 	if exists(env, "btf", btf) {
 		out = append(out, Result{Name: "btf", Status: OK, Detail: btf + " present"})

@@ -2,10 +2,16 @@
 // process, and the classifier of the running kernel against it. The table
 // is the one source: docs/KERNELS.md's "Known uprobe bugs" section is
 // generated from it (`go test ./internal/kbugs -run TestDoc -update`; the
-// test fails when it is stale). A kernel is known bad when its version lies in a bug's
-// affected range and no release there carries the fix; suspect when a
-// bug's range holds it but a stable or vendor backport may (profi cannot
-// see backports from a version string): start-up warns.
+// test fails when it is stale). Each row is evidence: the upstream commits
+// that introduced and fixed the bug (with their first releases), the
+// stable releases that carry the fix, what the bug does to a probed
+// process, and where that is written. A kernel is affected when its
+// upstream version lies between the two commits' releases and its stable
+// series has no release with the fix up to it; the row's verdict then
+// says what profi does: refuse to probe (bad), probe without the feature
+// the bug needs (degraded), or warn (suspect). profi cannot see vendor
+// backports in a version string: `profi check` runs the experiment where
+// one exists.
 package kbugs
 
 import (
@@ -23,16 +29,41 @@ type Verdict string
 const (
 	// Good: no bug of the table applies.
 	Good Verdict = "good"
-	// Suspect: a bug applies unless a backport fixed it; a warning.
+	// Degraded: a bug applies and profi avoids it by giving up what the
+	// bug needs (the finding's Downgrade): probes attach without it.
+	Degraded Verdict = "degraded"
+	// Suspect: a bug may apply (or the version is unreadable); a warning.
 	Suspect Verdict = "suspect"
 	// Bad: a bug applies; no probes unless --allow-unsafe-kernel.
 	Bad Verdict = "bad"
+)
+
+// severity orders verdicts: a result has its worst finding's.
+var severity = map[Verdict]int{Good: 0, Degraded: 1, Suspect: 2, Bad: 3}
+
+// Downgrade is what profi gives up on a kernel with a bug it avoids.
+type Downgrade string
+
+const (
+	// NoReturnProbes: no return probes (uretprobes). A call the agent
+	// would time with an entry and a return probe is not probed; calls
+	// counted at entry (launches with --kernel-mode anonymous, NVTX,
+	// ncclGroupStart, the loader hook) still are.
+	NoReturnProbes Downgrade = "no_return_probes"
 )
 
 // Version is an upstream kernel version.
 type Version struct{ Major, Minor, Patch int }
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// release names the version as kernel.org does: 6.11 for 6.11.0.
+func (v Version) release() string {
+	if v.Patch == 0 {
+		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
+	}
+	return v.String()
+}
 
 // Less orders versions.
 func (v Version) Less(o Version) bool {
@@ -45,58 +76,93 @@ func (v Version) Less(o Version) bool {
 	return v.Patch < o.Patch
 }
 
-// Range is [From, To): the versions a bug affects. To zero: no release
-// known to carry the fix.
-type Range struct {
-	From, To Version
-	// Verdict for a kernel in the range: Bad when the fix is known to be
-	// missing there, Suspect when a backport may carry it.
-	Verdict Verdict
+// Commit is an upstream (torvalds/linux) commit.
+type Commit struct {
+	ID      string // 12 hex digits
+	Subject string
+	// Release is the first upstream release that has the commit.
+	Release Version
 }
 
 // Bug is one row of the table.
 type Bug struct {
 	ID   string // short name, shown by profi check and the start-up log
 	Arch string // "arm64", "amd64", "" for both (Go's GOARCH names)
-	// What goes wrong for a probed process, and how profi meets it.
+	// Harm is what the bug does to a probed process, as the sources show it.
 	Harm string
-	// Introduced and Fixed name the upstream commits (12 hex digits) or
-	// the release that carries them; Fixed empty: no fix upstream.
-	Introduced, Fixed string
-	Ranges            []Range
+	// Introduced and Fixed are the upstream commits; Fixed zero: no fix
+	// upstream.
+	Introduced, Fixed Commit
+	// Stable are the stable releases that carry the fix, one per stable
+	// series that got it (6.12.14 for 6.12.y): from there on the series
+	// is fixed. A series not listed has no release with the fix.
+	Stable []Version
+	// Verdict for an affected kernel: Bad, Degraded (with Downgrade) or
+	// Suspect.
+	Verdict   Verdict
+	Downgrade Downgrade
+	// Avoided, when set, says why the bug cannot hurt a process profi
+	// probes (profi never places the probe it needs): the row documents
+	// the bug and never applies.
+	Avoided string
+	// Sources: where the commits, the stable releases and the harm are
+	// written (kernel.org, lore, CVE records).
+	Sources []string
 }
 
-// Table is every known uprobe bug that can hurt a probed process.
+// Affects reports whether the upstream version v has the bug.
+func (b Bug) Affects(v Version) bool {
+	if v.Less(b.Introduced.Release) {
+		return false
+	}
+	if b.Fixed.Release != (Version{}) && !v.Less(b.Fixed.Release) {
+		return false
+	}
+	for _, s := range b.Stable {
+		if s.Major == v.Major && s.Minor == v.Minor && !v.Less(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// Table is every known uprobe bug that can hurt a probed process. Rows
+// whose harm no source shows are not here (docs/KERNELS.md, "Known uprobe
+// bugs", says which were removed and why).
 var Table = []Bug{
 	{
-		ID: "arm64-gcs-branch-truncation", Arch: "arm64",
-		Harm:       "GCS support for simulated BL/BLR/RET truncated branch targets to 32 bits: a probed process resumes at a wrong address (SIGSEGV or worse).",
-		Introduced: "efb07ac534e2", Fixed: "ea87c5536aa8 (same 6.18 merge window: no release has the first alone; a vendor kernel that backported only efb07ac534e2 is dangerous, and profi cannot see that)",
-		Ranges: []Range{{From: Version{6, 18, 0}, To: Version{6, 18, 0}, Verdict: Bad}},
-	},
-	{
-		ID: "arm64-debug-exception-rework", Arch: "arm64",
-		Harm:       "The 6.17 rework of arm64 debug exceptions broke the uprobe single-step path until ea0d55ae4b32: probes on stepped instructions (most function entries) can mis-resume the probed process.",
-		Introduced: "6.17 (debug-exception rework)", Fixed: "ea0d55ae4b32 (in 6.18; 6.17-stable and the 6.12-stable backport of the rework: only with it)",
-		Ranges: []Range{{From: Version{6, 17, 0}, To: Version{6, 18, 0}, Verdict: Bad}},
+		ID: "x86-uretprobe-syscall-seccomp", Arch: "amd64",
+		Harm: "From 6.11 a return probe on x86-64 returns through the uretprobe system call, which seccomp filtered like any other: " +
+			"a process whose filter does not allow it (allow-lists written before 6.11: Docker's and other container runtimes' default profiles, " +
+			"systemd's SystemCallFilter=) is killed at the probed function's return, with SIGSEGV where the filter answers an error " +
+			"(the trampoline, its call refused, returns to a wrong address) or SIGSYS where it kills.",
+		Introduced: Commit{ID: "ff474a78cef5", Subject: "uprobe: Add uretprobe syscall to speed up return probe", Release: Version{6, 11, 0}},
+		Fixed:      Commit{ID: "cf6cb56ef244", Subject: "seccomp: passthrough uretprobe systemcall without filtering", Release: Version{6, 14, 0}},
+		// 6.11.y ended at 6.11.11 (December 2024) without it.
+		Stable:    []Version{{6, 12, 14}, {6, 13, 3}},
+		Verdict:   Degraded,
+		Downgrade: NoReturnProbes,
+		Sources: []string{
+			"https://git.kernel.org/torvalds/c/cf6cb56ef244",
+			"https://lore.kernel.org/lkml/20250117005539.325887-1-eyal.birger@gmail.com/ (reproducer: a process under an allow-list filter dies at a uretprobe)",
+			"https://lore.kernel.org/stable/20250213142443.840424031@linuxfoundation.org/ (6.12.14-rc1, patch 189/422)",
+			"https://lore.kernel.org/stable/2025021754-stimuli-duly-4353@gregkh/ (Linux 6.13.3)",
+			"https://www.cve.org/CVERecord?id=CVE-2025-21834",
+		},
 	},
 	{
 		ID: "arm64-ldr-literal", Arch: "arm64",
-		Harm:       "Uprobes on LDR (literal) were simulated wrongly (CVE-2024-50099): the probed process loads a wrong value. Support was removed in 6.12 and stable. profi never places a probe on a literal load (attach/uprobe/arm64.go offers only entry instructions it decodes), so this hurts only other tools' probes.",
-		Introduced: "arm64 uprobe support (4.10)", Fixed: "6.12 and stable (CVE-2024-50099)",
-		Ranges: []Range{{From: Version{4, 10, 0}, To: Version{6, 12, 0}, Verdict: Suspect}},
-	},
-	{
-		ID: "arm64-traced-single-step", Arch: "arm64",
-		Harm:       "A debugger single-stepping a thread that earlier hit a simulated uprobe hits a WARN in uprobe_single_step_handler and the process can resume at a wrong PC (seen on 6.14, GB300). No upstream fix found: profi watches the kernel log and stops every probe on such a warning.",
-		Introduced: "unknown", Fixed: "",
-		Ranges: []Range{{From: Version{4, 10, 0}, Verdict: Suspect}},
-	},
-	{
-		ID: "x86-uretprobe-syscall-seccomp", Arch: "amd64",
-		Harm:       "From 6.11 a return probe returns through the uretprobe system call; a process whose seccomp filter does not allow it (filters written before 6.11, e.g. container runtimes' default profiles) is killed with SIGSYS at the probed function's return. Fixed when seccomp let the call pass unfiltered; stable series got it at different releases.",
-		Introduced: "6.11 (uretprobe syscall)", Fixed: "seccomp: passthrough uretprobe systemcall without filtering (6.14 and stable)",
-		Ranges: []Range{{From: Version{6, 11, 0}, To: Version{6, 14, 0}, Verdict: Suspect}},
+		Harm: "A uprobe on an LDR (literal) or LDRSW (literal) was simulated with plain kernel accesses to user memory, which fault under PAN " +
+			"(hardware from ARMv8.1, or software PAN): a hit is a kernel BUG() that kills the probed task and can lock up or panic the node.",
+		Introduced: Commit{ID: "9842ceae9fa8", Subject: "arm64: Add uprobe support", Release: Version{4, 10, 0}},
+		Fixed:      Commit{ID: "acc450aa0709", Subject: "arm64: probes: Remove broken LDR (literal) uprobe support", Release: Version{6, 12, 0}},
+		Stable:     []Version{{4, 19, 323}, {5, 4, 285}, {5, 10, 228}, {5, 15, 169}, {6, 1, 114}, {6, 6, 58}, {6, 11, 5}},
+		Avoided: "profi never probes a literal load: its arm64 placement refuses a function whose first instruction is one, " +
+			"on every kernel (internal/attach/uprobe/arm64.go, RefusedLiteralLoad)",
+		Sources: []string{
+			"https://git.kernel.org/torvalds/c/acc450aa0709",
+			"https://osv.dev/vulnerability/CVE-2024-50099 (fixed-in stable releases)",
+		},
 	},
 }
 
@@ -115,35 +181,46 @@ type Finding struct {
 
 // Result is the classification.
 type Result struct {
+	// Verdict is the worst of the findings' (Good without any).
 	Verdict Verdict
 	// Upstream is the upstream version the kernel was read as; Source
 	// says from what ("release", "Debian version string").
 	Upstream Version
 	Source   string
 	Findings []Finding
-	// Err: the version could not be read (Verdict Suspect).
+	// Err: the version could not be read (Verdict Suspect, no downgrade).
 	Err error
 }
 
+// NoReturnProbes reports whether the agent must attach no return probe
+// on this kernel (a finding with the NoReturnProbes downgrade).
+func (r Result) NoReturnProbes() bool { return r.downgraded(NoReturnProbes) }
+
+func (r Result) downgraded(d Downgrade) bool {
+	for _, f := range r.Findings {
+		if f.Bug.Downgrade == d {
+			return true
+		}
+	}
+	return false
+}
+
 // Classify classifies a kernel against the table.
-func Classify(k Kernel) Result {
+func Classify(k Kernel) Result { return classify(k, Table) }
+
+func classify(k Kernel, table []Bug) Result {
 	v, source, err := Upstream(k)
 	if err != nil {
 		return Result{Verdict: Suspect, Err: err}
 	}
 	r := Result{Verdict: Good, Upstream: v, Source: source}
-	for _, b := range Table {
-		if b.Arch != "" && b.Arch != k.Arch {
+	for _, b := range table {
+		if b.Avoided != "" || (b.Arch != "" && b.Arch != k.Arch) || !b.Affects(v) {
 			continue
 		}
-		for _, rg := range b.Ranges {
-			if v.Less(rg.From) || (rg.To != (Version{}) && !v.Less(rg.To)) {
-				continue
-			}
-			r.Findings = append(r.Findings, Finding{Bug: b, Verdict: rg.Verdict})
-			if rg.Verdict == Bad || r.Verdict == Good {
-				r.Verdict = rg.Verdict
-			}
+		r.Findings = append(r.Findings, Finding{Bug: b, Verdict: b.Verdict})
+		if severity[b.Verdict] > severity[r.Verdict] {
+			r.Verdict = b.Verdict
 		}
 	}
 	return r
@@ -202,40 +279,58 @@ func (r Result) Summary() string {
 	}
 	var ids []string
 	for _, f := range r.Findings {
-		ids = append(ids, f.Bug.ID+" ("+string(f.Verdict)+")")
+		what := string(f.Verdict)
+		if f.Bug.Downgrade != "" {
+			what += ": " + string(f.Bug.Downgrade)
+		}
+		ids = append(ids, f.Bug.ID+" ("+what+")")
 	}
 	return fmt.Sprintf("upstream %s (from the %s): %s; docs/KERNELS.md, \"Known uprobe bugs\"", r.Upstream, r.Source, strings.Join(ids, ", "))
 }
 
 // Markdown renders the table for docs/KERNELS.md.
-func Markdown() string {
+func Markdown() string { return markdown(Table) }
+
+func markdown(table []Bug) string {
 	var b strings.Builder
-	b.WriteString("| Bug | Architecture | Affected (upstream) | Verdict | Introduced | Fixed | What it does to a probed process |\n|---|---|---|---|---|---|---|\n")
-	for _, bug := range Table {
+	b.WriteString("| Bug | Architecture | Affected (upstream) | Fixed in stable | Verdict | Introduced | Fixed | What it does to a probed process | Sources |\n" +
+		"|---|---|---|---|---|---|---|---|---|\n")
+	for _, bug := range table {
 		arch := bug.Arch
 		if arch == "" {
 			arch = "all"
 		}
-		var rs []string
-		var vs []string
-		for _, r := range bug.Ranges {
-			to := "no fix"
-			if r.To != (Version{}) {
-				to = "< " + r.To.String()
-			}
-			if r.From == r.To {
-				to = "no release (vendor backports only)"
-			}
-			rs = append(rs, r.From.String()+" … "+to)
-			vs = append(vs, string(r.Verdict))
+		affected := bug.Introduced.Release.release() + " … "
+		fixed := "none upstream"
+		if bug.Fixed.Release != (Version{}) {
+			affected += "< " + bug.Fixed.Release.release()
+			fixed = commit(bug.Fixed)
+		} else {
+			affected += "no fix"
 		}
-		fixed := bug.Fixed
-		if fixed == "" {
-			fixed = "none upstream"
+		var stable []string
+		for _, s := range bug.Stable {
+			stable = append(stable, s.String())
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s |\n", bug.ID, arch, strings.Join(rs, "; "), strings.Join(vs, "; "), bug.Introduced, fixed, bug.Harm)
+		if len(stable) == 0 {
+			stable = []string{"none"}
+		}
+		verdict := string(bug.Verdict)
+		if bug.Downgrade != "" {
+			verdict += " (" + string(bug.Downgrade) + ")"
+		}
+		if bug.Avoided != "" {
+			verdict = "never applies: " + bug.Avoided
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", bug.ID, arch, affected, strings.Join(stable, ", "),
+			verdict, commit(bug.Introduced), fixed, bug.Harm, strings.Join(bug.Sources, "<br>"))
 	}
 	return b.String()
+}
+
+// commit renders a commit for the table.
+func commit(c Commit) string {
+	return fmt.Sprintf("`%s` %s (%s)", c.ID, c.Subject, c.Release.release())
 }
 
 // Running describes the kernel this process runs on.
