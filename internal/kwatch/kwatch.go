@@ -46,6 +46,11 @@ type Watch struct {
 	start   string
 	lines   int
 	tripped bool // this report already stopped the probes
+	// cpu is the report's CPU ("WARNING: CPU: 3", or its first "CPU: 3
+	// PID:" line): a line of another CPU ends it. trace: inside its call
+	// trace, the only place (besides its register lines) a frame counts.
+	cpu   string
+	trace bool
 }
 
 // New returns a Watch that calls stop; trustUser: see Watch.
@@ -73,8 +78,19 @@ func (w *Watch) Consume(r kmsg.Record) {
 	if !w.open {
 		return
 	}
-	if strings.HasPrefix(msg, "---[ end ") {
+	if strings.HasPrefix(msg, "---[ end ") || otherBacktrace(msg) {
 		w.open = false
+		return
+	}
+	if cpu, ok := cpuOf(msg); ok {
+		if w.cpu != "" && cpu != w.cpu {
+			w.open = false // another CPU's report interleaved: not this one's frames
+			return
+		}
+		w.cpu = cpu
+	}
+	if t := strings.TrimSpace(msg); t == "Call Trace:" || t == "Call trace:" {
+		w.trace = true
 		return
 	}
 	if w.lines++; w.lines > maxReport {
@@ -99,14 +115,46 @@ func (w *Watch) begin(reason, msg string) {
 	if w.open && w.reason != "" && reason == "" {
 		return // a cut line inside a report: same report
 	}
-	w.open, w.reason, w.start, w.lines, w.tripped = true, reason, msg, 0, false
+	w.open, w.reason, w.start, w.lines, w.tripped, w.trace = true, reason, msg, 0, false, false
+	w.cpu, _ = cpuOf(msg)
 }
 
-// frame trips when msg is a trace line naming a uprobe function.
+// frame trips when msg is a frame of the report naming a uprobe function:
+// a register line (pc, lr, RIP) or a line of its call trace.
 func (w *Watch) frame(msg string) {
-	if fn, ok := frameFunc(msg); ok && uprobeFunc(fn) {
+	fn, ok := frameFunc(msg)
+	if !ok || !uprobeFunc(fn) {
+		return
+	}
+	if w.trace || registerLine(msg) {
 		w.trip(msg)
 	}
+}
+
+// registerLine: the register dump's instruction pointer or link register.
+func registerLine(msg string) bool {
+	s := strings.TrimLeft(msg, " ")
+	return strings.HasPrefix(s, "pc : ") || strings.HasPrefix(s, "lr : ") || strings.HasPrefix(s, "RIP: ")
+}
+
+// otherBacktrace: the start of another CPU's backtrace (an NMI backtrace,
+// sysrq, a lockup report's all-CPU dump) interleaved with a report.
+func otherBacktrace(msg string) bool {
+	return strings.HasPrefix(msg, "NMI backtrace for cpu ") || strings.HasPrefix(msg, "Sending NMI from CPU ")
+}
+
+// cpuOf returns N of "WARNING: CPU: N PID: …" and "CPU: N PID: …" (the
+// report's task line).
+func cpuOf(msg string) (string, bool) {
+	s := strings.TrimPrefix(msg, "WARNING: ")
+	if !strings.HasPrefix(s, "CPU: ") {
+		return "", false
+	}
+	f := strings.Fields(s[len("CPU: "):])
+	if len(f) < 2 || f[1] != "PID:" {
+		return "", false
+	}
+	return f[0], true
 }
 
 func (w *Watch) trip(msg string) {

@@ -78,6 +78,45 @@ const chatter = `uprobe: profi:123 registered
 trace_uprobe: Probe definition must be started with 'p', 'r' or '-'.
  uprobe_notify_resume+0x2e/0x40`
 
+// An unrelated warning whose call trace runs through the uprobe code (a
+// fault taken inside a uprobe handler): a real uprobe frame of the report.
+const netWarnViaUprobe = `------------[ cut here ]------------
+WARNING: CPU: 0 PID: 1 at net/core/dev.c:1234 netdev_foo+0x10/0x20
+CPU: 0 PID: 1 Comm: init
+Call Trace:
+ netdev_foo+0x10/0x20
+ handle_swbp+0x3c4/0x4d0
+---[ end trace 0000000000000000 ]---`
+
+// An unrelated warning interleaved with another CPU's backtrace (an NMI
+// backtrace, a lockup report's dump) that passes through the uprobe code:
+// not the report's frames (issue 42 item 5).
+const netWarnOtherCPU = `------------[ cut here ]------------
+WARNING: CPU: 0 PID: 1 at net/core/dev.c:1234 netdev_foo+0x10/0x20
+CPU: 0 PID: 1 Comm: init
+NMI backtrace for cpu 5
+CPU: 5 PID: 4711 Comm: python
+Call Trace:
+ handle_swbp+0x3c4/0x4d0
+ uprobe_notify_resume+0x2e/0x40
+---[ end trace 0000000000000000 ]---`
+
+// The same without the NMI line: a task line of another CPU ends it too.
+const netWarnOtherTask = `------------[ cut here ]------------
+WARNING: CPU: 0 PID: 1 at net/core/dev.c:1234 netdev_foo+0x10/0x20
+CPU: 7 PID: 4711 Comm: python
+Call Trace:
+ handle_swbp+0x3c4/0x4d0`
+
+// A uprobe function named before the report's call trace (a modules or
+// message line shaped like a frame) is not a frame.
+const netWarnBeforeTrace = `------------[ cut here ]------------
+WARNING: CPU: 0 PID: 1 at net/core/dev.c:1234 netdev_foo+0x10/0x20
+ handle_swbp+0x3c4/0x4d0
+Call Trace:
+ netdev_foo+0x10/0x20
+---[ end trace 0000000000000000 ]---`
+
 // After the end of an unrelated report, a frame line alone is chatter.
 const afterEnd = netWarn + "\n uprobe_notify_resume+0x2e/0x40"
 
@@ -96,6 +135,10 @@ func TestClassify(t *testing.T) {
 		{"BUG at uprobes.c", 0, false, bugAt, []stopped{{ReasonBug, "kernel BUG at kernel/events/uprobes.c:1034!"}}},
 		{"unrelated warning with a stale uprobe word", 0, false, netWarn, nil},
 		{"debugger single step", 0, false, stepWarn, nil},
+		{"unrelated warning through a uprobe handler", 0, false, netWarnViaUprobe, []stopped{{ReasonWarning, "WARNING: CPU: 0 PID: 1 at net/core/dev.c:1234 netdev_foo+0x10/0x20"}}},
+		{"another CPU's NMI backtrace", 0, false, netWarnOtherCPU, nil},
+		{"another CPU's task line", 0, false, netWarnOtherTask, nil},
+		{"a frame-shaped line before the call trace", 0, false, netWarnBeforeTrace, nil},
 		{"chatter", 0, false, chatter, nil},
 		{"frame after the end", 0, false, afterEnd, nil},
 		{"two reports, two stops", 0, false, x86Warn + "\n" + arm64Warn, []stopped{
