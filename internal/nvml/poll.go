@@ -21,6 +21,8 @@ const (
 // goroutine, and the Poller starts a step only after the previous one has
 // returned, so no lock is needed.
 type worker struct {
+	// onXid: Options.OnXid.
+	onXid func(index int, uuid string, xid uint64)
 	lib Library
 	log *slog.Logger
 
@@ -508,6 +510,9 @@ func (w *worker) drainEvents() {
 			continue
 		}
 		w.xids[i][ev.XID]++
+		if w.onXid != nil {
+			w.onXid(w.devs[i].index, w.devs[i].uuid, ev.XID)
+		}
 	}
 }
 

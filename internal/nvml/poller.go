@@ -106,6 +106,11 @@ func New(o Options) (*Poller, error) {
 // Snapshot returns the latest snapshot; never nil.
 func (p *Poller) Snapshot() *Snapshot { return p.snap.Load() }
 
+// OnXid makes fn hear of each XID event counted (the GPU's index and UUID,
+// the code), on the poll's goroutine: the Xid tracker lists the processes
+// on that GPU then (the blast radius). Call it before Run.
+func (p *Poller) OnXid(fn func(index int, uuid string, xid uint64)) { p.w.onXid = fn }
+
 // stepKind is what a step goroutine does.
 type stepKind int
 

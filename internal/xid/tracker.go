@@ -33,6 +33,9 @@ type Tracker struct {
 	// /dev/kmsg from userspace has the user facility, and no process may
 	// forge an Xid (nor fire ProfiGPUXid).
 	TrustUser bool
+	// KernelLogRunning says whether the kernel log is read (the counting
+	// source); nil: never (NVMLEvent records every event).
+	KernelLogRunning func() bool
 
 	gpus  func() *nvml.Snapshot      // may return nil
 	procs func() *aggregate.Snapshot // may return nil
@@ -86,7 +89,7 @@ func (t *Tracker) Consume(r kmsg.Record) {
 		return
 	}
 	x := status.Xid{
-		Seq: r.Seq, Uptime: r.Time, Time: t.now(), Code: l.Code, PCIBusID: l.Bus.String(), GPU: -1,
+		Source: SourceKernelLog, Seq: r.Seq, Uptime: r.Time, Time: t.now(), Code: l.Code, PCIBusID: l.Bus.String(), GPU: -1,
 		DriverPID: l.PID, DriverName: l.Name, Detail: l.Detail, Processes: []status.XidProcess{},
 	}
 	var g *nvml.GPU
@@ -104,10 +107,48 @@ func (t *Tracker) Consume(r kmsg.Record) {
 		x.Processes = t.onGPU(g)
 	}
 	t.counts[Key{GPU: x.GPU, UUID: x.GPUUUID, Code: x.Code}]++
+	t.keepRecent(x)
+}
+
+// Sources of an Xid (status.Xid.Source).
+const (
+	SourceKernelLog = "kernel_log"
+	SourceNVML      = "nvml"
+)
+
+// keepRecent appends x to the recent Xids, at most keep. Called with t.mu
+// held.
+func (t *Tracker) keepRecent(x status.Xid) {
 	if len(t.recent) == t.keep {
 		t.recent = slices.Delete(t.recent, 0, 1)
 	}
 	t.recent = append(t.recent, x)
+}
+
+// NVMLEvent records an XID event of NVML's (nvml.Options.OnXid) with the
+// same blast radius as a kernel log line: the processes on that GPU now,
+// with their calls in flight. Only where the kernel log is not the
+// counting source (KernelLogRunning false): the same fault is not listed
+// twice. NVML's event counts are the collector's (docs/METRICS.md, "Xid
+// blast radius").
+func (t *Tracker) NVMLEvent(index int, uuid string, code uint64) {
+	if t.KernelLogRunning != nil && t.KernelLogRunning() {
+		return
+	}
+	x := status.Xid{Source: SourceNVML, Time: t.now(), Code: uint32(min(code, 1<<32-1)), GPU: index, GPUUUID: uuid, Processes: []status.XidProcess{}}
+	if t.gpus != nil {
+		if s := t.gpus(); s != nil {
+			for i := range s.GPUs {
+				if s.GPUs[i].UUID == uuid {
+					x.PCIBusID = s.GPUs[i].PCIBusID
+					x.Processes = t.onGPU(&s.GPUs[i])
+				}
+			}
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.keepRecent(x)
 }
 
 // onGPU lists the processes on g: the profiled processes whose calls went

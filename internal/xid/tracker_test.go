@@ -44,7 +44,7 @@ func TestTrackerBlastRadius(t *testing.T) {
 	if tr.Malformed() != 1 {
 		t.Errorf("malformed %d, want 1", tr.Malformed())
 	}
-	want := []status.Xid{{Seq: 7, Uptime: 2 * time.Second, Time: at, Code: 79, PCIBusID: "00000000:86:00.0", GPU: 1, GPUUUID: "GPU-b",
+	want := []status.Xid{{Source: SourceKernelLog, Seq: 7, Uptime: 2 * time.Second, Time: at, Code: 79, PCIBusID: "00000000:86:00.0", GPU: 1, GPUUUID: "GPU-b",
 		DriverPID: 20, DriverName: "b", Detail: "GPU has fallen off the bus.", Processes: []status.XidProcess{
 			{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b", NCCLInFlight: map[string]float64{"ncclAllReduce": 1.5},
 				CUDAInFlight: map[string]float64{"cudaStreamSync": 2, "cudaMemcpy": -1}},
@@ -84,5 +84,42 @@ func TestForgedXidRejected(t *testing.T) {
 	tr.Consume(kmsg.Record{Seq: 3, Facility: kmsg.FacilityUser, Message: line})
 	if got, want := tr.Counts(), map[Key]uint64{{GPU: -1, Code: 79}: 2}; !reflect.DeepEqual(got, want) {
 		t.Errorf("counts %v, want %v (the kernel's line, then the trusted user's)", got, want)
+	}
+}
+
+// An NVML XID event, where the kernel log is not read, gets the kernel
+// log line's blast radius: the processes on that GPU (by UUID) with their
+// calls in flight; while the kernel log is read, it is not listed twice.
+func TestNVMLEventBlastRadius(t *testing.T) {
+	t.Parallel()
+	gpus := &nvml.Snapshot{Up: true, GPUs: []nvml.GPU{
+		{Index: 0, UUID: "GPU-a", PCIBusID: "00000000:3B:00.0"},
+		{Index: 1, UUID: "GPU-b", PCIBusID: "00000000:86:00.0", Processes: []nvml.Process{{PID: 30}, {PID: 20}}},
+	}}
+	procs := &aggregate.Snapshot{Processes: []*aggregate.Process{
+		{Meta: aggregate.Meta{PID: 10, Comm: "a", GPUUUID: "GPU-a"}},
+		{Meta: aggregate.Meta{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b"},
+			CUDAInFlight: map[string]time.Duration{"cudaMemcpy": 3 * time.Second}},
+	}}
+	tr := NewTracker(func() *nvml.Snapshot { return gpus }, func() *aggregate.Snapshot { return procs }, 4)
+	at := time.Unix(2000, 0)
+	tr.now = func() time.Time { return at }
+	reading := true
+	tr.KernelLogRunning = func() bool { return reading }
+	tr.NVMLEvent(1, "GPU-b", 79)
+	if r := tr.Recent(); len(r) != 0 {
+		t.Fatalf("an NVML event listed while the kernel log is read: %+v", r)
+	}
+	reading = false
+	tr.NVMLEvent(1, "GPU-b", 79)
+	want := []status.Xid{{Source: SourceNVML, Time: at, Code: 79, PCIBusID: "00000000:86:00.0", GPU: 1, GPUUUID: "GPU-b", Processes: []status.XidProcess{
+		{PID: 20, Comm: "b", Namespace: "ns", Pod: "p1", Container: "c", GPUUUID: "GPU-b", CUDAInFlight: map[string]float64{"cudaMemcpy": 3}},
+		{PID: 30, GPUUUID: "GPU-b"},
+	}}}
+	if got := tr.Recent(); !reflect.DeepEqual(got, want) {
+		t.Errorf("recent\n%+v\nwant\n%+v", got, want)
+	}
+	if len(tr.Counts()) != 0 {
+		t.Errorf("an NVML event counted by the tracker: %v (the collector counts NVML's)", tr.Counts())
 	}
 }

@@ -358,9 +358,36 @@ func TestXidFromNVMLEvents(t *testing.T) {
 	if st.KernelLog == nil || st.KernelLog.Running || st.KernelLog.Error == "" {
 		t.Fatalf("kernel_log %+v, want not running, with the error", st.KernelLog)
 	}
+	// NVML lists a compute process on GPU A (the test's own pid) first,
+	// so that the blast radius of GPU A's events names it.
+	proc := "proc " + gpuA + " " + strconv.Itoa(os.Getpid()) + " 1024\n"
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+proc); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Eventually(10*time.Second, func() error {
+		var st struct {
+			NVML *pstatus.NVML `json:"nvml"`
+		}
+		if err := a.Status(&st); err != nil {
+			return err
+		}
+		if st.NVML == nil || st.NVML.LastPoll.IsZero() {
+			return fmt.Errorf("no NVML poll yet")
+		}
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		if len(testutil.Samples(mfs["profi_gpu_process_memory_bytes"])) == 0 {
+			return fmt.Errorf("NVML's compute process not polled yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// Three events: two Xids on GPU A (one code twice), one on GPU B.
 	events := "xid " + gpuA + " 79 1\nxid " + gpuA + " 79 2\nxid " + gpuB + " 48 3\n"
-	if err := testutil.WriteScenario(scenario, twoGPUDevices+events); err != nil {
+	if err := testutil.WriteScenario(scenario, twoGPUDevices+proc+events); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"0," + gpuA + ",79": 2, "1," + gpuB + ",48": 1}
@@ -384,6 +411,30 @@ func TestXidFromNVMLEvents(t *testing.T) {
 	}
 	if b, err := os.ReadFile(scenario + ".delivered"); err != nil || string(b) != "1\n2\n3\n" {
 		t.Errorf("events delivered %q (%v), want each of 1, 2, 3 once", b, err)
+	}
+	// Each event with the kernel log's blast radius (issue 42 item 5): the
+	// processes on its GPU as NVML listed them then.
+	var xs struct {
+		Xids []pstatus.Xid `json:"xids"`
+	}
+	if err := a.Status(&xs); err != nil {
+		t.Fatal(err)
+	}
+	var gotX []string
+	for _, x := range xs.Xids {
+		var pids []int
+		for _, p := range x.Processes {
+			pids = append(pids, p.PID)
+		}
+		gotX = append(gotX, fmt.Sprintf("%s gpu %d %s xid %d pids %v", x.Source, x.GPU, x.GPUUUID, x.Code, pids))
+	}
+	me := os.Getpid()
+	wantX := []string{
+		fmt.Sprintf("nvml gpu 0 %s xid 79 pids [%d]", gpuA, me), fmt.Sprintf("nvml gpu 0 %s xid 79 pids [%d]", gpuA, me),
+		fmt.Sprintf("nvml gpu 1 %s xid 48 pids []", gpuB),
+	}
+	if !slices.Equal(gotX, wantX) {
+		t.Errorf("/status xids %q, want %q", gotX, wantX)
 	}
 }
 
