@@ -53,3 +53,6 @@ const volatile bool detailed_launches = false;
 
 /* The crash circuit breaker (pid_last_hit, crash_events). */
 volatile const bool crash_breaker = false;
+
+/* The page size (the uprobe execute-out-of-line area is one page): set at load. */
+volatile const u64 page_size = 4096;

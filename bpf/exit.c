@@ -1,19 +1,125 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 
 /*
- * The one field of the kernel's task_struct the crash breaker reads, at
- * its offset in the running kernel (a CO-RE relocation against its BTF):
- * do_exit sets it before the sched_process_exit tracepoint, the signal
- * that killed the process in its low 7 bits (exit(n) leaves them 0).
+ * The fields of the kernel's structures the crash breaker reads, at their
+ * offsets in the running kernel (CO-RE relocations against its BTF).
+ * do_exit sets exit_code before the sched_process_exit tracepoint, the
+ * signal that killed the process in its low 7 bits (exit(n) leaves them
+ * 0). The uprobe out-of-line page ([uprobes]: the copies of probed
+ * instructions and the return probe trampoline) is mm's xol_area; a
+ * thread's pending return probes are its utask's return_instances, each
+ * with the stack address of the return address it hijacked.
  */
-struct task_struct___profi {
-	int exit_code;
+struct xol_area___profi {
+	unsigned long vaddr;
 } __attribute__((preserve_access_index));
 
-/* SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV: the same numbers on x86-64 and arm64. */
+struct uprobes_state___profi {
+	struct xol_area___profi *xol_area;
+} __attribute__((preserve_access_index));
+
+struct mm_struct___profi {
+	struct uprobes_state___profi uprobes_state;
+} __attribute__((preserve_access_index));
+
+struct return_instance___profi {
+	unsigned long stack;
+} __attribute__((preserve_access_index));
+
+struct uprobe_task___profi {
+	struct return_instance___profi *return_instances;
+} __attribute__((preserve_access_index));
+
+struct task_struct___profi {
+	int exit_code;
+	struct mm_struct___profi *mm;
+	struct uprobe_task___profi *utask;
+} __attribute__((preserve_access_index));
+
+/* SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS: the same numbers on x86-64 and arm64. */
+#define SIGTRAP 5
+#define SIGSYS	31
+
 static __always_inline bool fault_signal(u32 sig)
 {
-	return sig == 4 || sig == 5 || sig == 7 || sig == 8 || sig == 11;
+	return sig == 4 || sig == SIGTRAP || sig == 7 || sig == 8 || sig == 11 || sig == SIGSYS;
+}
+
+/* The current thread's user registers, as saved at its entry into the kernel. */
+static __always_inline int user_regs(struct pt_regs *r)
+{
+	struct pt_regs *k = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+	return bpf_probe_read_kernel(r, sizeof(*r), k);
+}
+
+/*
+ * What ties a fault at instruction pointer ip, stack pointer sp, to the
+ * probes (enum fault_why): ip in the out-of-line page (a copied
+ * instruction or the trampoline faulted, or the process jumped there);
+ * the uprobe breakpoint at ip (the kernel moves the instruction pointer
+ * back to the probed instruction when its out-of-line copy faults); the
+ * innermost pending return probe's slot popped (a return through the
+ * trampoline that came out wrong). Nothing here trusts what the process
+ * can say: the signal was raised by the kernel, the rest is the kernel's
+ * own state and the process's code.
+ */
+static __always_inline u8 fault_evidence(u32 sig, u64 ip, u64 sp)
+{
+	struct task_struct___profi *task = (void *)bpf_get_current_task();
+	u64 xol = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
+	u64 stack = BPF_CORE_READ(task, utask, return_instances, stack);
+	u32 insn = 0;
+	u8 why = 0;
+
+	if (xol && ip - xol < page_size)
+		why |= FAULT_XOL;
+	if (!(BKPT_TRAP_AT_NEXT && sig == SIGTRAP) &&
+	    !bpf_probe_read_user(&insn, sizeof(insn), (void *)ip) &&
+	    (insn & UPROBE_BKPT_MASK) == UPROBE_BKPT)
+		why |= FAULT_PROBED_INSN;
+	if (stack && RETURN_POPPED_SP(stack) && sp == RETURN_POPPED_SP(stack))
+		why |= FAULT_RETURN;
+	return why;
+}
+
+/*
+ * A fault signal is delivered to a thread of a probed process. Only one
+ * the kernel raised counts (si_code > 0: never kill, tgkill or sigqueue,
+ * whose codes are 0 or negative; a process may queue itself a positive
+ * code, but not make its instruction pointer explain it). It is kept, the
+ * process's latest, with the evidence that ties it to a probe, for the
+ * exit to report: a handler may run first and raise the signal again
+ * with kill (Python's faulthandler does), which is not kept. Signals of
+ * unprobed processes cost one map lookup.
+ */
+SEC("raw_tracepoint/signal_deliver")
+int fault_deliver(u64 *ctx)
+{
+	u32 sig = (u32)ctx[0], pid = bpf_get_current_pid_tgid() >> 32;
+	const void *info = (const void *)ctx[1];
+	struct last_hit *h;
+	struct pt_regs r;
+	s32 code = 0;
+	u64 addr = 0;
+
+	if (!crash_breaker || !fault_signal(sig) || !info)
+		return 0;
+	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
+	if (!h)
+		return 0;
+	/* kernel_siginfo: si_signo, si_errno, si_code, then the union at 16 (64-bit). */
+	if (bpf_probe_read_kernel(&code, sizeof(code), info + 8) || code <= 0)
+		return 0;
+	bpf_probe_read_kernel(&addr, sizeof(addr), info + 16);
+	if (user_regs(&r))
+		return 0;
+	h->fault_ip = UREGS_IP(&r);
+	h->fault_addr = addr;
+	h->fault_code = code;
+	h->fault_sig = sig;
+	h->fault_why = fault_evidence(sig, UREGS_IP(&r), UREGS_SP(&r));
+	return 0;
 }
 
 /*
@@ -28,8 +134,9 @@ static __always_inline void note_exit(u64 id)
 {
 	struct task_struct___profi *task = (void *)bpf_get_current_task();
 	u32 pid = id >> 32, key = 0;
+	struct last_hit *h, fault;
 	struct crash_event *e;
-	struct last_hit *h;
+	struct pt_regs r;
 	u64 hit_ns, *lost;
 	u32 file, sig;
 	int code;
@@ -46,6 +153,21 @@ static __always_inline void note_exit(u64 id)
 	}
 	hit_ns = h->ns;
 	file = h->file;
+	fault = *h;
+	/*
+	 * A seccomp filter kills without delivering a signal: one that
+	 * blocks the return probe's system call kills in it (x86-64 from
+	 * 6.11; docs/KERNELS.md). The killed thread exits first, the others
+	 * only once woken by the kill, so it is the one reporting.
+	 */
+	if (sig == SIGSYS && NR_URETPROBE >= 0 && !user_regs(&r) &&
+	    UREGS_SYSCALL(&r) == NR_URETPROBE) {
+		fault.fault_ip = UREGS_IP(&r);
+		fault.fault_addr = 0;
+		fault.fault_code = 0;
+		fault.fault_sig = SIGSYS;
+		fault.fault_why = FAULT_URETPROBE_SYS;
+	}
 	if (bpf_map_delete_elem(&pid_last_hit, &pid))
 		return; /* another thread of the process reported it */
 	e = bpf_ringbuf_reserve(&crash_events, sizeof(*e), 0);
@@ -61,6 +183,12 @@ static __always_inline void note_exit(u64 id)
 	e->exit_code = code;
 	e->exit_ns = bpf_ktime_get_ns();
 	e->hit_ns = hit_ns;
+	e->tenant = tenant_of(pid);
+	e->fault_ip = fault.fault_ip;
+	e->fault_addr = fault.fault_addr;
+	e->fault_code = fault.fault_code;
+	e->fault_sig = fault.fault_sig;
+	e->fault_why = fault.fault_why;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, 0);
 }

@@ -316,11 +316,30 @@ struct rt_op_val {
 #define COOKIE_OP(c)   ((u32)(c))
 #define COOKIE_FILE(c) ((u32)((c) >> 32))
 
+/*
+ * Why a fault is the probes' doing (the crash breaker's evidence,
+ * bpf/exit.c): bits of last_hit.fault_why and crash_event.fault_why.
+ */
+enum fault_why {
+	FAULT_XOL = 1, /* the instruction pointer is in the uprobe out-of-line page ([uprobes]) */
+	FAULT_PROBED_INSN = 2, /* it is a probed instruction (the uprobe breakpoint is there) */
+	FAULT_RETURN =
+	    4, /* a return probe's hijacked return was left without the kernel's return handling */
+	FAULT_URETPROBE_SYS = 8, /* killed (SIGSYS) in the return probe's system call */
+};
+
 /* pid_last_hit's value: a process's latest probe hit (the crash breaker). */
 struct last_hit {
 	u64 ns;	  /* bpf_ktime_get_ns of the tick's first hit: at most a tick before the latest */
 	u32 file; /* the attached file whose probe trapped last (its cookie's file id) */
 	u32 tick; /* low 32 bits of bpf_jiffies64 when ns was read */
+	/* The process's latest fault the kernel raised (si_code > 0), as delivered. */
+	u64 fault_ip;	/* the user instruction pointer */
+	u64 fault_addr; /* si_addr */
+	s32 fault_code; /* si_code */
+	u8 fault_sig;
+	u8 fault_why; /* enum fault_why bits; 0: nothing points at a probe */
+	u16 pad;
 };
 
 /* A probed process killed by a fault signal (crash_events). */
@@ -331,7 +350,15 @@ struct crash_event {
 	s32 exit_code; /* task->exit_code: the signal in the low 7 bits, 0x80 if it dumped core */
 	u64 exit_ns;   /* bpf_ktime_get_ns at the exit */
 	u64 hit_ns;    /* bpf_ktime_get_ns of that hit */
-	u8 comm[16];   /* the reporting thread's comm */
+	u64 tenant;    /* tenant_of the reporting thread: its cgroup v2 id (quota.h) */
+	u64 fault_ip;  /* the latest kernel-raised fault's instruction pointer, si_addr, si_code and
+			  signal */
+	u64 fault_addr;
+	s32 fault_code;
+	u8 fault_sig;
+	u8 fault_why; /* enum fault_why bits: the evidence that a probe caused it */
+	u16 pad;
+	u8 comm[16]; /* the reporting thread's comm */
 };
 
 /*

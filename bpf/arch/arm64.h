@@ -197,3 +197,25 @@ static __always_inline u64 probe_ip(struct pt_regs *ctx)
 {
 	return REG(ctx, pc);
 }
+
+/*
+ * The crash breaker's evidence at a fault (bpf/exit.c). The uprobe
+ * breakpoint is BRK #0x004 (BRK64_OPCODE_UPROBES), which compilers never
+ * emit; a BRK reports its own address.
+ */
+#define UPROBE_BKPT	  0xd4200080U
+#define UPROBE_BKPT_MASK  0xffffffffU
+#define BKPT_TRAP_AT_NEXT 0
+/* No return probe system call on arm64: the trampoline is a breakpoint. */
+#define NR_URETPROBE (-1)
+/*
+ * The return address is in x30, not on the stack: a return through the
+ * trampoline traps into the kernel, which either handles it or raises
+ * SIGILL at the trampoline ([uprobes], FAULT_XOL). No stack rule.
+ */
+#define RETURN_POPPED_SP(stack) 0
+
+/* The user registers' instruction pointer, stack pointer and system call number (none kept). */
+#define UREGS_IP(r)	 ((r)->user_regs.pc)
+#define UREGS_SP(r)	 ((r)->user_regs.sp)
+#define UREGS_SYSCALL(r) (-1)

@@ -163,3 +163,26 @@ static __always_inline u64 probe_ip(struct pt_regs *ctx)
 {
 	return ctx->rip;
 }
+
+/*
+ * The crash breaker's evidence at a fault (bpf/exit.c). The uprobe
+ * breakpoint is int3; an int3 of the program's own reports the address
+ * after it, so a SIGTRAP never counts as one at the instruction pointer.
+ */
+#define UPROBE_BKPT	  0xccU
+#define UPROBE_BKPT_MASK  0xffU
+#define BKPT_TRAP_AT_NEXT 1
+/* __NR_uretprobe: return probes return through it from 6.11 (docs/KERNELS.md). */
+#define NR_URETPROBE 335
+/*
+ * A return through the return probe's trampoline pops the hijacked return
+ * address slot: the stack pointer is the slot's address (return_instance's
+ * stack) plus 8. The trampoline's system call blocked by a seccomp filter
+ * returns to the function's return value instead.
+ */
+#define RETURN_POPPED_SP(stack) ((stack) + 8)
+
+/* The user registers' instruction pointer, stack pointer and system call number. */
+#define UREGS_IP(r)	 ((r)->rip)
+#define UREGS_SP(r)	 ((r)->rsp)
+#define UREGS_SYSCALL(r) ((r)->orig_rax)

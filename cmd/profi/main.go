@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,6 +112,19 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The kernel against the known uprobe bugs (docs/KERNELS.md): a
+	// degraded one is probed without return probes, which its bug turns
+	// into process deaths; full kernel mode needs them at every launch.
+	kernel := kbugs.Running()
+	if cfg.AssumeKernel != "" {
+		kernel.Release, kernel.Version, _ = strings.Cut(cfg.AssumeKernel, "|")
+	}
+	kr := kbugs.Classify(kernel)
+	noReturn := kr.NoReturnProbes() && !cfg.AllowUnsafeKernel
+	if noReturn && cfg.KernelMode == ops.KernelModeFull {
+		log.Warn("--kernel-mode full needs return probes, which this kernel's known bug makes unsafe: anonymous instead", "kernel", kr.Summary())
+		cfg.KernelMode = ops.KernelModeAnonymous
+	}
 	objs, err := bpfobj.Load(bpfobj.OptionsOf(cfg))
 	if err != nil {
 		return err
@@ -142,8 +156,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NVTX:           cfg.EnableNVTX,
 		ExcludeTraced:  excludeTraced,
 		Inflight:       []*ebpf.Map{objs.Inflight, objs.NcclInflight},
+		Tenant:         objs.Tenant,
+		NoReturnProbes: noReturn,
 	})
-	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti}
+	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti, NoReturnProbes: noReturn}
 	exitHook, err := attach.ExitHook(objs.ThreadExit)
 	features.ExitHook = err == nil
 	if err != nil {
@@ -154,19 +170,33 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	attacher.AddStatic(discover.LibCudart, cfg.Cudart)
 	// The breaker reports every stop: its own quarantines (only with
 	// --crash-window and the exit hook) and the kernel-warning watch's.
-	brk := breaker.New(breaker.Options{Window: cfg.CrashWindow, Lift: cfg.QuarantineLift, Files: attacher, Logger: log})
+	brk := breaker.New(breaker.Options{Lift: cfg.QuarantineLift, Files: attacher, Logger: log})
 	crashes := cfg.CrashWindow > 0
 	if crashes && !features.ExitHook {
 		log.Error("crash circuit breaker off: it needs the process-exit hook")
 		crashes = false
 	}
+	if crashes {
+		// Without the evidence of each fault no crash is attributed to a
+		// probe: every fault death is counted, nothing quarantined.
+		faultHook, err := attach.FaultHook(objs.FaultDeliver)
+		if err != nil {
+			log.Error("crash circuit breaker blind: no fault is attributed to a probe without the signal-delivery hook", "err", err)
+		} else {
+			defer faultHook.Close()
+		}
+	}
 	// A kernel with a known uprobe bug gets no probes unless
 	// --allow-unsafe-kernel (docs/KERNELS.md, Known uprobe bugs).
-	switch kr := kbugs.Classify(kbugs.Running()); {
+	switch {
 	case kr.Verdict == kbugs.Bad && !cfg.AllowUnsafeKernel:
 		brk.StopAll(breaker.ReasonUnsafeKernel, kr.Summary())
 	case kr.Verdict == kbugs.Bad:
 		log.Warn("the kernel has a known uprobe bug that can hurt a probed process; probing anyway (--allow-unsafe-kernel)", "kernel", kr.Summary())
+	case kr.Verdict == kbugs.Degraded && noReturn:
+		log.Warn("the kernel has a known uprobe bug in return probes: calls are not timed (no return probes), launches, NVTX and ncclGroupStart still counted at entry (--allow-unsafe-kernel overrides)", "kernel", kr.Summary())
+	case kr.Verdict == kbugs.Degraded:
+		log.Warn("the kernel has a known uprobe bug in return probes; probing with them anyway (--allow-unsafe-kernel)", "kernel", kr.Summary())
 	case kr.Verdict == kbugs.Suspect:
 		log.Warn("the kernel may have a uprobe bug that can hurt a probed process, unless a backport fixed it; probing", "kernel", kr.Summary())
 	}
@@ -191,7 +221,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		enricher := &k8s.Enricher{Pods: pods, ProcRoot: cfg.ProcPath}
 		podLabeler = enricher
 		podStatus = pods.Status
-		attacher.SetFullMode(enricher.FullMode) // profi/mode: full pods
+		if !noReturn { // full mode needs return probes
+			attacher.SetFullMode(enricher.FullMode) // profi/mode: full pods
+		}
 	}
 
 	names := aggregate.NewNames(cfg.ProcPath, log)
@@ -253,7 +285,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if gpus != nil {
 		xids = xid.NewTracker(gpus.Snapshot, agg.Snapshot, xid.DefaultKeep)
 		xids.TrustUser = cfg.KmsgTrustUser
+		xids.KernelLogRunning = func() bool { return klog.Stats().Running }
 		klog.Subscribe(xids.Consume)
+		gpus.OnXid(xids.NVMLEvent)
 		reg.MustRegister(collector.NewGPU(gpus.Snapshot, collector.WithProcesses(agg.Snapshot),
 			collector.WithXids(xids.Counts, xids.Rejected, func() bool { return klog.Stats().Running })))
 	}

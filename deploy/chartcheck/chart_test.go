@@ -171,6 +171,7 @@ func TestAgentArgsParse(t *testing.T) {
 		"log-level":       "profi.logLevel sets RUST_LOG (docs/INTERFACE.md section 7); extraArgs can pass it",
 		"no-uprobe-multi": "a test switch (forces classic uprobes for NCCL); extraArgs can pass it",
 		"kmsg-trust-user": "a test switch (kernel-log lines from userspace count as the kernel's); never for production",
+		"assume-kernel":   "a test switch (the kernel the bug table classifies); never for production",
 	}
 	seen := map[string]bool{}
 	sets := valueSets(t)

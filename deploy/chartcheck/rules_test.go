@@ -37,7 +37,7 @@ var (
 		"ProfiExporterDown": "exporter-down", "ProfiEventLoopSlow": "event-loss",
 		"ProfiMetricsAuthFailures": "metrics-auth-failures",
 		// Addition (issue 31): the crash circuit breaker.
-		"ProfiProbesQuarantined": "probe-quarantine",
+		"ProfiProbesQuarantined": "probe-quarantine", "ProfiProbesQuarantinedTenant": "probe-quarantine",
 		// Addition (issue 32): Xid errors.
 		"ProfiGPUXid": "gpu-xid",
 	}
@@ -150,8 +150,8 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 32 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 14 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory)", out, want)
+	if want := "SUCCESS: 33 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 15 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir

@@ -115,6 +115,15 @@ type Options struct {
 	// with a tracer is left unprobed, with no breakpoint in its memory
 	// (traced.go); the discovery pass's Scanner must set Tracers.
 	ExcludeTraced bool
+	// NoReturnProbes: the kernel's return probes can kill a probed
+	// process (kbugs.Result.NoReturnProbes): no probe with a return probe
+	// is attached; a whole probe goes, never its return half, since the
+	// timed entry programs leave state only the return clears.
+	NoReturnProbes bool
+	// Tenant is the tenant BPF admitted a process under (pid_quotas: its
+	// cgroup v2 id), false if it has made no probed call yet; for the
+	// crash breaker's tenant quarantines (QuarantineTenant). May be nil.
+	Tenant func(pid int) (uint64, bool)
 	// Inflight are the BPF maps of calls in flight keyed by pid_tgid
 	// (inflight, nccl_inflight): a process's entries are deleted when its
 	// probes come back after it was left unprobed. May be empty.
@@ -222,7 +231,10 @@ type Attacher struct {
 	// (Quarantine): never attached while there; gone are the ids of
 	// released files, for a Quarantine that arrives after the release.
 	quarantined map[FileKey]bool
-	gone        map[uint32]Target
+	// tenantsOff are the tenants whose processes the crash breaker left
+	// unprobed, by file (QuarantineTenant).
+	tenantsOff map[FileKey]map[uint64]bool
+	gone       map[uint32]Target
 	// stopped: QuarantineAll ran; nothing is attached again.
 	stopped bool
 	// capped are the files the caps refuse (seen at the last pass, each
@@ -262,6 +274,7 @@ func New(opts Options) *Attacher {
 		refused: map[FileKey]uprobe.Refusals{},
 
 		quarantined:  map[FileKey]bool{},
+		tenantsOff:   map[FileKey]map[uint64]bool{},
 		gone:         map[uint32]Target{},
 		capped:       map[FileKey]bool{},
 		limitRefused: map[string]uint64{},
@@ -385,7 +398,7 @@ func (a *Attacher) Sync(targets []Target) {
 // the process lists of files already attached or waiting for a retry.
 // Called with a.mu held.
 func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
-	if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+	if len(a.probes(t.Lib, a.opts.KernelMode)) == 0 {
 		return false // nothing to attach for this library (yet): not a failure
 	}
 	if a.quarantined[t.Key] || a.stopped {
@@ -487,7 +500,7 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 		case reason == ReasonSymbolNotFound:
 			// The file's symbols cannot change: no retry while it stays mapped.
 			fl.next = permanent
-			a.counts[failureKey{string(t.Lib), reason}] += uint64(requiredProbes(t.Lib, a.opts.KernelMode, a.opts.Profile))
+			a.counts[failureKey{string(t.Lib), reason}] += uint64(a.requiredProbes(t.Lib))
 			a.log.Warn("library defines none of the probed symbols; not retried", "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
 		case errors.As(err, &all):
 			// The verdicts are the file's bytes' or cached: no retry.
@@ -524,11 +537,22 @@ func (a *Attacher) attach(t Target, p *opened, now time.Time) {
 // attach failure, or a pid_files owner.
 func profiled(lib discover.Library) bool { return lib != discover.LibLoader }
 
+// probes are lib's probes in kernel mode mode: the table's for the
+// profile, without those with a return probe on a kernel whose return
+// probes can kill a process (Options.NoReturnProbes).
+func (a *Attacher) probes(lib discover.Library, mode string) []ops.Probe {
+	all := ops.Probes(lib, mode, a.opts.Profile)
+	if !a.opts.NoReturnProbes {
+		return all
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(p ops.Probe) bool { return p.Return != "" })
+}
+
 // requiredProbes is the number of lib's probes that are not optional:
 // the failures a file that defines none of them counts.
-func requiredProbes(lib discover.Library, mode, profile string) int {
+func (a *Attacher) requiredProbes(lib discover.Library) int {
 	n := 0
-	for _, p := range ops.Probes(lib, mode, profile) {
+	for _, p := range a.probes(lib, a.opts.KernelMode) {
 		if !p.Optional {
 			n++
 		}

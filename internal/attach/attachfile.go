@@ -37,7 +37,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 
 	a.nextID++
 	att := &attached{target: t, id: a.nextID, syms: syms, sets: map[int]*linkSet{}, ident: identOf(f)}
-	all := ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)
+	all := a.probes(t.Lib, a.opts.KernelMode)
 	rest := all
 	if a.ho.candidate(t) {
 		rest = nil

@@ -32,7 +32,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 			continue
 		}
 		seen[t.Key] = true
-		if len(ops.Probes(t.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 || a.quarantined[t.Key] || a.stopped {
+		if len(a.probes(t.Lib, a.opts.KernelMode)) == 0 || a.quarantined[t.Key] || a.stopped {
 			continue
 		}
 		if _, ok := a.files[t.Key]; ok {
@@ -88,7 +88,7 @@ func (a *Attacher) open(t Target) (p *opened) {
 		}
 		return &opened{reason: ReasonOpenFailed, err: fmt.Errorf("open %s: %w", t.Path, err)}
 	}
-	syms, err := uprobe.DefinedFuncs(f, probedSymbols(t.Lib, a.opts.KernelMode, a.opts.Profile), t.Static, uprobe.HostMachine())
+	syms, err := uprobe.DefinedFuncs(f, a.probedSymbols(t.Lib), t.Static, uprobe.HostMachine())
 	if err != nil {
 		f.Close()
 		return &opened{reason: ReasonNotELF, err: fmt.Errorf("read symbols of %s: %w", t.Path, err)}
@@ -99,10 +99,10 @@ func (a *Attacher) open(t Target) (p *opened) {
 // probedSymbols are the symbols any probe of lib may need: the global
 // mode's and, for full-mode upgrades of single processes (reattach with
 // the symbols read at attach), full mode's.
-func probedSymbols(lib discover.Library, mode, profile string) []string {
+func (a *Attacher) probedSymbols(lib discover.Library) []string {
 	var names []string
-	for _, m := range []string{mode, ops.KernelModeFull} {
-		for _, p := range ops.Probes(lib, m, profile) {
+	for _, m := range []string{a.opts.KernelMode, ops.KernelModeFull} {
+		for _, p := range a.probes(lib, m) {
 			if !slices.Contains(names, p.Symbol) {
 				names = append(names, p.Symbol)
 			}

@@ -5,7 +5,9 @@ import (
 )
 
 // The crash breaker's side of the attacher: taking one file's probes off
-// (Quarantine), every file's (QuarantineAll), and lifting one (Unquarantine).
+// one tenant's processes (QuarantineTenant) or the node (Quarantine), every
+// file's (QuarantineAll), and lifting either (UnquarantineTenant,
+// Unquarantine).
 
 // QuarantinedFile is a library file whose probes Quarantine took off.
 type QuarantinedFile struct {
@@ -101,6 +103,44 @@ func (a *Attacher) Unquarantine(key FileKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.quarantined, key)
+}
+
+// QuarantineTenant leaves the processes of one tenant (the tenant BPF
+// admitted them under, pid_quotas: their cgroup v2) unprobed in the file
+// with id id, with no breakpoint in their memory: the file's probes become
+// per-process links for the other processes that map it, as for a traced
+// process (traced.go). A process of the tenant is known to be one once it
+// made a probed call (Options.Tenant); until then it is probed. ok is
+// false when no file with that id is attached.
+func (a *Attacher) QuarantineTenant(id uint32, tenant uint64) (q QuarantinedFile, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, f := range a.files {
+		if f.id != id {
+			continue
+		}
+		q = QuarantinedFile{Key: key, Lib: f.target.Lib, Path: f.target.Path, PIDs: sortedPIDs(f.target.PIDs)}
+		if a.tenantsOff[key] == nil {
+			a.tenantsOff[key] = map[uint64]bool{}
+		}
+		a.tenantsOff[key][tenant] = true
+		before := f.linkCount()
+		a.syncFilters()
+		q.Links = max(before-f.linkCount(), 0)
+		return q, true
+	}
+	return q, false
+}
+
+// UnquarantineTenant probes the tenant's processes in the file again
+// (from the next pass).
+func (a *Attacher) UnquarantineTenant(key FileKey, tenant uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.tenantsOff[key], tenant)
+	if len(a.tenantsOff[key]) == 0 {
+		delete(a.tenantsOff, key)
+	}
 }
 
 // rememberGone keeps a released file's id for Quarantine. Called with

@@ -191,7 +191,7 @@ func Layers(s Status) map[int][]Layer {
 			switch {
 			case v.unprobed != nil:
 				layers = append(layers, Layer{Layer: ll.name, State: "unprobed", Path: v.att.Path,
-					Detail: fmt.Sprintf("left unprobed, no breakpoint in the process: %s by pid %d (--probe-traced-processes)", v.unprobed.Reason, v.unprobed.TracerPID)})
+					Detail: unprobedDetail(v.unprobed)})
 			case inNCCL:
 				layers = append(layers, Layer{Layer: ll.name, State: "blind", Path: nccl.Path,
 					Detail: "runtime linked into " + filepath.Base(nccl.Path) + ": its runtime calls are not seen; the driver layer counts its launches and memory"})
@@ -232,4 +232,12 @@ func partialDetail(l *LibraryStatus) string {
 		parts = append(parts, "uprobe refused by the kernel, not counted: "+strings.Join(names, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// unprobedDetail says why a layer is left unprobed.
+func unprobedDetail(u *Unprobed) string {
+	if u.Reason == ReasonQuarantined {
+		return "left unprobed, no breakpoint in the process: the crash breaker quarantined this file for the process's tenant (docs/OPERATIONS.md, \"When profi suspects it harms a process\")"
+	}
+	return fmt.Sprintf("left unprobed, no breakpoint in the process: %s by pid %d (--probe-traced-processes)", u.Reason, u.TracerPID)
 }

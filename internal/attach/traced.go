@@ -31,9 +31,17 @@ const (
 	TracedNever  = "never"
 )
 
-// ReasonTraced: a process with a tracer, left unprobed (/status
-// unprobed_pids, layer state "unprobed").
-const ReasonTraced = "traced"
+// Reasons a process is left unprobed (/status unprobed_pids, layer state
+// "unprobed"): a tracer is attached; or the crash breaker quarantined the
+// file for the process's tenant (QuarantineTenant).
+const (
+	ReasonTraced      = "traced"
+	ReasonQuarantined = "quarantined"
+)
+
+// quarantinedTenant is tracerOf's answer for a process of a quarantined
+// tenant (no tracer pid is negative).
+const quarantinedTenant = -1
 
 // ExcludesTraced reports whether policy leaves traced processes unprobed
 // on architecture goarch (GOARCH): never does; auto does on arm64, whose
@@ -49,9 +57,15 @@ func ExcludesTraced(policy, goarch string) bool {
 	}
 }
 
-// tracerOf is the tracer of pid among t's processes when traced processes
-// are left unprobed; 0 otherwise.
+// tracerOf says whether pid is left unprobed in t: quarantinedTenant for
+// a process of a tenant quarantined in t, else the tracer of pid when
+// traced processes are left unprobed; 0: probed.
 func (a *Attacher) tracerOf(t *Target, pid int) int {
+	if off := a.tenantsOff[t.Key]; len(off) > 0 && a.opts.Tenant != nil {
+		if tenant, ok := a.opts.Tenant(pid); ok && off[tenant] {
+			return quarantinedTenant
+		}
+	}
 	if !a.opts.ExcludeTraced {
 		return 0
 	}
@@ -114,13 +128,15 @@ func (a *Attacher) syncFilters() {
 			}
 		}
 		for pid, tr := range unprobed {
-			if _, was := f.unprobed[pid]; !was {
+			if _, was := f.unprobed[pid]; !was && tr == quarantinedTenant {
+				a.log.Warn("process left unprobed: the crash breaker quarantined the file for its tenant", "pid", pid, "lib", f.target.Lib, "path", f.target.Path)
+			} else if !was {
 				a.log.Info("traced process left unprobed", "pid", pid, "tracer_pid", tr, "lib", f.target.Lib, "path", f.target.Path)
 			}
 		}
 		for pid := range f.unprobed {
 			if _, still := unprobed[pid]; !still && slices.Contains(f.target.PIDs, pid) {
-				a.log.Info("process no longer traced, probed again", "pid", pid, "lib", f.target.Lib, "path", f.target.Path)
+				a.log.Info("process no longer traced or quarantined, probed again", "pid", pid, "lib", f.target.Lib, "path", f.target.Path)
 			}
 		}
 		f.unprobed = unprobed
@@ -277,7 +293,11 @@ func unprobedOf(f *attached) []Unprobed {
 	}
 	out := make([]Unprobed, 0, len(f.unprobed))
 	for _, pid := range sortedKeys(f.unprobed) {
-		out = append(out, Unprobed{PID: pid, Reason: ReasonTraced, TracerPID: f.unprobed[pid]})
+		if tr := f.unprobed[pid]; tr == quarantinedTenant {
+			out = append(out, Unprobed{PID: pid, Reason: ReasonQuarantined})
+		} else {
+			out = append(out, Unprobed{PID: pid, Reason: ReasonTraced, TracerPID: tr})
+		}
 	}
 	return out
 }

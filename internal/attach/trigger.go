@@ -73,7 +73,7 @@ func (a *Attacher) needsPass(procRoot string, pid int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, m := range res.Processes[0].Libs {
-		if !profiled(m.Lib) || len(ops.Probes(m.Lib, a.opts.KernelMode, a.opts.Profile)) == 0 {
+		if !profiled(m.Lib) || len(a.probes(m.Lib, a.opts.KernelMode)) == 0 {
 			continue
 		}
 		key := FileKey{Dev: m.Dev, Inode: m.Inode}
@@ -150,6 +150,17 @@ func ExitHook(prog *ebpf.Program) (link.Link, error) {
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exit", Program: prog})
 	if err != nil {
 		return nil, fmt.Errorf("attach sched_process_exit hook: %w", err)
+	}
+	return l, nil
+}
+
+// FaultHook attaches prog to the signal_deliver raw tracepoint: the crash
+// breaker's evidence of each fault the kernel raises in a probed process
+// (bpf/exit.c, fault_deliver).
+func FaultHook(prog *ebpf.Program) (link.Link, error) {
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "signal_deliver", Program: prog})
+	if err != nil {
+		return nil, fmt.Errorf("attach signal_deliver hook: %w", err)
 	}
 	return l, nil
 }

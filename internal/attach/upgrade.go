@@ -39,10 +39,10 @@ func (a *Attacher) SetFullModePIDs(pids []int) {
 
 // upgradeProbes are the probes full mode adds to, or changes in, the
 // probe set of the global mode.
-func upgradeProbes(lib discover.Library, mode, profile string) []ops.Probe {
-	base := ops.Probes(lib, mode, profile)
+func (a *Attacher) upgradeProbes(lib discover.Library) []ops.Probe {
+	base := a.probes(lib, a.opts.KernelMode)
 	var out []ops.Probe
-	for _, p := range ops.Probes(lib, ops.KernelModeFull, profile) {
+	for _, p := range a.probes(lib, ops.KernelModeFull) {
 		if !slices.Contains(base, p) {
 			out = append(out, p)
 		}
@@ -81,7 +81,7 @@ func (a *Attacher) syncUpgrades() {
 }
 
 func (a *Attacher) upgrade(f *attached, pid int) error {
-	probes := upgradeProbes(f.target.Lib, a.opts.KernelMode, a.opts.Profile)
+	probes := a.upgradeProbes(f.target.Lib)
 	if len(probes) == 0 {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package bpfobj
 
 import (
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -306,8 +307,9 @@ func TestOpTablesInObject(t *testing.T) {
 		}
 	}
 	// One program per role: every program the table names exists, as
-	// uprobe.multi, and there are no others but the exit hook.
-	want := map[string]bool{ProfiProgThreadExit: true}
+	// uprobe.multi, and there are no others but the exit and fault hooks.
+	hooks := map[string]bool{ProfiProgThreadExit: true, ProfiProgFaultDeliver: true}
+	want := maps.Clone(hooks)
 	for _, lib := range []discover.Library{discover.LibCudart, discover.LibCuda, discover.LibNCCL, discover.LibNVTX, discover.LibLoader} {
 		for _, p := range ops.Probes(lib, ops.KernelModeFull, ops.ProfileFull) {
 			want[p.Entry] = true
@@ -323,7 +325,7 @@ func TestOpTablesInObject(t *testing.T) {
 		if !want[name] {
 			t.Errorf("program %s is in the object but no table row uses it", name)
 		}
-		if name != ProfiProgThreadExit && p.AttachType != ebpf.AttachTraceUprobeMulti {
+		if !hooks[name] && p.AttachType != ebpf.AttachTraceUprobeMulti {
 			t.Errorf("program %s: attach type %v, want uprobe.multi", name, p.AttachType)
 		}
 		delete(want, name)

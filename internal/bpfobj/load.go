@@ -5,6 +5,7 @@ package bpfobj
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 
 	"github.com/cilium/ebpf"
@@ -32,8 +33,10 @@ type Options struct {
 	// overhead estimate (--overhead-budget). Off, the code is not loaded.
 	CountHits bool
 	// CrashBreaker (--crash-window above 0): every probe hit records its
-	// process's latest hit (pid_last_hit) and the process-exit program
-	// reports probed processes killed by a fault signal (crash_events).
+	// process's latest hit (pid_last_hit), the signal-delivery program
+	// the evidence of each fault the kernel raises in such a process, and
+	// the process-exit program reports probed processes killed by a fault
+	// signal (crash_events).
 	// Off, the code is not loaded.
 	CrashBreaker bool
 	// NVTX (--enable-nvtx-tracing): launches read their thread's NVTX
@@ -80,6 +83,17 @@ func (o *Objects) Programs() map[string]*ebpf.Program {
 		}
 	}
 	return out
+}
+
+// Tenant is the tenant BPF admitted process pid under (pid_quotas: its
+// cgroup v2 id, or TENANT_PID | pid outside cgroup v2); false before the
+// process's first admitted key.
+func (o *Objects) Tenant(pid int) (uint64, bool) {
+	var q ProfiPidQuota
+	if err := o.PidQuotas.Lookup(uint32(pid), &q); err != nil {
+		return 0, false
+	}
+	return q.Tenant, true
 }
 
 // Maps returns every map of the object by its name (its .maps, not the
@@ -171,6 +185,10 @@ func Load(opts Options) (*Objects, error) {
 	if opts.CrashBreaker {
 		if err := spec.Variables[ProfiVarCrashBreaker].Set(true); err != nil {
 			return nil, fmt.Errorf("set crash_breaker: %w", err)
+		}
+		// The uprobe out-of-line area is one page (fault_deliver).
+		if err := spec.Variables[ProfiVarPageSize].Set(uint64(os.Getpagesize())); err != nil {
+			return nil, fmt.Errorf("set page_size: %w", err)
 		}
 	}
 	if opts.NVTX {

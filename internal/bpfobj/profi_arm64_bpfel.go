@@ -60,14 +60,21 @@ type ProfiClaimKey struct {
 }
 
 type ProfiCrashEvent struct {
-	_        structs.HostLayout
-	Pid      uint32
-	Tid      uint32
-	File     uint32
-	ExitCode int32
-	ExitNs   uint64
-	HitNs    uint64
-	Comm     [16]uint8
+	_         structs.HostLayout
+	Pid       uint32
+	Tid       uint32
+	File      uint32
+	ExitCode  int32
+	ExitNs    uint64
+	HitNs     uint64
+	Tenant    uint64
+	FaultIp   uint64
+	FaultAddr uint64
+	FaultCode int32
+	FaultSig  uint8
+	FaultWhy  uint8
+	Pad       uint16
+	Comm      [16]uint8
 }
 
 type ProfiDrop uint32
@@ -157,10 +164,16 @@ type ProfiInflightCall struct {
 }
 
 type ProfiLastHit struct {
-	_    structs.HostLayout
-	Ns   uint64
-	File uint32
-	Tick uint32
+	_         structs.HostLayout
+	Ns        uint64
+	File      uint32
+	Tick      uint32
+	FaultIp   uint64
+	FaultAddr uint64
+	FaultCode int32
+	FaultSig  uint8
+	FaultWhy  uint8
+	Pad       uint16
 }
 
 type ProfiLaunchEvent struct {
@@ -770,6 +783,7 @@ const (
 	ProfiMapTenantReturned       = "tenant_returned"
 	ProfiMapThreads              = "threads"
 	ProfiProgDlEvent             = "dl_event"
+	ProfiProgFaultDeliver        = "fault_deliver"
 	ProfiProgLaunchEntry         = "launch_entry"
 	ProfiProgNameEntry           = "name_entry"
 	ProfiProgNcclEntry           = "nccl_entry"
@@ -793,6 +807,7 @@ const (
 	ProfiVarOpCopyKind           = "op_copy_kind"
 	ProfiVarOpFlags              = "op_flags"
 	ProfiVarOpUnit               = "op_unit"
+	ProfiVarPageSize             = "page_size"
 	ProfiVarPidShare             = "pid_share"
 	ProfiVarSampleRate           = "sample_rate"
 	ProfiVarTenantShare          = "tenant_share"
@@ -853,16 +868,17 @@ type ProfiSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfiProgramSpecs struct {
-	DlEvent     *ebpf.ProgramSpec `ebpf:"dl_event"`
-	LaunchEntry *ebpf.ProgramSpec `ebpf:"launch_entry"`
-	NameEntry   *ebpf.ProgramSpec `ebpf:"name_entry"`
-	NcclEntry   *ebpf.ProgramSpec `ebpf:"nccl_entry"`
-	NcclReturn  *ebpf.ProgramSpec `ebpf:"nccl_return"`
-	NvtxPop     *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
-	NvtxPush    *ebpf.ProgramSpec `ebpf:"nvtx_push"`
-	ThreadExit  *ebpf.ProgramSpec `ebpf:"thread_exit"`
-	TimedEntry  *ebpf.ProgramSpec `ebpf:"timed_entry"`
-	TimedReturn *ebpf.ProgramSpec `ebpf:"timed_return"`
+	DlEvent      *ebpf.ProgramSpec `ebpf:"dl_event"`
+	FaultDeliver *ebpf.ProgramSpec `ebpf:"fault_deliver"`
+	LaunchEntry  *ebpf.ProgramSpec `ebpf:"launch_entry"`
+	NameEntry    *ebpf.ProgramSpec `ebpf:"name_entry"`
+	NcclEntry    *ebpf.ProgramSpec `ebpf:"nccl_entry"`
+	NcclReturn   *ebpf.ProgramSpec `ebpf:"nccl_return"`
+	NvtxPop      *ebpf.ProgramSpec `ebpf:"nvtx_pop"`
+	NvtxPush     *ebpf.ProgramSpec `ebpf:"nvtx_push"`
+	ThreadExit   *ebpf.ProgramSpec `ebpf:"thread_exit"`
+	TimedEntry   *ebpf.ProgramSpec `ebpf:"timed_entry"`
+	TimedReturn  *ebpf.ProgramSpec `ebpf:"timed_return"`
 }
 
 // ProfiMapSpecs contains maps before they are loaded into the kernel.
@@ -928,6 +944,7 @@ type ProfiVariableSpecs struct {
 	OpCopyKind           *ebpf.VariableSpec `ebpf:"op_copy_kind"`
 	OpFlags              *ebpf.VariableSpec `ebpf:"op_flags"`
 	OpUnit               *ebpf.VariableSpec `ebpf:"op_unit"`
+	PageSize             *ebpf.VariableSpec `ebpf:"page_size"`
 	PidShare             *ebpf.VariableSpec `ebpf:"pid_share"`
 	SampleRate           *ebpf.VariableSpec `ebpf:"sample_rate"`
 	TenantShare          *ebpf.VariableSpec `ebpf:"tenant_share"`
@@ -1069,6 +1086,7 @@ type ProfiVariables struct {
 	OpCopyKind           *ebpf.Variable `ebpf:"op_copy_kind"`
 	OpFlags              *ebpf.Variable `ebpf:"op_flags"`
 	OpUnit               *ebpf.Variable `ebpf:"op_unit"`
+	PageSize             *ebpf.Variable `ebpf:"page_size"`
 	PidShare             *ebpf.Variable `ebpf:"pid_share"`
 	SampleRate           *ebpf.Variable `ebpf:"sample_rate"`
 	TenantShare          *ebpf.Variable `ebpf:"tenant_share"`
@@ -1091,21 +1109,23 @@ type ProfiVariables struct {
 //
 // It can be passed to LoadProfiObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfiPrograms struct {
-	DlEvent     *ebpf.Program `ebpf:"dl_event"`
-	LaunchEntry *ebpf.Program `ebpf:"launch_entry"`
-	NameEntry   *ebpf.Program `ebpf:"name_entry"`
-	NcclEntry   *ebpf.Program `ebpf:"nccl_entry"`
-	NcclReturn  *ebpf.Program `ebpf:"nccl_return"`
-	NvtxPop     *ebpf.Program `ebpf:"nvtx_pop"`
-	NvtxPush    *ebpf.Program `ebpf:"nvtx_push"`
-	ThreadExit  *ebpf.Program `ebpf:"thread_exit"`
-	TimedEntry  *ebpf.Program `ebpf:"timed_entry"`
-	TimedReturn *ebpf.Program `ebpf:"timed_return"`
+	DlEvent      *ebpf.Program `ebpf:"dl_event"`
+	FaultDeliver *ebpf.Program `ebpf:"fault_deliver"`
+	LaunchEntry  *ebpf.Program `ebpf:"launch_entry"`
+	NameEntry    *ebpf.Program `ebpf:"name_entry"`
+	NcclEntry    *ebpf.Program `ebpf:"nccl_entry"`
+	NcclReturn   *ebpf.Program `ebpf:"nccl_return"`
+	NvtxPop      *ebpf.Program `ebpf:"nvtx_pop"`
+	NvtxPush     *ebpf.Program `ebpf:"nvtx_push"`
+	ThreadExit   *ebpf.Program `ebpf:"thread_exit"`
+	TimedEntry   *ebpf.Program `ebpf:"timed_entry"`
+	TimedReturn  *ebpf.Program `ebpf:"timed_return"`
 }
 
 func (p *ProfiPrograms) Close() error {
 	return _ProfiClose(
 		p.DlEvent,
+		p.FaultDeliver,
 		p.LaunchEntry,
 		p.NameEntry,
 		p.NcclEntry,

@@ -1,10 +1,15 @@
-// Package breaker is the crash circuit breaker: a process that profi
-// probes and that dies of a fault signal (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
-// SIGSEGV) within --crash-window of a probe hit puts the library file whose
-// probe trapped last into quarantine: its probes come off node-wide and stay
-// off (until --quarantine-lift, if set). The BPF process-exit program
-// reports such deaths (crash_events); the breaker decides and tells the
-// attacher. ARCHITECTURE.md, "Crash circuit breaker".
+// Package breaker is the crash circuit breaker. It acts on evidence: a
+// probed process killed by a fault signal (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
+// SIGSEGV, SIGSYS) counts only when the kernel raised the fault (never kill,
+// tgkill or sigqueue) and a probe explains it: the instruction pointer is in
+// the uprobe out-of-line page or at a probed instruction, a return probe's
+// hijacked return came out wrong, or a seccomp filter killed the process in
+// the return probe's system call (bpf/exit.c). Every other fault death is
+// counted and nothing happens. In proportion: a first attributed crash
+// leaves that file unprobed in the dead process's tenant (its cgroup); one
+// in a second tenant takes the file's probes off node-wide. Quarantines lift
+// by themselves after --quarantine-lift, doubling each time the file is
+// quarantined again (0: never). ARCHITECTURE.md, "Crash circuit breaker".
 package breaker
 
 import (
@@ -28,6 +33,11 @@ import (
 
 // Files is what the breaker needs of the attacher.
 type Files interface {
+	// QuarantineTenant leaves the tenant's processes unprobed in the file
+	// with this id; ok is false for an id not attached.
+	QuarantineTenant(id uint32, tenant uint64) (attach.QuarantinedFile, bool)
+	// UnquarantineTenant probes them there again.
+	UnquarantineTenant(key attach.FileKey, tenant uint64)
 	// Quarantine takes the probes of the file with this id off node-wide
 	// and keeps them off; ok is false for an id never attached.
 	Quarantine(id uint32) (attach.QuarantinedFile, bool)
@@ -42,12 +52,16 @@ type Files interface {
 // (StopAll).
 const LibraryAll = "all"
 
+// Scopes of a quarantine (the scope label, /status scope).
+const (
+	ScopeTenant = "tenant"
+	ScopeNode   = "node"
+)
+
 // Options configure a Breaker.
 type Options struct {
-	// Window is --crash-window: a fault exit this long or less after the
-	// process's latest probe hit trips the breaker.
-	Window time.Duration
-	// Lift is --quarantine-lift: how long a quarantine lasts; 0: until the
+	// Lift is --quarantine-lift: how long a file's first quarantine
+	// lasts, doubled at each later one of the same file; 0: until the
 	// agent restarts.
 	Lift   time.Duration
 	Files  Files
@@ -64,19 +78,20 @@ type Breaker struct {
 	log  *slog.Logger
 
 	mu     sync.Mutex
-	active []record             // quarantines in force
-	counts map[[2]string]uint64 // (library, reason) → quarantines
-	faults map[string]uint64    // fault exits outside the window, by reason
-	lost   func() uint64        // crash_events reservations that failed
-	seen   map[uint32]string    // paths of quarantined files by file id: later reports of a file already handled
+	active []record                // quarantines in force
+	counts map[[3]string]uint64    // (library, reason, scope) → quarantines
+	faults map[[2]string]uint64    // (reason, attributed) → fault deaths of probed processes
+	lost   func() uint64           // crash_events reservations that failed
+	times  map[attach.FileKey]uint // quarantines of each file so far: the backoff's exponent
 
-	quarantines, inForce, outside, lostDesc *prometheus.Desc
+	quarantines, inForce, faultsDesc, lostDesc *prometheus.Desc
 }
 
 type record struct {
-	id  uint32
-	key attach.FileKey
-	q   status.Quarantine
+	id     uint32
+	key    attach.FileKey
+	tenant uint64 // the tenant of a tenant quarantine
+	q      status.Quarantine
 }
 
 // New returns a Breaker.
@@ -93,18 +108,18 @@ func New(opts Options) *Breaker {
 	return &Breaker{
 		opts:   opts,
 		log:    opts.Logger.With("component", "breaker"),
-		counts: map[[2]string]uint64{},
-		faults: map[string]uint64{},
-		seen:   map[uint32]string{},
+		counts: map[[3]string]uint64{},
+		faults: map[[2]string]uint64{},
+		times:  map[attach.FileKey]uint{},
 		quarantines: prometheus.NewDesc("profi_system_probe_quarantines_total",
-			"Library files whose probes the crash breaker took off node-wide: a process that mapped the file died of a fault signal (reason) within --crash-window of a probe hit there; library \"all\": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).",
-			[]string{"library", "reason"}, nil),
+			"Library files the crash breaker quarantined: a probed process died of a fault signal (reason) that a probe explains (scope tenant: the file is left unprobed in that process's tenant; scope node: crashes in two tenants took its probes off node-wide); library \"all\": every probe on the node (reason kernel_warning, kernel_bug, kernel_oops: the kernel reported trouble in its uprobe code; unsafe_kernel: a known uprobe bug, at start-up).",
+			[]string{"library", "reason", "scope"}, nil),
 		inForce: prometheus.NewDesc("profi_system_probe_quarantined_files",
-			"Library files whose probes are in quarantine now, by the signal that put them there.",
-			[]string{"library", "reason"}, nil),
-		outside: prometheus.NewDesc("profi_system_probed_process_faults_total",
-			"Probed processes that died of a fault signal (reason) more than --crash-window after their latest probe hit: no quarantine.",
-			[]string{"reason"}, nil),
+			"Library files in quarantine now, by the signal that put them there and scope (tenant, node).",
+			[]string{"library", "reason", "scope"}, nil),
+		faultsDesc: prometheus.NewDesc("profi_system_probed_process_faults_total",
+			"Probed processes that died of a fault signal (reason), attributed=\"true\" when a probe explains the fault (the breaker acted), \"false\" otherwise (a fault of the process's own, or a signal sent with kill, tgkill or sigqueue: nothing quarantined).",
+			[]string{"reason", "attributed"}, nil),
 		lostDesc: prometheus.NewDesc("profi_system_crash_events_lost_total",
 			"Fault exits of probed processes the BPF program could not report (crash_events ring full): the breaker did not see them.",
 			nil, nil),
@@ -119,8 +134,29 @@ func monotonic() time.Duration {
 }
 
 // signals are the fault signals (the numbers of x86-64 and arm64 alike),
-// as the BPF program recognises them (fault_signal in bpf/exit.c).
-var signals = map[int32]string{4: "SIGILL", 5: "SIGTRAP", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
+// as the BPF programs recognise them (fault_signal in bpf/exit.c).
+var signals = map[int32]string{4: "SIGILL", 5: "SIGTRAP", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV", 31: "SIGSYS"}
+
+// Evidence names the bits of enum fault_why (bpf/types.h), in order.
+var Evidence = []string{"out_of_line_page", "probed_instruction", "return_probe_return", "uretprobe_syscall"}
+
+// evidence lists the names of why's bits.
+func evidence(why uint8) []string {
+	var out []string
+	for i, name := range Evidence {
+		if why&(1<<i) != 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Attributed reports whether ev's death is the probes' doing: the
+// signal that killed the process is the fault the kernel raised in it
+// last, and a probe explains that fault.
+func Attributed(ev *bpfobj.ProfiCrashEvent) bool {
+	return ev.FaultWhy != 0 && int32(ev.FaultSig) == ev.ExitCode&0x7f
+}
 
 // Handle decides on one crash event.
 func (b *Breaker) Handle(ev *bpfobj.ProfiCrashEvent) {
@@ -131,60 +167,97 @@ func (b *Breaker) Handle(ev *bpfobj.ProfiCrashEvent) {
 	}
 	reason := strings.ToLower(sig)
 	comm := unix.ByteSliceToString(ev.Comm[:])
+	attributed := Attributed(ev)
+	b.mu.Lock()
+	b.faults[[2]string{reason, fmt.Sprint(attributed)}]++
+	b.mu.Unlock()
+	fault := []any{"pid", ev.Pid, "comm", comm, "signal", sig, "fault_signal", signals[int32(ev.FaultSig)], "si_code", ev.FaultCode,
+		"fault_ip", fmt.Sprintf("%#x", ev.FaultIp), "fault_addr", fmt.Sprintf("%#x", ev.FaultAddr), "tenant", ev.Tenant}
+	if !attributed {
+		b.log.Info("a probed process died of a fault signal that no probe explains (its own fault, or a signal sent to it); probes kept", fault...)
+		return
+	}
+	why := evidence(ev.FaultWhy)
+	fault = append(fault, "evidence", why)
 	var since time.Duration
 	if ev.ExitNs > ev.HitNs {
 		since = time.Duration(ev.ExitNs - ev.HitNs)
 	}
 	died := b.opts.Now().Add(-(b.opts.Monotonic() - time.Duration(ev.ExitNs)))
-	if since > b.opts.Window {
-		b.mu.Lock()
-		b.faults[reason]++
-		b.mu.Unlock()
-		b.log.Info("a probed process died of a fault signal long after its latest probe hit; probes kept", "pid", ev.Pid, "comm", comm, "signal", sig,
-			"since_probe_hit", since, "crash_window", b.opts.Window)
-		return
-	}
+
 	b.mu.Lock()
-	if path, ok := b.seen[ev.File]; ok {
-		b.mu.Unlock()
-		b.log.Info("another probed process died of a fault signal after a probe hit in a file already quarantined", "pid", ev.Pid, "comm", comm, "signal", sig, "path", path)
-		return
+	node, tenants := false, []record(nil)
+	for _, r := range b.active {
+		switch {
+		case r.id != ev.File || r.q.Library == LibraryAll:
+		case r.q.Scope == ScopeNode:
+			node = true
+		case r.tenant == ev.Tenant:
+			b.mu.Unlock()
+			b.log.Warn("another attributed crash in a tenant already quarantined for the file (a process of it that had made no probed call yet)", fault...)
+			return
+		default:
+			tenants = append(tenants, r)
+		}
 	}
 	b.mu.Unlock()
-	f, ok := b.opts.Files.Quarantine(ev.File)
+	if node {
+		b.log.Warn("another attributed crash in a file already quarantined node-wide", fault...)
+		return
+	}
+	scope := ScopeTenant
+	var f attach.QuarantinedFile
+	if len(tenants) > 0 {
+		// A second tenant: the file is the trouble, not one tenant.
+		scope = ScopeNode
+		f, ok = b.opts.Files.Quarantine(ev.File)
+	} else {
+		f, ok = b.opts.Files.QuarantineTenant(ev.File, ev.Tenant)
+	}
 	detached := b.opts.Monotonic() - time.Duration(ev.ExitNs)
 	if !ok {
-		b.log.Error("a probed process died of a fault signal right after a probe hit, but its library file is no longer known to the agent: nothing quarantined",
-			"pid", ev.Pid, "comm", comm, "signal", sig, "since_probe_hit", since, "file_id", ev.File)
+		b.log.Error("a probe explains the fault that killed a probed process, but its library file is no longer attached: nothing quarantined", fault...)
 		return
 	}
 	q := status.Quarantine{
-		Library: string(f.Lib), Path: f.Path, File: f.Key.String(), Reason: reason,
-		PID: int(ev.Pid), Comm: comm, Signal: sig, CoreDumped: ev.ExitCode&0x80 != 0,
+		Library: string(f.Lib), Path: f.Path, File: f.Key.String(), Reason: reason, Scope: scope, Tenant: ev.Tenant,
+		PID: int(ev.Pid), Comm: comm, Signal: sig, CoreDumped: ev.ExitCode&0x80 != 0, Evidence: why,
+		FaultIP: ev.FaultIp, FaultAddr: ev.FaultAddr, SiCode: ev.FaultCode,
 		Time: died, SinceHitSeconds: since.Seconds(), DetachSeconds: detached.Seconds(),
 		PIDs: slices.Clone(f.PIDs),
 	}
-	// A discovery pass between the death and now no longer lists it.
 	if !slices.Contains(q.PIDs, q.PID) {
 		q.PIDs = append(q.PIDs, q.PID)
 		slices.Sort(q.PIDs)
 	}
+	b.mu.Lock()
 	if b.opts.Lift > 0 {
-		t := b.opts.Now().Add(b.opts.Lift)
+		t := b.opts.Now().Add(b.opts.Lift << min(b.times[f.Key], 16))
 		q.LiftsAt = &t
 	}
-	b.mu.Lock()
-	b.active = append(b.active, record{id: ev.File, key: f.Key, q: q})
-	b.seen[ev.File] = q.Path
-	b.counts[[2]string{q.Library, reason}]++
+	b.times[f.Key]++
+	if scope == ScopeNode {
+		// The node-wide quarantine replaces the tenants'.
+		b.active = slices.DeleteFunc(b.active, func(r record) bool { return r.id == ev.File && r.q.Scope == ScopeTenant })
+	}
+	b.active = append(b.active, record{id: ev.File, key: f.Key, tenant: ev.Tenant, q: q})
+	b.counts[[3]string{q.Library, reason, scope}]++
 	b.mu.Unlock()
+	if scope == ScopeNode {
+		for _, r := range tenants {
+			b.opts.Files.UnquarantineTenant(r.key, r.tenant)
+		}
+	}
 	lifts := "not before the agent restarts"
 	if q.LiftsAt != nil {
 		lifts = q.LiftsAt.Format(time.RFC3339)
 	}
-	b.log.Error("probes quarantined: a probed process died of a fault signal right after a probe hit; the library's probes are off node-wide",
-		"library", q.Library, "path", q.Path, "file", q.File, "pid", q.PID, "comm", comm, "signal", sig,
-		"since_probe_hit", since, "detach", detached, "links", f.Links, "pids", q.PIDs, "lifts", lifts)
+	fault = append(fault, "library", q.Library, "path", q.Path, "file", q.File, "since_probe_hit", since, "detach", detached, "links", f.Links, "pids", q.PIDs, "lifts", lifts)
+	if scope == ScopeNode {
+		b.log.Error("probes quarantined node-wide: a probe explains the faults that killed processes of two tenants; the library's probes are off on the node", fault...)
+		return
+	}
+	b.log.Warn("probes quarantined for one tenant: a probe explains the fault that killed a probed process; the library is left unprobed in its tenant's processes", fault...)
 }
 
 // StopAll takes every probe on the node off until the agent restarts and
@@ -197,7 +270,7 @@ func (b *Breaker) StopAll(reason, line string) {
 	b.mu.Lock()
 	for _, r := range b.active {
 		if r.q.Library == LibraryAll {
-			b.counts[[2]string{LibraryAll, reason}]++
+			b.counts[[3]string{LibraryAll, reason, ScopeNode}]++
 			b.mu.Unlock()
 			b.log.Error("another reason to stop every probe; every probe is already off", "reason", reason, "detail", line)
 			return
@@ -207,7 +280,7 @@ func (b *Breaker) StopAll(reason, line string) {
 	start := b.opts.Monotonic()
 	files := b.opts.Files.QuarantineAll()
 	detached := b.opts.Monotonic() - start
-	q := status.Quarantine{Library: LibraryAll, Reason: reason, Time: b.opts.Now(), DetachSeconds: detached.Seconds(), KernelLog: line, PIDs: []int{}}
+	q := status.Quarantine{Library: LibraryAll, Reason: reason, Scope: ScopeNode, Time: b.opts.Now(), DetachSeconds: detached.Seconds(), KernelLog: line, PIDs: []int{}}
 	links := 0
 	for _, f := range files {
 		links += f.Links
@@ -217,7 +290,7 @@ func (b *Breaker) StopAll(reason, line string) {
 	q.PIDs = slices.Compact(q.PIDs)
 	b.mu.Lock()
 	b.active = append(b.active, record{q: q})
-	b.counts[[2]string{LibraryAll, reason}]++
+	b.counts[[3]string{LibraryAll, reason, ScopeNode}]++
 	b.mu.Unlock()
 	b.log.Error("every probe on the node is off, not attached again before the agent restarts: "+stopWhy(reason),
 		"reason", reason, "detail", line, "files", len(files), "links", links, "pids", q.PIDs, "detach", detached)
@@ -246,13 +319,15 @@ func (b *Breaker) lift() {
 		}
 		return false
 	})
-	for _, r := range due {
-		delete(b.seen, r.id)
-	}
 	b.mu.Unlock()
 	for _, r := range due {
-		b.opts.Files.Unquarantine(r.key)
-		b.log.Warn("quarantine lifted (--quarantine-lift): the library is attached again at the next discovery pass", "library", r.q.Library, "path", r.q.Path, "file", r.q.File)
+		if r.q.Scope == ScopeTenant {
+			b.opts.Files.UnquarantineTenant(r.key, r.tenant)
+		} else {
+			b.opts.Files.Unquarantine(r.key)
+		}
+		b.log.Warn("quarantine lifted (--quarantine-lift, doubling at each quarantine of the file): the library is probed again from the next discovery pass",
+			"library", r.q.Library, "path", r.q.Path, "file", r.q.File, "scope", r.q.Scope, "tenant", r.tenant)
 	}
 }
 
@@ -322,7 +397,7 @@ func (b *Breaker) Status() []status.Quarantine {
 func (b *Breaker) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.quarantines
 	ch <- b.inForce
-	ch <- b.outside
+	ch <- b.faultsDesc
 	ch <- b.lostDesc
 }
 
@@ -331,17 +406,17 @@ func (b *Breaker) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, n := range b.counts {
-		ch <- prometheus.MustNewConstMetric(b.quarantines, prometheus.CounterValue, float64(n), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(b.quarantines, prometheus.CounterValue, float64(n), k[0], k[1], k[2])
 	}
-	active := map[[2]string]int{}
+	active := map[[3]string]int{}
 	for _, r := range b.active {
-		active[[2]string{r.q.Library, r.q.Reason}]++
+		active[[3]string{r.q.Library, r.q.Reason, r.q.Scope}]++
 	}
 	for k, n := range active {
-		ch <- prometheus.MustNewConstMetric(b.inForce, prometheus.GaugeValue, float64(n), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(b.inForce, prometheus.GaugeValue, float64(n), k[0], k[1], k[2])
 	}
-	for r, n := range b.faults {
-		ch <- prometheus.MustNewConstMetric(b.outside, prometheus.CounterValue, float64(n), r)
+	for k, n := range b.faults {
+		ch <- prometheus.MustNewConstMetric(b.faultsDesc, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
 	var lost uint64
 	if b.lost != nil {

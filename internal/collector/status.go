@@ -156,8 +156,12 @@ func (s *StatusSource) Document() status.Doc {
 			doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("every probe on the node is off (%s): %s", q.Reason, q.KernelLog))
 			continue
 		}
-		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined: process %d (%s) died of %s %.3f s after a probe hit",
-			q.Library, q.Path, q.File, q.PID, q.Comm, q.Signal, q.SinceHitSeconds))
+		where := "node-wide"
+		if q.Scope == "tenant" {
+			where = "for the tenant of the process"
+		}
+		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined %s: process %d (%s) died of %s in the probes (%s) %.3f s after a probe hit",
+			q.Library, q.Path, q.File, where, q.PID, q.Comm, q.Signal, strings.Join(q.Evidence, ", "), q.SinceHitSeconds))
 	}
 	doc.Degraded = len(doc.DegradedReasons) > 0
 	return doc

@@ -316,11 +316,11 @@ func TestStatusDegraded(t *testing.T) {
 	if doc := src.Document(); doc.Degraded || doc.DegradedReasons != nil || doc.Quarantined == nil || len(doc.Quarantined) != 0 {
 		t.Fatalf("without a breaker: degraded %v %q, quarantined %v; want false, none, []", doc.Degraded, doc.DegradedReasons, doc.Quarantined)
 	}
-	q := status.Quarantine{Library: "libcudart.so", Path: "/lib/libcudart.so.12", File: "8:1/7", Reason: "sigsegv", PID: 42, Comm: "train",
+	q := status.Quarantine{Library: "libcudart.so", Path: "/lib/libcudart.so.12", File: "8:1/7", Reason: "sigsegv", Scope: "tenant", Evidence: []string{"out_of_line_page"}, PID: 42, Comm: "train",
 		Signal: "SIGSEGV", SinceHitSeconds: 0.0015, PIDs: []int{42, 43}}
 	src.Quarantined = func() []status.Quarantine { return []status.Quarantine{q} }
 	doc := src.Document()
-	want := []string{"probes of libcudart.so (/lib/libcudart.so.12, file 8:1/7) quarantined: process 42 (train) died of SIGSEGV 0.002 s after a probe hit"}
+	want := []string{"probes of libcudart.so (/lib/libcudart.so.12, file 8:1/7) quarantined for the tenant of the process: process 42 (train) died of SIGSEGV in the probes (out_of_line_page) 0.002 s after a probe hit"}
 	if !doc.Degraded || !reflect.DeepEqual(doc.DegradedReasons, want) || !reflect.DeepEqual(doc.Quarantined, []status.Quarantine{q}) {
 		t.Errorf("degraded %v %q, quarantined %+v; want true %q, %+v", doc.Degraded, doc.DegradedReasons, doc.Quarantined, want, q)
 	}

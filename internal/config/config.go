@@ -112,13 +112,14 @@ type Config struct {
 	MallocSizesSize        uint32        // --malloc-sizes-size
 	DetailedLaunches       bool          // --detailed-launches
 	OverheadBudget         float64       // --overhead-budget as a fraction (1 % = 0.01); 0 = off
-	CrashWindow            time.Duration // --crash-window; 0 = crash circuit breaker off
-	QuarantineLift         time.Duration // --quarantine-lift; 0 = a quarantine lasts until restart
+	CrashWindow            time.Duration // --crash-window; 0 = crash circuit breaker off, any other value on
+	QuarantineLift         time.Duration // --quarantine-lift; doubled at each quarantine of a file; 0 = until restart
 	NoUprobeMulti          bool          // hidden --no-uprobe-multi: classic uprobes for CUDA and NCCL (tests the fallback)
 	AllowUnsafeKernel      bool          // --allow-unsafe-kernel: attach probes on a kernel with a known uprobe bug
 	ProbeTracedProcesses   string        // --probe-traced-processes: auto|always|never
 	KernelLog              string        // --kernel-log: auto|off
 	KmsgTrustUser          bool          // hidden --kmsg-trust-user: kernel-log lines written from userspace count as the kernel's (tests)
+	AssumeKernel           string        // hidden --assume-kernel "RELEASE|VERSION": the kernel the bug table classifies (tests)
 	LogLevel               slog.Level    // --log-level / PROFI_LOG_LEVEL, else RUST_LOG, else info
 	OTLP                   OTLPConfig    // --otlp-* and OTEL_* (docs/INTERFACE.md 2.4)
 	MetricsTLS             TLSConfig     // --metrics-tls-* (docs/INTERFACE.md 2.5)
@@ -238,10 +239,11 @@ type cli struct {
 	ProbeTracedProcesses   string  `name:"probe-traced-processes" default:"auto" placeholder:"POLICY" help:"Whether a process with a tracer (gdb, strace, CRIU: TracerPid in /proc/PID/status) is probed: always, never, or auto (never on arm64, whose kernel's uprobe single-step handler misbehaved for traced processes; always elsewhere). An unprobed process has no breakpoint in its memory; it is probed again when its tracer leaves."`
 	AllowUnsafeKernel      bool    `name:"allow-unsafe-kernel" help:"Attach probes even on a kernel with a known uprobe bug that can hurt a probed process (docs/KERNELS.md, Known uprobe bugs); without it such a kernel gets no probes."`
 	KernelLog              string  `name:"kernel-log" default:"auto" placeholder:"MODE" help:"Whether the agent follows the kernel log (kernel warnings in the uprobe code stop every probe; Xid lines): auto (/dev/kmsg, or syslog(2) with CAP_SYSLOG where the device cannot be opened, as in a container) or off."`
+	AssumeKernel           string  `name:"assume-kernel" hidden:"" help:"Classify this kernel (uname -r and -v, joined by |) against the known uprobe bugs instead of the running one (tests of the refusal and downgrade paths)."`
 	KmsgTrustUser          bool    `name:"kmsg-trust-user" hidden:"" help:"Let kernel-log lines written from userspace count as the kernel's own (tests write their kernel warnings; never in production: any root process could stop the probes)."`
 	OverheadBudget         float64 `name:"overhead-budget" env:"PROFI_OVERHEAD_BUDGET" default:"0" placeholder:"PERCENT" help:"Most CPU time, in percent of a traced process's own, that its probes may cost; above it hot probes are duty-cycled and their counts become estimates. 0 means off."`
-	CrashWindow            int     `name:"crash-window" default:"5" placeholder:"SECS" help:"A probed process killed by SIGILL, SIGTRAP, SIGBUS, SIGFPE or SIGSEGV at most this many seconds after a probe hit puts that library file's probes into quarantine, node-wide; 0 turns the crash circuit breaker off."`
-	QuarantineLift         int     `name:"quarantine-lift" default:"0" placeholder:"SECS" help:"Seconds after which a quarantined library is attached again; 0 means not before the agent restarts."`
+	CrashWindow            int     `name:"crash-window" default:"5" placeholder:"SECS" help:"0 turns the crash circuit breaker off; any other value turns it on. The breaker acts on evidence, not time: a probed process killed by a fault the kernel raised in the probes (the uprobe page, a probed instruction, a return probe's return) quarantines that library file for its tenant, one in a second tenant node-wide."`
+	QuarantineLift         int     `name:"quarantine-lift" default:"600" placeholder:"SECS" help:"Seconds after which a quarantined library is probed again, doubled each time the same file is quarantined again; 0 means not before the agent restarts (pinned)."`
 	LogLevel               string  `name:"log-level" env:"PROFI_LOG_LEVEL" placeholder:"LEVEL" help:"error, warn, info, debug or trace; wins over RUST_LOG."`
 
 	OTLPEndpoint      string `name:"otlp-endpoint" group:"otlp" placeholder:"URL" help:"Collector endpoint; empty means off. Env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as given), OTEL_EXPORTER_OTLP_ENDPOINT."`
@@ -491,6 +493,7 @@ func (p *parser) build(raw *cli) *Config {
 		NoUprobeMulti:          raw.NoUprobeMulti,
 		KernelLog:              raw.KernelLog,
 		KmsgTrustUser:          raw.KmsgTrustUser,
+		AssumeKernel:           raw.AssumeKernel,
 		AllowUnsafeKernel:      raw.AllowUnsafeKernel,
 		ProbeTracedProcesses:   raw.ProbeTracedProcesses,
 	}

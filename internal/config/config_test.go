@@ -60,6 +60,7 @@ func defaults() Config {
 		GPMInterval:            5 * time.Second,
 		NCCLHangTimeout:        60 * time.Second,
 		CrashWindow:            5 * time.Second,
+		QuarantineLift:         10 * time.Minute,
 		ProbeTracedProcesses:   "auto",
 		KernelLog:              "auto",
 		MaxTimeSeries:          50000,

@@ -204,8 +204,12 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 		if _, mapped := libs[q.Path]; !mapped && !slices.Contains(q.PIDs, pid) {
 			continue
 		}
-		why := fmt.Sprintf("probes off node-wide since %s: process %d (%s) died of %s %.3f s after a probe hit in this file (crash circuit breaker)",
-			q.Time.Format(time.RFC3339), q.PID, q.Comm, q.Signal, q.SinceHitSeconds)
+		where := "node-wide"
+		if q.Scope == "tenant" {
+			where = "in the processes of one tenant (cgroup)"
+		}
+		why := fmt.Sprintf("probes off %s since %s: process %d (%s) died of %s in the probes (%s) in this file (crash circuit breaker)",
+			where, q.Time.Format(time.RFC3339), q.PID, q.Comm, q.Signal, strings.Join(q.Evidence, ", "))
 		if q.LiftsAt != nil {
 			why += "; lifts at " + q.LiftsAt.Format(time.RFC3339)
 		}

@@ -79,8 +79,20 @@ type Quarantine struct {
 	Path    string `json:"path"`
 	File    string `json:"file"` // dev major:minor/inode
 	// Reason is the metric's reason label: the signal, lower case
-	// ("sigsegv", "sigill", "sigbus", "sigtrap", "sigfpe").
+	// ("sigsegv", "sigill", "sigbus", "sigtrap", "sigfpe", "sigsys").
 	Reason string `json:"reason"`
+	// Scope: "tenant" (the file is left unprobed in the processes of
+	// Tenant, the dead process's cgroup v2 id) or "node" (its probes are
+	// off on the node).
+	Scope  string `json:"scope"`
+	Tenant uint64 `json:"tenant,omitempty"`
+	// Evidence says why the fault is the probes' doing (breaker.Evidence);
+	// FaultIP, FaultAddr and SiCode are the fault as the kernel delivered
+	// it (SiCode 0 for a seccomp kill, which delivers none).
+	Evidence  []string `json:"evidence,omitempty"`
+	FaultIP   uint64   `json:"fault_ip,omitempty"`
+	FaultAddr uint64   `json:"fault_addr,omitempty"`
+	SiCode    int32    `json:"si_code,omitempty"`
 	// PID and Comm are the process that died; Signal its signal's name
 	// (SIGSEGV), CoreDumped whether it dumped core.
 	PID        int    `json:"pid"`
@@ -88,8 +100,8 @@ type Quarantine struct {
 	Signal     string `json:"signal"`
 	CoreDumped bool   `json:"core_dumped,omitempty"`
 	// Time is when it died; SinceHitSeconds how long after the process's
-	// latest probe hit (at most --crash-window), DetachSeconds how long
-	// from the death to the file's last link closed.
+	// latest probe hit, DetachSeconds how long from the death to the
+	// quarantine in force (the links closed or switched).
 	Time            time.Time `json:"time"`
 	SinceHitSeconds float64   `json:"seconds_since_probe_hit"`
 	DetachSeconds   float64   `json:"detach_seconds"`
@@ -100,8 +112,9 @@ type Quarantine struct {
 	// the kernel log line as the kernel escaped it (at most 1 KiB), or the
 	// known kernel bug (reason unsafe_kernel).
 	KernelLog string `json:"kernel_log,omitempty"`
-	// LiftsAt is when the quarantine ends (--quarantine-lift); absent: not
-	// before the agent restarts.
+	// LiftsAt is when the quarantine ends (--quarantine-lift, doubled at
+	// each quarantine of the same file); absent: not before the agent
+	// restarts.
 	LiftsAt *time.Time `json:"lifts_at,omitempty"`
 }
 
@@ -114,6 +127,9 @@ type KernelFeatures struct {
 	// ExitHook: the sched_process_exit raw tracepoint clears exited
 	// threads' state at once (else the --gc-interval sweep does).
 	ExitHook bool `json:"exit_hook"`
+	// NoReturnProbes: the kernel has a known bug in return probes
+	// (docs/KERNELS.md): none is attached, so calls are not timed.
+	NoReturnProbes bool `json:"no_return_probes,omitempty"`
 }
 
 // LibraryView is an attached library file and the pods of its processes.
@@ -264,7 +280,8 @@ type LibraryStatus struct {
 // Unprobed is a process profi leaves unprobed.
 type Unprobed struct {
 	PID int `json:"pid"`
-	// Reason: traced (a tracer is attached: TracerPID).
+	// Reason: traced (a tracer is attached: TracerPID) or quarantined
+	// (the crash breaker quarantined the file for the process's tenant).
 	Reason    string `json:"reason"`
 	TracerPID int    `json:"tracer_pid,omitempty"`
 }
@@ -436,6 +453,10 @@ type LaunchEvent struct {
 // Xid is one Xid error of the kernel log with what was on its GPU when the
 // agent read it (the blast radius).
 type Xid struct {
+	// Source: "kernel_log" (an Xid line) or "nvml" (an NVML XID event,
+	// counted where the kernel log is not read: no sequence number, bus
+	// id or driver text).
+	Source   string        `json:"source"`
 	Seq      uint64        `json:"seq"`       // kernel log sequence number: the identity counted once
 	Uptime   time.Duration `json:"uptime_ns"` // kernel time since boot of the record
 	Time     time.Time     `json:"time"`      // when the agent read it

@@ -42,7 +42,7 @@ func TestProbeFreeFallbackServesNVML(t *testing.T) {
 	waitSMActive(t, a, gpu, 0.635)
 
 	writeUprobeWarning(t, w.PID)
-	st := waitQuarantined(t, a, 1)
+	st := waitQuarantined(t, a, 1, "node")
 	if !st.Degraded || len(st.DegradedReasons) != 1 || !strings.Contains(st.DegradedReasons[0], "every probe on the node is off (kernel_warning)") {
 		t.Errorf("degraded %v %q; want one reason: every probe off, kernel_warning", st.Degraded, st.DegradedReasons)
 	}

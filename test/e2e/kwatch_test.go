@@ -29,7 +29,7 @@ func TestKernelWarningStopsProbes(t *testing.T) {
 
 	line := writeUprobeWarning(t, w.PID)
 	written := time.Now()
-	st := waitQuarantined(t, a, 1)
+	st := waitQuarantined(t, a, 1, "node")
 	q := st.Quarantined[0]
 	if q.Library != "all" || q.Reason != "kernel_warning" || !slices.Contains(q.PIDs, w.PID) || q.LiftsAt != nil {
 		t.Errorf("stop %+v; want library all, reason kernel_warning, pid %d among the pids, no lift", q, w.PID)
@@ -49,7 +49,7 @@ func TestKernelWarningStopsProbes(t *testing.T) {
 	if len(links.Attached) != 0 || len(links.LoaderHooks) != 0 {
 		t.Errorf("still attached after the stop: %+v", links)
 	}
-	if got := quarantineCount(t, a); len(got) != 1 || got["all/kernel_warning"] != 1 {
+	if got, _ := quarantineCount(t, a); len(got) != 1 || got["all/kernel_warning/node"] != 1 {
 		t.Errorf("profi_system_probe_quarantines_total %v, want all/kernel_warning 1", got)
 	}
 	if lines := a.LogLines("every probe on the node is off"); len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") {

@@ -133,10 +133,9 @@ func TestNode(t *testing.T) {
 	requireKernelLog(t, a, kmsg.SyslogPath, "")
 
 	t.Run("crash loop", func(t *testing.T) {
-		// Its own NULL store 6 s after its last CUDA call, past the
-		// chart's --crash-window (5 s): an ordinary crash, which must not
-		// take the probes off (a crash right after a call is the breaker's
-		// case, test/e2e/breaker_test.go).
+		// Its own NULL store 6 s after its last CUDA call: an ordinary
+		// crash no probe explains, which must not take the probes off
+		// (test/e2e/breaker_test.go has the crashes the probes explain).
 		crash := workloadContainer("worker", 6*time.Second)
 		createWorkloadPod(t, c, "batch", &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crashy"},
@@ -237,7 +236,7 @@ func TestNode(t *testing.T) {
 		requireKernelLog(t, a, kmsg.SyslogPath, "")
 		waitAttached(t, a, cts[0].pid)
 		writeUprobeWarning(t, cts[0].pid)
-		st := waitQuarantined(t, a, 1)
+		st := waitQuarantined(t, a, 1, "node")
 		if q := st.Quarantined[0]; q.Library != "all" || q.Reason != "kernel_warning" {
 			t.Errorf("after a kernel warning: %+v, want every probe off (library all, kernel_warning)", q)
 		}
