@@ -301,19 +301,20 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	statusSrc := &collector.StatusSource{
-		Version:        version,
-		Config:         cfg,
-		Started:        started,
-		Snapshot:       agg.Snapshot,
-		Attach:         attacher.Status,
-		Counters:       attacher.Counters,
-		Features:       features,
-		RecentLaunches: recentLaunches(events),
-		Kubernetes:     podStatus,
-		NVML:           nvmlSnapshot,
-		Quarantined:    brk.Status,
-		KernelLog:      klog.Stats,
-		Xids:           recentXids(xids),
+		FileDescriptors: collector.FileDescriptors,
+		Version:         version,
+		Config:          cfg,
+		Started:         started,
+		Snapshot:        agg.Snapshot,
+		Attach:          attacher.Status,
+		Counters:        attacher.Counters,
+		Features:        features,
+		RecentLaunches:  recentLaunches(events),
+		Kubernetes:      podStatus,
+		NVML:            nvmlSnapshot,
+		Quarantined:     brk.Status,
+		KernelLog:       klog.Stats,
+		Xids:            recentXids(xids),
 	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,

@@ -224,6 +224,15 @@ func (f *attached) linkCount() int {
 	return n
 }
 
+// allLinks counts f's links with its full-mode upgrades'.
+func (f *attached) allLinks() int {
+	n := f.linkCount()
+	for _, u := range f.upgrades {
+		n += u.Len()
+	}
+	return n
+}
+
 // multi reports whether some of f's links are uprobe_multi links.
 func (f *attached) multi() bool {
 	for _, s := range f.sets {

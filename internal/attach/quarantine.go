@@ -50,9 +50,8 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 		return q, true
 	}
 	q.Lib, q.Path, q.PIDs = f.target.Lib, f.target.Path, sortedPIDs(f.target.PIDs)
-	q.Links = f.linkCount()
+	q.Links = f.allLinks()
 	for pid := range f.upgrades {
-		q.Links += f.upgrades[pid].Len()
 		a.dropUpgrade(f, pid)
 	}
 	a.quarantined[q.Key] = true

@@ -73,6 +73,7 @@ func (a *Attacher) Status() Status {
 			ProbedPIDs:     a.probedPIDs(f),
 			Unprobed:       unprobedOf(f),
 			FilterSwitches: f.switches,
+			Links:          f.allLinks(),
 		}
 		for _, p := range f.probes {
 			sym := f.syms[p.Symbol]

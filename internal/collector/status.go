@@ -2,16 +2,19 @@ package collector
 
 import (
 	"fmt"
-	"github.com/profi-dev/profi/internal/kmsg"
+	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/config"
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/kmsg"
 	"github.com/profi-dev/profi/internal/nvml"
 	"github.com/profi-dev/profi/internal/status"
 )
@@ -34,6 +37,9 @@ type StatusSource struct {
 	Kubernetes func() k8s.Status
 	// NVML is the GPU poller's latest snapshot; nil with --disable-nvml.
 	NVML func() *nvml.Snapshot
+	// FileDescriptors are the agent's descriptors (FileDescriptors); nil:
+	// not reported.
+	FileDescriptors func() (status.FileDescriptors, error)
 	// Xids are the last Xid errors (xid.Tracker.Recent); nil when none are tracked.
 	Xids func() []status.Xid
 	// Quarantined are the crash breaker's quarantines; nil when it is off.
@@ -147,6 +153,11 @@ func (s *StatusSource) Document() status.Doc {
 		k := status.KernelLog(s.KernelLog())
 		doc.KernelLog = &k
 	}
+	if s.FileDescriptors != nil {
+		if fds, err := s.FileDescriptors(); err == nil {
+			doc.FileDescriptors = &fds
+		}
+	}
 	doc.Quarantined = []status.Quarantine{}
 	if s.Quarantined != nil {
 		doc.Quarantined = s.Quarantined()
@@ -162,6 +173,12 @@ func (s *StatusSource) Document() status.Doc {
 		}
 		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("probes of %s (%s, file %s) quarantined %s: process %d (%s) died of %s in the probes (%s) %.3f s after a probe hit",
 			q.Library, q.Path, q.File, where, q.PID, q.Comm, q.Signal, strings.Join(q.Evidence, ", "), q.SinceHitSeconds))
+	}
+	// A file a cap refuses leaves the processes that map it unprobed there
+	// (issue 47: a victim behind those who took every slot).
+	if c.CappedFiles > 0 {
+		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("%d library files not attached: a cap was reached (--max-attached-files %d, --max-attached-files-per-pid %d; profi_system_limit_refusals_total)",
+			c.CappedFiles, s.Config.MaxAttachedFiles, s.Config.MaxAttachedFilesPerPID))
 	}
 	doc.Degraded = len(doc.DegradedReasons) > 0
 	return doc
@@ -245,4 +262,18 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 		}
 	}
 	return ps
+}
+
+// FileDescriptors counts the agent's open descriptors and reads its
+// limit (StatusSource.FileDescriptors).
+func FileDescriptors() (status.FileDescriptors, error) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return status.FileDescriptors{}, fmt.Errorf("getrlimit: %w", err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return status.FileDescriptors{}, fmt.Errorf("count descriptors: %w", err)
+	}
+	return status.FileDescriptors{Open: len(ents), Limit: lim.Cur}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
@@ -323,5 +325,41 @@ func TestStatusDegraded(t *testing.T) {
 	want := []string{"probes of libcudart.so (/lib/libcudart.so.12, file 8:1/7) quarantined for the tenant of the process: process 42 (train) died of SIGSEGV in the probes (out_of_line_page) 0.002 s after a probe hit"}
 	if !doc.Degraded || !reflect.DeepEqual(doc.DegradedReasons, want) || !reflect.DeepEqual(doc.Quarantined, []status.Quarantine{q}) {
 		t.Errorf("degraded %v %q, quarantined %+v; want true %q, %+v", doc.Degraded, doc.DegradedReasons, doc.Quarantined, want, q)
+	}
+	// Files a cap refuses (issue 47): degraded, with the caps.
+	capped := source(&config.Config{KernelMode: "anonymous", MaxAttachedFiles: 1024, MaxAttachedFilesPerPID: 64}, time.Now(), &aggregate.Snapshot{}, attach.Status{}, attach.Counters{CappedFiles: 3})
+	want = []string{"3 library files not attached: a cap was reached (--max-attached-files 1024, --max-attached-files-per-pid 64; profi_system_limit_refusals_total)"}
+	if doc := capped.Document(); !doc.Degraded || !reflect.DeepEqual(doc.DegradedReasons, want) {
+		t.Errorf("with capped files: degraded %v %q, want true %q", doc.Degraded, doc.DegradedReasons, want)
+	}
+}
+
+// FileDescriptors counts exactly: ten more descriptors (five pipes) are
+// ten more open, and the limit is RLIMIT_NOFILE's soft limit.
+func TestFileDescriptors(t *testing.T) {
+	before, err := FileDescriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds [5][2]int
+	for i := range fds {
+		if err := unix.Pipe2(fds[i][:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := FileDescriptors()
+	for i := range fds {
+		unix.Close(fds[i][0])
+		unix.Close(fds[i][1])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if after.Open != before.Open+10 || after.Limit != lim.Cur {
+		t.Errorf("before %+v, after 5 pipes %+v; want open +10, limit %d", before, after, lim.Cur)
 	}
 }

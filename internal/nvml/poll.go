@@ -23,8 +23,8 @@ const (
 type worker struct {
 	// onXid: Options.OnXid.
 	onXid func(index int, uuid string, xid uint64)
-	lib Library
-	log *slog.Logger
+	lib   Library
+	log   *slog.Logger
 
 	initialised  bool
 	path, driver string

@@ -5,21 +5,25 @@ import "time"
 // Doc is the JSON body of /status: where a user finds out what is
 // attached and why something is not (`profi explain` reads it).
 type Doc struct {
-	Version           string            `json:"version"`
-	UptimeSeconds     float64           `json:"uptime_seconds"`
-	KernelMode        string            `json:"kernel_mode"`
-	ProbeProfile      string            `json:"probe_profile"`
-	PIDFilter         int               `json:"pid_filter"`
-	BPFLoaded         bool              `json:"bpf_loaded"`
-	AttachedLibraries []LibraryView     `json:"attached_libraries"`
-	AttachFailures    []FailureView     `json:"attach_failures"`
-	LoaderHooks       []LoaderHook      `json:"loader_hooks"`
-	LastDiscovery     time.Time         `json:"last_discovery"`
-	TrackedPIDs       []int             `json:"tracked_pids"`
-	EventsProcessed   uint64            `json:"events_processed"`
-	ExportedSeries    int               `json:"exported_series"`
-	Drops             map[string]uint64 `json:"drops"`
-	LastDrain         time.Time         `json:"last_drain"`
+	Version           string        `json:"version"`
+	UptimeSeconds     float64       `json:"uptime_seconds"`
+	KernelMode        string        `json:"kernel_mode"`
+	ProbeProfile      string        `json:"probe_profile"`
+	PIDFilter         int           `json:"pid_filter"`
+	BPFLoaded         bool          `json:"bpf_loaded"`
+	AttachedLibraries []LibraryView `json:"attached_libraries"`
+	AttachFailures    []FailureView `json:"attach_failures"`
+	LoaderHooks       []LoaderHook  `json:"loader_hooks"`
+	// FileDescriptors are the agent's open descriptors and its limit
+	// (RLIMIT_NOFILE, raised to the hard limit at start by Go): the
+	// headroom for more links (also process_open_fds, process_max_fds).
+	FileDescriptors *FileDescriptors  `json:"file_descriptors,omitempty"`
+	LastDiscovery   time.Time         `json:"last_discovery"`
+	TrackedPIDs     []int             `json:"tracked_pids"`
+	EventsProcessed uint64            `json:"events_processed"`
+	ExportedSeries  int               `json:"exported_series"`
+	Drops           map[string]uint64 `json:"drops"`
+	LastDrain       time.Time         `json:"last_drain"`
 	// AttachFailureTotals are profi_system_attach_failures_total by
 	// library and reason, as "library/reason" (retried files included).
 	AttachFailureTotals map[string]uint64 `json:"attach_failure_totals"`
@@ -275,6 +279,10 @@ type LibraryStatus struct {
 	// process and per-process links (docs/OPERATIONS.md, "Traced
 	// processes": entry-only probes have a gap at each).
 	FilterSwitches uint64 `json:"filter_switches,omitempty"`
+	// Links are the links the file holds now (its link sets and full-mode
+	// upgrades): a classic link costs the agent two descriptors (the
+	// perf event and the BPF link), a uprobe_multi link one.
+	Links int `json:"links"`
 }
 
 // Unprobed is a process profi leaves unprobed.
@@ -489,4 +497,10 @@ type XidProcess struct {
 	// of its oldest timed CUDA call in progress, by operation; -1 when the
 	// call's start was not sampled (--sample-rate).
 	CUDAInFlight map[string]float64 `json:"cuda_inflight,omitempty"`
+}
+
+// FileDescriptors are the agent's descriptors in use and its limit.
+type FileDescriptors struct {
+	Open  int    `json:"open"`
+	Limit uint64 `json:"limit"`
 }
