@@ -9,7 +9,8 @@
 #
 # Usage: fetch-kernels.sh [--check] ARCH [SUITE...]   (ARCH: amd64 or arm64)
 # Without suites: those of the matrix (test/vm/vm_test.go, `kernels`):
-# bullseye (5.10, the refusal), bookworm (6.1), trixie (6.12).
+# bullseye (5.10, the refusal), bookworm (6.1), trixie (6.12). sid
+# (Debian's newest, 7.x) when asked for: PROFI_VM_NEWEST=1's lanes.
 #
 # The kernel of a suite is resolved through its linux-image-cloud-ARCH
 # metapackage (the versioned package name changes with every upload). The
@@ -94,14 +95,22 @@ for suite in "${suites[@]}"; do
 	meta=linux-image-cloud-$arch
 	pkg=$(apt-cache "${opts[@]}" depends "$meta" | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
 	[ -n "$pkg" ] || die "$suite: $meta depends on no linux-image-VERSION package"
-	(cd "$apt/debs" && apt-get "${opts[@]}" -qq download "$pkg" busybox-static >&2) ||
-		die "$suite: apt-get download $pkg busybox-static failed"
+	# From Debian 14 (sid: 7.x) the image package only depends on the one
+	# with the kernel itself, linux-binary-VERSION.
+	extra=()
+	bin=linux-binary-${pkg#linux-image-}
+	if apt-cache "${opts[@]}" show "$bin" >/dev/null 2>&1; then
+		extra=("$bin")
+	fi
+	(cd "$apt/debs" && apt-get "${opts[@]}" -qq download "$pkg" "${extra[@]}" busybox-static >&2) ||
+		die "$suite: apt-get download $pkg ${extra[*]} busybox-static failed"
 	for deb in "$apt"/debs/*.deb; do
 		dpkg-deb -x "$deb" "$apt/x"
 	done
 	rm -rf "$out"
 	mkdir -p "$out"
-	vmlinuz=$(find "$apt/x/boot" -name 'vmlinuz-*' -type f | head -n 1)
+	# boot/vmlinuz-VERSION; from Debian 14 usr/lib/modules/VERSION/vmlinuz.
+	vmlinuz=$(find "$apt/x" \( -path '*/boot/vmlinuz-*' -o -path '*/usr/lib/modules/*/vmlinuz' \) -type f | head -n 1)
 	[ -n "$vmlinuz" ] || die "$suite: no boot/vmlinuz-* in $pkg"
 	busybox=$(find "$apt/x" -path '*bin/busybox' -type f | head -n 1)
 	[ -n "$busybox" ] || die "$suite: no bin/busybox in busybox-static"

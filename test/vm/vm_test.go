@@ -79,6 +79,24 @@ var kernels = []kernel{
 	{suite: "trixie", version: "6.12", modes: []string{"uprobe_multi", "classic"}},
 }
 
+// newest is Debian's newest kernel (sid: 7.2.13 on 2026-12-07), the
+// kernels new GPU nodes (GB300) run. Its lanes run with NewestEnv=1 only:
+// on 7.2.13 return probes are lost (docs/KERNELS.md, "Debian's newest"),
+// so they fail until that is understood and fixed; then they join
+// kernels.
+var newest = kernel{suite: "sid", version: "sid", modes: []string{"uprobe_multi", "classic"}}
+
+// NewestEnv=1 adds the newest kernel's lanes (newest).
+const NewestEnv = "PROFI_VM_NEWEST"
+
+// matrix is the kernels this run boots.
+func matrix() []kernel {
+	if os.Getenv(NewestEnv) == "1" {
+		return append(slices.Clone(kernels), newest)
+	}
+	return kernels
+}
+
 // loadTests are the BPF load tests: every configuration that changes what
 // is loaded (internal/bpfobj).
 const loadTests = "^TestLoad"
@@ -151,7 +169,7 @@ func TestKernelMatrix(t *testing.T) {
 				unavailable(t, "%s not found: install Debian's qemu-system-x86 or qemu-system-arm (make test-setup)", a.qemu)
 			}
 			var suites []string
-			for _, k := range kernels {
+			for _, k := range matrix() {
 				suites = append(suites, k.suite)
 			}
 			args := append([]string{filepath.Join(root, "scripts/fetch-kernels.sh"), "--check", a.name}, suites...)
@@ -175,7 +193,7 @@ func TestKernelMatrix(t *testing.T) {
 			// One VM per kernel and link mode, one core each (-smp 1):
 			// the machine's cores run them side by side. The load
 			// tests and `profi check` run in a kernel's first VM.
-			for _, k := range kernels {
+			for _, k := range matrix() {
 				if len(k.modes) == 0 {
 					t.Run(k.version, func(t *testing.T) {
 						t.Parallel()
