@@ -171,15 +171,22 @@ func Targets(res *discover.Result, procRoot string) []Target {
 	for _, key := range order {
 		t := byKey[key]
 		pids, path := t.PIDs, t.Path
+		// Each process's root in turn: one that is exiting (its root
+		// already gone, not yet a zombie: the crash breaker acts at a
+		// death) or gone must not make the file unopenable for the
+		// others. The first error that is not a process gone is kept.
 		t.Open = func() (*os.File, error) {
-			var err error
+			var first error
 			for _, pid := range pids {
-				var f *os.File
-				if f, err = discover.OpenInRoot(procRoot, pid, path); err == nil || !errors.Is(err, discover.ErrProcessGone) {
-					return f, err
+				f, err := discover.OpenInRoot(procRoot, pid, path)
+				if err == nil {
+					return f, nil
+				}
+				if first == nil || errors.Is(first, discover.ErrProcessGone) {
+					first = err
 				}
 			}
-			return nil, err
+			return nil, first
 		}
 		out = append(out, *t)
 	}

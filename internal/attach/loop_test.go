@@ -3,6 +3,10 @@ package attach
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,5 +109,40 @@ func TestTriggeredPassAfterInterval(t *testing.T) {
 	}
 	if got := a.Counters().TriggersCoalesced; got != 0 {
 		t.Errorf("TriggersCoalesced = %d, want 0", got)
+	}
+}
+
+// A target's Open tries every process's root: the first process exiting
+// (its /proc entry still there, its root gone, not yet a zombie: the
+// crash breaker acts at a death) does not make the file unopenable while
+// another process maps it.
+func TestTargetOpenSkipsExitingProcess(t *testing.T) {
+	t.Parallel()
+	procRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(procRoot, "10"), 0o755); err != nil { // exiting: no root
+		t.Fatal(err)
+	}
+	lib := filepath.Join(procRoot, "20", "root", "lib", "libcudart.so.12")
+	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, []byte("elf"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := &discover.Result{Processes: []discover.Process{
+		{PID: 10, Libs: []discover.Mapping{{PID: 10, Lib: discover.LibCudart, Path: "/lib/libcudart.so.12", Dev: 1, Inode: 2}}},
+		{PID: 20, Libs: []discover.Mapping{{PID: 20, Lib: discover.LibCudart, Path: "/lib/libcudart.so.12", Dev: 1, Inode: 2}}},
+	}}
+	ts := Targets(res, procRoot)
+	if len(ts) != 1 || !slices.Equal(ts[0].PIDs, []int{10, 20}) {
+		t.Fatalf("targets %+v, want one file of pids 10 and 20", ts)
+	}
+	f, err := ts[0].Open()
+	if err != nil {
+		t.Fatalf("open through pid 20's root: %v", err)
+	}
+	defer f.Close()
+	if b, err := io.ReadAll(f); err != nil || string(b) != "elf" {
+		t.Errorf("read %q, %v; want the file", b, err)
 	}
 }
