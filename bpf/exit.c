@@ -125,8 +125,9 @@ int fault_deliver(u64 *ctx)
 /*
  * A thread of a process with a probe hit on record exits. If a fault
  * signal killed it, the first such thread sends one crash_events record
- * (deleting the entry decides which: the others find it gone); the
- * breaker in userspace decides whether the hit was recent enough. A group
+ * (deleting the entry decides which: the others find it gone), with the
+ * evidence fault_deliver kept; the breaker in userspace decides whether a
+ * probe explains the death. A group
  * leader that exits otherwise (exit, SIGKILL, SIGTERM) drops the entry:
  * a later hit of a thread still running writes it again.
  */
