@@ -219,6 +219,38 @@ func TestAttachStubTwoKeys(t *testing.T) {
 	}
 }
 
+// TestAttachedFileOpensThroughTodaysProcesses: an attached file opens
+// again (per-process links, full-mode upgrades) through the processes
+// of the latest pass, not those of its attach: they may all be gone (seen
+// in the VM lanes: a tenant quarantine after the only process of the
+// attach died could not link the other tenant's process).
+func TestAttachedFileOpensThroughTodaysProcesses(t *testing.T) {
+	skipShort(t)
+	testutil.RequireBPF(t)
+	fx := fixtures(t)
+	a := New(loaded(t, ops.KernelModeAnonymous))
+	defer a.Close()
+	pid := os.Getpid()
+	var atAttach, now atomic.Int32
+	first := fileTarget(t, discover.LibCudart, fx.Cudart, []int{pid}, &atAttach)
+	a.Sync([]Target{first})
+	if st := a.Status(); len(st.Attached) != 1 {
+		t.Fatalf("status = %+v, want one attached library", st)
+	}
+	later := target(first.Key, discover.LibCudart, fx.Cudart, []int{pid + 1}, &now, func() (*os.File, error) { return os.Open(fx.Cudart) })
+	a.Sync([]Target{later})
+	a.mu.Lock()
+	_, done, err := a.executable(a.files[first.Key])
+	a.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if atAttach.Load() != 1 || now.Load() != 1 {
+		t.Errorf("opens: %d through the attach's processes, %d through the latest pass's; want 1 and 1", atAttach.Load(), now.Load())
+	}
+}
+
 // An upgraded process (profi/mode: full on its pod) gets timed, per-kernel
 // launches from PID-filtered full-mode probes while the rest of the node
 // stays anonymous; each launch is counted once, by one path.

@@ -404,12 +404,16 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	if a.quarantined[t.Key] || a.stopped {
 		return false
 	}
+	// Open goes with the PIDs: it opens through their roots, and the
+	// processes that mapped the file at its attach may all be gone while
+	// the file stays attached for the others (per-process links and
+	// full-mode upgrades open it again).
 	if f, ok := a.files[t.Key]; ok {
-		f.target.PIDs, f.target.Text, f.target.Tracers = t.PIDs, t.Text, t.Tracers
+		f.target.PIDs, f.target.Text, f.target.Tracers, f.target.Open = t.PIDs, t.Text, t.Tracers, t.Open
 		return false
 	}
 	if fl, ok := a.failed[t.Key]; ok && now.Before(fl.next) {
-		fl.target.PIDs, fl.target.Tracers = t.PIDs, t.Tracers
+		fl.target.PIDs, fl.target.Tracers, fl.target.Open = t.PIDs, t.Tracers, t.Open
 		return false
 	}
 	return true
@@ -460,10 +464,12 @@ func (a *Attacher) overCap(t Target, h *heldFiles) string {
 	return LimitFilesPerPID
 }
 
-// merge adds the PIDs of a second target for an already seen file.
+// merge adds the PIDs of a second target for an already seen file, and
+// its way to open the file after the first's.
 func (a *Attacher) merge(t Target) {
 	if f, ok := a.files[t.Key]; ok {
 		f.target.PIDs = append(f.target.PIDs, t.PIDs...)
+		f.target.Open = openEither(f.target.Open, t.Open)
 		if f.target.Text == nil {
 			f.target.Text = map[int]TextRange{}
 		}
@@ -474,6 +480,25 @@ func (a *Attacher) merge(t Target) {
 	} else if fl, ok := a.failed[t.Key]; ok {
 		fl.target.PIDs = append(fl.target.PIDs, t.PIDs...)
 		fl.target.Tracers = mergeTracers(fl.target.Tracers, t.Tracers)
+		fl.target.Open = openEither(fl.target.Open, t.Open)
+	}
+}
+
+// openEither opens with first, and with second when first's processes
+// are gone.
+func openEither(first, second func() (*os.File, error)) func() (*os.File, error) {
+	if first == nil {
+		return second
+	}
+	if second == nil {
+		return first
+	}
+	return func() (*os.File, error) {
+		f, err := first()
+		if err != nil && errors.Is(err, discover.ErrProcessGone) {
+			return second()
+		}
+		return f, err
 	}
 }
 

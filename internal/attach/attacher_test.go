@@ -220,6 +220,34 @@ func TestSyncMergesTargetsOfOneFile(t *testing.T) {
 	}
 }
 
+// TestOpenEither: a file seen under two paths opens through the second
+// only when the first's processes are gone.
+func TestOpenEither(t *testing.T) {
+	t.Parallel()
+	denied := errors.New("permission denied")
+	ok := func() (*os.File, error) { return os.Stdin, nil }
+	fail := func() (*os.File, error) { return nil, denied }
+	tests := []struct {
+		name          string
+		first, second func() (*os.File, error)
+		want          error
+		wantFile      bool
+	}{
+		{"first opens", ok, fail, nil, true},
+		{"first gone", goneOpen, ok, nil, true},
+		{"both gone", goneOpen, goneOpen, discover.ErrProcessGone, false},
+		{"first fails otherwise", fail, ok, denied, false},
+		{"no second", goneOpen, nil, discover.ErrProcessGone, false},
+		{"no first", nil, ok, nil, true},
+	}
+	for _, tc := range tests {
+		f, err := openEither(tc.first, tc.second)()
+		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) || (f != nil) != tc.wantFile {
+			t.Errorf("%s: %v, %v; want file %v, error %v", tc.name, f, err, tc.wantFile, tc.want)
+		}
+	}
+}
+
 func TestAddStatic(t *testing.T) {
 	t.Parallel()
 	t.Run("missing file", func(t *testing.T) {
