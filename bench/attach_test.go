@@ -400,7 +400,7 @@ func runAttachScenario(b *testing.B, sc attachScenario, fx *testutil.Fixtures, a
 		// Already attached: every call of every process must count.
 		for _, r := range results {
 			if r.countedRT != r.calls {
-				b.Fatalf("pid %d mapped an attached libcudart: %d of %d calls counted, want all", r.pid, r.countedRT, r.calls)
+				b.Fatalf("pid %d mapped an attached libcudart: %d of %d calls counted, want all (%d counted as cuLaunchKernel)", r.pid, r.countedRT, r.calls, r.countedDr)
 			}
 		}
 	}

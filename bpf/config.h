@@ -56,3 +56,10 @@ volatile const bool crash_breaker = false;
 
 /* The page size (the uprobe execute-out-of-line area is one page): set at load. */
 volatile const u64 page_size = 4096;
+
+/*
+ * bpf_find_vma (5.17): unseen processes' runtime ranges (unseen_text).
+ * Without it (5.15, 5.16) the code is not loaded and those processes'
+ * launches are told apart by markers only until a pass registers them.
+ */
+volatile const bool find_vma = false;

@@ -285,11 +285,17 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	/* One task-storage lookup for the marker and the device (threads). */
 	t = thread_state();
 	if (flags_of(op) & OPF_DRIVER_LAUNCH) {
-		op = driver_launch_op(ctx, id, ret, op, t);
+		op = driver_launch_op(ctx, id, ret, op, flags, t);
 		if (op == RT_NESTED)
 			return 0;
-	} else if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie), t)) {
-		return 0;
+	} else {
+		u32 pid = id >> 32;
+
+		/* The range its driver launches (and a CUDA 13 inner launch) are judged by. */
+		if ((flags & PF_UNSEEN) && !bpf_map_lookup_elem(&rt_text, &pid))
+			unseen_text(pid, probe_ip(ctx), COOKIE_FILE(cookie));
+		if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie), t))
+			return 0;
 	}
 	add_launch(id, op, 0, &a, 0, 0, dev_of(t));
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);

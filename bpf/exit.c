@@ -205,7 +205,15 @@ SEC("raw_tracepoint/sched_process_exit")
 int thread_exit(void *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
+	u32 pid = id >> 32;
 
+	/* An unseen process's range goes with it; userspace's entries are its own to delete. */
+	if ((u32)id == pid) {
+		struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
+
+		if (text && text->unseen)
+			bpf_map_delete_elem(&rt_text, &pid);
+	}
 	delete_admitted(&nccl_inflight, &id, id >> 32, QUOTA_NCCL_INFLIGHT);
 	if (nvtx_enabled)
 		delete_admitted(&nvtx_stack, &id, id >> 32, QUOTA_NVTX_STACK);

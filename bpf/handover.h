@@ -19,6 +19,109 @@
  */
 static const struct rt_op_val zero_rt_op;
 
+/*
+ * Unseen processes (PF_UNSEEN: mapped an attached file since the last
+ * pass; a short one exits before the next). Their runtime's range is
+ * found where the kernel keeps it, the mapping (vma) that holds an
+ * address (bpf_find_vma, 5.17+; find_vma in config.h): from a
+ * runtime probe, the probed instruction, in that file's code; from a
+ * driver launch, its return address, whose mapping's inode rt_inodes
+ * names if it is a runtime's. So a handed-over runtime's launches count
+ * as the runtime's op from the process's first one, and learning runs in
+ * short processes too.
+ */
+struct file___profi {
+	void *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct___profi {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	struct file___profi *vm_file;
+} __attribute__((preserve_access_index));
+
+struct vma_found {
+	u64 start;
+	u64 end;
+	u64 inode; /* the mapped file's inode address; 0: anonymous memory */
+};
+
+/* bpf_find_vma's callback (task, vma, data), vma as the kernel's struct. */
+static long vma_found_cb(void *task, struct vm_area_struct___profi *vma, void *data)
+{
+	struct vma_found *out = data;
+
+	out->start = BPF_CORE_READ(vma, vm_start);
+	out->end = BPF_CORE_READ(vma, vm_end);
+	out->inode = (u64)BPF_CORE_READ(vma, vm_file, f_inode);
+	return 0;
+}
+
+#define EBUSY 16
+
+/*
+ * The mapping of the current process that holds addr, if it maps a file:
+ * false for anonymous memory (JIT code), and when the process's mappings
+ * are being changed (the lock is only tried: counted as DROP_RT_TEXT).
+ */
+static __always_inline bool find_mapping(u64 addr, struct vma_found *out)
+{
+	long err;
+
+	if (!find_vma)
+		return false;
+	err = bpf_find_vma(bpf_get_current_task_btf(), addr, vma_found_cb, out, 0);
+
+	if (err == -EBUSY)
+		count_drop(DROP_RT_TEXT);
+	return !err && out->inode;
+}
+
+/*
+ * The rt_text entry of unseen process pid, written from the mapping that
+ * holds addr: with file, a probe of that runtime file fired at addr (its
+ * inode is noted in rt_inodes); without (0), addr is a driver launch's
+ * return address, and the mapping must be a noted runtime file's. NULL
+ * when it is not one (the application called the driver itself).
+ */
+static __always_inline struct text_range *unseen_text(u32 pid, u64 addr, u32 file)
+{
+	struct text_range t = {.unseen = 1};
+	struct text_range *text;
+	struct vma_found m = {};
+	u32 *noted;
+
+	if (!find_mapping(addr, &m))
+		return NULL;
+	if (file) {
+		bpf_map_update_elem(&rt_inodes, &m.inode, &file, BPF_ANY);
+	} else {
+		noted = bpf_map_lookup_elem(&rt_inodes, &m.inode);
+		if (!noted || !bpf_map_lookup_elem(&file_facts, noted))
+			return NULL;
+		file = *noted;
+	}
+	t.start = m.start;
+	t.end = m.end;
+	t.file = file;
+	bpf_map_update_elem(&rt_text, &pid, &t, BPF_NOEXIST);
+	text = bpf_map_lookup_elem(&rt_text, &pid);
+	if (!text)
+		count_drop(DROP_RT_TEXT);
+	return text;
+}
+
+/* Whether some launch ops of text's file are counted at the driver. */
+static __always_inline bool text_handed(const struct text_range *text)
+{
+	u8 *f;
+
+	if (!text->unseen)
+		return text->handed;
+	f = bpf_map_lookup_elem(&file_facts, &text->file);
+	return f && (*f & PF_HANDED);
+}
+
 /* The marker in thread state t (thread_state); NULL when it has none. */
 static __always_inline struct rt_launch *thread_marker(struct thread_state *t)
 {
@@ -104,9 +207,16 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
 
 	/* The site first: rt_op_add may tell userspace to read both. */
 	if (v) {
-		if (!v->op)
+		if (!v->op) {
+			struct vma_found m = {};
+			u32 file = text->file;
+
 			v->op = op + 1;
-		else if (v->op != op + 1)
+			/* A new site: the file's inode, for its unseen processes' driver launches.
+			 */
+			if (find_mapping(ret, &m))
+				bpf_map_update_elem(&rt_inodes, &m.inode, &file, BPF_ANY);
+		} else if (v->op != op + 1)
 			v->mixed = 1;
 		PCPU_ADD(v->merged, 1);
 	}
@@ -124,7 +234,7 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
  * who made the call; the marker only says which runtime op, so no time
  * window applies there: every marking launch replaces the thread's marker.
  */
-static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op,
+static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op, u32 flags,
 					    struct thread_state *t)
 {
 	u32 pid = id >> 32;
@@ -132,15 +242,21 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 	struct rt_launch *m;
 	bool nested;
 
+	if (!text && (flags & PF_UNSEEN))
+		text = unseen_text(pid, ret, 0);
 	if (text) {
 		struct rt_site k = {.file = text->file, .drv_op = op, .off = ret - text->start};
+		bool handed;
 		u32 *as;
 
 		if (ret < text->start || ret >= text->end)
 			return op;
+		handed = text_handed(text);
 		m = thread_marker(t);
 		nested = m && !m->merged && entry_sp(ctx) < m->sp;
-		as = text->handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
+		as = handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
+		/* Else clang tests handed for as, a link the verifier does not keep. */
+		barrier_var(as);
 		/* A marker of another op whose launch returned: it never got here. */
 		if (as && *as < OP_MAX && nested && m->learn != *as + 1 && !rt_marker_live(ctx, m))
 			nested = false;
@@ -154,9 +270,9 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 		 * launch. Otherwise the driver counts it, as its own op
 		 * (ARCHITECTURE.md, "One trap per launch").
 		 */
-		if (text->handed && !as && nested && !rt_marker_live(ctx, m))
+		if (handed && !as && nested && !rt_marker_live(ctx, m))
 			nested = false;
-		if (text->handed && !as && !nested)
+		if (handed && !as && !nested)
 			return op;
 		if (nested) {
 			m->merged = 1;

@@ -62,7 +62,8 @@ static __always_inline void count_hit_at(struct pt_regs *ctx, u32 pid)
  * Whether this attachment (file) counts the current hit of process pid: 0
  * if not, else its pid_file_flag bits (PF_OWN at least). A process
  * userspace has seen costs one lookup when the file is its own (the common
- * case), two when it is an alias's.
+ * case), two when it is an alias's; an unseen one (PF_UNSEEN) four, until
+ * the next pass.
  */
 static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 {
@@ -81,10 +82,12 @@ static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 	if (!owner) {
 		bpf_map_update_elem(&pid_claim, &ck, &file, BPF_NOEXIST);
 		owner = bpf_map_lookup_elem(&pid_claim, &ck);
-		if (!owner) {
+		if (!owner)
 			count_drop(DROP_PID_CLAIM);
-			return PF_OWN;
-		}
 	}
-	return *owner == file ? PF_OWN : 0;
+	if (owner && *owner != file)
+		return 0;
+	/* Not registered yet: its runtime facts are the file's. */
+	f = bpf_map_lookup_elem(&file_facts, &file);
+	return PF_OWN | PF_UNSEEN | (f ? *f & (PF_RT_SHARED | PF_RT_MARK) : 0);
 }

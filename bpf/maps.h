@@ -88,6 +88,30 @@ struct {
 } rt_text SEC(".maps");
 
 /*
+ * A process that maps an attached file between two passes is unseen: no
+ * pid_files or rt_text entry speaks for it yet, and it may exit before
+ * the next pass. file_facts (written by userspace) are what every process
+ * of a runtime file gets until then: PF_RT_SHARED, PF_RT_MARK and
+ * PF_HANDED. rt_inodes (written by BPF, pruned by userspace when a file
+ * goes) names the runtime file of a mapped inode, so that a driver launch
+ * of an unseen process can tell from its return address's mapping that
+ * the runtime made it (unseen_text in handover.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);  /* file id */
+	__type(value, u8); /* enum pid_file_flag */
+} file_facts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u64);   /* struct inode address: stable while a probe holds the file */
+	__type(value, u32); /* runtime file id */
+} rt_inodes SEC(".maps");
+
+/*
  * One trap per runtime launch (ARCHITECTURE.md, "One trap per
  * launch"). While a runtime file learns (PF_RT_MARK), each driver launch
  * its launches make records which runtime op entered the driver at that

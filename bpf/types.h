@@ -42,7 +42,10 @@ enum drop {
 	    21, /* no memory for a thread's device: its later calls keep its old device */
 	DROP_RT_MARKER =
 	    22, /* no memory for a runtime launch's marker: its driver launch may count too */
-	DROP_MAX = 23,
+	DROP_RT_TEXT = 23, /* an unseen process's runtime range not found (its mappings busy)
+			      or not stored (rt_text full): until a pass registers it, its
+			      handed-over runtime launches count as the driver's op */
+	DROP_MAX = 24,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -228,6 +231,9 @@ struct text_range {
 	u64 end;
 	u32 file;   /* the runtime file's id (rt_sites and rt_counted keys) */
 	u32 handed; /* some of its launch ops are counted at the driver (rt_counted) */
+	u32 unseen; /* written by BPF for a process userspace has not registered
+		       (unseen_text): handed is then the file's (file_facts) */
+	u32 pad;
 };
 
 /* One launch, sent on the events ring buffer with --detailed-launches. */
@@ -385,6 +391,10 @@ enum pid_file_flag {
 			     where its launches enter the driver (rt_sites, rt_ops), or some of
 			     its launch ops are counted at the driver and the others must say
 			     so (ARCHITECTURE.md, "One trap per launch") */
+	PF_UNSEEN = 32,	  /* never stored: hit_flags says userspace has not registered the
+			     process; its runtime facts are its file's (file_facts) */
+	PF_HANDED = 64,	  /* file_facts only: some of the runtime file's launch ops are
+			     counted at the driver (text_range.handed of unseen processes) */
 };
 
 /*

@@ -150,6 +150,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:         log,
 		PIDFiles:       objs.PidFiles,
 		RuntimeText:    objs.RtText,
+		FileFacts:      objs.FileFacts,
+		RuntimeInodes:  objs.RtInodes,
 		Handover:       attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},
 		Budget:         cfg.OverheadBudget > 0,
 		UprobeMulti:    objs.UprobeMulti,

@@ -88,6 +88,13 @@ type Options struct {
 	// RuntimeText is the BPF map of libcudart's code range per process
 	// (rt_text), for the runtime->driver launch guard; may be nil.
 	RuntimeText *ebpf.Map
+	// FileFacts (file_facts) are the runtime facts of each attached
+	// runtime file, what a process gets before a pass registers it;
+	// RuntimeInodes (rt_inodes) name the runtime file of an inode, noted
+	// by BPF and pruned here when a file goes (bpf/maps.h). Either may be
+	// nil: unseen processes' launches are then told apart by markers only.
+	FileFacts     *ebpf.Map
+	RuntimeInodes *ebpf.Map
 	// Handover: the maps that let the driver count runtime launches
 	// (handover.go); zero disables it.
 	Handover HandoverMaps
@@ -270,7 +277,7 @@ func New(opts Options) *Attacher {
 		failed:  map[FileKey]*failure{},
 		counts:  map[failureKey]uint64{},
 		gaps:    map[discover.Library]SwitchGaps{},
-		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText),
+		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText, opts.FileFacts, opts.RuntimeInodes),
 		refused: map[FileKey]uprobe.Refusals{},
 
 		quarantined:  map[FileKey]bool{},

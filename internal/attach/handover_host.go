@@ -16,7 +16,11 @@ func (a *Attacher) attachedFiles() iter.Seq[*attached] { return maps.Values(a.fi
 
 func (a *Attacher) runtimeText(pid uint32) (rtRange, bool) { return a.maps.hasText(pid) }
 
-func (a *Attacher) putRuntimeText() int { return a.maps.putText(a.wantRuntimeText()) }
+// putRuntimeText writes the handed flags of the registered processes
+// (rt_text) and of the unseen ones (file_facts).
+func (a *Attacher) putRuntimeText() int {
+	return a.maps.putText(a.wantRuntimeText()) + a.maps.putFacts(a.wantFileFacts())
+}
 
 // linkLaunch attaches f's runtime launch probe of op again, in every
 // link set of f (one per PID filter): the handover takes its launches back

@@ -29,22 +29,28 @@ type rtRange struct {
 type processMaps struct {
 	pidFilesMap *ebpf.Map
 	rtTextMap   *ebpf.Map
+	factsMap    *ebpf.Map                     // file_facts
+	inodesMap   *ebpf.Map                     // rt_inodes: BPF writes, pruneInodes deletes
 	pidFiles    map[bpfobj.ProfiPidFile]uint8 // key → enum pid_file_flag bits
 	rtText      map[uint32]rtRange            // pid → range
+	facts       map[uint32]uint8              // file id → enum pid_file_flag bits
 }
 
-func newProcessMaps(pidFiles, rtText *ebpf.Map) *processMaps {
+func newProcessMaps(pidFiles, rtText, facts, inodes *ebpf.Map) *processMaps {
 	return &processMaps{
 		pidFilesMap: pidFiles,
 		rtTextMap:   rtText,
+		factsMap:    facts,
+		inodesMap:   inodes,
 		pidFiles:    map[bpfobj.ProfiPidFile]uint8{},
 		rtText:      map[uint32]rtRange{},
+		facts:       map[uint32]uint8{},
 	}
 }
 
 // mapFailures counts the writes apply could not make, per map.
 type mapFailures struct {
-	rtTextPut, rtTextDelete, pidFiles int
+	rtTextPut, rtTextDelete, pidFiles, facts int
 }
 
 // apply moves both maps to their wanted state, in this order:
@@ -64,12 +70,88 @@ type mapFailures struct {
 // finds the range at the driver (driver_launch_op in bpf/handover.h); and
 // a process is "known" only while its own files' values are there
 // (hit_flags in bpf/hits.h).
-func (m *processMaps) apply(text map[uint32]rtRange, files func() map[bpfobj.ProfiPidFile]uint8) mapFailures {
+//
+// file_facts, what unseen processes get, follow the same plan: the
+// handover's handed flags through putFacts with rt_text's (putText), the
+// rest with pid_files (step 3); a file's facts and its inodes go after
+// its processes' pid_files values.
+func (m *processMaps) apply(text map[uint32]rtRange, files func() map[bpfobj.ProfiPidFile]uint8, facts func() map[uint32]uint8) mapFailures {
 	var f mapFailures
 	f.rtTextPut = m.putText(text)
-	f.pidFiles = m.syncFiles(files())
+	wantFiles := files()
+	wantFacts := facts()
+	f.facts = m.putFacts(wantFacts)
+	f.pidFiles = m.syncFiles(wantFiles)
+	f.facts += m.deleteFacts(wantFacts)
 	f.rtTextDelete = m.deleteText(text)
 	return f
+}
+
+// putFacts adds and changes the file_facts entries of want.
+func (m *processMaps) putFacts(want map[uint32]uint8) (failed int) {
+	if m.factsMap == nil {
+		return 0
+	}
+	for file, v := range want {
+		if cur, ok := m.facts[file]; ok && cur == v {
+			continue
+		}
+		if err := m.factsMap.Update(file, v, ebpf.UpdateAny); err != nil {
+			failed++
+			continue
+		}
+		m.facts[file] = v
+	}
+	return failed
+}
+
+// deleteFacts deletes the file_facts entries not in want, then every
+// rt_inodes entry naming a file without facts: an inode's address is
+// reused once its file is released, and must not name a file that went.
+func (m *processMaps) deleteFacts(want map[uint32]uint8) (failed int) {
+	if m.factsMap == nil {
+		return 0
+	}
+	gone := false
+	for file := range m.facts {
+		if _, ok := want[file]; ok {
+			continue
+		}
+		if err := m.factsMap.Delete(file); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+			continue
+		}
+		delete(m.facts, file)
+		gone = true
+	}
+	if gone && m.inodesMap != nil {
+		failed += m.pruneInodes()
+	}
+	return failed
+}
+
+// pruneInodes deletes the rt_inodes entries whose file has no facts.
+func (m *processMaps) pruneInodes() (failed int) {
+	var (
+		inode uint64
+		file  uint32
+		stale []uint64
+	)
+	it := m.inodesMap.Iterate()
+	for it.Next(&inode, &file) {
+		if _, ok := m.facts[file]; !ok {
+			stale = append(stale, inode)
+		}
+	}
+	if it.Err() != nil {
+		failed++
+	}
+	for _, k := range stale {
+		if err := m.inodesMap.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			failed++
+		}
+	}
+	return failed
 }
 
 // hasText reports whether rt_text holds pid's range, and which.
@@ -203,7 +285,7 @@ func (a *Attacher) syncProcessMaps(handover bool) {
 			a.ho.sync(a)
 		}
 		return a.wantPIDFiles()
-	})
+	}, a.wantFileFacts)
 	if f.rtTextPut > 0 {
 		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", f.rtTextPut)
 	}
@@ -213,6 +295,41 @@ func (a *Attacher) syncProcessMaps(handover bool) {
 	if f.rtTextDelete > 0 {
 		a.log.Warn("could not delete from the rt_text map", "failures", f.rtTextDelete)
 	}
+	if f.facts > 0 {
+		a.log.Warn("could not update the file_facts or rt_inodes map; processes not registered yet count handed-over runtime launches as the driver's", "failures", f.facts)
+	}
+}
+
+// wantFileFacts are the runtime facts of every attached runtime file
+// (file_facts): what its processes get until a pass registers them
+// (hit_flags in bpf/hits.h) and whether it has launch ops handed over.
+func (a *Attacher) wantFileFacts() map[uint32]uint8 {
+	const (
+		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
+		rtMark   = uint8(bpfobj.ProfiPidFileFlagPF_RT_MARK)
+		handed   = uint8(bpfobj.ProfiPidFileFlagPF_HANDED)
+	)
+	want := map[uint32]uint8{}
+	if a.opts.RuntimeText == nil {
+		return want // no range, no facts: unseen processes use markers
+	}
+	for _, f := range a.files {
+		if f.target.Lib != discover.LibCudart {
+			continue
+		}
+		var v uint8
+		if !f.target.Static {
+			v |= rtShared
+		}
+		if f.marks() {
+			v |= rtMark
+		}
+		if f.handedAny() {
+			v |= handed
+		}
+		want[f.id] = v
+	}
+	return want
 }
 
 // wantPIDFiles is what pid_files should hold: which attached files each

@@ -48,6 +48,7 @@ const (
 	DropNCCLComms    Drop = ProfiDropDROP_NCCL_COMMS
 	DropThreadDevice Drop = ProfiDropDROP_THREAD_DEVICE
 	DropRuntimeMark  Drop = ProfiDropDROP_RT_MARKER
+	DropRuntimeText  Drop = ProfiDropDROP_RT_TEXT
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

@@ -9,6 +9,7 @@ import (
 	"reflect"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
 
@@ -51,6 +52,9 @@ type Options struct {
 	// fallback of older kernels). Without uprobe_multi (before 6.6) they
 	// are loaded as classic ones anyway.
 	NoUprobeMulti bool
+	// NoFindVMA loads the object as on a kernel without bpf_find_vma
+	// (5.15, 5.16), whatever this one has: for tests.
+	NoFindVMA bool
 }
 
 // kernelModes are kernel_mode's values in bpf/config.h.
@@ -189,6 +193,12 @@ func Load(opts Options) (*Objects, error) {
 		// The uprobe out-of-line area is one page (fault_deliver).
 		if err := spec.Variables[ProfiVarPageSize].Set(uint64(os.Getpagesize())); err != nil {
 			return nil, fmt.Errorf("set page_size: %w", err)
+		}
+	}
+	// 5.15 and 5.16 lack bpf_find_vma: its code is then left out (find_vma in bpf/config.h).
+	if !opts.NoFindVMA && features.HaveProgramHelper(ebpf.Kprobe, asm.FnFindVma) == nil {
+		if err := spec.Variables[ProfiVarFindVma].Set(true); err != nil {
+			return nil, fmt.Errorf("set find_vma: %w", err)
 		}
 	}
 	if opts.NVTX {

@@ -89,6 +89,8 @@ func TestLoadConfigurations(t *testing.T) {
 		"off, every option":     {KernelMode: "off", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
 		"classic uprobes":       {NoUprobeMulti: true},
 		"classic, every option": {NoUprobeMulti: true, KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+		// 5.15 and 5.16: the helper's call must be left out, or the verifier refuses it.
+		"without bpf_find_vma": {NoUprobeMulti: true, NoFindVMA: true},
 	}
 	for name, sizes := range configs {
 		t.Run(name, func(t *testing.T) {

@@ -103,7 +103,8 @@ const (
 	ProfiDropDROP_NCCL_COMMS    ProfiDrop = 20
 	ProfiDropDROP_THREAD_DEVICE ProfiDrop = 21
 	ProfiDropDROP_RT_MARKER     ProfiDrop = 22
-	ProfiDropDROP_MAX           ProfiDrop = 23
+	ProfiDropDROP_RT_TEXT       ProfiDrop = 23
+	ProfiDropDROP_MAX           ProfiDrop = 24
 )
 
 type ProfiGraphNodeKey struct {
@@ -627,6 +628,8 @@ const (
 	ProfiPidFileFlagPF_RT_TEXT   ProfiPidFileFlag = 4
 	ProfiPidFileFlagPF_RT_SHARED ProfiPidFileFlag = 8
 	ProfiPidFileFlagPF_RT_MARK   ProfiPidFileFlag = 16
+	ProfiPidFileFlagPF_UNSEEN    ProfiPidFileFlag = 32
+	ProfiPidFileFlagPF_HANDED    ProfiPidFileFlag = 64
 )
 
 type ProfiPidQuota struct {
@@ -723,6 +726,8 @@ type ProfiTextRange struct {
 	End    uint64
 	File   uint32
 	Handed uint32
+	Unseen uint32
+	Pad    uint32
 }
 
 type ProfiThreadState struct {
@@ -751,6 +756,7 @@ const (
 	ProfiMapCrashLost            = "crash_lost"
 	ProfiMapDrops                = "drops"
 	ProfiMapEvents               = "events"
+	ProfiMapFileFacts            = "file_facts"
 	ProfiMapGraphExecs           = "graph_execs"
 	ProfiMapGraphIds             = "graph_ids"
 	ProfiMapGraphNodes           = "graph_nodes"
@@ -775,6 +781,7 @@ const (
 	ProfiMapPidStreams           = "pid_streams"
 	ProfiMapQuotaScratch         = "quota_scratch"
 	ProfiMapRtCounted            = "rt_counted"
+	ProfiMapRtInodes             = "rt_inodes"
 	ProfiMapRtLearned            = "rt_learned"
 	ProfiMapRtOps                = "rt_ops"
 	ProfiMapRtSites              = "rt_sites"
@@ -796,6 +803,7 @@ const (
 	ProfiVarCountHits            = "count_hits"
 	ProfiVarCrashBreaker         = "crash_breaker"
 	ProfiVarDetailedLaunches     = "detailed_launches"
+	ProfiVarFindVma              = "find_vma"
 	ProfiVarGraphSeq             = "graph_seq"
 	ProfiVarKernelMode           = "kernel_mode"
 	ProfiVarLiveCaptures         = "live_captures"
@@ -893,6 +901,7 @@ type ProfiMapSpecs struct {
 	CrashLost      *ebpf.MapSpec `ebpf:"crash_lost"`
 	Drops          *ebpf.MapSpec `ebpf:"drops"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
+	FileFacts      *ebpf.MapSpec `ebpf:"file_facts"`
 	GraphExecs     *ebpf.MapSpec `ebpf:"graph_execs"`
 	GraphIds       *ebpf.MapSpec `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.MapSpec `ebpf:"graph_nodes"`
@@ -917,6 +926,7 @@ type ProfiMapSpecs struct {
 	PidStreams     *ebpf.MapSpec `ebpf:"pid_streams"`
 	QuotaScratch   *ebpf.MapSpec `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.MapSpec `ebpf:"rt_counted"`
+	RtInodes       *ebpf.MapSpec `ebpf:"rt_inodes"`
 	RtLearned      *ebpf.MapSpec `ebpf:"rt_learned"`
 	RtOps          *ebpf.MapSpec `ebpf:"rt_ops"`
 	RtSites        *ebpf.MapSpec `ebpf:"rt_sites"`
@@ -933,6 +943,7 @@ type ProfiVariableSpecs struct {
 	CountHits            *ebpf.VariableSpec `ebpf:"count_hits"`
 	CrashBreaker         *ebpf.VariableSpec `ebpf:"crash_breaker"`
 	DetailedLaunches     *ebpf.VariableSpec `ebpf:"detailed_launches"`
+	FindVma              *ebpf.VariableSpec `ebpf:"find_vma"`
 	GraphSeq             *ebpf.VariableSpec `ebpf:"graph_seq"`
 	KernelMode           *ebpf.VariableSpec `ebpf:"kernel_mode"`
 	LiveCaptures         *ebpf.VariableSpec `ebpf:"live_captures"`
@@ -991,6 +1002,7 @@ type ProfiMaps struct {
 	CrashLost      *ebpf.Map `ebpf:"crash_lost"`
 	Drops          *ebpf.Map `ebpf:"drops"`
 	Events         *ebpf.Map `ebpf:"events"`
+	FileFacts      *ebpf.Map `ebpf:"file_facts"`
 	GraphExecs     *ebpf.Map `ebpf:"graph_execs"`
 	GraphIds       *ebpf.Map `ebpf:"graph_ids"`
 	GraphNodes     *ebpf.Map `ebpf:"graph_nodes"`
@@ -1015,6 +1027,7 @@ type ProfiMaps struct {
 	PidStreams     *ebpf.Map `ebpf:"pid_streams"`
 	QuotaScratch   *ebpf.Map `ebpf:"quota_scratch"`
 	RtCounted      *ebpf.Map `ebpf:"rt_counted"`
+	RtInodes       *ebpf.Map `ebpf:"rt_inodes"`
 	RtLearned      *ebpf.Map `ebpf:"rt_learned"`
 	RtOps          *ebpf.Map `ebpf:"rt_ops"`
 	RtSites        *ebpf.Map `ebpf:"rt_sites"`
@@ -1034,6 +1047,7 @@ func (m *ProfiMaps) Close() error {
 		m.CrashLost,
 		m.Drops,
 		m.Events,
+		m.FileFacts,
 		m.GraphExecs,
 		m.GraphIds,
 		m.GraphNodes,
@@ -1058,6 +1072,7 @@ func (m *ProfiMaps) Close() error {
 		m.PidStreams,
 		m.QuotaScratch,
 		m.RtCounted,
+		m.RtInodes,
 		m.RtLearned,
 		m.RtOps,
 		m.RtSites,
@@ -1075,6 +1090,7 @@ type ProfiVariables struct {
 	CountHits            *ebpf.Variable `ebpf:"count_hits"`
 	CrashBreaker         *ebpf.Variable `ebpf:"crash_breaker"`
 	DetailedLaunches     *ebpf.Variable `ebpf:"detailed_launches"`
+	FindVma              *ebpf.Variable `ebpf:"find_vma"`
 	GraphSeq             *ebpf.Variable `ebpf:"graph_seq"`
 	KernelMode           *ebpf.Variable `ebpf:"kernel_mode"`
 	LiveCaptures         *ebpf.Variable `ebpf:"live_captures"`

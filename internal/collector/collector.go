@@ -256,6 +256,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropNCCLComms:    "nccl_comms",
 	bpfobj.DropThreadDevice: "thread_device",
 	bpfobj.DropRuntimeMark:  "rt_launches",
+	bpfobj.DropRuntimeText:  "rt_text",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

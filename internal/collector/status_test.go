@@ -79,6 +79,7 @@ func TestStatus(t *testing.T) {
 			"rt_sites":          uint64(bpfobj.DropRuntimeLearn) + 1,
 			"nccl_comms":        uint64(bpfobj.DropNCCLComms) + 1,
 			"thread_device":     uint64(bpfobj.DropThreadDevice) + 1,
+			"rt_text":           uint64(bpfobj.DropRuntimeText) + 1,
 			"rt_launches":       uint64(bpfobj.DropRuntimeMark) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {

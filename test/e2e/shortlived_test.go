@@ -241,3 +241,46 @@ func TestOneTrapPerLaunchNewFile(t *testing.T) {
 	}
 	c.Exit(t)
 }
+
+// A process that maps a runtime file already attached and handed over, and
+// launches before any pass registers it (issue 46: a batch step, a
+// restarted worker), is counted from its first launch, as the runtime's
+// ops, with one trap each: its launches' own mappings tell BPF that the
+// runtime made them (unseen_text in bpf/handover.h). No pass can run
+// here: the agent is stopped (SIGSTOP; its probes run on) from before the
+// process starts until its launches are over. Before this, each launch
+// counted as cuLaunchKernel until a pass registered the process.
+func TestUnseenProcessCountedFromFirstLaunch(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("BPF run-time statistics unavailable: %v", err)
+	}
+	defer stats.Close()
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	holder := teach(t, a, 2000, 1000)
+	defer holder.Exit(t)
+	waitHandedOver(t, a, handedAll)
+	const n, m = 3000, 2000
+	if err := unix.Kill(a.PID(), unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = unix.Kill(a.PID(), unix.SIGCONT)
+		}
+	}()
+	c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	runs := launchEntryRuns(t, a)
+	line := c.Go(t)
+	runs = launchEntryRuns(t, a) - runs
+	if err := unix.Kill(a.PID(), unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	requireLaunch13(t, a, c.PID, n, m, line)
+	if runs != n+m {
+		t.Errorf("%d launch probe runs for %d launches made before any pass, want one per launch", runs, n+m)
+	}
+	c.Exit(t)
+}
