@@ -291,9 +291,14 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	} else {
 		u32 pid = id >> 32;
 
-		/* The range its driver launches (and a CUDA 13 inner launch) are judged by. */
-		if ((flags & PF_UNSEEN) && !bpf_map_lookup_elem(&rt_text, &pid))
-			unseen_text(pid, probe_ip(ctx), COOKIE_FILE(cookie));
+		/*
+		 * The range its driver launches (and a CUDA 13 inner launch) are
+		 * judged by; without one, markers alone, as its file's facts
+		 * assume a range.
+		 */
+		if ((flags & PF_UNSEEN) && !bpf_map_lookup_elem(&rt_text, &pid) &&
+		    !unseen_text(pid, probe_ip(ctx), COOKIE_FILE(cookie)))
+			flags &= ~(PF_RT_SHARED | PF_RT_MARK);
 		if (runtime_nested(ctx, id, ret, flags, op, COOKIE_FILE(cookie), t))
 			return 0;
 	}

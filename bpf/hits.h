@@ -58,6 +58,63 @@ static __always_inline void count_hit_at(struct pt_regs *ctx, u32 pid)
 		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
 }
 
+struct kernfs_node___profi {
+	const char *name;
+	struct kernfs_node___profi *parent;
+} __attribute__((preserve_access_index));
+
+/* 6.15 renamed kernfs_node's parent (an RCU pointer since). */
+struct kernfs_node___rcu {
+	struct kernfs_node___profi *__parent;
+} __attribute__((preserve_access_index));
+
+struct cgroup___profi {
+	struct kernfs_node___profi *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set___profi {
+	struct cgroup___profi *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
+struct task_struct___id {
+	struct task_struct___id *group_leader;
+	u64 start_boottime;
+	char comm[16];
+	struct css_set___profi *cgroups;
+} __attribute__((preserve_access_index));
+
+static const struct proc_identity zero_identity;
+
+/*
+ * Notes who unseen process pid is (unseen_procs), once per process: its
+ * first claims call it. A PID reused by another process is noted afresh.
+ */
+static __noinline void note_unseen(u32 pid)
+{
+	struct task_struct___id *task = (void *)bpf_get_current_task();
+	u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
+	struct kernfs_node___profi *kn, *up;
+	struct proc_identity *id;
+
+	id = bpf_map_lookup_elem(&unseen_procs, &pid);
+	if (id && id->start == start)
+		return;
+	bpf_map_update_elem(&unseen_procs, &pid, &zero_identity, BPF_ANY);
+	id = bpf_map_lookup_elem(&unseen_procs, &pid);
+	if (!id)
+		return;
+	id->start = start;
+	BPF_CORE_READ_INTO(&id->comm, task, group_leader, comm);
+	kn = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn);
+	if (bpf_core_field_exists(kn->parent))
+		up = BPF_CORE_READ(kn, parent);
+	else
+		up = BPF_CORE_READ((struct kernfs_node___rcu *)kn, __parent);
+	bpf_probe_read_kernel_str(id->leaf, sizeof(id->leaf), BPF_CORE_READ(kn, name));
+	if (up)
+		bpf_probe_read_kernel_str(id->parent, sizeof(id->parent), BPF_CORE_READ(up, name));
+}
+
 /*
  * Whether this attachment (file) counts the current hit of process pid: 0
  * if not, else its pid_file_flag bits (PF_OWN at least). A process
@@ -84,6 +141,7 @@ static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 		owner = bpf_map_lookup_elem(&pid_claim, &ck);
 		if (!owner)
 			count_drop(DROP_PID_CLAIM);
+		note_unseen(pid);
 	}
 	if (owner && *owner != file)
 		return 0;

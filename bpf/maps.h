@@ -69,6 +69,14 @@ struct {
 	__type(value, u32); /* file id */
 } pid_claim SEC(".maps");
 
+/* Unseen processes' identities (struct proc_identity); LRU: bounded by itself. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u32); /* pid */
+	__type(value, struct proc_identity);
+} unseen_procs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);

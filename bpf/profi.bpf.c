@@ -49,6 +49,7 @@ const struct rt_learned_event unused_rt_learned_event __attribute__((unused));
 
 /* Forces the generated Go type of the crash_events records. */
 const struct crash_event unused_crash_event __attribute__((unused));
+const struct proc_identity unused_proc_identity __attribute__((unused));
 
 #include "core.h"
 #include "hits.h"

@@ -398,6 +398,22 @@ enum pid_file_flag {
 };
 
 /*
+ * Who a process was, noted by BPF when userspace has not registered it
+ * (unseen_procs): a process that exits before the aggregator's drain sees
+ * it alive keeps its series and its pod. start is its leader's
+ * start_boottime (ns; /proc/PID/stat field 22 is start / 10 ms); cgroup
+ * holds the names of its cgroup v2 leaf and of the leaf's parent, which
+ * are where a kubelet puts the container and the pod.
+ */
+#define CGROUP_NAME_LEN 128
+struct proc_identity {
+	u64 start;
+	u8 comm[16];
+	char leaf[CGROUP_NAME_LEN];
+	char parent[CGROUP_NAME_LEN];
+};
+
+/*
  * Key of pid_claim: a probe hit is identified by its process and address.
  * Two attachments of one file fire at the same address; different
  * libraries never do.

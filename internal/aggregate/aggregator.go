@@ -35,6 +35,9 @@ type Source interface {
 	GraphNodes(fn func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNodeVal)) error
 	// GraphReplays reads the replays of each graph, summed over CPUs.
 	GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error
+	// Unseen returns who process pid was when BPF noted it before
+	// userspace registered it (unseen_procs); ok false when not noted.
+	Unseen(pid uint32) (id bpfobj.ProfiProcIdentity, ok bool)
 	// Quotas reads each process's quotas (pid_quotas): graph ids,
 	// executable graphs, admitted streams, keys per shared map.
 	Quotas(fn func(pid uint32, q bpfobj.ProfiPidQuota)) error
@@ -123,6 +126,10 @@ type PodLabeler interface {
 	// done is false while they may still change (asked again at every
 	// drain until done).
 	Pod(pid int, start uint64) (namespace, pod, container string, done bool)
+	// PodOfCgroup returns the labels of a process that was in the cgroup
+	// path and is gone (no /proc/PID to read): one that exited before
+	// any drain saw it alive. Empty when the path is no pod's.
+	PodOfCgroup(path string) (namespace, pod, container string)
 	// Forget drops what is known about an exited process.
 	Forget(pid int)
 }
@@ -193,6 +200,7 @@ type Aggregator struct {
 	hists, ncclHists histFamily[HistKey]
 	kernelHists      histFamily[KernelHistKey]
 	retiredCalls     uint64
+	unseenExits      uint64 // exited processes no drain saw alive, known by BPF's note
 	admitted         map[tuple]struct{}
 	refused          map[tuple]struct{}
 	cardDrops        uint64
@@ -406,7 +414,9 @@ func (a *Aggregator) Drain() error {
 		ps := a.process(pid)
 		if ps == nil {
 			// Exited: its final series stay exported (exited.go), its
-			// histograms are retained, its keys go.
+			// histograms are retained, its keys go. One that no drain
+			// saw alive is known by what BPF noted of it.
+			a.adoptUnseen(pid)
 			a.exit(pid, d, snap, began)
 			dead[uint32(pid)] = true
 			continue
@@ -547,6 +557,49 @@ func (a *Aggregator) process(pid int) *procState {
 	a.procs[pid] = ps
 	a.label(ps)
 	return ps
+}
+
+// clockTick is the unit of /proc/PID/stat's start time (USER_HZ, 100 on
+// every architecture Linux runs profi on); BPF notes nanoseconds.
+const clockTick = 10 * time.Millisecond
+
+// adoptUnseen makes an exited process that no drain saw alive a known
+// one, from what BPF noted of it (unseen_procs: its comm, start time and
+// cgroup), so its counts keep its series and its pod (exit) instead of
+// only the node's totals. A process whose identity was not noted (its
+// entry evicted, or noted by no probe) is left to retire.
+func (a *Aggregator) adoptUnseen(pid int) {
+	if _, known := a.procs[pid]; known {
+		return
+	}
+	id, ok := a.opts.Source.Unseen(uint32(pid))
+	if !ok || id.Start == 0 {
+		return
+	}
+	comm, changed := discover.SafeLabel(cString(id.Comm[:]), maxCommLen)
+	if changed {
+		a.badComms++
+	}
+	ps := &procState{meta: Meta{PID: pid, Comm: comm}, start: id.Start / uint64(clockTick), streams: map[uint64]string{},
+		kernels: map[string]bool{}, podDone: true}
+	if a.opts.Pods != nil {
+		m := &ps.meta
+		m.Namespace, m.Pod, m.Container = a.opts.Pods.PodOfCgroup("/" + cString(id.Parent[:]) + "/" + cString(id.Leaf[:]))
+	}
+	a.procs[pid] = ps
+	a.unseenExits++
+}
+
+// cString is the NUL-terminated string at the start of b.
+func cString[T ~int8 | ~uint8](b []T) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }
 
 // label asks for the process's pod labels until they are final.

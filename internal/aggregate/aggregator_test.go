@@ -36,6 +36,8 @@ type fakeSource struct {
 	// gcPIDs are the PIDs DeleteDead asks about; gcAlive their answers.
 	gcPIDs  []uint32
 	gcAlive []bool
+	// unseen are BPF's notes of processes userspace never registered.
+	unseen map[uint32]bpfobj.ProfiProcIdentity
 }
 
 func newFakeSource() *fakeSource {
@@ -138,6 +140,12 @@ func (s *fakeSource) DeletePIDs(pids map[uint32]bool) error {
 	maps.DeleteFunc(s.comms, func(k bpfobj.ProfiNcclCommKey, _ bpfobj.ProfiNcclComm) bool { return pids[k.Pid] })
 	maps.DeleteFunc(s.inflight, func(tid uint64, _ bpfobj.ProfiNcclCall) bool { return pids[uint32(tid>>32)] })
 	return nil
+}
+
+// Unseen returns what unseen notes for pid.
+func (s *fakeSource) Unseen(pid uint32) (bpfobj.ProfiProcIdentity, bool) {
+	id, ok := s.unseen[pid]
+	return id, ok
 }
 
 // DeleteDead asks alive about each of gcPIDs and reports how many are dead.

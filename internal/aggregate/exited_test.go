@@ -218,3 +218,70 @@ func TestExitedSeriesPIDReusedByUnseenProcess(t *testing.T) {
 		t.Errorf("Series %d, want 4", s.Series)
 	}
 }
+
+// identity is a BPF note (unseen_procs) of a process that started at
+// start clock ticks, in cgroup parent/leaf.
+func identity(comm string, start uint64, parent, leaf string) bpfobj.ProfiProcIdentity {
+	id := bpfobj.ProfiProcIdentity{Start: start * uint64(clockTick)}
+	copy(id.Comm[:], comm)
+	for i, c := range []byte(parent) {
+		id.Parent[i] = int8(c)
+	}
+	for i, c := range []byte(leaf) {
+		id.Leaf[i] = int8(c)
+	}
+	return id
+}
+
+// A process that exited before any drain saw it alive (issue 46: a 40 ms
+// batch step) keeps its series, with its comm, start time and pod from
+// what BPF noted of it, like any exited process; one BPF did not note is
+// in the node's totals only. Its PID taken later by another process gets
+// none of its counts.
+func TestExitedUnseenProcessKeepsItsSeries(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	src := newFakeSource()
+	src.unseen = map[uint32]bpfobj.ProfiProcIdentity{
+		200: identity("batch-step", 4242, "kubepods-pod1.slice", "cri-containerd-c1.scope"),
+	}
+	procs := newFakeProcs(map[int]fakeProc{})
+	pods := &fakePods{byCgroup: map[string]string{"cri-containerd-c1.scope": "job"}}
+	a := New(Options{Source: src, Procs: procs, Pods: pods, Now: clock.now, GCInterval: time.Minute})
+	src.addLaunch(lkey(200, 0), bpfobj.ProfiLaunchVal{Count: 30000})
+	src.addLaunch(lkey(201, 0), bpfobj.ProfiLaunchVal{Count: 7}) // not noted
+
+	s := drain(t, a)
+	if len(s.Exited) != 1 {
+		t.Fatalf("exited %+v, want pid 200 only", s.Exited)
+	}
+	e := s.Exited[0]
+	if e.Meta.PID != 200 || e.Meta.Comm != "batch-step" || e.Meta.Pod != "job" || e.Meta.Namespace != "ns" || e.Meta.Container != "c" {
+		t.Errorf("exited meta %+v, want pid 200, comm batch-step, ns/job/c", e.Meta)
+	}
+	if got, _ := podLaunches(s, "job"); got != 30000 {
+		t.Errorf("pod job's launches %d, want 30000", got)
+	}
+	if s.Events != 30007 {
+		t.Errorf("calls of exited processes %d, want 30007 (the unnoted one's only there)", s.Events)
+	}
+	if a.unseenExits != 1 {
+		t.Errorf("unseen exits %d, want 1", a.unseenExits)
+	}
+	// Its keys went; the PID's next process is another one.
+	procs.live[200] = fakeProc{"server", 9999}
+	src.launch = map[bpfobj.ProfiLaunchKey]bpfobj.ProfiLaunchVal{}
+	src.addLaunch(lkey(200, 0), bpfobj.ProfiLaunchVal{Count: 3})
+	s = drain(t, a)
+	for _, p := range s.Processes {
+		if p.Meta.PID == 200 {
+			var n uint64
+			for _, l := range p.Launches {
+				n += l.Count
+			}
+			if p.Meta.Comm != "server" || n != 3 {
+				t.Errorf("PID 200's new process: comm %q, %d launches; want server, 3", p.Meta.Comm, n)
+			}
+		}
+	}
+}

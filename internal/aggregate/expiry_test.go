@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,13 +81,19 @@ func TestRetainedHistogramsExpire(t *testing.T) {
 // fakePods records the (pid, start) it is asked about and labels by start
 // time, as k8s.Enricher does.
 type fakePods struct {
-	byStart map[uint64]string // start time -> pod
-	asked   [][2]uint64
+	byStart  map[uint64]string // start time -> pod
+	byCgroup map[string]string // cgroup leaf -> pod
+	asked    [][2]uint64
 }
 
 func (f *fakePods) Pod(pid int, start uint64) (string, string, string, bool) {
 	f.asked = append(f.asked, [2]uint64{uint64(pid), start})
 	return "ns", f.byStart[start], "c", true
+}
+
+// PodOfCgroup labels by the cgroup path's last element.
+func (f *fakePods) PodOfCgroup(path string) (string, string, string) {
+	return "ns", f.byCgroup[path[strings.LastIndexByte(path, '/')+1:]], "c"
 }
 
 func (f *fakePods) Forget(int) {}

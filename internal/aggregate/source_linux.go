@@ -62,6 +62,13 @@ func (s MapSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error {
 	return sumPerCPU(s.Objects.GraphReplays, func(k bpfobj.ProfiReplayKey, n *count) { fn(k, uint64(*n)) })
 }
 
+// Unseen looks pid up in unseen_procs.
+func (s MapSource) Unseen(pid uint32) (bpfobj.ProfiProcIdentity, bool) {
+	var id bpfobj.ProfiProcIdentity
+	err := s.Objects.UnseenProcs.Lookup(pid, &id)
+	return id, err == nil
+}
+
 // Quotas reads each process's quotas (pid_quotas).
 func (s MapSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	return each(s.Objects.PidQuotas, func(pid uint32, q *bpfobj.ProfiPidQuota) { fn(pid, *q) })

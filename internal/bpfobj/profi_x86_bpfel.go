@@ -643,6 +643,14 @@ type ProfiPidQuota struct {
 	_       [4]byte
 }
 
+type ProfiProcIdentity struct {
+	_      structs.HostLayout
+	Start  uint64
+	Comm   [16]uint8
+	Leaf   [128]int8
+	Parent [128]int8
+}
+
 type ProfiQuotaMap uint32
 
 const (
@@ -789,6 +797,7 @@ const (
 	ProfiMapTenantQuotas         = "tenant_quotas"
 	ProfiMapTenantReturned       = "tenant_returned"
 	ProfiMapThreads              = "threads"
+	ProfiMapUnseenProcs          = "unseen_procs"
 	ProfiProgDlEvent             = "dl_event"
 	ProfiProgFaultDeliver        = "fault_deliver"
 	ProfiProgLaunchEntry         = "launch_entry"
@@ -829,6 +838,7 @@ const (
 	ProfiVarUnusedOpArgs         = "unused_op_args"
 	ProfiVarUnusedPhase          = "unused_phase"
 	ProfiVarUnusedPidFileFlag    = "unused_pid_file_flag"
+	ProfiVarUnusedProcIdentity   = "unused_proc_identity"
 	ProfiVarUnusedQuotaMap       = "unused_quota_map"
 	ProfiVarUnusedRtHandover     = "unused_rt_handover"
 	ProfiVarUnusedRtLearnedEvent = "unused_rt_learned_event"
@@ -934,6 +944,7 @@ type ProfiMapSpecs struct {
 	TenantQuotas   *ebpf.MapSpec `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.MapSpec `ebpf:"tenant_returned"`
 	Threads        *ebpf.MapSpec `ebpf:"threads"`
+	UnseenProcs    *ebpf.MapSpec `ebpf:"unseen_procs"`
 }
 
 // ProfiVariableSpecs contains global variables before they are loaded into the kernel.
@@ -969,6 +980,7 @@ type ProfiVariableSpecs struct {
 	UnusedOpArgs         *ebpf.VariableSpec `ebpf:"unused_op_args"`
 	UnusedPhase          *ebpf.VariableSpec `ebpf:"unused_phase"`
 	UnusedPidFileFlag    *ebpf.VariableSpec `ebpf:"unused_pid_file_flag"`
+	UnusedProcIdentity   *ebpf.VariableSpec `ebpf:"unused_proc_identity"`
 	UnusedQuotaMap       *ebpf.VariableSpec `ebpf:"unused_quota_map"`
 	UnusedRtHandover     *ebpf.VariableSpec `ebpf:"unused_rt_handover"`
 	UnusedRtLearnedEvent *ebpf.VariableSpec `ebpf:"unused_rt_learned_event"`
@@ -1035,6 +1047,7 @@ type ProfiMaps struct {
 	TenantQuotas   *ebpf.Map `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.Map `ebpf:"tenant_returned"`
 	Threads        *ebpf.Map `ebpf:"threads"`
+	UnseenProcs    *ebpf.Map `ebpf:"unseen_procs"`
 }
 
 func (m *ProfiMaps) Close() error {
@@ -1080,6 +1093,7 @@ func (m *ProfiMaps) Close() error {
 		m.TenantQuotas,
 		m.TenantReturned,
 		m.Threads,
+		m.UnseenProcs,
 	)
 }
 
@@ -1116,6 +1130,7 @@ type ProfiVariables struct {
 	UnusedOpArgs         *ebpf.Variable `ebpf:"unused_op_args"`
 	UnusedPhase          *ebpf.Variable `ebpf:"unused_phase"`
 	UnusedPidFileFlag    *ebpf.Variable `ebpf:"unused_pid_file_flag"`
+	UnusedProcIdentity   *ebpf.Variable `ebpf:"unused_proc_identity"`
 	UnusedQuotaMap       *ebpf.Variable `ebpf:"unused_quota_map"`
 	UnusedRtHandover     *ebpf.Variable `ebpf:"unused_rt_handover"`
 	UnusedRtLearnedEvent *ebpf.Variable `ebpf:"unused_rt_learned_event"`

@@ -53,6 +53,20 @@ func (e *Enricher) Pod(pid int, start uint64) (namespace, pod, container string,
 	return p.Namespace, p.Name, name, ok
 }
 
+// PodOfCgroup returns the labels of a process that was in cgroup path
+// and is gone: the pod watch's, now, since it will not be asked again.
+func (e *Enricher) PodOfCgroup(path string) (namespace, pod, container string) {
+	c, ok := parsePath(path)
+	if !ok {
+		return "", "", ""
+	}
+	p, ok := e.Pods.Lookup(c)
+	if !ok {
+		return "", "", ""
+	}
+	return p.Namespace, p.Name, p.Containers[c.ID]
+}
+
 // FullMode reports whether pid's pod is annotated profi/mode: full. It is
 // false while the pod is unknown and turns true once the watch has it.
 // The attacher asks it for every process that maps a library, most of

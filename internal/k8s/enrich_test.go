@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +199,29 @@ func TestEnricherFullModeAnnotation(t *testing.T) {
 	waitFor(t, func() bool { return !e.FullMode(10) })
 	if e.FullMode(12) {
 		t.Error("host process upgraded")
+	}
+}
+
+// A process that exited before any drain saw it alive is labelled from
+// the two cgroup names BPF noted (its leaf and the leaf's parent), in
+// each cgroup driver's layout; other paths are no pod's.
+func TestEnricherPodOfCgroup(t *testing.T) {
+	pods := fakePods{uid: {Namespace: "ml", Name: "infer-0", Containers: map[string]string{cid: "server"}}}
+	e := &Enricher{Pods: pods, ProcRoot: t.TempDir()}
+	tests := []struct {
+		path string
+		want [3]string
+	}{
+		{"/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope", [3]string{"ml", "infer-0", "server"}},
+		{"/pod" + uid + "/" + cid, [3]string{"ml", "infer-0", "server"}},
+		{"/pod11111111-2222-3333-4444-555555555555/" + cid, [3]string{}}, // not in the watch
+		{"/user.slice/session-1.scope", [3]string{}},
+		{"//", [3]string{}},
+	}
+	for _, tc := range tests {
+		ns, p, c := e.PodOfCgroup(tc.path)
+		if got := [3]string{ns, p, c}; got != tc.want {
+			t.Errorf("PodOfCgroup(%q) = %q, want %q", tc.path, got, tc.want)
+		}
 	}
 }

@@ -249,7 +249,11 @@ func TestOneTrapPerLaunchNewFile(t *testing.T) {
 // runtime made them (unseen_text in bpf/handover.h). No pass can run
 // here: the agent is stopped (SIGSTOP; its probes run on) from before the
 // process starts until its launches are over. Before this, each launch
-// counted as cuLaunchKernel until a pass registered the process.
+// counted as cuLaunchKernel until a pass registered the process. "exited":
+// the process also exits before the agent runs again, so no drain ever
+// sees it alive: its series are there all the same, under its pid and
+// comm, from what BPF noted of it (unseen_procs); before, its launches
+// were in no series at all.
 func TestUnseenProcessCountedFromFirstLaunch(t *testing.T) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -260,27 +264,52 @@ func TestUnseenProcessCountedFromFirstLaunch(t *testing.T) {
 	holder := teach(t, a, 2000, 1000)
 	defer holder.Exit(t)
 	waitHandedOver(t, a, handedAll)
-	const n, m = 3000, 2000
-	if err := unix.Kill(a.PID(), unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = unix.Kill(a.PID(), unix.SIGCONT)
+	for _, exits := range []bool{false, true} {
+		name := "alive"
+		if exits {
+			name = "exited"
 		}
-	}()
-	c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
-	runs := launchEntryRuns(t, a)
-	line := c.Go(t)
-	runs = launchEntryRuns(t, a) - runs
-	if err := unix.Kill(a.PID(), unix.SIGCONT); err != nil {
-		t.Fatal(err)
+		t.Run(name, func(t *testing.T) {
+			const n, m = 3000, 2000
+			if err := unix.Kill(a.PID(), unix.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped := true
+			defer func() {
+				if stopped {
+					_ = unix.Kill(a.PID(), unix.SIGCONT)
+				}
+			}()
+			c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+			runs := launchEntryRuns(t, a)
+			line := c.Go(t)
+			runs = launchEntryRuns(t, a) - runs
+			if exits {
+				c.Exit(t)
+			}
+			if err := unix.Kill(a.PID(), unix.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stopped = false
+			requireLaunch13(t, a, c.PID, n, m, line)
+			if runs != n+m {
+				t.Errorf("%d launch probe runs for %d launches made before any pass, want one per launch", runs, n+m)
+			}
+			if exits {
+				// Under its own comm, as BPF noted it (the executable's name, at most 15 bytes).
+				mfs, err := a.Metrics()
+				if err != nil {
+					t.Fatal(err)
+				}
+				comm := filepath.Base(fixtures.Launch13)
+				comm = comm[:min(len(comm), 15)]
+				k := strconv.Itoa(c.PID) + "|" + comm
+				if got := series(mfs, "profi_cuda_kernel_launches_total", "pid", "comm")[k]; got != n+m {
+					t.Errorf("launches under pid|comm %s: %v, want %d", k, got, n+m)
+				}
+				return
+			}
+			c.Exit(t)
+		})
 	}
-	stopped = false
-	requireLaunch13(t, a, c.PID, n, m, line)
-	if runs != n+m {
-		t.Errorf("%d launch probe runs for %d launches made before any pass, want one per launch", runs, n+m)
-	}
-	c.Exit(t)
 }
