@@ -301,9 +301,7 @@ func TestUnseenProcessCountedFromFirstLaunch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				comm := filepath.Base(fixtures.Launch13)
-				comm = comm[:min(len(comm), 15)]
-				k := strconv.Itoa(c.PID) + "|" + comm
+				k := strconv.Itoa(c.PID) + "|" + launch13Comm()
 				if got := series(mfs, "profi_cuda_kernel_launches_total", "pid", "comm")[k]; got != n+m {
 					t.Errorf("launches under pid|comm %s: %v, want %d", k, got, n+m)
 				}
@@ -312,4 +310,81 @@ func TestUnseenProcessCountedFromFirstLaunch(t *testing.T) {
 			c.Exit(t)
 		})
 	}
+}
+
+// Issue 46's shape: a long-lived process holds a runtime file; five
+// processes map it, make 30,000 launches each at once (no pass has
+// registered them: their first launch does not wait) and exit, and a
+// longer one (60,000 launches) lives across drains, then exits. A single
+// scrape 3 s after the last exit shows every launch of every one of them
+// under its own pid, exactly (Prometheus scrapes every 15-60 s: none of it
+// may be gone by then). Once the holder has exited too, --gc-interval
+// later, all of them fold into pid="" series that keep the sum exactly.
+func TestShortProcessesCountedAfterExit(t *testing.T) {
+	const gc = 10 * time.Second
+	a := startAgent(t, "--kernel-mode", "anonymous", "--gc-interval", strconv.Itoa(int(gc/time.Second)))
+	holder := teach(t, a, 2000, 1000)
+	waitHandedOver(t, a, handedAll)
+	want := values{}
+	var pids []int
+	total := 3000.0
+	add := func(pid, n, m int, line string) {
+		var gt launch13Truth
+		if err := json.Unmarshal([]byte(line), &gt); err != nil {
+			t.Fatalf("launch13 output %q: %v", line, err)
+		}
+		maps.Copy(want, anonymousLaunches("pid="+strconv.Itoa(pid), n, m, gt))
+		pids = append(pids, pid)
+		total += float64(n + m)
+	}
+	for range 5 {
+		const n, m = 20000, 10000
+		c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+		line := c.Go(t)
+		c.Exit(t)
+		add(c.PID, n, m, line)
+	}
+	const n, m = 40000, 20000
+	long := startClient(t, []string{"LAUNCH13_PAUSE_AT=20000"}, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+	if line := long.Go(t); line != "paused 20000\n" {
+		t.Fatalf("launch13: %q, want paused 20000", line)
+	}
+	time.Sleep(2 * time.Second) // two drains see it alive
+	line := long.Go(t)
+	long.Exit(t)
+	add(long.PID, n, m, line)
+
+	time.Sleep(3 * time.Second)
+	mfs, err := a.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(want, observed(mfs, pids...)); d != "" {
+		t.Fatalf("a scrape 3 s after the last exit differs from the ground truth:\n%s%s", d, dropCounters(mfs))
+	}
+
+	holder.Exit(t)
+	err = testenv.Eventually(gc+15*time.Second, func() error {
+		mfs, err := a.Metrics()
+		if err != nil {
+			return err
+		}
+		if left := observed(mfs, append(pids, holder.PID)...); len(left) > 0 {
+			return fmt.Errorf("%d series of the exited processes not folded yet", len(left))
+		}
+		folded := series(mfs, "profi_cuda_kernel_launches_total", "pid", "comm")["|"+launch13Comm()]
+		if folded != total {
+			return fmt.Errorf("folded launches %v, want %v (every process's)", folded, total)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// launch13Comm is launch13's comm: its executable's name, at most 15 bytes.
+func launch13Comm() string {
+	comm := filepath.Base(fixtures.Launch13)
+	return comm[:min(len(comm), 15)]
 }
