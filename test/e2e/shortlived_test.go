@@ -388,3 +388,44 @@ func launch13Comm() string {
 	comm := filepath.Base(fixtures.Launch13)
 	return comm[:min(len(comm), 15)]
 }
+
+// A runtime file a process holds without launching (so it has learned
+// nothing), then processes that launch at once, 30,000 times, and exit
+// (issue 46): they learn the file themselves, before any pass registers
+// them (their file's facts say PF_RT_MARK, their own mappings give the
+// range), so the first hands the file over to the driver within its own
+// launches, and every later one costs one trap per launch (launch_entry's
+// runs, from the kernel's BPF statistics), every count exact. Before,
+// such processes cost two traps per launch, run after run, until one
+// lived long enough to be registered and learn.
+func TestShortProcessesLearnTheirRuntime(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("BPF run-time statistics unavailable: %v", err)
+	}
+	defer stats.Close()
+	a := startAgent(t, "--kernel-mode", "anonymous")
+	holder := startClient(t, nil, fixtures.Launch13, "1", "1")
+	defer holder.Exit(t)
+	waitAttached(t, a, holder.PID)
+	const n, m = 20000, 10000
+	for i := range 4 {
+		runs := launchEntryRuns(t, a)
+		c := startClient(t, nil, fixtures.Launch13, strconv.Itoa(n), strconv.Itoa(m))
+		line := c.Go(t)
+		c.Exit(t)
+		runs = launchEntryRuns(t, a) - runs
+		t.Logf("process %d: %d launch probe runs for %d launches", i, runs, n+m)
+		if i > 0 && runs != n+m {
+			t.Errorf("process %d: %d launch probe runs for %d launches, want one per launch", i, runs, n+m)
+		}
+		var gt launch13Truth
+		if err := json.Unmarshal([]byte(line), &gt); err != nil {
+			t.Fatalf("launch13 output %q: %v", line, err)
+		}
+		requireExact(t, a, anonymousLaunches("pid="+strconv.Itoa(c.PID), n, m, gt), c.PID)
+	}
+	if counted, _ := handover(t, a); !slices.Equal(counted, handedAll) {
+		t.Errorf("launch probes counted at the driver %v, want %v", counted, handedAll)
+	}
+}
