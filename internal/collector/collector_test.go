@@ -77,10 +77,13 @@ func (s fakeSource) Aggregated(fn func(bpfobj.ProfiAggKey, *bpfobj.ProfiAggVal))
 	fn(bpfobj.ProfiAggKey{Pid: s.pid, Op: uint32(ops.OpCudaMalloc)}, &bpfobj.ProfiAggVal{Count: 1})
 	return nil
 }
-func (fakeSource) Launches(func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error   { return nil }
-func (fakeSource) NCCL(func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error           { return nil }
-func (fakeSource) NCCLInflight(func(uint64, *bpfobj.ProfiNcclCall)) error               { return nil }
-func (fakeSource) CUDAInflight(func(uint64, *bpfobj.ProfiInflightCall)) error           { return nil }
+func (fakeSource) Launches(func(bpfobj.ProfiLaunchKey, *bpfobj.ProfiLaunchVal)) error { return nil }
+func (fakeSource) NCCL(func(bpfobj.ProfiNcclKey, *bpfobj.ProfiNcclVal)) error         { return nil }
+func (fakeSource) NCCLInflight(func(uint64, *bpfobj.ProfiNcclCall)) error             { return nil }
+func (fakeSource) CUDAInflight(func(uint64, *bpfobj.ProfiInflightCall)) error         { return nil }
+func (fakeSource) Unseen(uint32) (bpfobj.ProfiProcIdentity, bool) {
+	return bpfobj.ProfiProcIdentity{}, false
+}
 func (fakeSource) NCCLComms(func(bpfobj.ProfiNcclCommKey, *bpfobj.ProfiNcclComm)) error { return nil }
 func (fakeSource) Drops() ([bpfobj.NumDrops]uint64, error)                              { return [bpfobj.NumDrops]uint64{}, nil }
 func (fakeSource) DeletePIDs(map[uint32]bool) error                                     { return nil }
