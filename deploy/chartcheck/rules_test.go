@@ -40,6 +40,8 @@ var (
 		"ProfiProbesQuarantined": "probe-quarantine", "ProfiProbesQuarantinedTenant": "probe-quarantine",
 		// Addition (issue 32): Xid errors.
 		"ProfiGPUXid": "gpu-xid",
+		// Addition (issue 43): GPUs held idle.
+		"ProfiGPUHeldIdle": "gpu-held-idle",
 	}
 )
 
@@ -150,8 +152,8 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 33 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 15 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
+	if want := "SUCCESS: 34 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 16 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir

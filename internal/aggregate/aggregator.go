@@ -117,6 +117,17 @@ type procState struct {
 	// refusedGraphs are the graphs whose expansion was refused (counted
 	// once each in graphRefused); at most the process's graph quota.
 	refusedGraphs map[uint64]bool
+	// launched are, per gpu label, the kernels the process's launches
+	// and graph replays ran so far, and when that count last grew (or the
+	// process was first seen): what Process.IdleFor measures from.
+	launched map[string]launchMark
+}
+
+// launchMark is a process's kernel count on one GPU and since when it is
+// that count.
+type launchMark struct {
+	kernels uint64
+	since   time.Time
 }
 
 // PodLabeler tells which pod a process runs in.

@@ -327,5 +327,31 @@ func (a *Aggregator) parts(ps *procState, d *pidData, snap *Snapshot) []*Process
 	}
 	mergePerPID(parts)
 	parts[0].Graphs = graphs
+	if a.exiting == 0 {
+		for _, p := range parts {
+			p.IdleFor = ps.idleFor(p, snap.Time)
+		}
+	}
 	return parts
+}
+
+// idleFor is how long process part p has launched no kernel on its GPU
+// (eagerly or by a graph replay), as the drains at now see it: since its
+// kernel count last grew, or since the agent first saw the process.
+func (ps *procState) idleFor(p *Process, now time.Time) time.Duration {
+	var n uint64
+	for _, m := range []map[Kernel]Launch{p.Launches, p.Graph} {
+		for _, l := range m {
+			n += l.Count
+		}
+	}
+	if ps.launched == nil {
+		ps.launched = map[string]launchMark{}
+	}
+	m, ok := ps.launched[p.Meta.GPU]
+	if !ok || m.kernels != n {
+		m = launchMark{kernels: n, since: now}
+		ps.launched[p.Meta.GPU] = m
+	}
+	return now.Sub(m.since)
 }

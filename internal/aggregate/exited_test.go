@@ -285,3 +285,51 @@ func TestExitedUnseenProcessKeepsItsSeries(t *testing.T) {
 		}
 	}
 }
+
+// A process that holds device memory and launches nothing: how long it
+// has launched no kernel (eagerly or by a graph replay) grows from the
+// drain that saw its last launch, or from its first sight; a launch sets
+// it back to zero; a process without device memory gets no gauge.
+func TestHeldIdle(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	src := newFakeSource()
+	procs := newFakeProcs(map[int]fakeProc{300: {"holder", 1}, 301: {"nomem", 2}})
+	a := New(Options{Source: src, Procs: procs, Now: clock.now})
+	src.add(akey(300, ops.OpCudaMalloc, 0, 0, 0), aval(1, 10, 1<<30, 0))
+	src.addLaunch(lkey(300, 0), bpfobj.ProfiLaunchVal{Count: 5})
+	src.addLaunch(lkey(301, 0), bpfobj.ProfiLaunchVal{Count: 5})
+	idle := func(s *Snapshot, pid int) (time.Duration, bool) {
+		for _, p := range s.Processes {
+			if p.Meta.PID == pid {
+				return p.IdleFor, p.HoldsIdle()
+			}
+		}
+		t.Fatalf("no process %d", pid)
+		return 0, false
+	}
+	steps := []struct {
+		after  time.Duration
+		launch uint64
+		want   time.Duration
+	}{
+		{0, 0, 0},
+		{10 * time.Second, 0, 10 * time.Second},
+		{20 * time.Second, 0, 30 * time.Second},
+		{5 * time.Second, 1, 0}, // a launch
+		{7 * time.Second, 0, 7 * time.Second},
+	}
+	for i, st := range steps {
+		clock.t = clock.t.Add(st.after)
+		if st.launch > 0 {
+			src.addLaunch(lkey(300, 0), bpfobj.ProfiLaunchVal{Count: st.launch})
+		}
+		s := drain(t, a)
+		if got, holds := idle(s, 300); !holds || got != st.want {
+			t.Errorf("step %d: idle %v (exported %v), want %v", i, got, holds, st.want)
+		}
+		if _, holds := idle(s, 301); holds {
+			t.Errorf("step %d: a process without device memory has the held-idle gauge", i)
+		}
+	}
+}

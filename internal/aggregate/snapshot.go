@@ -78,6 +78,11 @@ type Process struct {
 	// in-flight ages, straggler ratios, per-communicator series) is on its
 	// first entry only.
 	GPUs []GPUAttribution
+	// IdleFor is how long the process has launched no kernel on this
+	// entry's GPU (eager launches and graph replays; host-side launches,
+	// not GPU execution), at drain granularity, from when the agent first
+	// saw it at the latest. Live processes only.
+	IdleFor time.Duration
 	// Exited: the final values of a process that has exited (PID set), or
 	// the folded series of its container's exited processes (PID 0:
 	// exported with pid=""); only counters are exported for it
@@ -101,6 +106,10 @@ func (p *Process) HasMemory() bool { return p.memory }
 // HasActiveMemory reports whether the active-memory gauge is exported: a
 // live process's, never an exited one's.
 func (p *Process) HasActiveMemory() bool { return p.memory && !p.Exited }
+
+// HoldsIdle reports whether the held-idle gauge is exported: a live
+// process that holds device memory on this entry's GPU (ActiveBytes > 0).
+func (p *Process) HoldsIdle() bool { return p.HasActiveMemory() && p.ActiveBytes() > 0 }
 
 // ActiveBytes is device memory allocated minus freed since attach; frees
 // of allocations made before attach are never subtracted.

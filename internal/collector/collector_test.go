@@ -332,6 +332,7 @@ func TestLabelSetsAndBuckets(t *testing.T) {
 		"profi_cuda_memcpy_bytes_total":               {"direction", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"},
 		"profi_cuda_malloc_bytes_total":               {"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"},
 		"profi_cuda_active_memory_bytes":              {"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"},
+		"profi_cuda_held_idle_seconds":                {"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"},
 		"profi_cuda_errors_total":                     {"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"},
 		"profi_cuda_kernel_launches_total":            {"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"},
 		"profi_tracked_pids":                          {},
@@ -351,6 +352,7 @@ func TestLabelSetsAndBuckets(t *testing.T) {
 	types := map[string]dto.MetricType{
 		"profi_cuda_duration_seconds":               dto.MetricType_HISTOGRAM,
 		"profi_cuda_active_memory_bytes":            dto.MetricType_GAUGE,
+		"profi_cuda_held_idle_seconds":              dto.MetricType_GAUGE,
 		"profi_tracked_pids":                        dto.MetricType_GAUGE,
 		"profi_system_ring_buffer_drops_rate":       dto.MetricType_GAUGE,
 		"profi_system_discovery_attached_libraries": dto.MetricType_GAUGE,

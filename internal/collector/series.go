@@ -376,6 +376,12 @@ func procFamilies() []*procFamily {
 			(*aggregate.Process).HasMemory, func(p *aggregate.Process) uint64 { return p.MallocBytes }),
 		memory("profi_cuda_active_memory_bytes", "Device bytes allocated minus freed since the process was first attached; frees of earlier allocations are not subtracted. Live processes only.", gauge,
 			(*aggregate.Process).HasActiveMemory, (*aggregate.Process).ActiveBytes),
+		newProcFamily("profi_cuda_held_idle_seconds", "Seconds since the process last launched a kernel on this GPU (eagerly or by a CUDA graph replay; host-side launches, not GPU execution), while it holds device memory there (profi_cuda_active_memory_bytes > 0); counted from when the agent first saw the process at the latest, at drain granularity. Live processes only.", gauge, memLabels,
+			nil, func(p *aggregate.Process, yield yieldFunc) {
+				if p.HoldsIdle() {
+					yield(seriesKey{}, p.IdleFor.Seconds())
+				}
+			}),
 		newProcFamily("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", counter, errorLabels,
 			[]string{"operation", "error_code"}, func(p *aggregate.Process, yield yieldFunc) {
 				for k, v := range p.Errors {

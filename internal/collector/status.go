@@ -248,6 +248,10 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 	if p.HasMemory() {
 		ps.ActiveMemoryBytes = p.ActiveBytes()
 	}
+	if p.HoldsIdle() {
+		idle := p.IdleFor.Seconds()
+		ps.HeldIdleSeconds = &idle
+	}
 	if n := p.NCCL; n != nil {
 		ps.NCCLCalls, ps.NCCLBytes = map[string]uint64{}, map[string]uint64{}
 		ps.NCCLOldestInflightSeconds = map[string]float64{}

@@ -349,6 +349,9 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 			}
 			fmt.Fprintf(w, "  gpu %s %s (source: %s)\n", orDash(s.GPU), s.GPUUUID, gpuSrc)
 			fmt.Fprintf(w, "    counters: launches %d, active device memory %d B, memset %d B\n", s.Launches, s.ActiveMemoryBytes, s.MemsetBytes)
+			if s.HeldIdleSeconds != nil {
+				fmt.Fprintf(w, "    held idle: holds %d B of device memory here and has launched no kernel here for %.0fs\n", s.ActiveMemoryBytes, *s.HeldIdleSeconds)
+			}
 			writeGraphs(w, s)
 			writeMap(w, "calls", s.Calls)
 			writeMap(w, "errors", s.Errors)

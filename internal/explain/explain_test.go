@@ -189,7 +189,7 @@ func TestExplain(t *testing.T) {
 func TestExplainGraphs(t *testing.T) {
 	t.Parallel()
 	root := fakeProc(t, map[string][2]string{"50": {cudartLine, "infer"}})
-	share, early := 0.75, 0.004
+	share, early, idle := 0.75, 0.004, 1860.0
 	d := &status.Doc{
 		Version: "dev", KernelMode: "anonymous", ProbeProfile: "lean", UptimeSeconds: 90, LastDiscovery: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		AttachedLibraries: []status.LibraryView{{LibraryStatus: status.LibraryStatus{
@@ -201,7 +201,8 @@ func TestExplainGraphs(t *testing.T) {
 			{PID: 50, Comm: "infer", GPU: "0", GPUUUID: "GPU-a", PodSource: "none: no --node-name (pod enrichment off)", GPUSource: "device 0: nvml",
 				Launches: 100, GraphKernelLaunches: 300, CapturedLaunches: 12,
 				Graphs: &status.Graphs{Graphs: 5, Execs: 4, Replays: 1200, UnknownReplays: 200, GraphKernelShare: &share}},
-			{PID: 50, Comm: "infer", GPU: "1", GPUUUID: "GPU-b", GPUSource: "device 1: nvml", Launches: 50, GraphKernelLaunches: 150},
+			{PID: 50, Comm: "infer", GPU: "1", GPUUUID: "GPU-b", GPUSource: "device 1: nvml", Launches: 50, GraphKernelLaunches: 150,
+				ActiveMemoryBytes: 1 << 30, HeldIdleSeconds: &idle},
 			{PID: 51, Comm: "early", Launches: 996, GraphKernelLaunches: 4,
 				Graphs: &status.Graphs{Graphs: 1, Execs: 1, Replays: 9, GraphKernelShare: &early}},
 			{PID: 52, Comm: "old", Graphs: &status.Graphs{Replays: 7, UnknownReplays: 7}},
@@ -224,7 +225,8 @@ func TestExplainGraphs(t *testing.T) {
     kernels that ran: 400 (100 direct launches, 300 through graph replays); 12 launch calls captured into graphs (they ran nothing then)
     graphs: 5 built (4 executable alive), 1200 replays (200 of them ran graphs built before profi attached or past its caps: their kernels are not counted), 75% of the process's counted kernels ran through graphs
   gpu 1 GPU-b (source: device 1: nvml)
-    counters: launches 50, active device memory 0 B, memset 0 B
+    counters: launches 50, active device memory 1073741824 B, memset 0 B
+    held idle: holds 1073741824 B of device memory here and has launched no kernel here for 1860s
     kernels that ran: 200 (50 direct launches, 150 through graph replays)
 
 agent dev, kernel mode anonymous, probe profile lean, up 90s, last discovery 2026-01-01T00:00:00Z

@@ -378,8 +378,12 @@ type ProcessStatus struct {
 	MemcpyBytes       map[string]uint64 `json:"memcpy_bytes"`
 	MemsetBytes       uint64            `json:"memset_bytes"`
 	ActiveMemoryBytes uint64            `json:"active_memory_bytes"`
-	NCCLCalls         map[string]uint64 `json:"nccl_calls,omitempty"`
-	NCCLBytes         map[string]uint64 `json:"nccl_bytes,omitempty"`
+	// HeldIdleSeconds: it holds device memory on this GPU and has
+	// launched no kernel there for this long (profi_cuda_held_idle_seconds);
+	// absent when it holds none.
+	HeldIdleSeconds *float64          `json:"held_idle_seconds,omitempty"`
+	NCCLCalls       map[string]uint64 `json:"nccl_calls,omitempty"`
+	NCCLBytes       map[string]uint64 `json:"nccl_bytes,omitempty"`
 	// NCCLOldestInflightSeconds is the age of the oldest in-flight call
 	// by operation.
 	NCCLOldestInflightSeconds map[string]float64 `json:"nccl_oldest_inflight_seconds,omitempty"`

@@ -49,7 +49,11 @@ type Row struct {
 	// Memcpy is bytes per second by direction (h2d, d2h, d2d, ...).
 	Memcpy      map[string]float64
 	ActiveBytes uint64
-	NCCLRate    float64 // NCCL payload bytes per second
+	// HeldIdle is how long the process has launched no kernel while it
+	// holds device memory (profi_cuda_held_idle_seconds, the least over
+	// its GPUs), seconds; NaN when it holds none.
+	HeldIdle float64
+	NCCLRate float64 // NCCL payload bytes per second
 	NCCLOldest  float64 // seconds, NaN when nothing is in flight
 }
 
@@ -219,6 +223,14 @@ func Compute(prev, cur Scrape) Frame {
 		}
 	}
 	lat := bucketDelta(prev, cur, "profi_cuda_duration_seconds")
+	idle := map[Key]float64{}
+	for _, m := range cur.Families["profi_cuda_held_idle_seconds"].GetMetric() {
+		if k, ok := keyOf(m); ok {
+			if old, seen := idle[k]; !seen || value(m) < old {
+				idle[k] = value(m)
+			}
+		}
+	}
 
 	keys := map[Key]bool{}
 	for _, m := range []map[Key]map[string]float64{launchesC, graphC, callsC, memcpyC, active, ncclC} {
@@ -227,7 +239,10 @@ func Compute(prev, cur Scrape) Frame {
 		}
 	}
 	for k := range keys {
-		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN()}
+		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN(), HeldIdle: math.NaN()}
+		if v, ok := idle[k]; ok {
+			r.HeldIdle = v
+		}
 		r.Launches = uint64(launchesC[k][""] + graphC[k][""])
 		direct, graph := rate(launchesP[k][""], launchesC[k][""], dt), rate(graphP[k][""], graphC[k][""], dt)
 		r.LaunchRate = direct + graph

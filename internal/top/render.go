@@ -27,7 +27,9 @@ func num(v float64) float64 {
 
 // Columns in display order. LAUNCH/S and LAUNCHES count kernels that ran,
 // direct launches and CUDA graph kernels together; GRAPH% is the share of
-// the window's kernels that ran through graphs.
+// the window's kernels that ran through graphs; HELD IDLE is how long a
+// process holding device memory has launched nothing ("-" when it holds
+// none).
 var Columns = []Column{
 	{"namespace", "NAMESPACE", func(a, b *Row) bool { return a.Namespace < b.Namespace }, func(r *Row, _ bool) string { return dash(r.Namespace) }},
 	{"pod", "POD", func(a, b *Row) bool { return a.Pod < b.Pod }, func(r *Row, _ bool) string { return dash(r.Pod) }},
@@ -43,6 +45,7 @@ var Columns = []Column{
 	{"d2h", "D2H/S", func(a, b *Row) bool { return a.Memcpy["d2h"] < b.Memcpy["d2h"] }, func(r *Row, raw bool) string { return bytes(r.Memcpy["d2h"], raw) }},
 	{"d2d", "D2D/S", func(a, b *Row) bool { return a.Memcpy["d2d"] < b.Memcpy["d2d"] }, func(r *Row, raw bool) string { return bytes(r.Memcpy["d2d"], raw) }},
 	{"mem", "DEV MEM", func(a, b *Row) bool { return a.ActiveBytes < b.ActiveBytes }, func(r *Row, raw bool) string { return bytes(float64(r.ActiveBytes), raw) }},
+	{"held_idle", "HELD IDLE", func(a, b *Row) bool { return num(a.HeldIdle) < num(b.HeldIdle) }, func(r *Row, raw bool) string { return latency(r.HeldIdle, raw) }},
 	{"nccl", "NCCL/S", func(a, b *Row) bool { return a.NCCLRate < b.NCCLRate }, func(r *Row, raw bool) string { return bytes(r.NCCLRate, raw) }},
 	{"nccl_oldest", "NCCL OLDEST", func(a, b *Row) bool { return num(a.NCCLOldest) < num(b.NCCLOldest) }, func(r *Row, raw bool) string { return latency(r.NCCLOldest, raw) }},
 }
