@@ -57,7 +57,7 @@ func prometheusRule(t *testing.T) *monitoringv1.PrometheusRule {
 	return &pr
 }
 
-// TestRuleNamesAndRunbooks pins the groups, the 18 recording rules and 14
+// TestRuleNamesAndRunbooks pins the groups, the 18 recording rules and 15
 // alerts by name, their labels and annotations, and that each alert links
 // to its own runbook, which exists and has the three sections.
 func TestRuleNamesAndRunbooks(t *testing.T) {

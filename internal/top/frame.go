@@ -52,9 +52,9 @@ type Row struct {
 	// HeldIdle is how long the process has launched no kernel while it
 	// holds device memory (profi_cuda_held_idle_seconds, the least over
 	// its GPUs), seconds; NaN when it holds none.
-	HeldIdle float64
-	NCCLRate float64 // NCCL payload bytes per second
-	NCCLOldest  float64 // seconds, NaN when nothing is in flight
+	HeldIdle   float64
+	NCCLRate   float64 // NCCL payload bytes per second
+	NCCLOldest float64 // seconds, NaN when nothing is in flight
 }
 
 // Frame is what one screen shows.
