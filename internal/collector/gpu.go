@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"time"
+
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,7 +38,8 @@ type gpuCollector struct {
 	info, temperature, power, clock, utilization, memory, ecc, throttle *prometheus.Desc
 	up, pollDuration                                                    *prometheus.Desc
 	processMemory, pcie, nvlinkErrors, xid, xidRejected                 *prometheus.Desc
-	processUtil, gpmRatio, gpmBytes                                     *prometheus.Desc
+	processUtil, gpmRatio, gpmBytes, processBusy                        *prometheus.Desc
+	busy                                                                *busyPods
 }
 
 // gpmRatios are the GPM metrics of profi_gpu_gpm_ratio, by metric label.
@@ -106,6 +109,11 @@ func NewGPU(snapshot func() *nvml.Snapshot, opts ...GPUOption) prometheus.Collec
 			"mean of the driver's samples since the previous NVML poll, by engine: sm, memory, encoder, decoder. gpu_uuid is the MIG device on a MIG GPU. "+
 			"Device-side time, not host API latency. Pod labels are those of the profiled process (empty when it is not one).",
 			withGPU("pid", "namespace", "pod", "container", "engine"), nil),
+		processBusy: d("profi_gpu_process_busy_seconds_total", "Seconds the driver's samples saw the processes of a pod busy on this GPU (MIG device: gpu_uuid), by engine: "+
+			"sm, memory, encoder, decoder (each sample's utilization over its sampling period, nvmlDeviceGetProcessUtilization; since the agent started). "+
+			"Device-side time, not host API latency. A usage basis for GPU cost; empty pod labels: processes outside Kubernetes or not profiled.",
+			withGPU("namespace", "pod", "container", "engine"), nil),
+		busy: newBusyPods(),
 		gpmRatio: d("profi_gpu_gpm_ratio", "NVML GPM (GPU performance monitoring) ratio over the last --gpm-interval, 0-1, by metric: sm_active, sm_occupancy, tensor_active, "+
 			"fp64_active, fp32_active, fp16_active, integer_active, graphics_active, dram_bandwidth. gpu_uuid is the MIG device for a MIG instance.", withGPU("metric"), nil),
 		gpmBytes: d("profi_gpu_gpm_bytes_per_second", "NVML GPM link throughput over the last --gpm-interval (MiB/s × 1048576), by link (pcie, nvlink) and direction (tx, rx).",
@@ -124,8 +132,14 @@ func (c *gpuCollector) podsOf() map[int]aggregate.Meta {
 		return out
 	}
 	if s := c.procs(); s != nil {
-		for _, p := range s.Processes {
-			out[p.Meta.PID] = p.Meta
+		// Exited processes too (their busy time is folded after their
+		// exit); a live process's labels win over an exited one's.
+		for _, ps := range [][]*aggregate.Process{s.Exited, s.Processes} {
+			for _, p := range ps {
+				if p.Meta.PID != 0 {
+					out[p.Meta.PID] = p.Meta
+				}
+			}
 		}
 	}
 	return out
@@ -136,7 +150,7 @@ func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.info, c.temperature, c.power, c.clock, c.utilization, c.memory, c.ecc, c.throttle,
 		c.up, c.pollDuration, c.processMemory, c.pcie, c.nvlinkErrors, c.xid, c.xidRejected,
-		c.processUtil, c.gpmRatio, c.gpmBytes,
+		c.processUtil, c.gpmRatio, c.gpmBytes, c.processBusy,
 	} {
 		ch <- d
 	}
@@ -260,6 +274,11 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 					gauge(c.gpmBytes, x*(1<<20), id, v.UUID, l.link, l.direction)
 				}
 			}
+		}
+	}
+	for k, t := range c.busy.fold(s, pods, time.Now()) {
+		for i, e := range busyEngines {
+			counter(c.processBusy, t.sec[i], k.gpu, k.uuid, k.namespace, k.pod, k.container, e)
 		}
 	}
 }

@@ -41,11 +41,14 @@ type worker struct {
 	gpmMode     string // GPMAuto, GPMOn, GPMOff
 	gpmInterval time.Duration
 	gpmDue      time.Time
-	lastSeen    map[string]uint64    // newest process sample timestamp seen
-	gpmPrev     map[string]GPMSample // the sample the next interval starts from
-	gpmValues   map[string]map[GPMMetric]float64
-	gpmState    map[string]string
-	gpmWarned   map[string]bool
+	lastSeen    map[string]uint64 // newest process sample timestamp seen
+	// busy integrates the process samples (busyOf); it outlives an NVML
+	// restart, so its counters never go back.
+	busy      *busyCounter
+	gpmPrev   map[string]GPMSample // the sample the next interval starts from
+	gpmValues map[string]map[GPMMetric]float64
+	gpmState  map[string]string
+	gpmWarned map[string]bool
 }
 
 // GPM modes (--gpm).
@@ -66,7 +69,7 @@ func newWorker(lib Library, log *slog.Logger, gpmMode string, gpmInterval time.D
 	return &worker{
 		lib: lib, log: log, warned: map[string]string{},
 		gpmMode: gpmMode, gpmInterval: gpmInterval,
-		lastSeen: map[string]uint64{}, gpmPrev: map[string]GPMSample{},
+		lastSeen: map[string]uint64{}, gpmPrev: map[string]GPMSample{}, busy: newBusyCounter(),
 		gpmValues: map[string]map[GPMMetric]float64{}, gpmState: map[string]string{}, gpmWarned: map[string]bool{},
 	}
 }
@@ -161,6 +164,7 @@ func (w *worker) shutdown() {
 	clear(w.gpmValues)
 	clear(w.gpmState)
 	clear(w.lastSeen)
+	w.busy.restart()
 	if w.events != nil {
 		_ = w.events.Free()
 		w.events = nil
@@ -319,10 +323,17 @@ func (w *worker) pollInstances(g *GPU, d device, gpmNow bool) {
 		}
 		g.Instances = append(g.Instances, st)
 	}
+	for _, in := range insts {
+		g.ProcessBusy = append(g.ProcessBusy, w.busy.of(in.uuid, busyKeep)...)
+	}
 	slices.SortFunc(g.ProcessUtilization, func(a, b ProcessUtilization) int {
 		return cmp.Or(cmp.Compare(a.UUID, b.UUID), cmp.Compare(a.PID, b.PID))
 	})
 }
+
+// busyKeep is how long a process's busy totals stay after its last
+// sample: every scrape in between reads them (busyCounter.of).
+const busyKeep = 10 * time.Minute
 
 // processUtilization adds one device's process samples newer than the
 // last seen to g and returns the source's state. Samples are averaged per
@@ -360,6 +371,7 @@ func (w *worker) processUtilization(g *GPU, gpu int, uuid string, h Device) stri
 		x.dec += uint64(min(s.Decoder, 100))
 		x.n++
 	}
+	w.busy.add(uuid, samples, w.lastSeen[uuid])
 	for _, s := range samples {
 		w.lastSeen[uuid] = max(w.lastSeen[uuid], s.TimeStamp)
 	}

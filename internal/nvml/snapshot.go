@@ -76,6 +76,10 @@ type GPU struct {
 	// Sorted by UUID, then PID. A process without a sample in that window
 	// is absent (the driver sampled no activity of it).
 	ProcessUtilization []ProcessUtilization
+	// ProcessBusy are the processes' busy time per engine on the GPU and
+	// each MIG device since the agent started (busy.go), by UUID then
+	// PID: cumulative, kept 10 minutes after a process's last sample.
+	ProcessBusy []ProcessBusy
 	// GPM holds the last GPM values per device (GPU or MIG instance).
 	GPM []GPMValues
 }

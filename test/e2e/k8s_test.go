@@ -88,6 +88,35 @@ func randomContainerID(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
+// podWatchServer starts an API server with the namespace "ml", grants the
+// service account default/profi the chart's ClusterRole (pods list and
+// watch, nothing else) and points KUBECONFIG at that account: the agent
+// started after it watches the pods of testNode as deployed.
+func podWatchServer(t *testing.T) *kubetest.APIServer {
+	t.Helper()
+	s := kubetest.StartAPIServer(t)
+	ctx := context.Background()
+	admin := s.Client()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "profi"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "profi"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kubetest.WriteKubeconfig(t, s.ServiceAccountConfig(t, "default", "profi")))
+	return s
+}
+
 // createPod creates a pod on testNode whose container name has id in its
 // status, as a kubelet would report it.
 func createPod(t *testing.T, c kubernetes.Interface, ns, name, container, id string) *corev1.Pod {
@@ -174,28 +203,9 @@ func ready(a *testutil.Agent) bool {
 // API server the watch recovers and labels a new pod.
 func TestPodLabelsFromAPIServer(t *testing.T) {
 	testutil.RequireBPF(t)
-	s := kubetest.StartAPIServer(t)
+	s := podWatchServer(t)
 	ctx := context.Background()
 	admin := s.Client()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The chart's ClusterRole: pods list/watch, nothing else.
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "profi"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "profi"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "profi"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("KUBECONFIG", kubetest.WriteKubeconfig(t, s.ServiceAccountConfig(t, "default", "profi")))
-
 	// Pod 1, whose process runs in a systemd-driver cgroup (containerd).
 	id1 := randomContainerID(t)
 	pod1 := createPod(t, admin, "ml", "infer-0", "server", id1)

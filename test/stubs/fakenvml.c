@@ -12,10 +12,15 @@
 //   gpu UUID BUSID NAME [mig] [procutil=ok|unsupported] [gpm=ok|unsupported|inuse]
 //   mig UUID GPU_INSTANCE_ID [procutil=ok|unsupported] [gpm=ok|unsupported|inuse]
 //                                    (a MIG device of the gpu line before it)
-//   sample UUID PID SM MEM ENC DEC   (per-process utilization, percent: each
+//   sample UUID PID SM MEM ENC DEC [TS [again]]
+//                                    (per-process utilization, percent: each
 //                                    nvmlDeviceGetProcessUtilization call
 //                                    answers one sample per line, stamped
-//                                    with the current time)
+//                                    with the current time; with TS (µs),
+//                                    stamped TS and answered only while TS
+//                                    is newer than lastSeenTimeStamp, or
+//                                    always with "again", as a driver that
+//                                    returns an old sample again)
 //   proc UUID PID BYTES              (a running compute process)
 //   gpmval UUID METRIC_ID VALUE      (nvmlGpmMetricsGet's answer for METRIC_ID)
 //   xid GPU_UUID CODE ID             (an XID critical error event, delivered
@@ -53,6 +58,8 @@ struct nvmlDevice_st {
 struct sample {
 	int dev;
 	unsigned int pid, sm, mem, enc, dec;
+	unsigned long long ts; // 0: the current time
+	int again;	       // answered whatever lastSeenTimeStamp says
 };
 struct proc {
 	int dev;
@@ -161,8 +168,10 @@ static int load(void)
 				d->gpm = parse_cap(tok[i], "gpm", d->gpm);
 			}
 			ndevs++;
-		} else if (!strcmp(tok[0], "sample") && n == 7 && nsamples < MAX_ROWS) {
+		} else if (!strcmp(tok[0], "sample") && n >= 7 && n <= 9 && nsamples < MAX_ROWS) {
 			struct sample *s = &samples[nsamples];
+			s->ts = n >= 8 ? strtoull(tok[7], NULL, 10) : 0;
+			s->again = n == 9 && !strcmp(tok[8], "again");
 			s->dev = find_dev(tok[1]);
 			s->pid = strtoul(tok[2], NULL, 10);
 			s->sm = strtoul(tok[3], NULL, 10);
@@ -388,12 +397,13 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dv, nvmlProcessUtiliza
 	load();
 	if (d->procutil != CAP_OK || (d->parent < 0 && d->mig))
 		return NVML_ERROR_NOT_SUPPORTED;
-	unsigned long long ts = now_us();
-	if (ts <= lastSeenTimeStamp)
-		return NVML_ERROR_NOT_FOUND;
+	unsigned long long now = now_us();
 	unsigned int n = 0;
 	for (int i = 0; i < nsamples; i++) {
 		if (&devs[samples[i].dev] != d)
+			continue;
+		unsigned long long ts = samples[i].ts ? samples[i].ts : now;
+		if (ts <= lastSeenTimeStamp && !samples[i].again)
 			continue;
 		if (utilization && n < *count) {
 			nvmlProcessUtilizationSample_t *u = &utilization[n];
