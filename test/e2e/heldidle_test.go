@@ -50,7 +50,7 @@ func TestGPUHeldIdle(t *testing.T) {
 
 	// Launches again: counted from their drain.
 	began = time.Now()
-	gt = runPhase(t, w)
+	runPhase(t, w)
 	err := testenv.Eventually(5*time.Second, func() error {
 		v, ok := idle()
 		if age := time.Since(began).Seconds(); !ok || v > age {
