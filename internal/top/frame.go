@@ -49,6 +49,10 @@ type Row struct {
 	// Memcpy is bytes per second by direction (h2d, d2h, d2d, ...).
 	Memcpy      map[string]float64
 	ActiveBytes uint64
+	// GPUBusy is the process's SM utilization as the driver sampled it
+	// (profi_gpu_process_utilization_ratio{engine="sm"}, summed over its
+	// GPUs), 0-1; NaN without a sample.
+	GPUBusy float64
 	// HeldIdle is how long the process has launched no kernel while it
 	// holds device memory (profi_cuda_held_idle_seconds, the least over
 	// its GPUs), seconds; NaN when it holds none.
@@ -223,6 +227,15 @@ func Compute(prev, cur Scrape) Frame {
 		}
 	}
 	lat := bucketDelta(prev, cur, "profi_cuda_duration_seconds")
+	busy := map[int]float64{}
+	for _, m := range cur.Families["profi_gpu_process_utilization_ratio"].GetMetric() {
+		if label(m, "engine") != "sm" {
+			continue
+		}
+		if pid, err := strconv.Atoi(label(m, "pid")); err == nil {
+			busy[pid] += value(m)
+		}
+	}
 	idle := map[Key]float64{}
 	for _, m := range cur.Families["profi_cuda_held_idle_seconds"].GetMetric() {
 		if k, ok := keyOf(m); ok {
@@ -239,7 +252,10 @@ func Compute(prev, cur Scrape) Frame {
 		}
 	}
 	for k := range keys {
-		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN(), HeldIdle: math.NaN()}
+		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN(), HeldIdle: math.NaN(), GPUBusy: math.NaN()}
+		if v, ok := busy[k.PID]; ok {
+			r.GPUBusy = v
+		}
 		if v, ok := idle[k]; ok {
 			r.HeldIdle = v
 		}

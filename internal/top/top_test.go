@@ -36,6 +36,9 @@ func exposition(launches1, launches2, graph1, h2d1, lat1 []float64, count1 float
 	b.WriteString(`profi_cuda_memcpy_bytes_total{direction="h2d",` + l1 + `,stream="0x1"} ` + ftoa(h2d1[1]) + "\n")
 	b.WriteString("# TYPE profi_cuda_active_memory_bytes gauge\n")
 	b.WriteString(`profi_cuda_active_memory_bytes{` + l1 + `} 4096` + "\n")
+	b.WriteString("# TYPE profi_gpu_process_utilization_ratio gauge\n")
+	b.WriteString(`profi_gpu_process_utilization_ratio{gpu="0",gpu_uuid="u",pid="10",namespace="ml",pod="llm-0",container="c",engine="sm"} 0.25` + "\n")
+	b.WriteString(`profi_gpu_process_utilization_ratio{gpu="0",gpu_uuid="u",pid="10",namespace="ml",pod="llm-0",container="c",engine="memory"} 0.5` + "\n")
 	b.WriteString("# TYPE profi_cuda_held_idle_seconds gauge\n")
 	b.WriteString(`profi_cuda_held_idle_seconds{` + l1 + `} 42` + "\n")
 	b.WriteString(`profi_cuda_held_idle_seconds{` + strings.Replace(l1, `gpu="0",gpu_uuid="u"`, `gpu="1",gpu_uuid="w"`, 1) + `} 3` + "\n")
@@ -90,6 +93,9 @@ func TestCompute(t *testing.T) {
 		t.Errorf("h2d %v/s active %v, want 2000 and 4096", r.Memcpy["h2d"], r.ActiveBytes)
 	}
 	// Held idle: the least over its GPUs (it launches on GPU 1).
+	if r.GPUBusy != 0.25 {
+		t.Errorf("gpu busy %v, want 0.25 (the sm engine)", r.GPUBusy)
+	}
 	if r.HeldIdle != 3 {
 		t.Errorf("held idle %v, want 3", r.HeldIdle)
 	}
@@ -142,9 +148,9 @@ func TestCompute(t *testing.T) {
 			t.Errorf("header %q", lines[0])
 		}
 		want := [][]string{
-			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "GRAPH%", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "HELD", "IDLE", "NCCL/S", "NCCL", "OLDEST"},
-			{"ml", "llm-0", "10", "infer", "125.0", "80", "905", "0", "0.001", "0.091", "2000", "0", "0", "4096", "3", "0", "-"},
-			{"ml", "train-0", "20", "train", "0.0", "-", "50", "0", "-", "-", "0", "0", "0", "0", "-", "2097152", "7.25"},
+			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "GRAPH%", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "SM%", "HELD", "IDLE", "NCCL/S", "NCCL", "OLDEST"},
+			{"ml", "llm-0", "10", "infer", "125.0", "80", "905", "0", "0.001", "0.091", "2000", "0", "0", "4096", "25", "3", "0", "-"},
+			{"ml", "train-0", "20", "train", "0.0", "-", "50", "0", "-", "-", "0", "0", "0", "0", "-", "-", "2097152", "7.25"},
 		}
 		for i, w := range want {
 			got := strings.Fields(lines[1+i])
