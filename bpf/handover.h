@@ -78,37 +78,58 @@ static __always_inline bool find_mapping(u64 addr, struct vma_found *out)
 }
 
 /*
- * The rt_text entry of unseen process pid, written from the mapping that
+ * Writes the rt_text entry of unseen process pid from the mapping that
  * holds addr: with file, a probe of that runtime file fired at addr (its
  * inode is noted in rt_inodes); without (0), addr is a driver launch's
- * return address, and the mapping must be a noted runtime file's. NULL
- * when it is not one (the application called the driver itself).
+ * return address, and the mapping must be a noted runtime file's. Returns
+ * whether the entry is there. A global function: the verifier checks it
+ * once, not in every caller's paths (inlined, it doubled launch_entry's
+ * instructions processed: docs/BENCHMARK.md, "Verifier cost").
  */
-static __always_inline struct text_range *unseen_text(u32 pid, u64 addr, u32 file)
+__noinline int write_unseen_text(u32 pid, u64 addr, u32 file)
 {
 	struct text_range t = {.unseen = 1};
-	struct text_range *text;
 	struct vma_found m = {};
 	u32 *noted;
 
 	if (!find_mapping(addr, &m))
-		return NULL;
+		return 0;
 	if (file) {
 		bpf_map_update_elem(&rt_inodes, &m.inode, &file, BPF_ANY);
 	} else {
 		noted = bpf_map_lookup_elem(&rt_inodes, &m.inode);
 		if (!noted || !bpf_map_lookup_elem(&file_facts, noted))
-			return NULL;
+			return 0;
 		file = *noted;
 	}
 	t.start = m.start;
 	t.end = m.end;
 	t.file = file;
 	bpf_map_update_elem(&rt_text, &pid, &t, BPF_NOEXIST);
-	text = bpf_map_lookup_elem(&rt_text, &pid);
-	if (!text)
+	if (!bpf_map_lookup_elem(&rt_text, &pid)) {
 		count_drop(DROP_RT_TEXT);
-	return text;
+		return 0;
+	}
+	return 1;
+}
+
+/* Notes the inode of the mapping that holds addr as runtime file file's (rt_inodes). Global, as
+ * above. */
+__noinline int note_inode(u64 addr, u32 file)
+{
+	struct vma_found m = {};
+
+	if (find_mapping(addr, &m))
+		bpf_map_update_elem(&rt_inodes, &m.inode, &file, BPF_ANY);
+	return 0;
+}
+
+/* The rt_text entry of unseen process pid (write_unseen_text); NULL if none. */
+static __always_inline struct text_range *unseen_text(u32 pid, u64 addr, u32 file)
+{
+	if (!write_unseen_text(pid, addr, file))
+		return NULL;
+	return bpf_map_lookup_elem(&rt_text, &pid);
 }
 
 /* Whether some launch ops of text's file are counted at the driver. */
@@ -208,14 +229,10 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
 	/* The site first: rt_op_add may tell userspace to read both. */
 	if (v) {
 		if (!v->op) {
-			struct vma_found m = {};
-			u32 file = text->file;
-
 			v->op = op + 1;
 			/* A new site: the file's inode, for its unseen processes' driver launches.
 			 */
-			if (find_mapping(ret, &m))
-				bpf_map_update_elem(&rt_inodes, &m.inode, &file, BPF_ANY);
+			note_inode(ret, text->file);
 		} else if (v->op != op + 1)
 			v->mixed = 1;
 		PCPU_ADD(v->merged, 1);

@@ -88,8 +88,9 @@ static const struct proc_identity zero_identity;
 /*
  * Notes who unseen process pid is (unseen_procs), once per process: its
  * first claims call it. A PID reused by another process is noted afresh.
+ * A global function: verified once, not in each program that counts hits.
  */
-static __noinline void note_unseen(u32 pid)
+__noinline int note_unseen(u32 pid)
 {
 	struct task_struct___id *task = (void *)bpf_get_current_task();
 	u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
@@ -98,11 +99,11 @@ static __noinline void note_unseen(u32 pid)
 
 	id = bpf_map_lookup_elem(&unseen_procs, &pid);
 	if (id && id->start == start)
-		return;
+		return 0;
 	bpf_map_update_elem(&unseen_procs, &pid, &zero_identity, BPF_ANY);
 	id = bpf_map_lookup_elem(&unseen_procs, &pid);
 	if (!id)
-		return;
+		return 0;
 	id->start = start;
 	BPF_CORE_READ_INTO(&id->comm, task, group_leader, comm);
 	kn = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn);
@@ -113,6 +114,7 @@ static __noinline void note_unseen(u32 pid)
 	bpf_probe_read_kernel_str(id->leaf, sizeof(id->leaf), BPF_CORE_READ(kn, name));
 	if (up)
 		bpf_probe_read_kernel_str(id->parent, sizeof(id->parent), BPF_CORE_READ(up, name));
+	return 0;
 }
 
 /*

@@ -55,6 +55,9 @@ type Options struct {
 	// NoFindVMA loads the object as on a kernel without bpf_find_vma
 	// (5.15, 5.16), whatever this one has: for tests.
 	NoFindVMA bool
+	// VerifierStats keeps each program's verifier statistics line
+	// (Objects.VerifierStats): for the verifier budget test.
+	VerifierStats bool
 }
 
 // kernelModes are kernel_mode's values in bpf/config.h.
@@ -212,7 +215,11 @@ func Load(opts Options) (*Objects, error) {
 		return nil, fmt.Errorf("set kernel_mode: %w", err)
 	}
 	objs := Objects{UprobeMulti: multi, NoUprobeMulti: noMulti}
-	if err := spec.LoadAndAssign(&objs.ProfiObjects, nil); err != nil {
+	var copts *ebpf.CollectionOptions
+	if opts.VerifierStats {
+		copts = &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
+	}
+	if err := spec.LoadAndAssign(&objs.ProfiObjects, copts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load BPF object: %w\nverifier log:\n%+v", err, verr)

@@ -79,20 +79,25 @@ func TestLoadSizes(t *testing.T) {
 // test/vm): each kernel mode, with and without NVTX, the overhead budget's
 // hit counting, detailed launches and sampling, and classic uprobe
 // programs where the kernel has uprobe_multi.
-func TestLoadConfigurations(t *testing.T) {
-	testutil.RequireBPF(t)
-	configs := map[string]Options{
+// loadConfigurations are the load-time configurations every test loads.
+func loadConfigurations() map[string]Options {
+	return map[string]Options{
 		"kernel mode off":       {KernelMode: "off"},
 		"kernel mode anonymous": {KernelMode: "anonymous"},
 		"kernel mode full":      {KernelMode: "full"},
-		"full, every option":    {KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, MaxStreamsPerPID: 4},
+		"full, every option":    {KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, MaxStreamsPerPID: 4, CrashBreaker: true},
 		"off, every option":     {KernelMode: "off", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
 		"classic uprobes":       {NoUprobeMulti: true},
-		"classic, every option": {NoUprobeMulti: true, KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10},
+		"classic, every option": {NoUprobeMulti: true, KernelMode: "full", NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
+		"anonymous, breaker":    {KernelMode: "anonymous", CrashBreaker: true},
 		// 5.15 and 5.16: the helper's call must be left out, or the verifier refuses it.
 		"without bpf_find_vma": {NoUprobeMulti: true, NoFindVMA: true},
 	}
-	for name, sizes := range configs {
+}
+
+func TestLoadConfigurations(t *testing.T) {
+	testutil.RequireBPF(t)
+	for name, sizes := range loadConfigurations() {
 		t.Run(name, func(t *testing.T) {
 			objs, err := Load(sizes)
 			if err != nil {
