@@ -16,6 +16,7 @@ import (
 	"github.com/profi-dev/profi/internal/explain"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
+	"github.com/profi-dev/profi/internal/top"
 )
 
 // profiCmd runs the agent binary's subcommand and returns stdout and the
@@ -137,7 +138,7 @@ func TestExplain(t *testing.T) {
 func topRow(screen string, pid int) []string {
 	for _, line := range strings.Split(screen, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 16 && f[2] == strconv.Itoa(pid) {
+		if len(f) == len(top.Columns) && f[2] == strconv.Itoa(pid) { // one field per column
 			return f
 		}
 	}
@@ -145,17 +146,29 @@ func topRow(screen string, pid int) []string {
 }
 
 // wantTopRow compares pid's row with the agent's exact counts of an idle
-// workload: no rate, no graph share, no latency in the window; launches
-// are the kernels that ran (direct and through graphs).
+// workload: no rate, no graph share, no latency in the window, no NVML
+// (SM% -); launches are the kernels that ran (direct and through graphs);
+// HELD IDLE, how long it has launched nothing while holding device
+// memory, is a number of seconds when it holds some (its value is the
+// clock's: checked to be one), "-" otherwise.
 func wantTopRow(screen string, pid int, launches, calls, active uint64) error {
 	got := topRow(screen, pid)
+	idle := "-"
+	if len(got) > heldIdleField && active > 0 {
+		if v, err := strconv.ParseFloat(got[heldIdleField], 64); err == nil && v >= 0 {
+			idle = got[heldIdleField]
+		}
+	}
 	want := []string{"-", "-", strconv.Itoa(pid), "workload", "0.0", "-", strconv.FormatUint(launches, 10), strconv.FormatUint(calls, 10),
-		"-", "-", "0", "0", "0", strconv.FormatUint(active, 10), "0", "-"}
+		"-", "-", "0", "0", "0", strconv.FormatUint(active, 10), "-", idle, "0", "-"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		return fmt.Errorf("row %q, want %q; screen:\n%s", got, want, screen)
 	}
 	return nil
 }
+
+// heldIdleField is the HELD IDLE value's index among a row's fields.
+var heldIdleField = top.ColumnIndex("held_idle")
 
 // TestTop runs `profi top` against the agent and an idle workload whose
 // counts are proven exact: once with --once, once live in a real terminal
