@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,23 +24,9 @@ import (
 // previous timestamp, a gap over a second takes the last period).
 func TestGPUBusySecondsPerPod(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scenario := filepath.Join(dir, "scenario")
-	const (
-		gpuA = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
-		gpuB = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
-		migC = "MIG-cccccccc-1111-2222-3333-444444444444"
-	)
+	const migC = "MIG-cccccccc-1111-2222-3333-444444444444"
 	devices := fmt.Sprintf("driver 580.65.06\ngpu %s 00000000:3B:00.0 H100 procutil=ok\ngpu %s 00000000:86:00.0 A100 mig\nmig %s 1 procutil=ok\n", gpuA, gpuB, migC)
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	scenario := fakeNVML(t, devices)
 
 	s := podWatchServer(t)
 	id := randomContainerID(t)

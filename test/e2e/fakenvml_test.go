@@ -28,15 +28,7 @@ import (
 // and nothing is exported where NVML has nothing; /status says why.
 func TestFakeNVMLProcessUtilizationAndGPM(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scenario := filepath.Join(dir, "scenario")
 	const (
-		gpuA = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
-		gpuB = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 		migC = "MIG-cccccccc-1111-2222-3333-444444444444"
 		migD = "MIG-dddddddd-1111-2222-3333-444444444444"
 		gpuE = "GPU-eeeeeeee-1111-2222-3333-444444444444"
@@ -48,18 +40,14 @@ mig %s 1 procutil=ok gpm=ok
 mig %s 2 procutil=unsupported gpm=inuse
 gpu %s 00000000:AF:00.0 T4 procutil=unsupported gpm=unsupported
 `, gpuA, gpuB, migC, migD, gpuE)
-	if err := testutil.WriteScenario(scenario, devices); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	scenario := fakeNVML(t, devices)
 	a := startAgent(t, "--nvml-interval", "1", "--gpm-interval", "1")
 	w1 := startWorkload(t, fixtures.Workload, nil)
 	w2 := startWorkload(t, fixtures.Workload, nil)
 	waitAttached(t, a, w1.PID)
 	waitAttached(t, a, w2.PID)
 	p1, p2 := strconv.Itoa(w1.PID), strconv.Itoa(w2.PID)
-	err = testutil.WriteScenario(scenario, devices+fmt.Sprintf(`
+	err := testutil.WriteScenario(scenario, devices+fmt.Sprintf(`
 sample %s %s 37 12 0 0
 sample %s %s 55 20 3 4
 sample %s %s 90 90 90 90
@@ -150,19 +138,9 @@ gpmval %s 2 99
 // says off on every device.
 func TestFakeNVMLGPMOff(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scenario := filepath.Join(dir, "scenario")
-	if err := testutil.WriteScenario(scenario, "gpu GPU-aaaa 00000000:3B:00.0 H100\ngpmval GPU-aaaa 2 50\n"); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	fakeNVML(t, "gpu GPU-aaaa 00000000:3B:00.0 H100\ngpmval GPU-aaaa 2 50\n")
 	a := startAgent(t, "--nvml-interval", "1", "--gpm=off")
-	err = testenv.Eventually(10*time.Second, func() error {
+	err := testenv.Eventually(10*time.Second, func() error {
 		var st struct {
 			NVML *pstatus.NVML `json:"nvml"`
 		}
@@ -201,22 +179,30 @@ const (
 	twoGPUDevices = "gpu " + gpuA + " 00000000:3B:00.0 H100\ngpu " + gpuB + " 00000000:86:00.0 H100\n"
 )
 
-// twoFakeGPUs builds the fake NVML with GPUs A and B, points the agents the
-// test starts at it and returns its scenario file.
-func twoFakeGPUs(t *testing.T) string {
+// fakeNVML builds the fake libnvidia-ml.so.1 (test/stubs/fakenvml.c),
+// writes scenario as its scenario file, points the agents the test starts
+// at both and returns the file's path (rewrite it with
+// testutil.WriteScenario).
+func fakeNVML(t *testing.T, scenario string) string {
 	t.Helper()
 	dir := t.TempDir()
 	lib, err := testutil.BuildFakeNVML(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scenario := filepath.Join(dir, "scenario")
-	if err := testutil.WriteScenario(scenario, twoGPUDevices); err != nil {
+	path := filepath.Join(dir, "scenario")
+	if err := testutil.WriteScenario(path, scenario); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
-	return scenario
+	t.Setenv(testutil.FakeNVMLScenarioEnv, path)
+	return path
+}
+
+// twoFakeGPUs is fakeNVML with GPUs A and B.
+func twoFakeGPUs(t *testing.T) string {
+	t.Helper()
+	return fakeNVML(t, twoGPUDevices)
 }
 
 // TestXidFromKernelLog: Xid lines written into /dev/kmsg while a workload

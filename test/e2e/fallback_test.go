@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,19 +19,9 @@ import (
 // workload's calls after the stop are not counted.
 func TestProbeFreeFallbackServesNVML(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	lib, err := testutil.BuildFakeNVML(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scenario := filepath.Join(dir, "scenario")
 	const gpu = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 	devices := fmt.Sprintf("driver 580.65.06\ngpu %s 00000000:3B:00.0 H100 gpm=ok\n", gpu)
-	if err := testutil.WriteScenario(scenario, devices+fmt.Sprintf("gpmval %s 2 63.5\n", gpu)); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PROFI_NVML_LIBRARY", lib)
-	t.Setenv(testutil.FakeNVMLScenarioEnv, scenario)
+	scenario := fakeNVML(t, devices+fmt.Sprintf("gpmval %s 2 63.5\n", gpu))
 	a := startAgent(t, "--kmsg-trust-user", "--nvml-interval", "1", "--gpm-interval", "1")
 	w := startWorkload(t, fixtures.Workload, breakerArgs)
 	waitAttached(t, a, w.PID)
