@@ -211,7 +211,6 @@ type Aggregator struct {
 	hists, ncclHists histFamily[HistKey]
 	kernelHists      histFamily[KernelHistKey]
 	retiredCalls     uint64
-	unseenExits      uint64 // exited processes no drain saw alive, known by BPF's note
 	admitted         map[tuple]struct{}
 	refused          map[tuple]struct{}
 	cardDrops        uint64
@@ -598,7 +597,6 @@ func (a *Aggregator) adoptUnseen(pid int) {
 		m.Namespace, m.Pod, m.Container = a.opts.Pods.PodOfCgroup("/" + cString(id.Parent[:]) + "/" + cString(id.Leaf[:]))
 	}
 	a.procs[pid] = ps
-	a.unseenExits++
 }
 
 // cString is the NUL-terminated string at the start of b.
