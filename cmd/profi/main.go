@@ -276,6 +276,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Budget:      budgetStats,
 		Kubernetes:  podStatus,
 		GPURejected: gpuLabeler.Rejected,
+		Node:        nodeLabel(cfg.NodeName),
 	})
 	reg.MustRegister(data)
 	reg.MustRegister(self.Collectors()...)
@@ -511,4 +512,14 @@ func recentXids(t *xid.Tracker) func() []status.Xid {
 		return nil
 	}
 	return t.Recent
+}
+
+// nodeLabel is the node of the NCCL rank families: --node-name, else the
+// kernel's host name (the node's, in the chart's host network).
+func nodeLabel(nodeName string) string {
+	if nodeName != "" {
+		return nodeName
+	}
+	host, _ := os.Hostname()
+	return host
 }

@@ -27,6 +27,8 @@ var (
 		"profi:cuda_graph_kernel_launches:rate5m", "profi:cuda_graph_kernel_ratio",
 		// Addition (issue 32): CPU-bound or GPU-bound per pod.
 		"profi:pod_kernels_run:rate5m", "profi:pod_api_latency:p99:5m", "profi:pod_sm_utilization",
+		// Addition (issue 43): the NCCL rank that is behind.
+		"profi:nccl_rank_collectives_behind",
 	}
 	// alert -> runbook slug (section 8.2).
 	wantAlerts = map[string]string{
@@ -41,7 +43,7 @@ var (
 		// Addition (issue 32): Xid errors.
 		"ProfiGPUXid": "gpu-xid",
 		// Addition (issue 43): GPUs held idle.
-		"ProfiGPUHeldIdle": "gpu-held-idle",
+		"ProfiGPUHeldIdle": "gpu-held-idle", "ProfiNCCLRankBehind": "nccl-rank-behind",
 	}
 )
 
@@ -57,7 +59,7 @@ func prometheusRule(t *testing.T) *monitoringv1.PrometheusRule {
 	return &pr
 }
 
-// TestRuleNamesAndRunbooks pins the groups, the 18 recording rules and 15
+// TestRuleNamesAndRunbooks pins the groups, the 19 recording rules and 16
 // alerts by name, their labels and annotations, and that each alert links
 // to its own runbook, which exists and has the three sections.
 func TestRuleNamesAndRunbooks(t *testing.T) {
@@ -152,8 +154,8 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 34 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (18 recording rules, 16 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
+	if want := "SUCCESS: 36 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (19 recording rules, 17 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir

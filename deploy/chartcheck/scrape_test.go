@@ -102,15 +102,21 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	// test/workloads/graphs.c captures and replays CUDA graphs, so the
 	// graph rules and panel are checked against series the agent emits.
 	graphs := testutil.StartClient(t, nil, fx.Graphs, "20")
-	ranks, err := testutil.StartNCCLJob(ctx, fx.NcclWorkload, 2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The ranks init once attached, so that the agent sees the
+	// communicator's init (the rank sequence families need it).
+	var ranks []*testutil.NCCLWorkload
 	defer func() {
 		for _, r := range ranks {
 			r.Kill()
 		}
 	}()
+	for rank := range 2 {
+		r, err := testutil.StartNCCL(ctx, fx.NcclWorkload, testutil.NCCLArgs(rank, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks = append(ranks, r)
+	}
 	// Both attached (the NCCL ranks map libnccl), then one phase each.
 	if err := testenv.Eventually(30*time.Second, func() error {
 		var st struct {
@@ -136,6 +142,14 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	id := ""
+	for _, r := range ranks {
+		in, err := r.InitWithID(id)
+		if err != nil {
+			t.Fatalf("nccl init: %v\n%s", err, r.Stderr())
+		}
+		id = in.ID
+	}
 	if _, err := w.Run(); err != nil {
 		t.Fatalf("workload: %v\n%s", err, w.Stderr())
 	}
@@ -152,7 +166,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 			return err
 		}
 		fams = scraped(mfs)
-		for _, need := range []string{"profi_nccl_calls_total", "profi_cuda_kernel_launches_total", "profi_cuda_graph_kernel_launches_total"} {
+		for _, need := range []string{"profi_nccl_calls_total", "profi_nccl_rank_collectives_entered_total", "profi_cuda_kernel_launches_total", "profi_cuda_graph_kernel_launches_total"} {
 			if _, ok := fams[need]; !ok {
 				return fmt.Errorf("%s not in the scrape yet", need)
 			}

@@ -185,6 +185,7 @@ const (
 	famKernelHist
 	famNCCL     // per (pid, operation): calls, bytes, hangs, oldest, straggler
 	famNCCLComm // per (pid, operation, communicator)
+	famNCCLRank // per (pid, communicator): its collective sequence
 	famNCCLHist
 	famCaptured    // launches recorded into a CUDA graph
 	famGraphLaunch // kernels run by CUDA graph replays
@@ -468,9 +469,11 @@ func (a *Aggregator) Drain() error {
 			live[p.Meta.PID] = p
 		}
 	}
-	if err := a.watchInflight(live, a.opts.Monotonic()); err != nil {
+	inflight, err := a.watchInflight(live, a.opts.Monotonic())
+	if err != nil {
 		a.log.Warn("read in-flight NCCL calls", "err", err)
 	}
+	a.sequences(live, byPID, inflight)
 	if err := a.cudaInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}

@@ -47,7 +47,10 @@ type NCCL struct {
 	Hangs map[string]uint64
 	// Straggler is the straggler ratio per operation (see stragglers).
 	Straggler map[string]float64
-	hists     map[string]*Hist // by op; merged into Snapshot.NCCLHists
+	// Ranks is this process's position in the collective sequence of
+	// each communicator whose init profi saw (sequences).
+	Ranks map[Communicator]Sequence
+	hists map[string]*Hist // by op; merged into Snapshot.NCCLHists
 }
 
 // ncclDataOps are the operations whose bytes are exported.
@@ -88,6 +91,20 @@ func commOf(c *bpfobj.ProfiNcclComm) Communicator {
 	return Communicator{ID: fmt.Sprintf("%#x", CommHash(c.Id[:])), Rank: int(c.Rank), NRanks: int(c.Nranks)}
 }
 
+// Sequence is a rank's position in its communicator's sequence of
+// collectives, which every rank calls in the same order (NCCL's rule):
+// a rank that has entered fewer than the others is the one they wait for.
+// Counted from the communicator's init, so only for communicators whose
+// init profi saw.
+type Sequence struct {
+	// Entered counts the collectives called, the one in progress
+	// included.
+	Entered uint64
+	// Returned counts those that returned to the caller: enqueued on the
+	// GPU stream (host time), not completed on the GPU.
+	Returned uint64
+}
+
 // ncclState is the aggregator's NCCL bookkeeping, owned by the drain.
 type ncclState struct {
 	comms    map[int]map[uint64]Communicator // pid -> ncclComm_t -> identity
@@ -98,6 +115,11 @@ type ncclState struct {
 	straggler map[int]map[string]float64
 	lastStrag time.Time
 	stale     int
+	// entered is the last Sequence.Entered exported per process and
+	// communicator: a drain reads nccl_agg before nccl_inflight, so a
+	// call returning in between is in neither and the sum dips by one;
+	// the export never goes down.
+	entered map[int]map[Communicator]uint64
 }
 
 type inflightKey struct {
@@ -118,6 +140,7 @@ func newNCCLState() ncclState {
 		hangs:     map[int]map[string]uint64{},
 		base:      map[stragglerKey]Hist{},
 		straggler: map[int]map[string]float64{},
+		entered:   map[int]map[Communicator]uint64{},
 	}
 }
 
@@ -125,6 +148,7 @@ func (s *ncclState) forget(pid int) {
 	delete(s.comms, pid)
 	delete(s.hangs, pid)
 	delete(s.straggler, pid)
+	delete(s.entered, pid)
 	for k := range s.base {
 		if k.pid == pid {
 			delete(s.base, k)
@@ -276,14 +300,26 @@ func (a *Aggregator) buildNCCL(p *Process, keys map[bpfobj.ProfiNcclKey]bpfobj.P
 
 // watchInflight finds hung NCCL calls: the oldest in-flight call per
 // (process, operation), and every call older than the hang timeout,
-// counted once per call (a call is its thread and start time).
-func (a *Aggregator) watchInflight(procs map[int]*Process, now uint64) error {
+// counted once per call (a call is its thread and start time). It
+// returns the collectives in progress per process and ncclComm_t.
+func (a *Aggregator) watchInflight(procs map[int]*Process, now uint64) (map[int]map[uint64]uint64, error) {
 	seen := map[inflightKey]bool{}
 	stale := 0
+	colls := map[int]map[uint64]uint64{}
 	err := a.opts.Source.NCCLInflight(func(tid uint64, c *bpfobj.ProfiNcclCall) {
 		p := procs[int(tid>>32)]
-		if p == nil || now < c.StartNs {
-			return // exited (its entries are deleted) or not drained yet
+		if p == nil {
+			return // exited: its entries are deleted
+		}
+		if ops.Info(ops.Op(c.Op)).Collective() && c.Comm != 0 {
+			pid := int(tid >> 32)
+			if colls[pid] == nil {
+				colls[pid] = map[uint64]uint64{}
+			}
+			colls[pid][c.Comm]++
+		}
+		if now < c.StartNs {
+			return // entered after the drain's clock was read
 		}
 		if p.NCCL == nil {
 			p.NCCL = &NCCL{}
@@ -326,7 +362,59 @@ func (a *Aggregator) watchInflight(procs map[int]*Process, now uint64) error {
 			p.NCCL.Hangs = h
 		}
 	}
-	return err
+	return colls, err
+}
+
+// sequences sets each live process's Ranks: per communicator whose init
+// was seen, the collectives that returned (nccl_agg, read first) and
+// those in progress (inflight, read after), never below the last export.
+// Each (process, communicator) is one tuple of --max-time-series, at most
+// maxCommsPerPID per process.
+func (a *Aggregator) sequences(procs map[int]*Process, byPID map[int]*pidData, inflight map[int]map[uint64]uint64) {
+	for pid, p := range procs {
+		comms := a.nccl.comms[pid]
+		if len(comms) == 0 {
+			continue
+		}
+		ranks := map[Communicator]Sequence{}
+		add := func(handle uint64, returned, entered uint64) {
+			comm, ok := comms[handle]
+			if !ok || comm.Rank < 0 {
+				return // created before profi attached: no position known
+			}
+			s, ok := ranks[comm]
+			if !ok && (len(ranks) >= maxCommsPerPID || !a.admit(tuple{fam: famNCCLRank, pid: pid, a: comm.ID, b: fmt.Sprint(comm.Rank)})) {
+				return
+			}
+			s.Returned += returned
+			s.Entered += entered
+			ranks[comm] = s
+		}
+		if d := byPID[pid]; d != nil {
+			for k, v := range d.nccl {
+				if k.Comm != 0 && ops.Info(ops.Op(k.Op)).Collective() {
+					add(k.Comm, v.Count, v.Count)
+				}
+			}
+		}
+		for handle, n := range inflight[pid] {
+			add(handle, 0, n)
+		}
+		if len(ranks) == 0 {
+			continue
+		}
+		last, now := a.nccl.entered[pid], map[Communicator]uint64{}
+		for comm, s := range ranks {
+			s.Entered = max(s.Entered, last[comm])
+			now[comm] = s.Entered
+			ranks[comm] = s
+		}
+		a.nccl.entered[pid] = now
+		if p.NCCL == nil {
+			p.NCCL = &NCCL{}
+		}
+		p.NCCL.Ranks = ranks
+	}
 }
 
 // stragglers computes, every StragglerInterval, each process's p95 NCCL

@@ -177,3 +177,55 @@ func TestCommReadFailureDoesNotAbortDrain(t *testing.T) {
 		}
 	}
 }
+
+// A rank's collective sequence (issue 43 item 3): collectives that
+// returned from nccl_agg (failed ones and every collective operation,
+// point-to-point and group calls not), plus those in progress from
+// nccl_inflight; a call returning between the two reads is in neither,
+// and the export does not go down for it. A communicator whose init was
+// not seen has no position.
+func TestRankSequence(t *testing.T) {
+	src := newFakeSource()
+	const pid = 7
+	procs := newFakeProcs(map[int]fakeProc{pid: {"rank", 1}})
+	now := uint64(100 * time.Second)
+	a := New(Options{Source: src, Procs: procs, Monotonic: func() uint64 { return now }})
+	src.comms[bpfobj.ProfiNcclCommKey{Pid: pid, Comm: 0x1}] = bpfobj.ProfiNcclComm{Rank: 1, Nranks: 2}
+	key := func(op ops.Op, comm uint64, err int32) bpfobj.ProfiNcclKey {
+		return bpfobj.ProfiNcclKey{Pid: pid, Op: uint32(op), Comm: comm, Err: err, Dev: bpfobj.DevNone}
+	}
+	src.nccl[key(ops.OpNcclAllReduce, 0x1, 0)] = bpfobj.ProfiNcclVal{Count: 5}
+	src.nccl[key(ops.OpNcclAllReduce, 0x1, 2)] = bpfobj.ProfiNcclVal{Count: 1}
+	src.nccl[key(ops.OpNcclBroadcast, 0x1, 0)] = bpfobj.ProfiNcclVal{Count: 2}
+	src.nccl[key(ops.OpNcclSend, 0x1, 0)] = bpfobj.ProfiNcclVal{Count: 3}
+	src.nccl[key(ops.OpNcclGroupStart, 0, 0)] = bpfobj.ProfiNcclVal{Count: 4}
+	src.nccl[key(ops.OpNcclAllReduce, 0x2, 0)] = bpfobj.ProfiNcclVal{Count: 9} // init not seen
+	tid := uint64(pid)<<32 | 8
+	src.inflight[tid] = bpfobj.ProfiNcclCall{StartNs: now - 1, Op: uint32(ops.OpNcclAllGather), Comm: 0x1}
+	src.inflight[uint64(pid)<<32|9] = bpfobj.ProfiNcclCall{StartNs: now - 1, Op: uint32(ops.OpNcclRecv), Comm: 0x1}
+	// The one communicator whose init was seen: rank 1 of 2.
+	rank := func() Sequence {
+		t.Helper()
+		r := process(t, drain(t, a), pid).NCCL.Ranks
+		for c, s := range r {
+			if len(r) != 1 || c.Rank != 1 || c.NRanks != 2 || c.ID == unknownComm.ID {
+				t.Fatalf("ranks %+v, want rank 1 of 2 of one known communicator", r)
+			}
+			return s
+		}
+		t.Fatal("no rank sequence")
+		return Sequence{}
+	}
+	if got, want := rank(), (Sequence{Entered: 9, Returned: 8}); got != want {
+		t.Fatalf("with an allgather in progress: %+v, want %+v", got, want)
+	}
+	// The allgather returned after nccl_agg was read: in neither map.
+	delete(src.inflight, tid)
+	if got, want := rank(), (Sequence{Entered: 9, Returned: 8}); got != want {
+		t.Errorf("between the reads: %+v, want %+v (entered kept)", got, want)
+	}
+	src.nccl[key(ops.OpNcclAllGather, 0x1, 0)] = bpfobj.ProfiNcclVal{Count: 1}
+	if got, want := rank(), (Sequence{Entered: 9, Returned: 9}); got != want {
+		t.Errorf("after it returned: %+v, want %+v", got, want)
+	}
+}

@@ -28,6 +28,9 @@ var (
 	// Additions: per-communicator families, joinable across nodes by communicator.
 	commLabels     = []string{"operation", "pid", "communicator"}
 	commInfoLabels = []string{"pid", "comm", "communicator", "rank", "nranks", "namespace", "pod", "gpu"}
+	// rankLabels name a rank across the fleet: node is the agent's own,
+	// since one Prometheus compares the ranks of every node.
+	rankLabels = []string{"communicator", "rank", "nranks", "node", "namespace", "pod", "container", "pid"}
 )
 
 // Libraries reported by profi_system_discovery_attached_libraries, always
@@ -52,6 +55,9 @@ type Data struct {
 	// GPURejected counts environment entries not believed as gpu_uuid
 	// values (gpu.Labeler.Rejected); may be nil.
 	GPURejected func() uint64
+	// Node is the node label of the NCCL rank families: --node-name, else
+	// the host name.
+	Node string
 }
 
 // Collector is the prometheus.Collector of profi's data families.
@@ -78,6 +84,7 @@ type Collector struct {
 	ncclCalls, ncclBytes, ncclHangs, ncclStale   *prometheus.Desc
 	ncclOldest, ncclStraggler, ncclCommInfo      *prometheus.Desc
 	ncclCommCalls, ncclCommBytes                 *prometheus.Desc
+	ncclRankEntered, ncclRankReturned            *prometheus.Desc
 	ncclDurations                                latencyFamilies
 	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
 	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
@@ -105,42 +112,44 @@ func New(data Data) *Collector {
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
 		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind, unprobed or absent.",
 			[]string{"pid", "layer", "state"}, nil),
-		uptime:          d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
-		kernelDurations: newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
-		launchEvents:    d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
-		mapEntries:      d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
-		mapCapacity:     d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
-		nameFailures:    d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
-		scanProblems:    d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
-		loadSkips:       d("profi_system_library_load_checks_skipped_total", "Library-load events not checked at once (over 200 checks/s); those processes are found by the periodic rescan.", nil, nil),
-		series:          d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
-		trapCost:        d("profi_system_trap_cost_seconds", "Cost of one uprobe trap, calibrated at start-up on a probe of the agent's own (--overhead-budget).", nil, nil),
-		hitCost:         d("profi_system_probe_hit_cost_seconds", "Estimated cost of one probe hit: the trap cost plus the average run time of profi's BPF programs (--overhead-budget).", nil, nil),
-		probeCPU:        d("profi_system_probe_overhead_seconds_total", "Estimated CPU time a process has spent in profi's probes (hits × cost per hit) since the agent first measured it (--overhead-budget).", []string{"pid"}, nil),
-		probeShare:      d("profi_system_probe_overhead_ratio", "Estimated probe cost over the process's CPU time in the last duty cycle (10 s); compare with --overhead-budget.", []string{"pid"}, nil),
-		samplingRatio:   d("profi_system_sampling_ratio", "Share of time a process's hot probes are attached (--overhead-budget); below 1 its launch, copy, memset and sync counts are estimates.", []string{"pid"}, nil),
-		pausedFiles:     d("profi_system_duty_cycled_libraries", "Library files whose hot probes are detached right now by the overhead budget.", nil, nil),
-		ncclCalls:       d("profi_nccl_calls_total", "NCCL calls: collectives, point-to-point, group and communicator calls, failed calls included.", ncclLabels, nil),
-		ncclBytes:       d("profi_nccl_bytes_total", "NCCL payload bytes: element count x datatype size (the user buffer, not bytes on the wire; 0 for an unknown datatype).", ncclLabels, nil),
-		ncclDurations:   newLatencyFamilies("profi_nccl_duration", "NCCL calls (enqueue time on the host: the call returns before the GPU runs the collective, except when it blocks)", histLabels, bpfobj.NCCLLatencyBoundsNs[:]),
-		ncclHangs:       d("profi_nccl_hang_detected_total", "NCCL calls in flight for longer than --nccl-hang-timeout, each counted once.", []string{"operation", "pid"}, nil),
-		ncclStale:       d("profi_nccl_stale_entries", "NCCL calls in flight right now for longer than --nccl-hang-timeout.", nil, nil),
-		ncclOldest:      d("profi_nccl_oldest_inflight_seconds", "Age of the oldest NCCL call in flight, per process and operation; absent when none is.", []string{"operation", "pid"}, nil),
-		ncclStraggler:   d("profi_nccl_straggler_ratio", "A process's p95 NCCL latency over the median p95 of the other processes of its communicator on this node, per operation, over the last --gc-interval window.", []string{"pid", "gpu", "gpu_uuid", "operation"}, nil),
-		ncclCommInfo:    d("profi_nccl_communicator_info", "A communicator this process joined, as its init call described it: communicator is NCCL's hash of the unique id (the commHash of NCCL logs), the same on every rank and node.", commInfoLabels, nil),
-		ncclCommCalls:   d("profi_nccl_communicator_calls_total", "NCCL calls per communicator (communicator=\"unknown\": created before profi attached).", commLabels, nil),
-		ncclCommBytes:   d("profi_nccl_communicator_bytes_total", "NCCL payload bytes per communicator.", commLabels, nil),
-		k8sSynced:       d("profi_system_k8s_pod_watch_synced", "1 once the pod watch (--node-name) has listed this node's pods; pod labels are empty before.", nil, nil),
-		k8sErrors:       d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
-		k8sPods:         d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
-		rejectedLabels:  d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
-		expiredSeries:   d("profi_system_retained_series_expired_total", "Series of exited processes dropped 15 minutes after the last process of their label set exited: latency histograms, and the folded pid=\"\" series of a container with no live process.", nil, nil),
-		limitRefusals:   d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
-		readFailures:    d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
-		switchGaps:      d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
-		switchGapTime:   d("profi_system_probe_switch_gap_seconds_total", "Total time the switches of profi_system_probe_switch_gaps_total left the entry-only probes detached: the window whose calls are not counted.", []string{"library"}, nil),
-		coalesced:       d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
-		handoverWakeups: d("profi_system_handover_wakeups_total", "Runtime launch ops that BPF reported ready to hand over to the driver between discovery passes (ARCHITECTURE.md, \"One trap per launch\"): ran (the handover ran at once), rate_limited (over 20 runs a second: that file waits for the next pass).", []string{"result"}, nil),
+		uptime:           d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
+		kernelDurations:  newLatencyFamilies("profi_cuda_kernel_duration", "kernel launch calls (full mode)", kHistLabels, bpfobj.KernelLatencyBoundsNs[:]),
+		launchEvents:     d("profi_system_detailed_launch_events_total", "Launch events received with --detailed-launches (the latest are in /status).", nil, nil),
+		mapEntries:       d("profi_system_bpf_map_entries", "Entries in a BPF aggregation map at the last drain (fill level; compare with profi_system_bpf_map_capacity).", []string{"map"}, nil),
+		mapCapacity:      d("profi_system_bpf_map_capacity", "max_entries of a BPF aggregation map (--aggregated-size, --launch-agg-size).", []string{"map"}, nil),
+		nameFailures:     d("profi_system_kernel_name_resolve_failures_total", "Kernel names that could not be read or resolved, by reason.", []string{"reason"}, nil),
+		scanProblems:     d("profi_system_discovery_problems_total", "Per-process procfs problems seen by discovery (malformed or over-long maps lines, unreadable files, deleted libraries), counted on every scan.", nil, nil),
+		loadSkips:        d("profi_system_library_load_checks_skipped_total", "Library-load events not checked at once (over 200 checks/s); those processes are found by the periodic rescan.", nil, nil),
+		series:           d("profi_system_metric_handle_cache_size", "Label tuples currently exported (what --max-time-series bounds).", nil, nil),
+		trapCost:         d("profi_system_trap_cost_seconds", "Cost of one uprobe trap, calibrated at start-up on a probe of the agent's own (--overhead-budget).", nil, nil),
+		hitCost:          d("profi_system_probe_hit_cost_seconds", "Estimated cost of one probe hit: the trap cost plus the average run time of profi's BPF programs (--overhead-budget).", nil, nil),
+		probeCPU:         d("profi_system_probe_overhead_seconds_total", "Estimated CPU time a process has spent in profi's probes (hits × cost per hit) since the agent first measured it (--overhead-budget).", []string{"pid"}, nil),
+		probeShare:       d("profi_system_probe_overhead_ratio", "Estimated probe cost over the process's CPU time in the last duty cycle (10 s); compare with --overhead-budget.", []string{"pid"}, nil),
+		samplingRatio:    d("profi_system_sampling_ratio", "Share of time a process's hot probes are attached (--overhead-budget); below 1 its launch, copy, memset and sync counts are estimates.", []string{"pid"}, nil),
+		pausedFiles:      d("profi_system_duty_cycled_libraries", "Library files whose hot probes are detached right now by the overhead budget.", nil, nil),
+		ncclCalls:        d("profi_nccl_calls_total", "NCCL calls: collectives, point-to-point, group and communicator calls, failed calls included.", ncclLabels, nil),
+		ncclBytes:        d("profi_nccl_bytes_total", "NCCL payload bytes: element count x datatype size (the user buffer, not bytes on the wire; 0 for an unknown datatype).", ncclLabels, nil),
+		ncclDurations:    newLatencyFamilies("profi_nccl_duration", "NCCL calls (enqueue time on the host: the call returns before the GPU runs the collective, except when it blocks)", histLabels, bpfobj.NCCLLatencyBoundsNs[:]),
+		ncclHangs:        d("profi_nccl_hang_detected_total", "NCCL calls in flight for longer than --nccl-hang-timeout, each counted once.", []string{"operation", "pid"}, nil),
+		ncclStale:        d("profi_nccl_stale_entries", "NCCL calls in flight right now for longer than --nccl-hang-timeout.", nil, nil),
+		ncclOldest:       d("profi_nccl_oldest_inflight_seconds", "Age of the oldest NCCL call in flight, per process and operation; absent when none is.", []string{"operation", "pid"}, nil),
+		ncclStraggler:    d("profi_nccl_straggler_ratio", "A process's p95 NCCL latency over the median p95 of the other processes of its communicator on this node, per operation, over the last --gc-interval window.", []string{"pid", "gpu", "gpu_uuid", "operation"}, nil),
+		ncclCommInfo:     d("profi_nccl_communicator_info", "A communicator this process joined, as its init call described it: communicator is NCCL's hash of the unique id (the commHash of NCCL logs), the same on every rank and node.", commInfoLabels, nil),
+		ncclCommCalls:    d("profi_nccl_communicator_calls_total", "NCCL calls per communicator (communicator=\"unknown\": created before profi attached).", commLabels, nil),
+		ncclCommBytes:    d("profi_nccl_communicator_bytes_total", "NCCL payload bytes per communicator.", commLabels, nil),
+		ncclRankEntered:  d("profi_nccl_rank_collectives_entered_total", "Collectives this rank called on the communicator since its init, the one in progress included: its position in the sequence every rank of the communicator walks in the same order. The rank below the others is the one they wait for (docs/METRICS.md). Only for communicators whose init profi saw.", rankLabels, nil),
+		ncclRankReturned: d("profi_nccl_rank_collectives_returned_total", "Collectives of this rank on the communicator that returned to the caller: enqueued on the GPU stream (host time), not completed on the GPU.", rankLabels, nil),
+		k8sSynced:        d("profi_system_k8s_pod_watch_synced", "1 once the pod watch (--node-name) has listed this node's pods; pod labels are empty before.", nil, nil),
+		k8sErrors:        d("profi_system_k8s_pod_watch_errors_total", "Failed lists and watches of pods (the watch retries with backoff; the last error is in /status).", nil, nil),
+		k8sPods:          d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
+		rejectedLabels:   d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
+		expiredSeries:    d("profi_system_retained_series_expired_total", "Series of exited processes dropped 15 minutes after the last process of their label set exited: latency histograms, and the folded pid=\"\" series of a container with no live process.", nil, nil),
+		limitRefusals:    d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
+		readFailures:     d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
+		switchGaps:       d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
+		switchGapTime:    d("profi_system_probe_switch_gap_seconds_total", "Total time the switches of profi_system_probe_switch_gaps_total left the entry-only probes detached: the window whose calls are not counted.", []string{"library"}, nil),
+		coalesced:        d("profi_system_discovery_triggers_coalesced_total", "Library-load triggers merged into a discovery pass already due (triggered passes start at least 1 s apart).", nil, nil),
+		handoverWakeups:  d("profi_system_handover_wakeups_total", "Runtime launch ops that BPF reported ready to hand over to the driver between discovery passes (ARCHITECTURE.md, \"One trap per launch\"): ran (the handover ran at once), rate_limited (over 20 runs a second: that file waits for the next pass).", []string{"result"}, nil),
 	}
 }
 
@@ -158,7 +167,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
 		c.ncclCalls, c.ncclBytes, c.ncclHangs, c.ncclStale, c.ncclOldest, c.ncclStraggler, c.ncclCommInfo,
-		c.ncclCommCalls, c.ncclCommBytes, c.k8sSynced, c.k8sErrors, c.k8sPods,
+		c.ncclCommCalls, c.ncclCommBytes, c.ncclRankEntered, c.ncclRankReturned, c.k8sSynced, c.k8sErrors, c.k8sPods,
 		c.rejectedLabels, c.expiredSeries, c.coalesced, c.limitRefusals, c.readFailures,
 		c.switchGaps, c.switchGapTime, c.handoverWakeups,
 		c.ncclDurations.bucket, c.ncclDurations.sum, c.ncclDurations.count, c.ncclDurations.hist,
@@ -411,6 +420,14 @@ func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Proces
 		if comm.Rank >= 0 && !p.Exited {
 			send(c.ncclCommInfo, prometheus.GaugeValue, 1, pid, m.Comm, comm.ID, strconv.Itoa(comm.Rank), strconv.Itoa(comm.NRanks), m.Namespace, m.Pod, m.GPU)
 		}
+	}
+	if p.Exited {
+		return
+	}
+	for comm, s := range n.Ranks {
+		l := []string{comm.ID, strconv.Itoa(comm.Rank), strconv.Itoa(comm.NRanks), c.data.Node, m.Namespace, m.Pod, m.Container, pid}
+		send(c.ncclRankEntered, prometheus.CounterValue, float64(s.Entered), l...)
+		send(c.ncclRankReturned, prometheus.CounterValue, float64(s.Returned), l...)
 	}
 }
 

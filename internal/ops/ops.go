@@ -260,6 +260,12 @@ func (r Row) DriverLaunch() bool { return r.Args == ArgsCuLaunch || r.Args == Ar
 
 var unknown = Row{Const: "Unknown", Symbol: "unknown"}
 
+// Collective: an NCCL collective, which every rank of the communicator
+// calls in the same order (NCCL's rule), point-to-point calls excepted.
+func (r Row) Collective() bool {
+	return r.Args == ArgsNCCLColl || r.Args == ArgsNCCLGather || r.Args == ArgsNCCLReduce
+}
+
 // Info returns the row of op; ids out of range are "unknown".
 func Info(op Op) Row {
 	if op > 0 && int(op) <= len(Table) {

@@ -1405,9 +1405,10 @@ func startNCCL(t *testing.T, args []string) *NCCLWorkload {
 
 // ncclWant is the predicted ground truth of the NCCL workload.
 type ncclWant struct {
-	calls  map[string]uint64
-	errors map[string]map[string]uint64
-	dts    map[string]map[string]NCCLTally
+	calls       map[string]uint64
+	errors      map[string]map[string]uint64
+	dts         map[string]map[string]NCCLTally
+	collectives uint64 // on the job's communicator
 }
 
 func (w *ncclWant) data(fn string, dt int, count uint64, code int) {
@@ -1476,9 +1477,15 @@ func wantNCCL(iters, phases int) *ncclWant {
 			w.data("ncclAllGather", 11, 4096, 0)
 			w.calls["ncclGroupStart"] += 3
 			w.calls["ncclGroupEnd"] += 3
+			// 12 all-reduces, 3 all-gathers, 3 reduce-scatters, 2
+			// broadcasts, 2 reduces, 2 all-to-alls, the nested group's 2.
+			w.collectives += 26
 			if i%10 != 0 {
 				continue
 			}
+			// The argument errors on the communicator (the all-gather's is
+			// on none) and the 4 GiB broadcast.
+			w.collectives += 4
 			w.data("ncclAllReduce", 12, 4096, 4)
 			w.data("ncclSend", -1, 1024, 4)
 			w.data("ncclAllGather", 7, 256, 4)
@@ -1503,6 +1510,9 @@ func checkNCCL(t *testing.T, got *NCCLGroundTruth, want *ncclWant) {
 	}
 	if !reflect.DeepEqual(got.ByDatatype, want.dts) {
 		t.Errorf("by_datatype\ngot  %v\nwant %v", got.ByDatatype, want.dts)
+	}
+	if got.Collectives != want.collectives {
+		t.Errorf("collectives on the communicator: %d, want %d", got.Collectives, want.collectives)
 	}
 }
 
@@ -1614,6 +1624,7 @@ func TestNCCLWorkloadCommands(t *testing.T) {
 	}
 	want := wantNCCL(1, 1)
 	want.data("ncclAllReduce", 7, 1<<20, 0) // hang
+	want.collectives++
 	want.data("ncclSend", 7, 1<<20, 0)
 	for range 3 { // initall
 		want.data("ncclAllReduce", 7, 1024, 0)

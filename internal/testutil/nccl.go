@@ -91,14 +91,17 @@ type NCCLTally struct {
 type NCCLGroundTruth struct {
 	PID int `json:"pid"`
 	NCCLIdentity
-	DelayNS    uint64                          `json:"delay_ns"`    // the stub's current per-call delay
-	Calls      map[string]uint64               `json:"calls"`       // NCCLFuncs -> calls
-	Errors     map[string]map[string]uint64    `json:"errors"`      // function -> decimal ncclResult_t -> calls
-	Bytes      map[string]uint64               `json:"bytes"`       // NCCLDataFuncs -> bytes of all calls, failed included
-	ByDatatype map[string]map[string]NCCLTally `json:"by_datatype"` // data function -> decimal ncclDataType_t as passed -> tally
-	HostNS     map[string]uint64               `json:"host_ns"`     // NCCLFuncs -> summed host time around the calls
-	HostNSMax  map[string]uint64               `json:"host_ns_max"` // NCCLFuncs -> longest call
-	CUDACalls  map[string]uint64               `json:"cuda_calls"`  // "cudaSetDevice", "cudaStreamCreate" -> calls (at init)
+	DelayNS uint64 `json:"delay_ns"` // the stub's current per-call delay
+	// Collectives counts the collectives (no send/recv) called on the
+	// job's communicator, failed ones included.
+	Collectives uint64                          `json:"collectives"`
+	Calls       map[string]uint64               `json:"calls"`       // NCCLFuncs -> calls
+	Errors      map[string]map[string]uint64    `json:"errors"`      // function -> decimal ncclResult_t -> calls
+	Bytes       map[string]uint64               `json:"bytes"`       // NCCLDataFuncs -> bytes of all calls, failed included
+	ByDatatype  map[string]map[string]NCCLTally `json:"by_datatype"` // data function -> decimal ncclDataType_t as passed -> tally
+	HostNS      map[string]uint64               `json:"host_ns"`     // NCCLFuncs -> summed host time around the calls
+	HostNSMax   map[string]uint64               `json:"host_ns_max"` // NCCLFuncs -> longest call
+	CUDACalls   map[string]uint64               `json:"cuda_calls"`  // "cudaSetDevice", "cudaStreamCreate" -> calls (at init)
 }
 
 // TotalCalls is the number of NCCL calls made.

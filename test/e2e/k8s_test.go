@@ -121,10 +121,16 @@ func podWatchServer(t *testing.T) *kubetest.APIServer {
 // status, as a kubelet would report it.
 func createPod(t *testing.T, c kubernetes.Interface, ns, name, container, id string) *corev1.Pod {
 	t.Helper()
+	return createPodOn(t, c, testNode, ns, name, container, id)
+}
+
+// createPodOn is createPod on the given node.
+func createPodOn(t *testing.T, c kubernetes.Interface, node, ns, name, container, id string) *corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: container, Image: "infer:1"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: container, Image: "infer:1"}},
 			AutomountServiceAccountToken: new(bool)},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -82,6 +82,9 @@ static struct {
 	struct dt_row dts[NDATA][MAX_DTS];
 	int ndts[NDATA];
 	uint64_t set_device_calls, stream_create_calls;
+	/* Collectives (no send/recv) called on the job's communicator, failed
+	 * ones included: the rank's position in the communicator's sequence. */
+	uint64_t collectives;
 } total;
 
 static struct {
@@ -193,6 +196,8 @@ static ncclResult_t data(int o, const void *send, void *recv, size_t count, int 
 		rc = TIMED(o, ncclRecv(recv, count, t, rp, c, s));
 	}
 	record_data(o, dt, count, rc);
+	if (o != O_SEND && o != O_RECV && have_comm && c == comm)
+		total.collectives++;
 	return rc;
 }
 
@@ -320,7 +325,8 @@ static void print_truth(void)
 {
 	printf("{\"pid\":%d,", (int)getpid());
 	print_identity();
-	printf(",\"delay_ns\":%" PRIu64 ",\"calls\":{", opt.delay_ns);
+	printf(",\"delay_ns\":%" PRIu64 ",\"collectives\":%" PRIu64 ",\"calls\":{", opt.delay_ns,
+	       total.collectives);
 	for (int o = 0; o < NOPS; o++)
 		printf("%s\"%s\":%" PRIu64, o ? "," : "", op_name[o], total.calls[o]);
 	printf("},\"errors\":{");
