@@ -49,6 +49,7 @@ static __noinline void timed_launch(u64 id, struct inflight_call *in, s32 ret, u
 {
 	add_launch(id, in->op, in->launch.func, &in->launch, dur, weight, thread_dev());
 	send_launch(id, in->op, in->start_ns, ret, dur, &in->launch);
+	note_launcher(id);
 }
 
 /*
@@ -304,6 +305,7 @@ static __always_inline int launch_entry_impl(struct pt_regs *ctx)
 	}
 	add_launch(id, op, 0, &a, 0, 0, dev_of(t));
 	send_launch(id, op, detailed_launches ? bpf_ktime_get_ns() : 0, 0, 0, &a);
+	note_launcher(id);
 	return 0;
 }
 

@@ -90,6 +90,31 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
 	}
 }
 
+/*
+ * Notes the current thread in launch_threads, once: at its first counted
+ * launch (its state says whether it was). A global function called after
+ * every counted launch: verified once, and its caller keeps no register
+ * and takes no branch for it (either doubled the caller's states); the
+ * task-storage lookup is a pointer walk, no hash.
+ */
+__noinline int note_launcher(u64 id)
+{
+	struct thread_state *t = thread_state_new(DEV_NONE);
+	u32 tid = (u32)id, pid = id >> 32;
+
+	if (!t) {
+		count_drop(DROP_LAUNCH_THREADS);
+		return 0;
+	}
+	if (t->launcher)
+		return 0;
+	/* Set even when the map is full: one drop per thread, not per launch. */
+	t->launcher = 1;
+	if (bpf_map_update_elem(&launch_threads, &tid, &pid, BPF_ANY))
+		count_drop(DROP_LAUNCH_THREADS);
+	return 0;
+}
+
 static __always_inline void add_launch(u64 id, u32 op, u64 func, struct launch_args *a, u64 dur,
 				       u32 weight, u32 dev)
 {

@@ -69,6 +69,18 @@ struct {
 	__type(value, u32); /* file id */
 } pid_claim SEC(".maps");
 
+/*
+ * Threads that launched a kernel, noted once each (thread_state.launcher):
+ * tid -> pid. Userspace takes each entry at its drain (reads and deletes
+ * it) and samples those threads' CPU time from then on.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);   /* tid */
+	__type(value, u32); /* pid */
+} launch_threads SEC(".maps");
+
 /* Unseen processes' identities (struct proc_identity); LRU: bounded by itself. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -45,7 +45,10 @@ enum drop {
 	DROP_RT_TEXT = 23, /* an unseen process's runtime range not found (its mappings busy)
 			      or not stored (rt_text full): until a pass registers it, its
 			      handed-over runtime launches count as the driver's op */
-	DROP_MAX = 24,
+	DROP_LAUNCH_THREADS =
+	    24, /* launch_threads full, or no memory for the thread's state: a thread that
+		   launches kernels is not in the launching threads' CPU time */
+	DROP_MAX = 25,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -260,7 +263,7 @@ struct rt_launch {
 struct thread_state {
 	struct rt_launch rt; /* the marker of its last counted runtime launch; rt.sp 0: none */
 	u32 dev;	     /* the device its last successful cudaSetDevice set; DEV_NONE: none */
-	u32 pad;
+	u32 launcher;	     /* 1: it launched a kernel and was noted in launch_threads */
 };
 
 /*

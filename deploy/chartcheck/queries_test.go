@@ -322,8 +322,8 @@ func TestDashboard(t *testing.T) {
 	wantRows := []string{"Health & Overview", "CUDA Runtime API", "GPU Memory", "NCCL Multi-GPU Communication",
 		"CUDA Kernel Tracing", "Errors & Diagnostics", "GPU Hardware Health (NVML)", "NCCL Anomaly Detection",
 		"Profiler Self-Observability",
-		"CPU-bound or GPU-bound (per pod)",                                            // addition (issue 32)
-		"GPUs held idle (per pod)", "GPU seconds per pod", "NCCL rank behind (fleet)"} // additions (issue 43)
+		"CPU-bound or GPU-bound (per pod)",                                                                      // addition (issue 32)
+		"GPUs held idle (per pod)", "GPU seconds per pod", "NCCL rank behind (fleet)", "Launch-bound (per pod)"} // additions (issue 43)
 	if !slices.Equal(rows, wantRows) {
 		t.Errorf("rows %q, want %q", rows, wantRows)
 	}

@@ -2,6 +2,7 @@ package chartcheck
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/profi-dev/profi/internal/explain"
 )
 
 // The rule names of docs/INTERFACE.md section 8, exactly: the interface's
@@ -44,6 +47,7 @@ var (
 		"ProfiGPUXid": "gpu-xid",
 		// Addition (issue 43): GPUs held idle.
 		"ProfiGPUHeldIdle": "gpu-held-idle", "ProfiNCCLRankBehind": "nccl-rank-behind",
+		"ProfiLaunchBound": "launch-bound",
 	}
 )
 
@@ -59,7 +63,7 @@ func prometheusRule(t *testing.T) *monitoringv1.PrometheusRule {
 	return &pr
 }
 
-// TestRuleNamesAndRunbooks pins the groups, the 19 recording rules and 16
+// TestRuleNamesAndRunbooks pins the groups, the 19 recording rules and 17
 // alerts by name, their labels and annotations, and that each alert links
 // to its own runbook, which exists and has the three sections.
 func TestRuleNamesAndRunbooks(t *testing.T) {
@@ -154,12 +158,33 @@ func TestPromtoolRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if want := "SUCCESS: 36 rules found"; !strings.Contains(string(out), want) {
-		t.Errorf("promtool check rules: %s, want %q (19 recording rules, 17 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
+	if want := "SUCCESS: 37 rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool check rules: %s, want %q (19 recording rules, 18 alerting rules: ProfiCUDAErrors has a warning twin for out-of-memory, ProfiProbesQuarantined one for a tenant)", out, want)
 	}
 	test := exec.Command(promtool, "test", "rules", "rules_test.yaml")
 	test.Dir = dir
 	if out, err := test.CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// ProfiLaunchBound's default thresholds are `profi explain`'s launch
+// verdict's (internal/explain), so that the alert and the verdict agree.
+func TestLaunchBoundThresholdsAreExplains(t *testing.T) {
+	pr := prometheusRule(t)
+	var expr string
+	for _, r := range pr.Spec.Groups[1].Rules {
+		if r.Alert == "ProfiLaunchBound" {
+			expr = r.Expr.String()
+		}
+	}
+	for _, want := range []string{
+		fmt.Sprintf("(profi_cuda_launch_thread_busy_ratio[5m])) >= %v\n", explain.LaunchBoundShare),
+		fmt.Sprintf("(rate(profi_cuda_kernel_launches_total[5m])) >= %v\n", explain.LaunchBoundRate),
+		fmt.Sprintf("[5m])) < %v", explain.LaunchBoundGPUBusy),
+	} {
+		if !strings.Contains(expr, want) {
+			t.Errorf("ProfiLaunchBound %q lacks %q", expr, want)
+		}
 	}
 }

@@ -166,7 +166,7 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 			return err
 		}
 		fams = scraped(mfs)
-		for _, need := range []string{"profi_nccl_calls_total", "profi_nccl_rank_collectives_entered_total", "profi_cuda_kernel_launches_total", "profi_cuda_graph_kernel_launches_total"} {
+		for _, need := range []string{"profi_nccl_calls_total", "profi_nccl_rank_collectives_entered_total", "profi_cuda_launch_thread_busy_ratio", "profi_cuda_kernel_launches_total", "profi_cuda_graph_kernel_launches_total"} {
 			if _, ok := fams[need]; !ok {
 				return fmt.Errorf("%s not in the scrape yet", need)
 			}

@@ -38,6 +38,9 @@ type Source interface {
 	// Unseen returns who process pid was when BPF noted it before
 	// userspace registered it (unseen_procs); ok false when not noted.
 	Unseen(pid uint32) (id bpfobj.ProfiProcIdentity, ok bool)
+	// Launchers takes the threads that launched a kernel noted since the
+	// last call (launch_threads), tid and pid.
+	Launchers(fn func(tid, pid uint32)) error
 	// Quotas reads each process's quotas (pid_quotas): graph ids,
 	// executable graphs, admitted streams, keys per shared map.
 	Quotas(fn func(pid uint32, q bpfobj.ProfiPidQuota)) error
@@ -52,6 +55,9 @@ type Procs interface {
 	// Lookup returns the command name and start time of a live process.
 	Lookup(pid int) (comm string, start uint64, ok bool)
 	Alive(pid int, start uint64) bool
+	// ThreadCPU returns the CPU time thread tid of process pid has run
+	// (user and system); ok false when the thread is gone.
+	ThreadCPU(pid, tid int) (cpu time.Duration, ok bool)
 }
 
 // Options configure an Aggregator.
@@ -208,6 +214,8 @@ type Aggregator struct {
 
 	// Owned by the drain goroutine.
 	procs map[int]*procState
+	// launchers are the processes' launching threads (launchers.go).
+	launchers map[int]*launchers
 	// The snapshot's histogram families, with the data of exited processes.
 	hists, ncclHists histFamily[HistKey]
 	kernelHists      histFamily[KernelHistKey]
@@ -272,6 +280,7 @@ func New(opts Options) *Aggregator {
 		refused:      map[tuple]struct{}{},
 		undeleted:    map[int]bool{},
 		nccl:         newNCCLState(),
+		launchers:    map[int]*launchers{},
 	}
 	a.snap.Store(&Snapshot{Time: opts.Now(), Hists: map[HistKey]*Hist{}, KernelHists: map[KernelHistKey]*Hist{}, NCCLHists: map[HistKey]*Hist{}})
 	return a
@@ -474,6 +483,10 @@ func (a *Aggregator) Drain() error {
 		a.log.Warn("read in-flight NCCL calls", "err", err)
 	}
 	a.sequences(live, byPID, inflight)
+	if err := a.noteLaunchers(live); err != nil {
+		a.log.Warn("read launch_threads map", "err", err)
+	}
+	a.sampleLaunchers(live, byPID, began)
 	if err := a.cudaInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}
@@ -718,6 +731,7 @@ func (a *Aggregator) forgetState(pid int) {
 		a.opts.GPUs.Forget(pid)
 	}
 	a.nccl.forget(pid)
+	delete(a.launchers, pid)
 	if a.opts.Names != nil {
 		a.opts.Names.Forget(pid)
 	}

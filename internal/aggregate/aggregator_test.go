@@ -38,6 +38,9 @@ type fakeSource struct {
 	gcAlive []bool
 	// unseen are BPF's notes of processes userspace never registered.
 	unseen map[uint32]bpfobj.ProfiProcIdentity
+	// launchers are launch_threads' entries (tid -> pid), taken by
+	// Launchers.
+	launchers map[uint32]uint32
 }
 
 func newFakeSource() *fakeSource {
@@ -122,6 +125,14 @@ func (s *fakeSource) GraphReplays(fn func(bpfobj.ProfiReplayKey, uint64)) error 
 	return nil
 }
 
+func (s *fakeSource) Launchers(fn func(tid, pid uint32)) error {
+	for tid, pid := range s.launchers {
+		fn(tid, pid)
+	}
+	clear(s.launchers)
+	return nil
+}
+
 func (s *fakeSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	for k, v := range s.quotas {
 		fn(k, v)
@@ -184,6 +195,13 @@ type fakeProc struct {
 type fakeProcs struct {
 	live    map[int]fakeProc
 	lookups map[int]int // Lookup calls per PID
+	// cpu is each live thread's run time, by pid and tid.
+	cpu map[[2]int]time.Duration
+}
+
+func (f *fakeProcs) ThreadCPU(pid, tid int) (time.Duration, bool) {
+	d, ok := f.cpu[[2]int{pid, tid}]
+	return d, ok
 }
 
 func newFakeProcs(live map[int]fakeProc) *fakeProcs {

@@ -83,6 +83,15 @@ type Process struct {
 	// not GPU execution), at drain granularity, from when the agent first
 	// saw it at the latest. Live processes only.
 	IdleFor time.Duration
+	// LaunchThreads are the process's live threads that launched a kernel
+	// (first entry only), LaunchThreadsUnsampled those past the bound on
+	// threads sampled per process; LaunchThreadCPU their run time (user
+	// and system, from each thread's start), with that of the ones that
+	// exited at their last sample; LaunchBound the last complete
+	// LaunchWindow (nil before one). Live processes only.
+	LaunchThreads, LaunchThreadsUnsampled int
+	LaunchThreadCPU                       time.Duration
+	LaunchBound                           *LaunchBound
 	// Exited: the final values of a process that has exited (PID set), or
 	// the folded series of its container's exited processes (PID 0:
 	// exported with pid=""); only counters are exported for it

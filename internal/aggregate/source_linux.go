@@ -69,6 +69,22 @@ func (s MapSource) Unseen(pid uint32) (bpfobj.ProfiProcIdentity, bool) {
 	return id, err == nil
 }
 
+// Launchers takes the threads noted in launch_threads since the last
+// call: each entry read is deleted (BPF notes a thread once).
+func (s MapSource) Launchers(fn func(tid, pid uint32)) error {
+	var tids []uint32
+	err := each(s.Objects.LaunchThreads, func(tid uint32, pid *uint32) {
+		fn(tid, *pid)
+		tids = append(tids, tid)
+	})
+	for _, tid := range tids {
+		if derr := s.Objects.LaunchThreads.Delete(tid); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			err = errors.Join(err, fmt.Errorf("delete launch_threads %d: %w", tid, derr))
+		}
+	}
+	return err
+}
+
 // Quotas reads each process's quotas (pid_quotas).
 func (s MapSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	return each(s.Objects.PidQuotas, func(pid uint32, q *bpfobj.ProfiPidQuota) { fn(pid, *q) })

@@ -49,6 +49,7 @@ const (
 	DropThreadDevice Drop = ProfiDropDROP_THREAD_DEVICE
 	DropRuntimeMark  Drop = ProfiDropDROP_RT_MARKER
 	DropRuntimeText  Drop = ProfiDropDROP_RT_TEXT
+	DropLaunchThread Drop = ProfiDropDROP_LAUNCH_THREADS
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

@@ -80,31 +80,32 @@ type ProfiCrashEvent struct {
 type ProfiDrop uint32
 
 const (
-	ProfiDropDROP_AGGREGATED    ProfiDrop = 0
-	ProfiDropDROP_LAUNCH_AGG    ProfiDrop = 1
-	ProfiDropDROP_INFLIGHT      ProfiDrop = 2
-	ProfiDropDROP_MALLOC_SIZES  ProfiDrop = 3
-	ProfiDropDROP_ORPHAN_RETURN ProfiDrop = 4
-	ProfiDropDROP_NESTED        ProfiDrop = 5
-	ProfiDropDROP_EVENTS_RING   ProfiDrop = 6
-	ProfiDropDROP_PID_CLAIM     ProfiDrop = 7
-	ProfiDropDROP_KERNEL_REGS   ProfiDrop = 8
-	ProfiDropDROP_RT_TO_DRV     ProfiDrop = 9
-	ProfiDropDROP_LIB_LOADS     ProfiDrop = 10
-	ProfiDropDROP_NCCL_AGG      ProfiDrop = 11
-	ProfiDropDROP_NCCL_INFLIGHT ProfiDrop = 12
-	ProfiDropDROP_NVTX_STACK    ProfiDrop = 13
-	ProfiDropDROP_GRAPH_MAPS    ProfiDrop = 14
-	ProfiDropDROP_GRAPH_QUOTA   ProfiDrop = 15
-	ProfiDropDROP_GRAPH_REPLAYS ProfiDrop = 16
-	ProfiDropDROP_CAPTURE       ProfiDrop = 17
-	ProfiDropDROP_PID_QUOTA     ProfiDrop = 18
-	ProfiDropDROP_RT_LEARN      ProfiDrop = 19
-	ProfiDropDROP_NCCL_COMMS    ProfiDrop = 20
-	ProfiDropDROP_THREAD_DEVICE ProfiDrop = 21
-	ProfiDropDROP_RT_MARKER     ProfiDrop = 22
-	ProfiDropDROP_RT_TEXT       ProfiDrop = 23
-	ProfiDropDROP_MAX           ProfiDrop = 24
+	ProfiDropDROP_AGGREGATED     ProfiDrop = 0
+	ProfiDropDROP_LAUNCH_AGG     ProfiDrop = 1
+	ProfiDropDROP_INFLIGHT       ProfiDrop = 2
+	ProfiDropDROP_MALLOC_SIZES   ProfiDrop = 3
+	ProfiDropDROP_ORPHAN_RETURN  ProfiDrop = 4
+	ProfiDropDROP_NESTED         ProfiDrop = 5
+	ProfiDropDROP_EVENTS_RING    ProfiDrop = 6
+	ProfiDropDROP_PID_CLAIM      ProfiDrop = 7
+	ProfiDropDROP_KERNEL_REGS    ProfiDrop = 8
+	ProfiDropDROP_RT_TO_DRV      ProfiDrop = 9
+	ProfiDropDROP_LIB_LOADS      ProfiDrop = 10
+	ProfiDropDROP_NCCL_AGG       ProfiDrop = 11
+	ProfiDropDROP_NCCL_INFLIGHT  ProfiDrop = 12
+	ProfiDropDROP_NVTX_STACK     ProfiDrop = 13
+	ProfiDropDROP_GRAPH_MAPS     ProfiDrop = 14
+	ProfiDropDROP_GRAPH_QUOTA    ProfiDrop = 15
+	ProfiDropDROP_GRAPH_REPLAYS  ProfiDrop = 16
+	ProfiDropDROP_CAPTURE        ProfiDrop = 17
+	ProfiDropDROP_PID_QUOTA      ProfiDrop = 18
+	ProfiDropDROP_RT_LEARN       ProfiDrop = 19
+	ProfiDropDROP_NCCL_COMMS     ProfiDrop = 20
+	ProfiDropDROP_THREAD_DEVICE  ProfiDrop = 21
+	ProfiDropDROP_RT_MARKER      ProfiDrop = 22
+	ProfiDropDROP_RT_TEXT        ProfiDrop = 23
+	ProfiDropDROP_LAUNCH_THREADS ProfiDrop = 24
+	ProfiDropDROP_MAX            ProfiDrop = 25
 )
 
 type ProfiGraphNodeKey struct {
@@ -748,8 +749,8 @@ type ProfiThreadState struct {
 		Merged uint16
 		Tail   uint16
 	}
-	Dev uint32
-	Pad uint32
+	Dev      uint32
+	Launcher uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -773,6 +774,7 @@ const (
 	ProfiMapKernelRegs           = "kernel_regs"
 	ProfiMapLaunchAgg            = "launch_agg"
 	ProfiMapLaunchSites          = "launch_sites"
+	ProfiMapLaunchThreads        = "launch_threads"
 	ProfiMapLibLoads             = "lib_loads"
 	ProfiMapMallocSizes          = "malloc_sizes"
 	ProfiMapNcclAgg              = "nccl_agg"
@@ -920,6 +922,7 @@ type ProfiMapSpecs struct {
 	KernelRegs     *ebpf.MapSpec `ebpf:"kernel_regs"`
 	LaunchAgg      *ebpf.MapSpec `ebpf:"launch_agg"`
 	LaunchSites    *ebpf.MapSpec `ebpf:"launch_sites"`
+	LaunchThreads  *ebpf.MapSpec `ebpf:"launch_threads"`
 	LibLoads       *ebpf.MapSpec `ebpf:"lib_loads"`
 	MallocSizes    *ebpf.MapSpec `ebpf:"malloc_sizes"`
 	NcclAgg        *ebpf.MapSpec `ebpf:"nccl_agg"`
@@ -1023,6 +1026,7 @@ type ProfiMaps struct {
 	KernelRegs     *ebpf.Map `ebpf:"kernel_regs"`
 	LaunchAgg      *ebpf.Map `ebpf:"launch_agg"`
 	LaunchSites    *ebpf.Map `ebpf:"launch_sites"`
+	LaunchThreads  *ebpf.Map `ebpf:"launch_threads"`
 	LibLoads       *ebpf.Map `ebpf:"lib_loads"`
 	MallocSizes    *ebpf.Map `ebpf:"malloc_sizes"`
 	NcclAgg        *ebpf.Map `ebpf:"nccl_agg"`
@@ -1069,6 +1073,7 @@ func (m *ProfiMaps) Close() error {
 		m.KernelRegs,
 		m.LaunchAgg,
 		m.LaunchSites,
+		m.LaunchThreads,
 		m.LibLoads,
 		m.MallocSizes,
 		m.NcclAgg,

@@ -21,10 +21,12 @@ var (
 	histLabels    = []string{"operation", "namespace", "pod", "gpu"}
 	memcpyLabels  = []string{"direction", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "stream"}
 	memLabels     = []string{"pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
-	kernelLabels  = []string{"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"}
-	errorLabels   = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"}
-	kHistLabels   = []string{"kernel", "namespace", "pod", "gpu", "kernel_class", "phase"}
-	ncclLabels    = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
+	// procLabels: per-process data without a GPU (on its first entry).
+	procLabels   = []string{"pid", "comm", "namespace", "pod", "container"}
+	kernelLabels = []string{"kernel", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "kernel_class", "phase"}
+	errorLabels  = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid", "error_code"}
+	kHistLabels  = []string{"kernel", "namespace", "pod", "gpu", "kernel_class", "phase"}
+	ncclLabels   = []string{"operation", "pid", "comm", "namespace", "pod", "container", "gpu", "gpu_uuid"}
 	// Additions: per-communicator families, joinable across nodes by communicator.
 	commLabels     = []string{"operation", "pid", "communicator"}
 	commInfoLabels = []string{"pid", "comm", "communicator", "rank", "nranks", "namespace", "pod", "gpu"}
@@ -266,6 +268,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropThreadDevice: "thread_device",
 	bpfobj.DropRuntimeMark:  "rt_launches",
 	bpfobj.DropRuntimeText:  "rt_text",
+	bpfobj.DropLaunchThread: "launch_threads",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -93,11 +93,13 @@ func (fakeSource) GraphNodes(func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNo
 }
 func (fakeSource) GraphReplays(func(bpfobj.ProfiReplayKey, uint64)) error { return nil }
 func (fakeSource) Quotas(func(uint32, bpfobj.ProfiPidQuota)) error        { return nil }
+func (fakeSource) Launchers(func(tid, pid uint32)) error                  { return nil }
 
 type fakeProcs struct{}
 
-func (fakeProcs) Lookup(int) (string, uint64, bool) { return "x", 1, true }
-func (fakeProcs) Alive(int, uint64) bool            { return true }
+func (fakeProcs) Lookup(int) (string, uint64, bool)        { return "x", 1, true }
+func (fakeProcs) Alive(int, uint64) bool                   { return true }
+func (fakeProcs) ThreadCPU(int, int) (time.Duration, bool) { return 0, false }
 
 // withMemory returns an empty Process whose memory series are exported.
 func withMemory(t *testing.T, meta aggregate.Meta) *aggregate.Process {
@@ -150,6 +152,8 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 	p1.Launches = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 23, GridBlocks: 1200, BlockThreads: 3072, SharedBytes: 512}}
 	p1.Captured = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other"}: {Count: 29}}
 	p1.Graph = map[aggregate.Kernel]aggregate.Launch{{Name: "anonymous", Class: "other", Phase: "decode"}: {Count: 31000}}
+	p1.LaunchThreads, p1.LaunchThreadCPU = 2, 37500*time.Millisecond
+	p1.LaunchBound = &aggregate.LaunchBound{BusiestTID: 4243, BusiestShare: 0.75, LaunchRate: 41000}
 
 	// Hand-built: no memory series, no pod, a comm that needs escaping.
 	p2 := &aggregate.Process{

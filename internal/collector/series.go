@@ -382,6 +382,24 @@ func procFamilies() []*procFamily {
 					yield(seriesKey{}, p.IdleFor.Seconds())
 				}
 			}),
+		newProcFamily("profi_cuda_launch_thread_cpu_seconds_total", "CPU time (user and system, from each thread's start) of the process's threads that launched a kernel, sampled at every drain; a thread that exited counts until its last sample. Its rate over the number of launching threads is their on-CPU share: near 1 with a GPU that is not busy is a launch-bound process (docs/METRICS.md). Live processes only.", counter, procLabels,
+			nil, func(p *aggregate.Process, yield yieldFunc) {
+				if p.LaunchThreads > 0 || p.LaunchThreadCPU > 0 {
+					yield(seriesKey{}, p.LaunchThreadCPU.Seconds())
+				}
+			}),
+		newProcFamily("profi_cuda_launch_threads", "Live threads of the process that launched a kernel (the ones profi_cuda_launch_thread_cpu_seconds_total samples). Live processes only.", gauge, procLabels,
+			nil, func(p *aggregate.Process, yield yieldFunc) {
+				if p.LaunchThreads > 0 || p.LaunchThreadCPU > 0 {
+					yield(seriesKey{}, float64(p.LaunchThreads))
+				}
+			}),
+		newProcFamily("profi_cuda_launch_thread_busy_ratio", "On-CPU share of the process's busiest kernel-launching thread over the last complete 5 s window (0-1). Live processes only.", gauge, procLabels,
+			nil, func(p *aggregate.Process, yield yieldFunc) {
+				if b := p.LaunchBound; b != nil {
+					yield(seriesKey{}, b.BusiestShare)
+				}
+			}),
 		newProcFamily("profi_cuda_errors_total", "Timed CUDA calls that returned non-zero (cudaError_t). Anonymous-mode launches are counted at entry and never appear here.", counter, errorLabels,
 			[]string{"operation", "error_code"}, func(p *aggregate.Process, yield yieldFunc) {
 				for k, v := range p.Errors {

@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -91,7 +92,16 @@ func (s *StatusSource) Document() status.Doc {
 		}
 		procs = append(procs, ps)
 	}
+	var busy map[int]float64
+	if s.NVML != nil {
+		busy = gpuBusy(s.NVML())
+	}
 	for i := range procs {
+		if l := procs[i].Launching; l != nil {
+			if b, ok := busy[procs[i].PID]; ok {
+				l.GPUBusy = &b
+			}
+		}
 		g := procs[i].Graphs
 		if ran := direct[procs[i].PID] + graph[procs[i].PID]; g != nil && ran > 0 {
 			share := float64(graph[procs[i].PID]) / float64(ran)
@@ -264,8 +274,34 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 		for k, v := range n.Oldest {
 			ps.NCCLOldestInflightSeconds[k] = v.Seconds()
 		}
+		for c, s := range n.Ranks {
+			ps.NCCLRanks = append(ps.NCCLRanks, status.NCCLRank{Communicator: c.ID, Rank: c.Rank, NRanks: c.NRanks, Entered: s.Entered, Returned: s.Returned})
+		}
+		slices.SortFunc(ps.NCCLRanks, func(a, b status.NCCLRank) int { return strings.Compare(a.Communicator, b.Communicator) })
+	}
+	if p.LaunchThreads > 0 || p.LaunchThreadCPU > 0 {
+		l := &status.Launching{Threads: p.LaunchThreads, ThreadsUnsampled: p.LaunchThreadsUnsampled, CPUSeconds: p.LaunchThreadCPU.Seconds()}
+		if b := p.LaunchBound; b != nil {
+			l.Window = &status.LaunchWindow{Start: b.Start, End: b.End, BusiestTID: b.BusiestTID, BusiestShare: b.BusiestShare, LaunchRate: b.LaunchRate}
+		}
+		ps.Launching = l
 	}
 	return ps
+}
+
+// gpuBusy is each PID's SM utilization at the last NVML poll, summed over
+// its devices; nil without NVML.
+func gpuBusy(snap *nvml.Snapshot) map[int]float64 {
+	if snap == nil {
+		return nil
+	}
+	out := map[int]float64{}
+	for _, g := range snap.GPUs {
+		for _, u := range g.ProcessUtilization {
+			out[int(u.PID)] += u.SM
+		}
+	}
+	return out
 }
 
 // FileDescriptors counts the agent's open descriptors and reads its

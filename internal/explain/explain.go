@@ -84,6 +84,10 @@ type Process struct {
 	// live counters, one entry per GPU it used; empty while the agent has
 	// no data for it.
 	PerGPU []status.ProcessStatus `json:"per_gpu"`
+	// Launch is the launch-bound verdict (LaunchVerdict) and LaunchWhy
+	// its line; empty before a thread of the process launched a kernel.
+	Launch    string `json:"launch,omitempty"`
+	LaunchWhy string `json:"launch_why,omitempty"`
 }
 
 // Local reads this machine's procfs; Root "" means none (remote agent).
@@ -227,6 +231,11 @@ func explainPID(doc *status.Doc, pid int, local Local) Process {
 	}
 	sort.Slice(p.Libraries, func(i, j int) bool { return p.Libraries[i].Path < p.Libraries[j].Path })
 	p.Verdict, p.Why = verdict(doc, &p, here)
+	for _, ps := range p.PerGPU {
+		if ps.Launching != nil {
+			p.Launch, p.LaunchWhy = LaunchVerdict(ps.Launching)
+		}
+	}
 	return p
 }
 
@@ -307,6 +316,18 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 			}
 			fmt.Fprintf(w, "  pod: %s (source: %s)\n", pod, s.PodSource)
 			writeLayers(w, s.Layers)
+		}
+		if p.LaunchWhy != "" {
+			fmt.Fprintf(w, "  launching: %s\n", p.LaunchWhy)
+		}
+		for _, s := range p.PerGPU {
+			for _, r := range s.NCCLRanks {
+				where := "outside NCCL"
+				if r.Entered > r.Returned {
+					where = "inside an NCCL call"
+				}
+				fmt.Fprintf(w, "  nccl: rank %d of %d of communicator %s, %d collectives entered, %d returned (%s)\n", r.Rank, r.NRanks, r.Communicator, r.Entered, r.Returned, where)
+			}
 		}
 		if len(p.Libraries) == 0 {
 			fmt.Fprintln(w, "  libraries: none")

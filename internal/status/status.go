@@ -387,6 +387,50 @@ type ProcessStatus struct {
 	// NCCLOldestInflightSeconds is the age of the oldest in-flight call
 	// by operation.
 	NCCLOldestInflightSeconds map[string]float64 `json:"nccl_oldest_inflight_seconds,omitempty"`
+	// Launching is how the process launches kernels, on its first entry
+	// only; absent before a thread of it launched one.
+	Launching *Launching `json:"launching,omitempty"`
+	// NCCLRanks are its positions in the collective sequences of its
+	// communicators (first entry only).
+	NCCLRanks []NCCLRank `json:"nccl_ranks,omitempty"`
+}
+
+// Launching is a process's kernel-launching threads (docs/METRICS.md,
+// "Launch-bound"): the inputs of `profi explain`'s launch verdict.
+type Launching struct {
+	// Threads are its live threads that launched a kernel;
+	// ThreadsUnsampled those past the per-process bound.
+	Threads          int `json:"threads"`
+	ThreadsUnsampled int `json:"threads_unsampled,omitempty"`
+	// CPUSeconds is their run time (profi_cuda_launch_thread_cpu_seconds_total).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// Window is the last complete window; absent before one.
+	Window *LaunchWindow `json:"window,omitempty"`
+	// GPUBusy is the driver's SM utilization of the process at the last
+	// NVML poll, summed over its GPUs (0-1); absent without a sample.
+	GPUBusy *float64 `json:"gpu_busy,omitempty"`
+}
+
+// LaunchWindow is one window of a process's launching.
+type LaunchWindow struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// BusiestTID is its launching thread that ran most in the window,
+	// BusiestShare that thread's on-CPU share of the window (0-1).
+	BusiestTID   int     `json:"busiest_tid"`
+	BusiestShare float64 `json:"busiest_thread_share"`
+	// LaunchRate is kernel launch calls per second (host calls).
+	LaunchRate float64 `json:"launches_per_second"`
+}
+
+// NCCLRank is a process's position in one communicator's sequence of
+// collectives (profi_nccl_rank_collectives_*_total).
+type NCCLRank struct {
+	Communicator string `json:"communicator"`
+	Rank         int    `json:"rank"`
+	NRanks       int    `json:"nranks"`
+	Entered      uint64 `json:"entered"`
+	Returned     uint64 `json:"returned"`
 }
 
 // Graphs are one process's CUDA graphs (docs/METRICS.md, "CUDA graphs").

@@ -193,6 +193,20 @@ type GroundTruth struct {
 	NVTXCalls       map[string]uint64 `json:"nvtx_calls,omitempty"`        // NVTXFuncs -> calls (always all listed)
 	// With --nvtx and --nccl-lib only: the empty groups' calls.
 	NCCLCalls map[string]uint64 `json:"nccl_calls,omitempty"` // ncclGroupStart, ncclGroupEnd -> calls
+	// With --park only: the phase's threads, parked.
+	Threads []ThreadTruth `json:"threads,omitempty"`
+}
+
+// ThreadTruth is one parked worker thread of a --park phase: its CPU clock
+// (CLOCK_THREAD_CPUTIME_ID) at its start and once parked (it runs no
+// more), and the wall clock (CLOCK_REALTIME) at its start and at the end
+// of its iterations, in nanoseconds.
+type ThreadTruth struct {
+	TID         int    `json:"tid"`
+	CPUStartNS  uint64 `json:"cpu_start_ns"`
+	CPUNS       uint64 `json:"cpu_ns"`
+	WallStartNS uint64 `json:"wall_start_ns"`
+	WallEndNS   uint64 `json:"wall_end_ns"`
 }
 
 // Phases are the values of the phase label (docs/INTERFACE.md), "" for no open

@@ -56,7 +56,11 @@ type Row struct {
 	// HeldIdle is how long the process has launched no kernel while it
 	// holds device memory (profi_cuda_held_idle_seconds, the least over
 	// its GPUs), seconds; NaN when it holds none.
-	HeldIdle   float64
+	HeldIdle float64
+	// LaunchCPU is the on-CPU share of the process's busiest
+	// kernel-launching thread over the agent's last window
+	// (profi_cuda_launch_thread_busy_ratio), 0-1; NaN before one.
+	LaunchCPU  float64
 	NCCLRate   float64 // NCCL payload bytes per second
 	NCCLOldest float64 // seconds, NaN when nothing is in flight
 }
@@ -236,6 +240,12 @@ func Compute(prev, cur Scrape) Frame {
 			busy[pid] += value(m)
 		}
 	}
+	launchCPU := map[Key]float64{}
+	for _, m := range cur.Families["profi_cuda_launch_thread_busy_ratio"].GetMetric() {
+		if k, ok := keyOf(m); ok {
+			launchCPU[k] = max(launchCPU[k], value(m))
+		}
+	}
 	idle := map[Key]float64{}
 	for _, m := range cur.Families["profi_cuda_held_idle_seconds"].GetMetric() {
 		if k, ok := keyOf(m); ok {
@@ -252,7 +262,10 @@ func Compute(prev, cur Scrape) Frame {
 		}
 	}
 	for k := range keys {
-		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN(), HeldIdle: math.NaN(), GPUBusy: math.NaN()}
+		r := Row{Key: k, Memcpy: map[string]float64{}, P50: math.NaN(), P99: math.NaN(), NCCLOldest: math.NaN(), GraphShare: math.NaN(), HeldIdle: math.NaN(), GPUBusy: math.NaN(), LaunchCPU: math.NaN()}
+		if v, ok := launchCPU[k]; ok {
+			r.LaunchCPU = v
+		}
 		if v, ok := busy[k.PID]; ok {
 			r.GPUBusy = v
 		}

@@ -28,7 +28,9 @@ func num(v float64) float64 {
 // Columns in display order. LAUNCH/S and LAUNCHES count kernels that ran,
 // direct launches and CUDA graph kernels together; GRAPH% is the share of
 // the window's kernels that ran through graphs; SM% the driver-sampled
-// utilization of the process (NVML); HELD IDLE is how long a
+// utilization of the process (NVML); LAUNCH CPU% the on-CPU share of its
+// busiest kernel-launching thread (near 100% with a low SM%: launch-bound,
+// docs/METRICS.md); HELD IDLE is how long a
 // process holding device memory has launched nothing ("-" when it holds
 // none).
 var Columns = []Column{
@@ -47,6 +49,7 @@ var Columns = []Column{
 	{"d2d", "D2D/S", func(a, b *Row) bool { return a.Memcpy["d2d"] < b.Memcpy["d2d"] }, func(r *Row, raw bool) string { return bytes(r.Memcpy["d2d"], raw) }},
 	{"mem", "DEV MEM", func(a, b *Row) bool { return a.ActiveBytes < b.ActiveBytes }, func(r *Row, raw bool) string { return bytes(float64(r.ActiveBytes), raw) }},
 	{"gpu_busy", "SM%", func(a, b *Row) bool { return num(a.GPUBusy) < num(b.GPUBusy) }, func(r *Row, raw bool) string { return percent(r.GPUBusy, raw) }},
+	{"launch_cpu", "LAUNCH CPU%", func(a, b *Row) bool { return num(a.LaunchCPU) < num(b.LaunchCPU) }, func(r *Row, raw bool) string { return percent(r.LaunchCPU, raw) }},
 	{"held_idle", "HELD IDLE", func(a, b *Row) bool { return num(a.HeldIdle) < num(b.HeldIdle) }, func(r *Row, raw bool) string { return latency(r.HeldIdle, raw) }},
 	{"nccl", "NCCL/S", func(a, b *Row) bool { return a.NCCLRate < b.NCCLRate }, func(r *Row, raw bool) string { return bytes(r.NCCLRate, raw) }},
 	{"nccl_oldest", "NCCL OLDEST", func(a, b *Row) bool { return num(a.NCCLOldest) < num(b.NCCLOldest) }, func(r *Row, raw bool) string { return latency(r.NCCLOldest, raw) }},

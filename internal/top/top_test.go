@@ -39,6 +39,8 @@ func exposition(launches1, launches2, graph1, h2d1, lat1 []float64, count1 float
 	b.WriteString("# TYPE profi_gpu_process_utilization_ratio gauge\n")
 	b.WriteString(`profi_gpu_process_utilization_ratio{gpu="0",gpu_uuid="u",pid="10",namespace="ml",pod="llm-0",container="c",engine="sm"} 0.25` + "\n")
 	b.WriteString(`profi_gpu_process_utilization_ratio{gpu="0",gpu_uuid="u",pid="10",namespace="ml",pod="llm-0",container="c",engine="memory"} 0.5` + "\n")
+	b.WriteString("# TYPE profi_cuda_launch_thread_busy_ratio gauge\n")
+	b.WriteString(`profi_cuda_launch_thread_busy_ratio{pid="10",comm="infer",namespace="ml",pod="llm-0",container="c"} 0.97` + "\n")
 	b.WriteString("# TYPE profi_cuda_held_idle_seconds gauge\n")
 	b.WriteString(`profi_cuda_held_idle_seconds{` + l1 + `} 42` + "\n")
 	b.WriteString(`profi_cuda_held_idle_seconds{` + strings.Replace(l1, `gpu="0",gpu_uuid="u"`, `gpu="1",gpu_uuid="w"`, 1) + `} 3` + "\n")
@@ -99,6 +101,9 @@ func TestCompute(t *testing.T) {
 	if r.HeldIdle != 3 {
 		t.Errorf("held idle %v, want 3", r.HeldIdle)
 	}
+	if r.LaunchCPU != 0.97 {
+		t.Errorf("launch cpu %v, want 0.97", r.LaunchCPU)
+	}
 	// histogram_quantile(0.5): rank 50 of 100 falls at the top of the
 	// first bucket (50 of 50) -> 0.001. 0.99: rank 99, bucket (0.01, 0.1]
 	// holds 90..100 -> 0.01 + 0.09*(99-90)/10 = 0.091.
@@ -148,9 +153,9 @@ func TestCompute(t *testing.T) {
 			t.Errorf("header %q", lines[0])
 		}
 		want := [][]string{
-			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "GRAPH%", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "SM%", "HELD", "IDLE", "NCCL/S", "NCCL", "OLDEST"},
-			{"ml", "llm-0", "10", "infer", "125.0", "80", "905", "0", "0.001", "0.091", "2000", "0", "0", "4096", "25", "3", "0", "-"},
-			{"ml", "train-0", "20", "train", "0.0", "-", "50", "0", "-", "-", "0", "0", "0", "0", "-", "-", "2097152", "7.25"},
+			{"NAMESPACE", "POD", "PID▲", "COMM", "LAUNCH/S", "GRAPH%", "LAUNCHES", "CALLS", "P50", "P99", "H2D/S", "D2H/S", "D2D/S", "DEV", "MEM", "SM%", "LAUNCH", "CPU%", "HELD", "IDLE", "NCCL/S", "NCCL", "OLDEST"},
+			{"ml", "llm-0", "10", "infer", "125.0", "80", "905", "0", "0.001", "0.091", "2000", "0", "0", "4096", "25", "97", "3", "0", "-"},
+			{"ml", "train-0", "20", "train", "0.0", "-", "50", "0", "-", "-", "0", "0", "0", "0", "-", "-", "-", "2097152", "7.25"},
 		}
 		for i, w := range want {
 			got := strings.Fields(lines[1+i])

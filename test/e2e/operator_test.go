@@ -133,8 +133,7 @@ func TestExplain(t *testing.T) {
 }
 
 // topRow finds pid's row in a `profi top --raw` screen and returns its
-// cells: namespace, pod, pid, comm, launch/s, graph%, launches, calls,
-// p50, p99, h2d/s, d2h/s, d2d/s, device memory, nccl/s, nccl oldest.
+// cells, one per top.Columns.
 func topRow(screen string, pid int) []string {
 	for _, line := range strings.Split(screen, "\n") {
 		f := strings.Fields(line)
@@ -150,7 +149,10 @@ func topRow(screen string, pid int) []string {
 // (SM% -); launches are the kernels that ran (direct and through graphs);
 // HELD IDLE, how long it has launched nothing while holding device
 // memory, is a number of seconds when it holds some (its value is the
-// clock's: checked to be one), "-" otherwise.
+// clock's: checked to be one), "-" otherwise; LAUNCH CPU%, the on-CPU
+// share of its busiest launching thread in the agent's last window, is
+// "-" before a window ends and a percentage after (the scheduler's: checked
+// to be one; test/e2e/launchbound_test.go checks its value).
 func wantTopRow(screen string, pid int, launches, calls, active uint64) error {
 	got := topRow(screen, pid)
 	idle := "-"
@@ -159,8 +161,14 @@ func wantTopRow(screen string, pid int, launches, calls, active uint64) error {
 			idle = got[heldIdleField]
 		}
 	}
+	launchCPU := "-"
+	if len(got) > launchCPUField {
+		if v, err := strconv.ParseFloat(got[launchCPUField], 64); err == nil && v >= 0 && v <= 100 {
+			launchCPU = got[launchCPUField]
+		}
+	}
 	want := []string{"-", "-", strconv.Itoa(pid), "workload", "0.0", "-", strconv.FormatUint(launches, 10), strconv.FormatUint(calls, 10),
-		"-", "-", "0", "0", "0", strconv.FormatUint(active, 10), "-", idle, "0", "-"}
+		"-", "-", "0", "0", "0", strconv.FormatUint(active, 10), "-", launchCPU, idle, "0", "-"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		return fmt.Errorf("row %q, want %q; screen:\n%s", got, want, screen)
 	}
@@ -169,6 +177,9 @@ func wantTopRow(screen string, pid int, launches, calls, active uint64) error {
 
 // heldIdleField is the HELD IDLE value's index among a row's fields.
 var heldIdleField = top.ColumnIndex("held_idle")
+
+// launchCPUField is the LAUNCH CPU% value's index among a row's fields.
+var launchCPUField = top.ColumnIndex("launch_cpu")
 
 // TestTop runs `profi top` against the agent and an idle workload whose
 // counts are proven exact: once with --once, once live in a real terminal

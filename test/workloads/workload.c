@@ -31,10 +31,18 @@
  * --iters per thread) until "stop" (or "exit", or EOF) -> the JSON line, so
  * that a test's adversary, not the clock, decides how long it runs
  * (--pause-us N: N microseconds of sleep after each iteration, to bound
- * how many calls it makes meanwhile); "segv", "ill" or "nullstore" -> dies
+ * how many calls it makes meanwhile; --spin-us N: N microseconds on the CPU
+ * after each iteration, without a call); "segv", "ill" or "nullstore" -> dies
  * of that fault; "xol" or "tramp" -> dies of a fault in the uprobe page;
  * "send HOW SIG" -> sends itself SIG (HOW: kill, tgkill, sigqueue, forge);
- * "exit" or EOF -> exit 0. */
+ * "exit" or EOF -> exit 0.
+ *
+ * With --park a phase's threads do not exit at its end: they wait until
+ * the next command, so that their CPU time stays readable, and the JSON
+ * line adds "threads": per thread its tid, its CPU clock at its start and
+ * once parked (read by the main thread: CLOCK_THREAD_CPUTIME_ID of a
+ * thread that no longer runs), and the wall clock (CLOCK_REALTIME) at its
+ * start and at the end of its iterations. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -44,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -222,8 +231,8 @@ static struct {
 	int threads, iters, launches, memcpys, mallocs, graphs, streams, errors;
 	int driver, extra, ptsz, nvtx;
 	const char *lib, *lib_cuda, *nvtx_lib, *nccl_lib;
-	int pause_us;
-} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL, NULL, 0};
+	int pause_us, spin_us, park;
+} opt = {2, 200, 20, 2, 1, 1, 2, 1, 0, 0, 0, 0, "libcudart.so.12", NULL, NULL, NULL, 0, 0, 0};
 static int have_graphs = 1; /* 0 when the library lacks the graph symbols */
 static int have_graph_ptsz = 1; /* likewise for cudaGraphLaunch_ptsz */
 static struct tally total;
@@ -914,7 +923,43 @@ struct worker {
 	pthread_t tid;
 	int id;
 	struct tally t;
+	/* --park: its kernel tid, clocks at its start and end (ns). */
+	pid_t sys_tid;
+	uint64_t wall_start, wall_end, cpu_start, cpu_parked;
 };
+
+/* --park: the workers of the last phase, waiting for release_parked(). */
+static pthread_barrier_t parked;
+static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
+static int park_released;
+static struct worker *parked_w;
+static int parked_n;
+
+static uint64_t clock_ns(clockid_t c)
+{
+	struct timespec ts;
+	if (clock_gettime(c, &ts))
+		die("clock_gettime failed");
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Lets the parked workers of the last phase exit, and joins them. */
+static void release_parked(void)
+{
+	if (!parked_w)
+		return;
+	pthread_mutex_lock(&park_mu);
+	park_released = 1;
+	pthread_cond_broadcast(&park_cv);
+	pthread_mutex_unlock(&park_mu);
+	for (int i = 0; i < parked_n; i++)
+		pthread_join(parked_w[i].tid, NULL);
+	pthread_barrier_destroy(&parked);
+	free(parked_w);
+	parked_w = NULL;
+	park_released = 0;
+}
 
 static void *worker_main(void *arg)
 {
@@ -928,6 +973,9 @@ static void *worker_main(void *arg)
 	CUfunction drv_f[3] = {NULL, NULL, NULL};
 	nvtxDomainHandle_t dom = opt.nvtx ? domain_create(t, "profi.workload") : NULL;
 
+	w->sys_tid = (pid_t)syscall(SYS_gettid);
+	w->wall_start = clock_ns(CLOCK_REALTIME);
+	w->cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	if (!s)
 		die("out of memory");
 	for (int i = 1; i < ns; i++)
@@ -1125,8 +1173,21 @@ static void *worker_main(void *arg)
 			pthread_barrier_wait(&phase_started);
 		if (opt.pause_us)
 			usleep(opt.pause_us);
+		if (opt.spin_us) { /* on the CPU between launches, as an interpreter is */
+			uint64_t until = clock_ns(CLOCK_MONOTONIC) + (uint64_t)opt.spin_us * 1000;
+			while (clock_ns(CLOCK_MONOTONIC) < until)
+				;
+		}
 	}
 	free(s);
+	w->wall_end = clock_ns(CLOCK_REALTIME);
+	if (opt.park) {
+		pthread_barrier_wait(&parked);
+		pthread_mutex_lock(&park_mu);
+		while (!park_released)
+			pthread_cond_wait(&park_cv, &park_mu);
+		pthread_mutex_unlock(&park_mu);
+	}
 	return NULL;
 }
 
@@ -1279,6 +1340,17 @@ static void print_truth(const struct tally *t)
 			       ",\"ncclGroupEnd\":%" PRIu64 "}",
 			       t->nccl_groups, t->nccl_groups);
 	}
+	if (parked_w) {
+		printf(",\"threads\":[");
+		for (int i = 0; i < parked_n; i++) {
+			const struct worker *w = &parked_w[i];
+			printf("%s{\"tid\":%d,\"cpu_start_ns\":%" PRIu64 ",\"cpu_ns\":%" PRIu64
+			       ",\"wall_start_ns\":%" PRIu64 ",\"wall_end_ns\":%" PRIu64 "}",
+			       i ? "," : "", (int)w->sys_tid, w->cpu_start, w->cpu_parked,
+			       w->wall_start, w->wall_end);
+		}
+		printf("]");
+	}
 	printf("}\n");
 	fflush(stdout);
 }
@@ -1290,6 +1362,8 @@ static void run_phase(int until)
 		die("out of memory");
 	phase_until = until;
 	phase_stop = 0;
+	if (opt.park && pthread_barrier_init(&parked, NULL, (unsigned)opt.threads + 1))
+		die("pthread_barrier_init failed");
 	if (until && pthread_barrier_init(&phase_started, NULL, (unsigned)opt.threads + 1))
 		die("pthread_barrier_init failed");
 	for (int i = 0; i < opt.threads; i++) {
@@ -1306,14 +1380,39 @@ static void run_phase(int until)
 			die("running: want \"stop\"");
 		__atomic_store_n(&phase_stop, 1, __ATOMIC_RELAXED);
 	}
-	for (int i = 0; i < opt.threads; i++) {
-		pthread_join(w[i].tid, NULL);
-		merge(&total, &w[i].t);
-		free(w[i].t.streams);
+	if (opt.park) {
+		/* Done with their tallies; their CPU clocks stop once parked. */
+		pthread_barrier_wait(&parked);
+		for (int i = 0; i < opt.threads; i++) {
+			clockid_t c;
+			if (pthread_getcpuclockid(w[i].tid, &c))
+				die("pthread_getcpuclockid failed");
+			merge(&total, &w[i].t);
+			free(w[i].t.streams);
+			w[i].t.streams = NULL;
+			/* Past the barrier it still runs until it sleeps in its
+			 * condition wait: read until its clock stands still. */
+			uint64_t prev = clock_ns(c);
+			for (;;) {
+				usleep(2000);
+				w[i].cpu_parked = clock_ns(c);
+				if (w[i].cpu_parked == prev)
+					break;
+				prev = w[i].cpu_parked;
+			}
+		}
+		parked_w = w;
+		parked_n = opt.threads;
+	} else {
+		for (int i = 0; i < opt.threads; i++) {
+			pthread_join(w[i].tid, NULL);
+			merge(&total, &w[i].t);
+			free(w[i].t.streams);
+		}
+		free(w);
 	}
 	if (until)
 		pthread_barrier_destroy(&phase_started);
-	free(w);
 	print_truth(&total);
 }
 
@@ -1574,7 +1673,7 @@ int main(int argc, char **argv)
 		{"--launches", &opt.launches, 100000}, {"--memcpy", &opt.memcpys, 100000},
 		{"--mallocs", &opt.mallocs, 100000}, {"--graphs", &opt.graphs, 100000},
 		{"--streams", &opt.streams, 64}, {"--driver", &opt.driver, 100000},
-		{"--pause-us", &opt.pause_us, 1000000},
+		{"--pause-us", &opt.pause_us, 1000000}, {"--spin-us", &opt.spin_us, 1000000},
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -1590,6 +1689,8 @@ int main(int argc, char **argv)
 			*int_opts[o].v = (int)v;
 		} else if (!strcmp(a, "--errors") || !strcmp(a, "--no-errors")) {
 			opt.errors = a[2] == 'e';
+		} else if (!strcmp(a, "--park")) {
+			opt.park = 1;
 		} else if (!strcmp(a, "--extra")) {
 			opt.extra = 1;
 		} else if (!strcmp(a, "--ptsz")) {
@@ -1632,6 +1733,7 @@ int main(int argc, char **argv)
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {
 		line[strcspn(line, "\r\n")] = 0;
+		release_parked();
 		if (!strcmp(line, "load")) {
 			if (!loaded)
 				load();
