@@ -189,9 +189,10 @@ const (
 	famMemset
 	famHostMemory
 	famKernelHist
-	famNCCL     // per (pid, operation): calls, bytes, hangs, oldest, straggler
-	famNCCLComm // per (pid, operation, communicator)
-	famNCCLRank // per (pid, communicator): its collective sequence
+	famNCCL          // per (pid, operation): calls, bytes, hangs, oldest, straggler
+	famNCCLComm      // per (pid, operation, communicator)
+	famNCCLRank      // per (pid, communicator): its collective sequence
+	famLaunchThreads // per pid: its launching threads' CPU, count and busy share
 	famNCCLHist
 	famCaptured    // launches recorded into a CUDA graph
 	famGraphLaunch // kernels run by CUDA graph replays

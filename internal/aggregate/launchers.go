@@ -111,6 +111,10 @@ func (a *Aggregator) sampleLaunchers(live map[int]*Process, byPID map[int]*pidDa
 			}
 			l.last, l.base, l.baseLaunch = b, now, launches
 		}
+		// Its three series are one tuple of --max-time-series.
+		if !a.admit(tuple{fam: famLaunchThreads, pid: pid}) {
+			continue
+		}
 		p.LaunchThreads = len(l.threads)
 		p.LaunchThreadsUnsampled = l.unsampled
 		p.LaunchThreadCPU = l.gone
