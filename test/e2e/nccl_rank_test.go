@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/testutil"
-	"github.com/profi-dev/profi/internal/testutil/kubetest"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
@@ -171,38 +168,12 @@ func TestNCCLRankBehind(t *testing.T) {
 // file, whose path it returns.
 func chartRules(t *testing.T, set ...string) string {
 	t.Helper()
-	helm, err := kubetest.HelmBinary()
-	if err != nil {
-		if os.Getenv(testenv.E2EEnv) == "1" {
-			t.Fatalf("%v and %s=1 forbids skipping", err, testenv.E2EEnv)
-		}
-		t.Skipf("skipping: %v", err)
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := kubetest.KubeVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"template", "profi", filepath.Join(root, "deploy/profi"), "--namespace", "monitoring", "--kube-version", kube,
-		"--api-versions", "monitoring.coreos.com/v1/PrometheusRule", "--show-only", "templates/prometheusrule.yaml"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
 	var obj struct {
 		Spec struct {
 			Groups []any `json:"groups"`
 		} `json:"spec"`
 	}
-	if err := yaml.Unmarshal(stdout.Bytes(), &obj); err != nil || len(obj.Spec.Groups) == 0 {
+	if err := yaml.Unmarshal(helmTemplate(t, "templates/prometheusrule.yaml", set...), &obj); err != nil || len(obj.Spec.Groups) == 0 {
 		t.Fatalf("PrometheusRule: %v (%d groups)", err, len(obj.Spec.Groups))
 	}
 	out, err := yaml.Marshal(map[string]any{"groups": obj.Spec.Groups})

@@ -205,6 +205,27 @@ func containerdRuntimeDefault(t *testing.T, podmanProfile, dir string) string {
 // DaemonSet's pod spec.
 func renderPod(t *testing.T, set ...string) *corev1.PodSpec {
 	t.Helper()
+	stdout := bytes.NewReader(helmTemplate(t, "templates/daemonset.yaml", set...))
+	var obj map[string]any
+	if err := yamlutil.NewYAMLOrJSONDecoder(stdout, 4096).Decode(&obj); err != nil {
+		t.Fatalf("decode DaemonSet: %v", err)
+	}
+	raw, _, err := unstructured.NestedMap(obj, "spec", "template", "spec")
+	if err != nil || raw == nil {
+		t.Fatalf("DaemonSet without spec.template.spec: %v", err)
+	}
+	var spec corev1.PodSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &spec, true); err != nil {
+		t.Fatalf("DaemonSet pod spec: %v", err)
+	}
+	return &spec
+}
+
+// helmTemplate renders one template of the chart with helm template (the
+// given --set values; the Prometheus Operator's API present) and returns
+// it; without helm it skips, or fails under PROFI_E2E=1.
+func helmTemplate(t *testing.T, template string, set ...string) []byte {
+	t.Helper()
 	helm, err := kubetest.HelmBinary()
 	if err != nil {
 		if os.Getenv(testenv.E2EEnv) == "1" {
@@ -221,7 +242,7 @@ func renderPod(t *testing.T, set ...string) *corev1.PodSpec {
 		t.Fatal(err)
 	}
 	args := []string{"template", "profi", filepath.Join(root, "deploy/profi"), "--namespace", "monitoring", "--kube-version", kube,
-		"--show-only", "templates/daemonset.yaml"}
+		"--api-versions", "monitoring.coreos.com/v1/PrometheusRule", "--show-only", template}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -231,19 +252,7 @@ func renderPod(t *testing.T, set ...string) *corev1.PodSpec {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	var obj map[string]any
-	if err := yamlutil.NewYAMLOrJSONDecoder(&stdout, 4096).Decode(&obj); err != nil {
-		t.Fatalf("decode DaemonSet: %v", err)
-	}
-	raw, _, err := unstructured.NestedMap(obj, "spec", "template", "spec")
-	if err != nil || raw == nil {
-		t.Fatalf("DaemonSet without spec.template.spec: %v", err)
-	}
-	var spec corev1.PodSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &spec, true); err != nil {
-		t.Fatalf("DaemonSet pod spec: %v", err)
-	}
-	return &spec
+	return stdout.Bytes()
 }
 
 // Capability bits (linux/capability.h) of the names a chart may add.
