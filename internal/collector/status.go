@@ -92,15 +92,24 @@ func (s *StatusSource) Document() status.Doc {
 		}
 		procs = append(procs, ps)
 	}
-	var busy map[int]float64
+	var (
+		busy    map[int]float64
+		seconds map[int][]status.GPUBusy
+		first   = map[int]bool{}
+	)
 	if s.NVML != nil {
-		busy = gpuBusy(s.NVML())
+		nv := s.NVML()
+		busy, seconds = gpuBusy(nv), gpuSeconds(nv)
 	}
 	for i := range procs {
 		if l := procs[i].Launching; l != nil {
 			if b, ok := busy[procs[i].PID]; ok {
 				l.GPUBusy = &b
 			}
+		}
+		if !first[procs[i].PID] {
+			first[procs[i].PID] = true
+			procs[i].GPUBusy = seconds[procs[i].PID]
 		}
 		g := procs[i].Graphs
 		if ran := direct[procs[i].PID] + graph[procs[i].PID]; g != nil && ran > 0 {
@@ -287,6 +296,22 @@ func processStatus(p *aggregate.Process, podWatch bool) status.ProcessStatus {
 		ps.Launching = l
 	}
 	return ps
+}
+
+// gpuSeconds is each PID's busy time per device since the agent started
+// (nvml's integration of the driver's samples); nil without NVML.
+func gpuSeconds(snap *nvml.Snapshot) map[int][]status.GPUBusy {
+	if snap == nil {
+		return nil
+	}
+	out := map[int][]status.GPUBusy{}
+	for _, g := range snap.GPUs {
+		for _, b := range g.ProcessBusy {
+			out[int(b.PID)] = append(out[int(b.PID)], status.GPUBusy{UUID: b.UUID, SM: b.SM.Seconds(), Memory: b.Memory.Seconds(),
+				Encoder: b.Encoder.Seconds(), Decoder: b.Decoder.Seconds()})
+		}
+	}
+	return out
 }
 
 // gpuBusy is each PID's SM utilization at the last NVML poll, summed over

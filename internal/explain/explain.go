@@ -321,6 +321,11 @@ func Write(w io.Writer, procs []Process, doc *status.Doc) {
 			fmt.Fprintf(w, "  launching: %s\n", p.LaunchWhy)
 		}
 		for _, s := range p.PerGPU {
+			for _, b := range s.GPUBusy {
+				fmt.Fprintf(w, "  gpu time on %s (driver samples since the agent started): sm %.1fs, memory %.1fs, encoder %.1fs, decoder %.1fs\n", b.UUID, b.SM, b.Memory, b.Encoder, b.Decoder)
+			}
+		}
+		for _, s := range p.PerGPU {
 			for _, r := range s.NCCLRanks {
 				where := "outside NCCL"
 				if r.Entered > r.Returned {

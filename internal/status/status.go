@@ -393,6 +393,19 @@ type ProcessStatus struct {
 	// NCCLRanks are its positions in the collective sequences of its
 	// communicators (first entry only).
 	NCCLRanks []NCCLRank `json:"nccl_ranks,omitempty"`
+	// GPUBusy is its GPU time per device (GPU or MIG device) as the
+	// driver's samples integrate (profi_gpu_process_busy_seconds_total),
+	// on its first entry only; absent without NVML samples of it.
+	GPUBusy []GPUBusy `json:"gpu_busy_seconds,omitempty"`
+}
+
+// GPUBusy is a process's busy time on one device, per engine, in seconds.
+type GPUBusy struct {
+	UUID    string  `json:"uuid"`
+	SM      float64 `json:"sm"`
+	Memory  float64 `json:"memory"`
+	Encoder float64 `json:"encoder"`
+	Decoder float64 `json:"decoder"`
 }
 
 // Launching is a process's kernel-launching threads (docs/METRICS.md,

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	pstatus "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
@@ -78,6 +80,18 @@ sample %[2]s %[4]d 40 0 0 0 %[9]d
 	write(first + fmt.Sprintf("sample %s %d 100 100 100 100 %d again\nsample %s %d 100 0 0 0 %d\n", gpuA, p, b+300_000, gpuA, p, b+5_400_000))
 	want["0|"+gpuA+"|ml|infer-0|server|sm"] += 1.0 * 0.1
 	requireBusy(t, a, want)
+
+	// profi explain: the process's GPU time per device, the same sums.
+	procs, _ := explainJSON(t, a, strconv.Itoa(p))
+	var got []pstatus.GPUBusy
+	for _, s := range procs[0].PerGPU {
+		got = append(got, s.GPUBusy...)
+	}
+	if len(got) != 1 || got[0].UUID != gpuA || abs(got[0].SM-want["0|"+gpuA+"|ml|infer-0|server|sm"]) > 1e-9 ||
+		abs(got[0].Memory-want["0|"+gpuA+"|ml|infer-0|server|memory"]) > 1e-9 || got[0].Encoder != 0 || got[0].Decoder != 0 {
+		t.Errorf("explain gpu_busy_seconds %+v, want %s: sm %v, memory %v", got, gpuA,
+			want["0|"+gpuA+"|ml|infer-0|server|sm"], want["0|"+gpuA+"|ml|infer-0|server|memory"])
+	}
 }
 
 // requireBusy waits until profi_gpu_process_busy_seconds_total's non-zero

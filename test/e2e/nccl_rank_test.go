@@ -111,6 +111,7 @@ func TestNCCLRankBehind(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("%s: %v\ngot  %v\nwant %v", n.name, err, got, wantSeries)
 		}
+		t.Logf("%s: %v", n.name, got)
 	}
 
 	// The fleet's Prometheus: the alert names rank 1, its pod and node.
@@ -143,6 +144,7 @@ func TestNCCLRankBehind(t *testing.T) {
 		t.Fatalf("firing %+v, want exactly rank 1's alert", firing)
 	}
 	l := firing[0].labels
+	t.Logf("firing: %v", l)
 	wantLabels := map[string]string{"communicator": comm, "rank": "1", "nranks": "2", "node": "node-b", "namespace": "ml",
 		"pod": "train-1", "container": "trainer", "pid": strconv.Itoa(nodes[1].rank.PID), "severity": "critical"}
 	for k, v := range wantLabels {
