@@ -142,13 +142,8 @@ func TestQueriesAgainstARealScrape(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	id := ""
-	for _, r := range ranks {
-		in, err := r.InitWithID(id)
-		if err != nil {
-			t.Fatalf("nccl init: %v\n%s", err, r.Stderr())
-		}
-		id = in.ID
+	if err := testutil.InitJob(ranks); err != nil {
+		t.Fatalf("nccl init: %v", err)
 	}
 	if _, err := w.Run(); err != nil {
 		t.Fatalf("workload: %v\n%s", err, w.Stderr())

@@ -240,15 +240,24 @@ func StartNCCLJob(ctx context.Context, bin string, nranks int, args func(rank in
 		}
 		ranks = append(ranks, w)
 	}
+	if err := InitJob(ranks); err != nil {
+		return fail(err)
+	}
+	return ranks, nil
+}
+
+// InitJob initialises the started ranks of one job in order: rank 0 makes
+// the unique id, the others join with it.
+func InitJob(ranks []*NCCLWorkload) error {
 	var id string
 	for _, w := range ranks {
 		in, err := w.InitWithID(id)
 		if err != nil {
-			return fail(err)
+			return fmt.Errorf("%w\n%s", err, w.Stderr())
 		}
 		id = in.ID
 	}
-	return ranks, nil
+	return nil
 }
 
 // exchange sends cmd and returns the answer line.

@@ -41,13 +41,8 @@ func startJob(t *testing.T, a *testutil.Agent, nranks int, args func(rank int) [
 		waitLibAttached(t, a, w.PID, discover.LibNCCL)
 		ranks = append(ranks, w)
 	}
-	id := ""
-	for _, w := range ranks {
-		in, err := w.InitWithID(id)
-		if err != nil {
-			t.Fatalf("init: %v\n%s", err, w.Stderr())
-		}
-		id = in.ID
+	if err := testutil.InitJob(ranks); err != nil {
+		t.Fatalf("init: %v", err)
 	}
 	return ranks
 }
