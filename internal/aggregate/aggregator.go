@@ -487,7 +487,9 @@ func (a *Aggregator) Drain() error {
 	if err := a.noteLaunchers(live); err != nil {
 		a.log.Warn("read launch_threads map", "err", err)
 	}
-	a.sampleLaunchers(live, byPID, began)
+	// Stamped right before the threads are read: the window is the span
+	// of the reads (a drain can be long), not of the drains.
+	a.sampleLaunchers(live, byPID, a.opts.Now())
 	if err := a.cudaInflight(live, a.opts.Monotonic()); err != nil {
 		a.log.Warn("read in-flight CUDA calls", "err", err)
 	}
