@@ -14,22 +14,18 @@ const volatile u32 max_execs_per_pid = 8192;
 const volatile u32 max_streams_per_pid = 32;
 
 /*
- * Each process's share of each shared map (enum quota_map): set by
- * internal/bpfobj from the map sizes (max_entries / 4, at least 64; 0, no
- * quota, for a map of 64 entries or fewer, whose share would be all of
- * it). The defaults here are those of the default sizes.
+ * The shares of the shared maps (enum quota_map, take_shared; issue 47
+ * item 1): while the node holds fewer than node_room[m] keys of map m any
+ * tenant takes one; past it, only a tenant holding fewer than
+ * tenant_guarantee[m]. Set by internal/bpfobj from the map sizes
+ * (NodeRoom, TenantGuarantee: the reserve is an eighth of the map, at
+ * least 64, a guarantee half the reserve; 0, no quota, for a map whose reserve would be all of it).
+ * The defaults here are those of the default sizes.
  */
-const volatile u32 pid_share[QUOTA_MAPS] = {512,  2048,	 256,  32768, 32768, 4096, 4096, 1024,
-					    4096, 16384, 2560, 1024,  16384, 256,  4096};
-
-/*
- * Each tenant's share (issue 30 item 3): what all the processes of one
- * cgroup hold together. max_entries / 2, at least 64; 0 (no quota) when
- * that is the whole map. Larger than a process's, so that the ranks of a
- * multi-GPU pod each get a process's share.
- */
-const volatile u32 tenant_share[QUOTA_MAPS] = {1024, 4096,  512,  65536, 65536, 8192, 8192, 2048,
-					       8192, 32768, 5120, 2048,	 32768, 512,  8192};
+const volatile u32 node_room[QUOTA_MAPS] = {1792,  7168,  896,	114688, 114688, 14336, 14336, 3584,
+					    14336, 57344, 8960, 3584,	57344,	896,   14336};
+const volatile u32 tenant_guarantee[QUOTA_MAPS] = {128,	 512,  64,  8192, 8192, 1024, 1024, 256,
+						   1024, 4096, 640, 256,  4096, 64,   1024};
 
 /* --kernel-mode: 0 off, 1 anonymous, 2 full. Graph kernel nodes follow it. */
 const volatile u32 kernel_mode = 1;

@@ -266,9 +266,9 @@ struct {
  * Per-process quotas (issue 17): graph ids and executable graphs against
  * their caps, admitted streams, the process's tenant, and the keys the
  * process holds in each shared map (enum quota_map), which count against
- * its tenant's share (pid_share). Written only when a key is new (admit),
- * never on the path of a key that exists. A tenant holds at most its share
- * of this map too (QUOTA_PID_QUOTAS), so no tenant can fill it. Deleted by
+ * its tenant's share (take_shared). Written only when a key is new (admit),
+ * never on the path of a key that exists. This map is shared the same way
+ * (QUOTA_PID_QUOTAS), so no tenant takes the reserve kept for others. Deleted by
  * userspace when the process exits, which then gives its units back to its
  * tenant (tenant_returned).
  */
@@ -281,10 +281,10 @@ struct {
 
 /*
  * Per-tenant quotas (issue 30 item 3; struct tenant_quota): the keys a
- * tenant's processes hold in each quota map, taken and given back by BPF;
- * and those userspace gave back when it deleted an exited process's keys.
- * Entries of a tenant with no process left and nothing held are deleted
- * by userspace.
+ * tenant's processes hold in each quota map, taken and given back by BPF,
+ * and the new keys it was refused; and those userspace gave back when it deleted an exited
+ * process's keys. Entries of a tenant with no process left and nothing held are deleted by
+ * userspace.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -19,25 +19,56 @@ static __always_inline u64 tenant_of(u32 pid)
 }
 
 /*
- * One unit of map qm's share for tenant t: false (none taken) when its
- * share is used up. What it holds is what its processes took less what
- * userspace gave back for those that exited (tenant_returned); read
- * before the add, a return still being written only makes the tenant
- * look fuller for a moment. qm must be a constant or checked < QUOTA_MAPS.
+ * Keys of each quota map the node holds (docs/METRICS.md, "Shares of the
+ * shared maps"): node_keys taken and given back here, node_returned what
+ * userspace gave back for exited processes (its own section, written
+ * only by userspace, so that its writes never undo BPF's atomic adds).
  */
-static __always_inline bool take_tenant(struct tenant_quota *t, u64 tenant, u32 qm)
-{
-	struct tenant_quota *r = bpf_map_lookup_elem(&tenant_returned, &tenant);
-	u32 back = r ? r->keys[qm] : 0;
-	u32 n = tenant_share[qm];
-	s32 held;
+u32 node_keys[QUOTA_MAPS] = {};
+u32 node_returned[QUOTA_MAPS] SEC(".data.returned") = {};
 
-	held = (s32)(__sync_fetch_and_add(&t->keys[qm], 1) - back);
-	/* Below 0 only if userspace deleted the tenant's entry while a process took a unit. */
-	if (!n || held < 0 || (u32)held < n)
+/*
+ * One unit of map qm for tenant t (issue 47 item 1): work-conserving.
+ * While the node holds fewer than node_room[qm] keys of the map, any
+ * tenant takes one, however many it holds: a tenant alone may use what no
+ * one else needs. Past it, the reserve left is kept for tenants holding
+ * fewer than tenant_guarantee[qm] keys, so that a newcomer always finds
+ * its guarantee whoever came first. Units are counted before the checks
+ * and given back when refused, so a race only ever refuses a unit, never
+ * grants one past a bound. A refusal is counted for the tenant (refused).
+ * What a tenant holds is what its processes took less what userspace gave
+ * back for those that exited (tenant_returned). qm must be a constant or
+ * checked < QUOTA_MAPS; *tenant is in a map value (no stack for the key:
+ * internal/bpfobj's TestStackDepth).
+ */
+static __always_inline bool take_shared(struct tenant_quota *t, const u64 *tenant, u32 qm)
+{
+	struct tenant_quota *r;
+
+	__sync_fetch_and_add(&t->keys[qm], 1);
+	if (!node_room[qm] ||
+	    (s32)(__sync_fetch_and_add(&node_keys[qm], 1) - node_returned[qm]) < (s32)node_room[qm])
 		return true;
+	r = bpf_map_lookup_elem(&tenant_returned, tenant);
+	/*
+	 * This unit is in t->keys already; units other CPUs took meanwhile
+	 * only make the tenant look fuller. Below 0 only if userspace deleted
+	 * the tenant's entry while a process took a unit.
+	 */
+	if ((s32)(t->keys[qm] - 1 - (r ? r->keys[qm] : 0)) < (s32)tenant_guarantee[qm])
+		return true;
+	__sync_fetch_and_add(&node_keys[qm], -1);
 	__sync_fetch_and_add(&t->keys[qm], -1);
+	__sync_fetch_and_add(&t->refused[qm], 1);
 	return false;
+}
+
+/* Gives back a unit take_shared granted. */
+static __always_inline void give_shared(struct tenant_quota *t, u32 qm)
+{
+	__sync_fetch_and_add(&t->keys[qm], -1);
+	if (node_room[qm])
+		__sync_fetch_and_add(&node_keys[qm], -1);
 }
 
 /*
@@ -61,13 +92,13 @@ static __always_inline int new_quota(u32 pid)
 	t = lookup_or_init(&tenant_quotas, &nq->tenant, &zero_tenant, DROP_PID_QUOTA);
 	if (!t)
 		return -1;
-	if (!take_tenant(t, nq->tenant, QUOTA_PID_QUOTAS)) {
+	if (!take_shared(t, &nq->tenant, QUOTA_PID_QUOTAS)) {
 		count_drop(DROP_PID_QUOTA);
 		return -1;
 	}
 	/* Failed: pid_quotas is full, or another thread created it (holding its own unit). */
 	if (bpf_map_update_elem(&pid_quotas, &pid, nq, BPF_NOEXIST)) {
-		__sync_fetch_and_add(&t->keys[QUOTA_PID_QUOTAS], -1);
+		give_shared(t, QUOTA_PID_QUOTAS);
 		if (!bpf_map_lookup_elem(&pid_quotas, &pid)) {
 			count_drop(DROP_PID_QUOTA);
 			return -1;
@@ -143,35 +174,42 @@ static __always_inline bool stream_admitted(struct pid_quota *q, u32 pid, u64 st
 }
 
 /*
- * One unit of map qm for process q: of its own share and of its tenant's;
- * false (none taken) when either is used up. qm must be a constant or
- * checked < QUOTA_MAPS.
+ * One unit of map qm for process pid, of its tenant's share (take_shared):
+ * 1 when taken, 0 when refused (or pid has no quota). The process's own
+ * count is what userspace gives back when it exits. A global function:
+ * verified once, not at each of its callers' paths (admit, store_admitted,
+ * track_alloc, all under graph_return's), and its frame is its own.
  */
-static __always_inline bool take_unit(struct pid_quota *q, u32 qm)
-{
-	struct tenant_quota *t;
-
-	if (!take(&q->keys[qm], pid_share[qm]))
-		return false;
-	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
-	if (t && take_tenant(t, q->tenant, qm))
-		return true;
-	__sync_fetch_and_add(&q->keys[qm], -1);
-	return false;
-}
-
-/* Gives back a unit of map qm that process pid held (its key was deleted). */
-static __always_inline void give_unit(u32 pid, u32 qm)
+__noinline int take_unit(u32 pid, u32 qm)
 {
 	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
 	struct tenant_quota *t;
 
-	if (!q || !q->keys[qm])
-		return;
+	if (!q || qm >= QUOTA_MAPS)
+		return 0;
+	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
+	if (!t || !take_shared(t, &q->tenant, qm))
+		return 0;
+	__sync_fetch_and_add(&q->keys[qm], 1);
+	return 1;
+}
+
+/*
+ * Gives back a unit of map qm that process pid held (its key was
+ * deleted). Global, like take_unit.
+ */
+__noinline int give_unit(u32 pid, u32 qm)
+{
+	struct pid_quota *q = bpf_map_lookup_elem(&pid_quotas, &pid);
+	struct tenant_quota *t;
+
+	if (!q || qm >= QUOTA_MAPS || !q->keys[qm])
+		return 0;
 	__sync_fetch_and_add(&q->keys[qm], -1);
 	t = bpf_map_lookup_elem(&tenant_quotas, &q->tenant);
 	if (t)
-		__sync_fetch_and_add(&t->keys[qm], -1);
+		give_shared(t, qm);
+	return 0;
 }
 
 /* The drop counted when map qm itself is full. */
@@ -231,7 +269,7 @@ static __noinline void *admit(void *map, void *key, u64 *stream, const void *zer
 	asm volatile("" : "+r"(qm));
 	if (qm >= QUOTA_MAPS)
 		return NULL;
-	if (!take_unit(q, qm)) {
+	if (!take_unit(pid, qm)) {
 		count_drop(DROP_PID_QUOTA);
 		return NULL;
 	}
@@ -272,7 +310,7 @@ static __noinline bool track_alloc(struct alloc_key *ak, struct alloc_val *av)
 
 	if (!q)
 		return false;
-	if (!take_unit(q, QUOTA_MALLOC_SIZES)) {
+	if (!take_unit(ak->pid, QUOTA_MALLOC_SIZES)) {
 		if (!bpf_map_update_elem(&malloc_sizes, ak, av, BPF_EXIST))
 			return true;
 		count_drop(DROP_PID_QUOTA);
@@ -328,7 +366,7 @@ static __noinline u32 store_admitted(void *map, void *key, void *val, u32 pid, u
 	asm volatile("" : "+r"(qm));
 	if (qm >= QUOTA_MAPS)
 		return DROP_MAX + 1;
-	if (!take_unit(q, qm))
+	if (!take_unit(pid, qm))
 		return DROP_PID_QUOTA;
 	err = bpf_map_update_elem(map, key, val, BPF_NOEXIST);
 	if (!err)

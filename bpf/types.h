@@ -498,9 +498,8 @@ struct capture {
 /*
  * The shared maps whose keys a process creates at will (raw stream
  * handles, return codes, communicator, capture, event and graph handles,
- * device pointers, threads): each process may hold at most its share of
- * each (pid_share[], set by userspace from the map sizes: max_entries/4,
- * at least 64). The first six are counters, whose keys stay until the
+ * device pointers, threads): admitted by tenant, work-conserving
+ * (take_shared: node_room, tenant_guarantee). The first six are counters, whose keys stay until the
  * process exits (malloc_sizes: until the free); the others hold state,
  * and a deleted key gives its unit back (store_admitted, delete_admitted).
  */
@@ -561,4 +560,5 @@ struct pid_quota {
  */
 struct tenant_quota {
 	u32 keys[QUOTA_MAPS];
+	u32 refused[QUOTA_MAPS]; /* new keys refused (take_shared); tenant_quotas only */
 };

@@ -267,7 +267,8 @@ func (s MapSource) deleteGraphs(gone func(pid uint32) bool) error {
 // streams (pid_streams) of processes for which gone is true, after their
 // keys: a new process reusing the PID starts afresh. What each still held
 // is given back to its tenant (tenant_returned: BPF writes tenant_quotas
-// with atomic adds, which a write from here would undo). A tenant with no
+// with atomic adds, which a write from here would undo) and to the node
+// (node_returned). A tenant with no
 // process left that holds nothing is deleted.
 func (s MapSource) deleteQuotas(gone func(pid uint32) bool) error {
 	_, err1 := deleteWhere(s.Objects.PidStreams, func(k *bpfobj.ProfiHandleKey) bool { return gone(k.Pid) })
@@ -296,6 +297,13 @@ func (s MapSource) deleteQuotas(gone func(pid uint32) bool) error {
 		return errors.Join(err1, err3)
 	}
 	var errs []error
+	var node [bpfobj.NumQuotaMaps]uint32
+	for _, b := range back {
+		for m, n := range b.Keys {
+			node[m] += n
+		}
+	}
+	errs = append(errs, s.giveBackNode(node))
 	for tenant, b := range back {
 		var r bpfobj.ProfiTenantQuota
 		if err := s.Objects.TenantReturned.Lookup(tenant, &r); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -310,6 +318,26 @@ func (s MapSource) deleteQuotas(gone func(pid uint32) bool) error {
 		}
 	}
 	return errors.Join(append(errs, err1, s.deleteIdleTenants(live))...)
+}
+
+// giveBackNode adds units to node_returned, the node's count of units
+// userspace gave back (bpf/quota.h take_shared): only this goroutine
+// writes it, in a section of its own, so a read-add-write loses nothing.
+func (s MapSource) giveBackNode(units [bpfobj.NumQuotaMaps]uint32) error {
+	if units == ([bpfobj.NumQuotaMaps]uint32{}) {
+		return nil
+	}
+	var r [bpfobj.NumQuotaMaps]uint32
+	if err := s.Objects.NodeReturned.Get(&r); err != nil {
+		return fmt.Errorf("read node_returned: %w", err)
+	}
+	for m := range r {
+		r[m] += units[m]
+	}
+	if err := s.Objects.NodeReturned.Set(r); err != nil {
+		return fmt.Errorf("give back units to the node: %w", err)
+	}
+	return nil
 }
 
 // deleteIdleTenants deletes the entries of tenants that hold nothing and

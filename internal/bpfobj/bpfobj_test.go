@@ -336,21 +336,27 @@ func TestOpTablesInObject(t *testing.T) {
 	}
 }
 
-// TestPIDShare: a quarter of the map, at least MinPIDShare, never more
-// than the map (docs/METRICS.md, "Per-process quotas").
-func TestPIDShare(t *testing.T) {
+// TestShares: the reserve is an eighth of the map, at least 64; the
+// node fills the rest before it; a tenant's guarantee is half the
+// reserve; a map whose reserve would be all of it has no
+// quota (docs/METRICS.md, "Shares of the shared maps").
+func TestShares(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ size, want uint32 }{
-		{1, 1}, {63, 63}, {64, 64}, {100, 64}, {256, 64}, {1024, 256}, {2048, 512}, {131072, 32768},
+	for _, tc := range []struct{ size, room, guarantee uint32 }{
+		{1, 0, 0}, {64, 0, 0}, {65, 1, 32}, {100, 36, 32}, {512, 448, 32}, {1024, 896, 64},
+		{2048, 1792, 128}, {8192, 7168, 512}, {65536, 57344, 4096}, {131072, 114688, 8192},
 	} {
-		if got := PIDShare(tc.size); got != tc.want {
-			t.Errorf("PIDShare(%d) = %d, want %d", tc.size, got, tc.want)
+		if got := NodeRoom(tc.size); got != tc.room {
+			t.Errorf("NodeRoom(%d) = %d, want %d", tc.size, got, tc.room)
+		}
+		if got := TenantGuarantee(tc.size); got != tc.guarantee {
+			t.Errorf("TenantGuarantee(%d) = %d, want %d", tc.size, got, tc.guarantee)
 		}
 	}
 }
 
-// TestSpecQuotaDefaults: the object's pid_share placeholders are the
-// shares of its placeholder sizes, and max_streams_per_pid is the flag's
+// TestSpecQuotaDefaults: the object's node_room and tenant_guarantee
+// placeholders are those of its placeholder sizes, and max_streams_per_pid is the flag's
 // default (32), so the object alone behaves as the agent without flags.
 func TestSpecQuotaDefaults(t *testing.T) {
 	t.Parallel()
@@ -358,20 +364,19 @@ func TestSpecQuotaDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var share [NumQuotaMaps]uint32
-	if err := spec.Variables[ProfiVarPidShare].Get(&share); err != nil {
+	var room, guarantee [NumQuotaMaps]uint32
+	if err := spec.Variables[ProfiVarNodeRoom].Get(&room); err != nil {
 		t.Fatal(err)
 	}
-	var tenant [NumQuotaMaps]uint32
-	if err := spec.Variables[ProfiVarTenantShare].Get(&tenant); err != nil {
+	if err := spec.Variables[ProfiVarTenantGuarantee].Get(&guarantee); err != nil {
 		t.Fatal(err)
 	}
 	for m, name := range QuotaMapNames {
-		if want := loadShare(spec.Maps[name].MaxEntries); share[m] != want || want == 0 {
-			t.Errorf("pid_share[%s] = %d, want %d", name, share[m], want)
+		if want := NodeRoom(spec.Maps[name].MaxEntries); room[m] != want || want == 0 {
+			t.Errorf("node_room[%s] = %d, want %d", name, room[m], want)
 		}
-		if want := tenantLoadShare(spec.Maps[name].MaxEntries); tenant[m] != want || want == 0 {
-			t.Errorf("tenant_share[%s] = %d, want %d", name, tenant[m], want)
+		if want := TenantGuarantee(spec.Maps[name].MaxEntries); guarantee[m] != want || want == 0 {
+			t.Errorf("tenant_guarantee[%s] = %d, want %d", name, guarantee[m], want)
 		}
 	}
 	var streams uint32
@@ -383,13 +388,3 @@ func TestSpecQuotaDefaults(t *testing.T) {
 	}
 }
 
-// TestLoadShare: maps of 64 entries or fewer get no quota (0), so a full
-// one is counted as that map's drop (tests with maps of size 1).
-func TestLoadShare(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ size, want uint32 }{{1, 0}, {64, 0}, {65, 64}, {256, 64}, {1024, 256}} {
-		if got := loadShare(tc.size); got != tc.want {
-			t.Errorf("loadShare(%d) = %d, want %d", tc.size, got, tc.want)
-		}
-	}
-}

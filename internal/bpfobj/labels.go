@@ -125,46 +125,43 @@ var QuotaMapNames = [NumQuotaMaps]string{
 	QuotaPIDQuotas:      ProfiMapPidQuotas,
 }
 
-// MinPIDShare is the least share of a shared map a process gets, however
-// small the map.
-const MinPIDShare = 64
+// The shares of the shared maps (docs/METRICS.md, "Shares of the shared
+// maps"; bpf/quota.h take_shared): work-conserving. While the node holds
+// fewer than NodeRoom keys of a map, any tenant takes a new one; the
+// Reserve left past it goes only to tenants holding fewer than their
+// TenantGuarantee, so that whoever came first, a newcomer finds room.
 
-// PIDShare is how many keys of a shared map of maxEntries one process may
-// hold (docs/METRICS.md, "Per-process quotas"): a quarter of the map, at
-// least MinPIDShare, at most the whole map. At least four processes fill
-// a map before any is refused for want of room; one process alone never
-// holds more than a quarter.
-func PIDShare(maxEntries uint32) uint32 {
-	return min(max(maxEntries/4, MinPIDShare), maxEntries)
+// MinReserve is the least reserve of a shared map, however small the map:
+// a map of MinReserve entries or fewer has no quota (a full map is counted
+// as that map's drop).
+const MinReserve = 64
+
+// Reserve is how many keys of a shared map of maxEntries are kept for
+// tenants below their guarantee: an eighth of the map, at least
+// MinReserve (two newcomers' guarantees; the rest of the map is there
+// for whoever needs it).
+func Reserve(maxEntries uint32) uint32 {
+	return max(maxEntries/8, MinReserve)
 }
 
-// TenantShare is how many keys of a shared map of maxEntries the
-// processes of one tenant (a cgroup: a container or pod) may hold
-// together (docs/METRICS.md, "Per-process quotas"): half the map, at
-// least MinPIDShare, at most the whole map. Twice a process's share, so
-// that the processes of a multi-GPU pod each get theirs while no tenant
-// holds more than half of any map.
-func TenantShare(maxEntries uint32) uint32 {
-	return min(max(maxEntries/2, MinPIDShare), maxEntries)
-}
-
-// tenantLoadShare is tenant_share's value for a map of maxEntries: its
-// TenantShare, or 0 (no quota) when that would be the whole map.
-func tenantLoadShare(maxEntries uint32) uint32 {
-	if s := TenantShare(maxEntries); s < maxEntries {
-		return s
+// NodeRoom is how many keys of a shared map of maxEntries the node fills
+// before the reserve: node_room's value, 0 (no quota) when the reserve
+// would be all of it.
+func NodeRoom(maxEntries uint32) uint32 {
+	if r := Reserve(maxEntries); r < maxEntries {
+		return maxEntries - r
 	}
 	return 0
 }
 
-// loadShare is pid_share's value for a map of maxEntries: its PIDShare, or
-// 0 (no quota: a full map is counted as that map's drop, as before quotas)
-// when the share would be the whole map.
-func loadShare(maxEntries uint32) uint32 {
-	if s := PIDShare(maxEntries); s < maxEntries {
-		return s
+// TenantGuarantee is how many keys of a shared map of maxEntries a tenant
+// may always take, however full the node: half the reserve; 0 with no
+// quota.
+func TenantGuarantee(maxEntries uint32) uint32 {
+	if NodeRoom(maxEntries) == 0 {
+		return 0
 	}
-	return 0
+	return Reserve(maxEntries) / 2
 }
 
 // Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).

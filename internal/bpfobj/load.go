@@ -147,16 +147,16 @@ func Load(opts Options) (*Objects, error) {
 			return nil, fmt.Errorf("set max_streams_per_pid: %w", err)
 		}
 	}
-	var share, tenant [NumQuotaMaps]uint32
+	var room, guarantee [NumQuotaMaps]uint32
 	for m, name := range QuotaMapNames {
-		share[m] = loadShare(spec.Maps[name].MaxEntries)
-		tenant[m] = tenantLoadShare(spec.Maps[name].MaxEntries)
+		room[m] = NodeRoom(spec.Maps[name].MaxEntries)
+		guarantee[m] = TenantGuarantee(spec.Maps[name].MaxEntries)
 	}
-	if err := spec.Variables[ProfiVarPidShare].Set(share); err != nil {
-		return nil, fmt.Errorf("set pid_share: %w", err)
+	if err := spec.Variables[ProfiVarNodeRoom].Set(room); err != nil {
+		return nil, fmt.Errorf("set node_room: %w", err)
 	}
-	if err := spec.Variables[ProfiVarTenantShare].Set(tenant); err != nil {
-		return nil, fmt.Errorf("set tenant_share: %w", err)
+	if err := spec.Variables[ProfiVarTenantGuarantee].Set(guarantee); err != nil {
+		return nil, fmt.Errorf("set tenant_guarantee: %w", err)
 	}
 	if opts.SampleRate > 1 {
 		if err := spec.Variables[ProfiVarSampleRate].Set(opts.SampleRate); err != nil {

@@ -725,8 +725,9 @@ type ProfiRtSiteVal struct {
 }
 
 type ProfiTenantQuota struct {
-	_    structs.HostLayout
-	Keys [15]uint32
+	_       structs.HostLayout
+	Keys    [15]uint32
+	Refused [15]uint32
 }
 
 type ProfiTextRange struct {
@@ -821,15 +822,17 @@ const (
 	ProfiVarMaxExecsPerPid       = "max_execs_per_pid"
 	ProfiVarMaxGraphsPerPid      = "max_graphs_per_pid"
 	ProfiVarMaxStreamsPerPid     = "max_streams_per_pid"
+	ProfiVarNodeKeys             = "node_keys"
+	ProfiVarNodeReturned         = "node_returned"
+	ProfiVarNodeRoom             = "node_room"
 	ProfiVarNvtxEnabled          = "nvtx_enabled"
 	ProfiVarOpArgs               = "op_args"
 	ProfiVarOpCopyKind           = "op_copy_kind"
 	ProfiVarOpFlags              = "op_flags"
 	ProfiVarOpUnit               = "op_unit"
 	ProfiVarPageSize             = "page_size"
-	ProfiVarPidShare             = "pid_share"
 	ProfiVarSampleRate           = "sample_rate"
-	ProfiVarTenantShare          = "tenant_share"
+	ProfiVarTenantGuarantee      = "tenant_guarantee"
 	ProfiVarUnusedCrashEvent     = "unused_crash_event"
 	ProfiVarUnusedDrop           = "unused_drop"
 	ProfiVarUnusedGraphNodeType  = "unused_graph_node_type"
@@ -964,15 +967,17 @@ type ProfiVariableSpecs struct {
 	MaxExecsPerPid       *ebpf.VariableSpec `ebpf:"max_execs_per_pid"`
 	MaxGraphsPerPid      *ebpf.VariableSpec `ebpf:"max_graphs_per_pid"`
 	MaxStreamsPerPid     *ebpf.VariableSpec `ebpf:"max_streams_per_pid"`
+	NodeKeys             *ebpf.VariableSpec `ebpf:"node_keys"`
+	NodeReturned         *ebpf.VariableSpec `ebpf:"node_returned"`
+	NodeRoom             *ebpf.VariableSpec `ebpf:"node_room"`
 	NvtxEnabled          *ebpf.VariableSpec `ebpf:"nvtx_enabled"`
 	OpArgs               *ebpf.VariableSpec `ebpf:"op_args"`
 	OpCopyKind           *ebpf.VariableSpec `ebpf:"op_copy_kind"`
 	OpFlags              *ebpf.VariableSpec `ebpf:"op_flags"`
 	OpUnit               *ebpf.VariableSpec `ebpf:"op_unit"`
 	PageSize             *ebpf.VariableSpec `ebpf:"page_size"`
-	PidShare             *ebpf.VariableSpec `ebpf:"pid_share"`
 	SampleRate           *ebpf.VariableSpec `ebpf:"sample_rate"`
-	TenantShare          *ebpf.VariableSpec `ebpf:"tenant_share"`
+	TenantGuarantee      *ebpf.VariableSpec `ebpf:"tenant_guarantee"`
 	UnusedCrashEvent     *ebpf.VariableSpec `ebpf:"unused_crash_event"`
 	UnusedDrop           *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedGraphNodeType  *ebpf.VariableSpec `ebpf:"unused_graph_node_type"`
@@ -1116,15 +1121,17 @@ type ProfiVariables struct {
 	MaxExecsPerPid       *ebpf.Variable `ebpf:"max_execs_per_pid"`
 	MaxGraphsPerPid      *ebpf.Variable `ebpf:"max_graphs_per_pid"`
 	MaxStreamsPerPid     *ebpf.Variable `ebpf:"max_streams_per_pid"`
+	NodeKeys             *ebpf.Variable `ebpf:"node_keys"`
+	NodeReturned         *ebpf.Variable `ebpf:"node_returned"`
+	NodeRoom             *ebpf.Variable `ebpf:"node_room"`
 	NvtxEnabled          *ebpf.Variable `ebpf:"nvtx_enabled"`
 	OpArgs               *ebpf.Variable `ebpf:"op_args"`
 	OpCopyKind           *ebpf.Variable `ebpf:"op_copy_kind"`
 	OpFlags              *ebpf.Variable `ebpf:"op_flags"`
 	OpUnit               *ebpf.Variable `ebpf:"op_unit"`
 	PageSize             *ebpf.Variable `ebpf:"page_size"`
-	PidShare             *ebpf.Variable `ebpf:"pid_share"`
 	SampleRate           *ebpf.Variable `ebpf:"sample_rate"`
-	TenantShare          *ebpf.Variable `ebpf:"tenant_share"`
+	TenantGuarantee      *ebpf.Variable `ebpf:"tenant_guarantee"`
 	UnusedCrashEvent     *ebpf.Variable `ebpf:"unused_crash_event"`
 	UnusedDrop           *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedGraphNodeType  *ebpf.Variable `ebpf:"unused_graph_node_type"`

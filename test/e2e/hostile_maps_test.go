@@ -25,8 +25,11 @@ import (
 // (test/workloads/hostile.c, its own libcudart.so.12) fills one while a
 // victim (test/workloads/graphs.c) captures, builds and replays graphs
 // after it; the victim's launches, captured launches and graph kernels
-// must stay exact, the hostile process must hold exactly its share
-// (bpfobj.PIDShare of the map) and every refused key be counted in
+// must stay exact, the hostile process (in a cgroup of its own: another
+// tenant), alone on the node while it fills the map, must hold exactly
+// the node's room (bpfobj.NodeRoom of the map: issue 47's work-conserving
+// shares, the reserve past it kept for tenants below their guarantee) and
+// every refused key be counted in
 // profi_system_bpf_map_drops_total{map="pid_quota"}.
 
 // Sizes of the capture and graph maps (bpf/maps.h): fixed, no flag.
@@ -118,7 +121,7 @@ func startHostileBeside(t *testing.T) (*testutil.Agent, *testutil.Workload, *cli
 	t.Helper()
 	m := mode{ops.KernelModeAnonymous, ops.ProfileFull}
 	a := startGraphsAgent(t, m)
-	hostile := startWorkload(t, fixtures.Hostile, []string{"0"})
+	hostile := startWorkload(t, fixtures.Hostile, []string{"0"}, inNewCgroup(t, "hostile"))
 	victim := startClient(t, nil, fixtures.Graphs, strconv.Itoa(graphsReplays))
 	waitAttached(t, a, hostile.PID)
 	return a, hostile, victim
@@ -126,9 +129,10 @@ func startHostileBeside(t *testing.T) (*testutil.Agent, *testutil.Workload, *cli
 
 // One process holding 4,096 open captures (one per fake stream), the size
 // of captures: before, the map was full and the victim's captures failed
-// (its captured launches counted as run, its graphs empty). It holds its
-// share (1,024) of captures and capture_streams; the other 3,072 captures
-// are refused, each counted once.
+// (its captured launches counted as run, its graphs empty). It holds the
+// node's room (3,584) of captures and capture_streams; the other 512
+// captures are refused, each counted once, and the victim's captures take
+// the reserve.
 func TestHostileOpenCaptures(t *testing.T) {
 	a, hostile, victim := startHostileBeside(t)
 	const n = capturesSize
@@ -138,13 +142,13 @@ func TestHostileOpenCaptures(t *testing.T) {
 	}
 	var gt testutil.GraphsTruth
 	pid := victim.run(t, a, &gt)
-	share := float64(bpfobj.PIDShare(capturesSize))
+	room := float64(bpfobj.NodeRoom(capturesSize))
 	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
 		switch {
 		case f.hostileCalls["cudaStreamBeginCapture"] != n:
 			return fmt.Errorf("hostile cudaStreamBeginCapture calls %v, want %d", f.hostileCalls["cudaStreamBeginCapture"], n)
-		case f.drops["pid_quota"] != n-share:
-			return fmt.Errorf("pid_quota drops %v, want the refused captures %v", f.drops["pid_quota"], n-share)
+		case f.drops["pid_quota"] != n-room:
+			return fmt.Errorf("pid_quota drops %v, want the refused captures %v", f.drops["pid_quota"], n-room)
 		case f.drops["capture_streams"] != 0 || f.drops["graph_nodes"] != 0 || f.drops["graph_quota"] != 0:
 			return fmt.Errorf("a capture or graph map filled up")
 		}
@@ -155,9 +159,10 @@ func TestHostileOpenCaptures(t *testing.T) {
 // One process capturing into one graph and ending the capture again and
 // again, its runtime handing out a new graph handle at each end: 70,000
 // handles, more than graph_ids holds (65,536). Before, the map was full
-// and the victim's graphs unknown (its graph kernels 0). It holds its
-// share (16,384) of graph_ids: the graph it captures into and 16,383
-// ended captures' handles; every other handle is refused, counted once.
+// and the victim's graphs unknown (its graph kernels 0). It holds the
+// node's room (57,344) of graph_ids: the graph it captures into and
+// 57,343 ended captures' handles; every other handle is refused, counted
+// once, and the victim's graphs take the reserve.
 func TestHostileGraphHandles(t *testing.T) {
 	a, hostile, victim := startHostileBeside(t)
 	const n = 70000
@@ -167,13 +172,13 @@ func TestHostileGraphHandles(t *testing.T) {
 	}
 	var gt testutil.GraphsTruth
 	pid := victim.run(t, a, &gt)
-	share := float64(bpfobj.PIDShare(graphIDsSize))
+	room := float64(bpfobj.NodeRoom(graphIDsSize))
 	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
 		switch {
 		case f.hostileCalls["cudaStreamBeginCaptureToGraph"] != n || f.hostileCalls["cudaStreamEndCapture"] != n:
 			return fmt.Errorf("hostile calls %v, want %d captures into a graph and %d ends", f.hostileCalls, n, n)
-		case f.drops["pid_quota"] != n-(share-1):
-			return fmt.Errorf("pid_quota drops %v, want the refused graph handles %v", f.drops["pid_quota"], n-(share-1))
+		case f.drops["pid_quota"] != n-(room-1):
+			return fmt.Errorf("pid_quota drops %v, want the refused graph handles %v", f.drops["pid_quota"], n-(room-1))
 		case f.drops["capture_streams"] != 0 || f.drops["graph_nodes"] != 0 || f.drops["graph_quota"] != 0:
 			return fmt.Errorf("a capture or graph map filled up")
 		}
@@ -226,19 +231,26 @@ func inNewCgroup(t *testing.T, name string) testutil.Option {
 	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
 }
 
-// Issue 30 item 3: four copies of the hostile workload in one cgroup (a
-// hostile pod), each at its process's share of aggregated (a quarter:
-// 512 of 2,048), filled the map before: a victim in another cgroup then
-// had most of its calls lost. The tenant is the cgroup: together the four
-// hold exactly the tenant's share (half: 1,024), each at most a process's
-// share, every refused call counted as pid_quota; the victim is exact.
+// Issue 30 item 3 and issue 47: copies of the hostile workload in two
+// cgroups (two hostile pods) of two each filled aggregated before, each
+// process at its share: a victim in a third cgroup then got 8,040 of
+// 18,328 calls. The shares are work-conserving now. The hostile
+// processes run one after the other, the victim makes no call before its
+// phase: the first, alone on the node, fills the node's room (an eighth
+// of the 2,048 keys, the reserve, is left); its cgroup's second gets
+// nothing; the other cgroup's first takes its guarantee (half the
+// reserve) and its second nothing. Every refused call is counted as
+// pid_quota; the victim's keys take the rest of the reserve, and it is
+// exact.
 func TestHostileTenantCgroup(t *testing.T) {
 	const hostiles, n = 4, 3000
 	a := startAgent(t)
-	hostileCg, victimCg := inNewCgroup(t, "hostile"), inNewCgroup(t, "victim")
+	// Two hostile pods of two processes each (issue 47's measurement).
+	hostileCgs := []testutil.Option{inNewCgroup(t, "hostile-a"), inNewCgroup(t, "hostile-b")}
+	victimCg := inNewCgroup(t, "victim")
 	var hs []*testutil.Workload
-	for range hostiles {
-		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, hostileCg))
+	for i := range hostiles {
+		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, hostileCgs[i%2]))
 	}
 	victim := startWorkload(t, fixtures.Workload, defaultArgs, victimCg)
 	for _, h := range hs {
@@ -254,7 +266,7 @@ func TestHostileTenantCgroup(t *testing.T) {
 	want := expected([]*testutil.GroundTruth{gt})
 
 	const aggregatedSize = 2048 // --aggregated-size's default
-	pidShare, tenantShare := float64(bpfobj.PIDShare(aggregatedSize)), float64(bpfobj.TenantShare(aggregatedSize))
+	room, guarantee := float64(bpfobj.NodeRoom(aggregatedSize)), float64(bpfobj.TenantGuarantee(aggregatedSize))
 	var figures []hostileFigures
 	var victimDiff string
 	var victimCalls, victimWant float64
@@ -266,8 +278,9 @@ func TestHostileTenantCgroup(t *testing.T) {
 		// Histograms carry no pid: they hold the hostile processes' counted calls too.
 		w := maps.Clone(want)
 		figures = figures[:0]
-		var keys, calls float64
-		for _, h := range hs {
+		var keys [2]float64 // by hostile cgroup
+		var calls float64
+		for i, h := range hs {
 			f := readHostile(mfs, h.PID)
 			figures = append(figures, f)
 			for op, v := range f.calls {
@@ -288,10 +301,7 @@ func TestHostileTenantCgroup(t *testing.T) {
 			if f.mallocCalls > 0 {
 				k++
 			}
-			if k > pidShare {
-				return fmt.Errorf("hostile %d holds %v aggregated keys, over a process's share %v", h.PID, k, pidShare)
-			}
-			keys += k
+			keys[i%2] += k
 		}
 		got := observed(mfs, victim.PID)
 		victimCalls, victimWant = 0, 0
@@ -310,8 +320,8 @@ func TestHostileTenantCgroup(t *testing.T) {
 		switch {
 		case victimDiff != "":
 			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
-		case keys != tenantShare:
-			return fmt.Errorf("the hostile cgroup holds %v aggregated keys, want its share %v", keys, tenantShare)
+		case keys != [2]float64{room, guarantee}:
+			return fmt.Errorf("the hostile cgroups hold %v aggregated keys, want the node's room %v and a guarantee %v", keys, room, guarantee)
 		case calls+drops["pid_quota"] != hostiles*4*n:
 			return fmt.Errorf("hostile calls counted %v + pid_quota drops %v, want every call of the %d phases %d", calls, drops["pid_quota"], 4, hostiles*4*n)
 		case drops["aggregated"] != 0 || drops["launch_agg"] != 0 || drops["malloc_sizes"] != 0:

@@ -16,8 +16,10 @@ import (
 
 // quotaMapSize is the --aggregated-size, --launch-agg-size and
 // --malloc-sizes-size of TestHostileTenantQuotas: small enough that the
-// hostile process alone would fill each map three times over.
-const quotaMapSize = 1024
+// hostile process alone would fill each map one and a half times over,
+// large enough that the victim's keys fit a tenant's guarantee (half the
+// reserve: 128).
+const quotaMapSize = 2048
 
 // hostileFigures is what one scrape says about the hostile process and the
 // drops, for the checks and the log (the before/after figures of issue 17).
@@ -93,15 +95,18 @@ func sum(m map[string]float64) (n float64) {
 // Issue 17 item 3, "One tenant can fill node-wide BPF maps": a process
 // whose own libcudart.so.12 answers 3,000 copies on 3,000 fake stream
 // handles, 3,000 launches on them, 3,000 live allocations and 3,000
-// copies returning 3,000 distinct error codes, beside a victim, with maps
-// of 1,024 entries. The victim's counts stay exact; the hostile process
-// holds exactly its share (bpfobj.PIDShare) of aggregated, its streams
+// copies returning 3,000 distinct error codes, beside a victim in another
+// cgroup (another tenant), with maps of 2,048 entries. The victim's counts
+// stay exact; the hostile process, alone on the node until the victim's
+// first call, holds exactly the node's room (bpfobj.NodeRoom: issue 47's
+// work-conserving shares) of aggregated and malloc_sizes, its streams
 // beyond --max-streams-per-pid (32) are counted under stream="other", and
 // everything refused is counted as map="pid_quota".
 func TestHostileTenantQuotas(t *testing.T) {
 	a := startAgent(t, "--aggregated-size", strconv.Itoa(quotaMapSize), "--launch-agg-size", strconv.Itoa(quotaMapSize),
 		"--malloc-sizes-size", strconv.Itoa(quotaMapSize))
-	victim := startWorkload(t, fixtures.Workload, defaultArgs)
+	// Its own tenant: the reserve past the room is kept for tenants below their guarantee.
+	victim := startWorkload(t, fixtures.Workload, defaultArgs, inNewCgroup(t, "victim"))
 	hostile := startWorkload(t, fixtures.Hostile, []string{"3000"})
 	waitAttached(t, a, victim.PID)
 	waitAttached(t, a, hostile.PID)
@@ -114,7 +119,8 @@ func TestHostileTenantQuotas(t *testing.T) {
 	want := expected([]*testutil.GroundTruth{gt})
 
 	const streams = 32 // --max-streams-per-pid's default
-	share := float64(bpfobj.PIDShare(quotaMapSize))
+	// The victim makes no call before its phase (workload.c): the hostile process is alone.
+	room := float64(bpfobj.NodeRoom(quotaMapSize))
 	n := float64(h.N)
 	var last hostileFigures
 	var victimDiff string
@@ -150,12 +156,12 @@ func TestHostileTenantQuotas(t *testing.T) {
 			return fmt.Errorf("launches: want all %v counted, %d named streams and the rest under \"other\"", n, streams)
 		case f.mallocCalls != n:
 			return fmt.Errorf("cudaMalloc: want all %v counted", n)
-		case keys != share:
-			return fmt.Errorf("hostile aggregated keys %v, want its share %v", keys, share)
+		case keys != room:
+			return fmt.Errorf("hostile aggregated keys %v, want the node's room %v", keys, room)
 		case f.errorCalls != float64(f.errorCodes) || f.copyStreams["default"] != f.errorCalls:
 			return fmt.Errorf("error codes: %d series, %v calls, %v on the default stream: want one call each", f.errorCodes, f.errorCalls, f.copyStreams["default"])
-		case f.drops["pid_quota"] != (n-f.errorCalls)+(n-share):
-			return fmt.Errorf("pid_quota drops %v, want refused error codes %v + untracked allocations %v", f.drops["pid_quota"], n-f.errorCalls, n-share)
+		case f.drops["pid_quota"] != (n-f.errorCalls)+(n-room):
+			return fmt.Errorf("pid_quota drops %v, want refused error codes %v + untracked allocations %v", f.drops["pid_quota"], n-f.errorCalls, n-room)
 		case f.drops["aggregated"] != 0 || f.drops["launch_agg"] != 0 || f.drops["malloc_sizes"] != 0:
 			return fmt.Errorf("a shared map filled up")
 		}
