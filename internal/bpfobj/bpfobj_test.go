@@ -387,4 +387,3 @@ func TestSpecQuotaDefaults(t *testing.T) {
 		t.Errorf("max_streams_per_pid = %d, want 32", streams)
 	}
 }
-
