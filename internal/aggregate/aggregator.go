@@ -44,6 +44,8 @@ type Source interface {
 	// Quotas reads each process's quotas (pid_quotas): graph ids,
 	// executable graphs, admitted streams, keys per shared map.
 	Quotas(fn func(pid uint32, q bpfobj.ProfiPidQuota)) error
+	// Tenants reads each tenant's keys and refusals (tenant_quotas).
+	Tenants(fn func(tenant uint64, q *bpfobj.ProfiTenantQuota)) error
 	// DeleteDead removes per-process entries that have no aggregation key
 	// (live allocations, claims) of processes for which alive is false,
 	// and returns how many it removed.
@@ -235,6 +237,10 @@ type Aggregator struct {
 	expired, badComms uint64
 	// graphRefused counts graphs whose expansion was refused, by reason.
 	graphRefused map[string]uint64
+	// tenants are the tenants refused keys (tenants.go), at most
+	// maxTenants of them apart; tenantsOther sums those past it.
+	tenants      map[uint64]*tenantState
+	tenantsOther *tenantState
 	// readFailures counts drains that went on without a map, by map.
 	readFailures map[string]uint64
 	// lingering are exited processes whose series are still exported,
@@ -272,6 +278,7 @@ func New(opts Options) *Aggregator {
 		log:          opts.Logger.With("component", "aggregate"),
 		procs:        map[int]*procState{},
 		graphRefused: map[string]uint64{},
+		tenants:      map[uint64]*tenantState{},
 		readFailures: map[string]uint64{},
 		folded:       map[foldKey]*foldedSeries{},
 		hists:        newHistFamily[HistKey](famHist),
@@ -454,6 +461,11 @@ func (a *Aggregator) Drain() error {
 		if _, ok := byPID[pid]; !ok {
 			a.forget(pid)
 		}
+	}
+	// Before the quotas of the dead go: their tenants are read once more.
+	if err := a.readTenants(snap); err != nil {
+		a.readFailures["tenant_quotas"]++
+		a.log.Warn("read tenants' refusals; totals kept from the last drain", "err", err)
 	}
 	if len(dead) > 0 {
 		if err := a.opts.Source.DeletePIDs(dead); err != nil {

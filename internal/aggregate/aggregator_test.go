@@ -26,6 +26,7 @@ type fakeSource struct {
 	nodes        map[bpfobj.ProfiGraphNodeKey]bpfobj.ProfiGraphNodeVal
 	replays      map[bpfobj.ProfiReplayKey]uint64
 	quotas       map[uint32]bpfobj.ProfiPidQuota
+	tenants      map[uint64]bpfobj.ProfiTenantQuota
 	drops        [bpfobj.NumDrops]uint64
 	deleted      []map[uint32]bool // one entry per DeletePIDs call
 	deleteErr    error             // returned by DeletePIDs (keys are then kept)
@@ -130,6 +131,13 @@ func (s *fakeSource) Launchers(fn func(tid, pid uint32)) error {
 		fn(tid, pid)
 	}
 	clear(s.launchers)
+	return nil
+}
+
+func (s *fakeSource) Tenants(fn func(uint64, *bpfobj.ProfiTenantQuota)) error {
+	for k, v := range s.tenants {
+		fn(k, &v)
+	}
 	return nil
 }
 

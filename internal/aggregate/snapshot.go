@@ -175,6 +175,9 @@ type Snapshot struct {
 	// RejectedComms counts processes whose comm was not label-safe
 	// (invalid UTF-8, control characters, too long) and was cleaned.
 	RejectedComms uint64
+	// TenantRefusals are the new keys each tenant was refused in the
+	// shared maps, tenants with none left out, by tenant id.
+	TenantRefusals []TenantRefusals
 	// GraphRefusals counts CUDA graphs whose expansion was refused, by
 	// reason (GraphRefused*): each graph of a process once.
 	GraphRefusals map[string]uint64

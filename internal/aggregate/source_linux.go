@@ -85,6 +85,11 @@ func (s MapSource) Launchers(fn func(tid, pid uint32)) error {
 	return err
 }
 
+// Tenants reads each tenant's keys and refusals (tenant_quotas).
+func (s MapSource) Tenants(fn func(uint64, *bpfobj.ProfiTenantQuota)) error {
+	return each(s.Objects.TenantQuotas, fn)
+}
+
 // Quotas reads each process's quotas (pid_quotas).
 func (s MapSource) Quotas(fn func(uint32, bpfobj.ProfiPidQuota)) error {
 	return each(s.Objects.PidQuotas, func(pid uint32, q *bpfobj.ProfiPidQuota) { fn(pid, *q) })

@@ -76,6 +76,7 @@ type Collector struct {
 	durations, kernelDurations                   latencyFamilies
 	tracked, ringDrops, ringDropRate, cardDrops  *prometheus.Desc
 	launchDrops, mapDrops, probeMisses           *prometheus.Desc
+	tenantRefusals                               *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series *prometheus.Desc
 	processLayers                                *prometheus.Desc
 	scanProblems, loadSkips                      *prometheus.Desc
@@ -95,6 +96,20 @@ type Collector struct {
 	handoverWakeups                              *prometheus.Desc
 }
 
+// tenantLabel is the tenant label of BPF's tenant id: its cgroup v2 id,
+// pid:N for a process in the root cgroup (bpf/types.h TENANT_PID), other
+// for the tenants past the aggregator's bound.
+func tenantLabel(id uint64) string {
+	const tenantPID = 1 << 63
+	switch {
+	case id == aggregate.OtherTenant:
+		return "other"
+	case id&tenantPID != 0:
+		return "pid:" + strconv.FormatUint(id&^tenantPID, 10)
+	}
+	return strconv.FormatUint(id, 10)
+}
+
 // New returns the collector; it reads data only when scraped.
 func New(data Data) *Collector {
 	d := prometheus.NewDesc
@@ -108,7 +123,9 @@ func New(data Data) *Collector {
 		cardDrops:    d("profi_cardinality_limit_drops_total", "Label tuples refused because --max-time-series was reached; their data is dropped, never added to another series.", nil, nil),
 		launchDrops:  d("profi_system_launch_agg_drops_total", "Failed inserts into the launch aggregation map (map full).", nil, nil),
 		mapDrops:     d("profi_system_bpf_map_drops_total", "Failed inserts of live data into a BPF map (map full or update failure).", []string{"map"}, nil),
-		probeMisses:  d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
+		tenantRefusals: d("profi_system_bpf_map_tenant_refusals_total", "New keys of a shared BPF map refused to a tenant (the node past the map's room and the tenant at its guarantee: docs/METRICS.md, \"Shares of the shared maps\"), each also counted in profi_system_bpf_map_drops_total{map=\"pid_quota\"}. tenant is the cgroup v2 id (pid:N for a process in the root cgroup, other for tenants past the first 256); namespace, pod and container those of one of its processes. Addition.",
+			[]string{"map", "tenant", "namespace", "pod", "container"}, nil),
+		probeMisses: d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol, probe_refused each function the kernel refuses a uprobe on, once per library file.",
 			[]string{"library", "reason"}, nil),
 		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
@@ -164,7 +181,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.probeMisses, c.attachFailures, c.attachedLibs, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
+		c.launchDrops, c.mapDrops, c.tenantRefusals, c.probeMisses, c.attachFailures, c.attachedLibs, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
@@ -359,6 +376,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.launchDrops, s.Drops[bpfobj.DropLaunchAgg])
 	for d, name := range mapDropNames {
 		counter(c.mapDrops, s.Drops[d], name)
+	}
+	for _, t := range s.TenantRefusals {
+		id := tenantLabel(t.Tenant)
+		for m, n := range t.Refused {
+			if n > 0 {
+				counter(c.tenantRefusals, n, bpfobj.QuotaMapNames[m], id, t.Namespace, t.Pod, t.Container)
+			}
+		}
 	}
 	counter(c.probeMisses, s.Drops[bpfobj.DropOrphanReturn], "orphan_return")
 	counter(c.probeMisses, s.Drops[bpfobj.DropNested], "nested")

@@ -93,6 +93,7 @@ func (fakeSource) GraphNodes(func(bpfobj.ProfiGraphNodeKey, *bpfobj.ProfiGraphNo
 }
 func (fakeSource) GraphReplays(func(bpfobj.ProfiReplayKey, uint64)) error { return nil }
 func (fakeSource) Quotas(func(uint32, bpfobj.ProfiPidQuota)) error        { return nil }
+func (fakeSource) Tenants(func(uint64, *bpfobj.ProfiTenantQuota)) error   { return nil }
 func (fakeSource) Launchers(func(tid, pid uint32)) error                  { return nil }
 
 type fakeProcs struct{}
@@ -194,8 +195,12 @@ func testSnapshot(t *testing.T) *aggregate.Snapshot {
 		CardinalityDrops: 3,
 		ExpiredSeries:    2,
 		RejectedComms:    1,
-		Series:           42,
-		Events:           1234,
+		TenantRefusals: []aggregate.TenantRefusals{
+			{Tenant: 8812, Namespace: "ml", Pod: "trainer-0", Container: "main", Refused: [bpfobj.NumQuotaMaps]uint64{bpfobj.QuotaAggregated: 40, bpfobj.QuotaLaunchAgg: 2}},
+			{Tenant: 1<<63 | 4242, Refused: [bpfobj.NumQuotaMaps]uint64{bpfobj.QuotaMallocSizes: 7}},
+		},
+		Series: 42,
+		Events: 1234,
 	}
 }
 

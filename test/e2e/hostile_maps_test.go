@@ -186,6 +186,17 @@ func TestHostileGraphHandles(t *testing.T) {
 	})
 }
 
+// refusalsOf sums tenant's refused keys over the shared maps
+// (profi_system_bpf_map_tenant_refusals_total).
+func refusalsOf(mfs map[string]*dto.MetricFamily, tenant uint64) (n float64) {
+	for _, s := range testutil.Samples(mfs["profi_system_bpf_map_tenant_refusals_total"]) {
+		if s.Labels["tenant"] == strconv.FormatUint(tenant, 10) {
+			n += s.Value
+		}
+	}
+	return n
+}
+
 // cgroup2Root is where the cgroup v2 hierarchy is mounted
 // (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a hybrid
 // one); the test is skipped without one.
@@ -213,6 +224,14 @@ func cgroup2Root(t *testing.T) string {
 // workloads have stopped.
 func inNewCgroup(t *testing.T, name string) testutil.Option {
 	t.Helper()
+	opt, _ := newCgroup(t, name)
+	return opt
+}
+
+// newCgroup is inNewCgroup, also returning the cgroup's id (its
+// directory's inode number on cgroup v2): BPF's tenant id.
+func newCgroup(t *testing.T, name string) (testutil.Option, uint64) {
+	t.Helper()
 	dir := filepath.Join(cgroup2Root(t), fmt.Sprintf("profi-e2e-%s-%d", name, os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -228,7 +247,11 @@ func inNewCgroup(t *testing.T, name string) testutil.Option {
 		// The last process may still be leaving the cgroup.
 		_ = testenv.Eventually(5*time.Second, func() error { return os.Remove(dir) })
 	})
-	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}), st.Ino
 }
 
 // Issue 30 item 3 and issue 47: copies of the hostile workload in two
@@ -246,7 +269,9 @@ func TestHostileTenantCgroup(t *testing.T) {
 	const hostiles, n = 4, 3000
 	a := startAgent(t)
 	// Two hostile pods of two processes each (issue 47's measurement).
-	hostileCgs := []testutil.Option{inNewCgroup(t, "hostile-a"), inNewCgroup(t, "hostile-b")}
+	cgA, idA := newCgroup(t, "hostile-a")
+	cgB, idB := newCgroup(t, "hostile-b")
+	hostileCgs := []testutil.Option{cgA, cgB}
 	victimCg := inNewCgroup(t, "victim")
 	var hs []*testutil.Workload
 	for i := range hostiles {
@@ -322,6 +347,8 @@ func TestHostileTenantCgroup(t *testing.T) {
 			return fmt.Errorf("victim's metrics differ from its ground truth:\n%s", victimDiff)
 		case keys != [2]float64{room, guarantee}:
 			return fmt.Errorf("the hostile cgroups hold %v aggregated keys, want the node's room %v and a guarantee %v", keys, room, guarantee)
+		case refusalsOf(mfs, idA)+refusalsOf(mfs, idB) != drops["pid_quota"] || refusalsOf(mfs, idA) == 0 || refusalsOf(mfs, idB) == 0:
+			return fmt.Errorf("the hostile tenants' refusals %v + %v, want the pid_quota drops %v, each some", refusalsOf(mfs, idA), refusalsOf(mfs, idB), drops["pid_quota"])
 		case calls+drops["pid_quota"] != hostiles*4*n:
 			return fmt.Errorf("hostile calls counted %v + pid_quota drops %v, want every call of the %d phases %d", calls, drops["pid_quota"], 4, hostiles*4*n)
 		case drops["aggregated"] != 0 || drops["launch_agg"] != 0 || drops["malloc_sizes"] != 0:
