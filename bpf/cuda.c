@@ -187,7 +187,7 @@ static __always_inline int timed_return_impl(struct pt_regs *ctx)
 	case ARGS_SET_DEVICE:
 		/* The call itself counts on the device it set (or failed to set: the old one). */
 		if (ret == 0) {
-			u32 dev = in.arg0;
+			u32 dev = in.arg0 < MAX_DEVICES ? in.arg0 : DEV_INVALID;
 			struct thread_state *t = thread_state_new(dev);
 
 			/* No memory for it (counted): the thread's later calls keep their old

@@ -300,6 +300,18 @@ struct {
 	__type(value, struct tenant_quota);
 } tenant_returned SEC(".maps");
 
+/*
+ * The node's pod cgroups (issue 47 item 1), cgroup id → 1: written by
+ * userspace (internal/tenant, from kubelet's cgroup names), read by
+ * tenant_of. 4096 pods, internal/tenant MaxPods.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u64);
+	__type(value, u8);
+} tenant_roots SEC(".maps");
+
 /* Scratch for a new pid_quotas value: too big for the stack of its callers. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

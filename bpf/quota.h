@@ -9,13 +9,38 @@
 /* "Nothing lost" (graph_return, store_admitted). */
 #define NO_DROP DROP_MAX
 
-/* The tenant of the current process, pid (struct pid_quota). */
-static __always_inline u64 tenant_of(u32 pid)
-{
-	u64 cg = bpf_get_current_cgroup_id();
+/*
+ * The deepest cgroup level tenant_of looks at for a pod's cgroup: kubelet
+ * puts it at level 2 or 3, kind's nested kubelet one deeper (internal/tenant
+ * MaxDepth).
+ */
+#define MAX_TENANT_LEVEL 8
 
+/*
+ * The tenant of the current process, pid (struct pid_quota; issue 47
+ * item 1): the pod, however deep its containers nest cgroups below it:
+ * the shallowest ancestor of the current cgroup that userspace found to be
+ * a pod's (tenant_roots, internal/tenant); else the current cgroup (a
+ * container, outside Kubernetes a service or session); a process in the
+ * root cgroup (everywhere without cgroup v2) is a tenant of its own. A
+ * global function: verified once, its loop not at every caller's path.
+ */
+__noinline u64 tenant_of(u32 pid)
+{
+	u64 leaf = bpf_get_current_cgroup_id();
+
+	for (int level = 1; level <= MAX_TENANT_LEVEL; level++) {
+		u64 id = bpf_get_current_ancestor_cgroup_id(level);
+
+		if (!id)
+			break; /* deeper than the current cgroup */
+		if (bpf_map_lookup_elem(&tenant_roots, &id))
+			return id;
+		if (id == leaf)
+			break;
+	}
 	/* 1: the root cgroup (also where every process is without cgroup v2). */
-	return cg > 1 ? cg : TENANT_PID | pid;
+	return leaf > 1 ? leaf : TENANT_PID | pid;
 }
 
 /*

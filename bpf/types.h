@@ -63,6 +63,16 @@ enum drop {
  */
 #define DEV_NONE 0xffffffff
 
+/*
+ * Device ordinals a process may name (issue 47 item 3): CUDA numbers the
+ * devices a process sees from 0, MIG instances included (8 GPUs of 7
+ * instances each: 56). A cudaSetDevice beyond is no device of the node,
+ * whatever the process's own runtime answered: its calls count under
+ * DEV_INVALID, one key, not one per ordinal.
+ */
+#define MAX_DEVICES 64
+#define DEV_INVALID 0xfffffffe
+
 /* Key of the aggregated map: one per (process, operation, kind, result, device, stream). */
 struct agg_key {
 	u32 pid;    /* host tgid */

@@ -46,6 +46,7 @@ import (
 	"github.com/profi-dev/profi/internal/otlp"
 	"github.com/profi-dev/profi/internal/server"
 	"github.com/profi-dev/profi/internal/status"
+	"github.com/profi-dev/profi/internal/tenant"
 	"github.com/profi-dev/profi/internal/top"
 	"github.com/profi-dev/profi/internal/xid"
 )
@@ -341,6 +342,19 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	// Pod cgroups before the first pass: the processes of a running pod
+	// are one tenant from their first key (internal/tenant).
+	if dir, err := tenant.FindDir(cfg.ProcPath); err != nil {
+		log.Info("no pod cgroups: every cgroup is a tenant of its own", "err", err)
+	} else {
+		podCgroups := &tenant.Scanner{Dir: dir, Roots: tenant.MapRoots{Map: objs.TenantRoots}, Log: log}
+		if n, _, err := podCgroups.Scan(); err != nil {
+			log.Warn("pod cgroups: first scan failed; retrying", "dir", dir, "err", err)
+		} else {
+			log.Info("pod cgroups", "dir", dir, "pods", n)
+		}
+		g.Go(func() error { podCgroups.Run(ctx, tenant.ScanInterval); return nil })
+	}
 	passDue := make(chan struct{}, 1)
 	g.Go(func() error {
 		if err := attacher.WatchLoads(ctx, objs.LibLoads, cfg.ProcPath, passDue); err != nil {

@@ -61,7 +61,7 @@ func (a *Aggregator) splitByGPU(ps *procState, d *pidData) []gpuPart {
 			byLabels[[2]string{gpu, uuid}] = part
 		}
 		ord := int(dev)
-		if dev == bpfobj.DevNone {
+		if dev == bpfobj.DevNone || dev == bpfobj.DevInvalid {
 			ord = -1
 		}
 		part.attrs = append(part.attrs, GPUAttribution{Ordinal: ord, Source: src})

@@ -387,3 +387,19 @@ func TestSpecQuotaDefaults(t *testing.T) {
 		t.Errorf("max_streams_per_pid = %d, want 32", streams)
 	}
 }
+
+// TestDeviceConstants: the Go copies of bpf/types.h's device constants.
+func TestDeviceConstants(t *testing.T) {
+	t.Parallel()
+	src := mustRead(t, "../../bpf/types.h")
+	for name, want := range map[string]uint64{"DEV_NONE": uint64(DevNone), "DEV_INVALID": uint64(DevInvalid), "MAX_DEVICES": MaxDevices} {
+		m := regexp.MustCompile(`#define\s+` + name + `\s+(\S+)`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("%s not found in bpf/types.h", name)
+			continue
+		}
+		if got, err := strconv.ParseUint(string(m[1]), 0, 64); err != nil || got != want {
+			t.Errorf("%s = %s, want %#x", name, m[1], want)
+		}
+	}
+}

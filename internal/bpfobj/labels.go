@@ -204,6 +204,15 @@ func PhaseName(p uint32) string {
 // userspace resolves (internal/gpu).
 const DevNone uint32 = 0xffffffff
 
+// DevInvalid is the device of a call made after a cudaSetDevice to an
+// ordinal of MaxDevices or more (DEV_INVALID in bpf/types.h): no device of
+// any node, whatever the process's runtime answered; one key for all such
+// ordinals (issue 47 item 3). Its gpu label is empty.
+const DevInvalid uint32 = 0xfffffffe
+
+// MaxDevices is the bound on device ordinals (MAX_DEVICES in bpf/types.h).
+const MaxDevices = 64
+
 // GraphNodeType is the kind of a graph_nodes entry (enum graph_node_type).
 type GraphNodeType = ProfiGraphNodeType
 

@@ -799,6 +799,7 @@ const (
 	ProfiMapRtText               = "rt_text"
 	ProfiMapTenantQuotas         = "tenant_quotas"
 	ProfiMapTenantReturned       = "tenant_returned"
+	ProfiMapTenantRoots          = "tenant_roots"
 	ProfiMapThreads              = "threads"
 	ProfiMapUnseenProcs          = "unseen_procs"
 	ProfiProgDlEvent             = "dl_event"
@@ -949,6 +950,7 @@ type ProfiMapSpecs struct {
 	RtText         *ebpf.MapSpec `ebpf:"rt_text"`
 	TenantQuotas   *ebpf.MapSpec `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.MapSpec `ebpf:"tenant_returned"`
+	TenantRoots    *ebpf.MapSpec `ebpf:"tenant_roots"`
 	Threads        *ebpf.MapSpec `ebpf:"threads"`
 	UnseenProcs    *ebpf.MapSpec `ebpf:"unseen_procs"`
 }
@@ -1055,6 +1057,7 @@ type ProfiMaps struct {
 	RtText         *ebpf.Map `ebpf:"rt_text"`
 	TenantQuotas   *ebpf.Map `ebpf:"tenant_quotas"`
 	TenantReturned *ebpf.Map `ebpf:"tenant_returned"`
+	TenantRoots    *ebpf.Map `ebpf:"tenant_roots"`
 	Threads        *ebpf.Map `ebpf:"threads"`
 	UnseenProcs    *ebpf.Map `ebpf:"unseen_procs"`
 }
@@ -1102,6 +1105,7 @@ func (m *ProfiMaps) Close() error {
 		m.RtText,
 		m.TenantQuotas,
 		m.TenantReturned,
+		m.TenantRoots,
 		m.Threads,
 		m.UnseenProcs,
 	)

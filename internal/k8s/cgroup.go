@@ -59,6 +59,13 @@ func parsePath(path string) (Container, bool) {
 	return Container{}, false
 }
 
+// IsPodCgroup reports whether name, one directory of a cgroup path, is a
+// pod's cgroup as kubelet names it (both drivers, kind's nested kubelet).
+func IsPodCgroup(name string) bool {
+	_, ok := podUID(name)
+	return ok
+}
+
 // podUID recognises "pod<uid>" (cgroupfs) and
 // "[kubelet-]kubepods[-<qos>]-pod<uid_with_underscores>.slice" (systemd;
 // the kubelet- prefix is kind's nested kubelet).

@@ -4,7 +4,8 @@
  * functions present, as with any partial runtime): copies, launches,
  * allocations and captures with no effect; each copy returns the code last
  * set with hostile_result, each allocation hands out the next fake device
- * pointer, each cudaStreamEndCapture the next fake graph handle (issue 30).
+ * pointer, each cudaStreamEndCapture the next fake graph handle (issue 30),
+ * and cudaSetDevice accepts any ordinal (issue 47).
  *
  * Built with the stub flags (internal/testutil/build.go), SONAME
  * libcudart.so.12, so profi attaches it as a CUDA runtime. */
@@ -27,6 +28,7 @@ int cudaStreamBeginCapture(void *stream, int mode);
 int cudaStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *edges,
 				  size_t n, int mode);
 int cudaStreamEndCapture(void *stream, void **graph);
+int cudaSetDevice(int device);
 
 static volatile uintptr_t next_graph = 0x500000000000;
 
@@ -71,5 +73,11 @@ int cudaStreamEndCapture(void *stream, void **graph)
 	(void)stream;
 	*graph = (void *)next_graph;
 	next_graph += 0x10;
+	return 0;
+}
+
+int cudaSetDevice(int device)
+{
+	(void)device;
 	return 0;
 }

@@ -14,6 +14,11 @@
  *     on one stream and graph handle) ended with cudaStreamEndCapture, which
  *     hands out a new graph handle each time -> {"graphids":N}.
  *
+ * And against the device ordinals (issue 47 item 3):
+ *
+ *   "devices N": for each ordinal 0..N-1, cudaSetDevice (its runtime
+ *     accepts any) and one copy on the default stream -> {"devices":N}.
+ *
  * stdin protocol: prints "ready <pid>"; "go" -> the four phases, in that
  * order -> one JSON line {"n":N,"streams":N,"launches":N,"mallocs":N,
  * "errors":N}; "exit" or EOF -> exit 0. Usage: hostile [N] (default 3000). */
@@ -36,6 +41,7 @@ int cudaStreamBeginCapture(void *stream, int mode);
 int cudaStreamBeginCaptureToGraph(void *stream, void *graph, const void *deps, const void *edges,
 				  size_t n, int mode);
 int cudaStreamEndCapture(void *stream, void **graph);
+int cudaSetDevice(int device);
 
 /* The i-th fake stream handle: never 0 (default) nor ~0. */
 static void *stream_of(long i) { return (void *)(uintptr_t)(0x10000 + 16 * i); }
@@ -67,6 +73,14 @@ int main(int argc, char **argv)
 				cudaStreamEndCapture(stream_of(0), &g);
 			}
 			printf("{\"graphids\":%ld}\n", n);
+			continue;
+		}
+		if (sscanf(line, "devices %ld", &n) == 1) {
+			for (i = 0; i < n; i++) {
+				cudaSetDevice((int)i);
+				cudaMemcpyAsync(buf, buf, sizeof(buf), 1, NULL);
+			}
+			printf("{\"devices\":%ld}\n", n);
 			continue;
 		}
 		if (strcmp(line, "go\n")) {
