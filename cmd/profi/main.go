@@ -304,6 +304,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	podCgroups := podCgroupScanner(cfg.ProcPath, objs, log)
 	statusSrc := &collector.StatusSource{
 		FileDescriptors: collector.FileDescriptors,
 		Version:         version,
@@ -319,6 +320,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Quarantined:     brk.Status,
 		KernelLog:       klog.Stats,
 		Xids:            recentXids(xids),
+		Tenant:          objs.Tenant,
+		PodCgroups:      podCgroups.Status,
 	}
 	srv, err := server.Listen(server.Options{
 		Listen:  cfg.Listen,
@@ -342,17 +345,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
-	// Pod cgroups before the first pass: the processes of a running pod
-	// are one tenant from their first key (internal/tenant).
-	if dir, err := tenant.FindDir(cfg.ProcPath); err != nil {
-		log.Info("no pod cgroups: every cgroup is a tenant of its own", "err", err)
-	} else {
-		podCgroups := &tenant.Scanner{Dir: dir, Roots: tenant.MapRoots{Map: objs.TenantRoots}, Log: log}
-		if n, _, err := podCgroups.Scan(); err != nil {
-			log.Warn("pod cgroups: first scan failed; retrying", "dir", dir, "err", err)
-		} else {
-			log.Info("pod cgroups", "dir", dir, "pods", n)
-		}
+	if podCgroups != nil {
 		g.Go(func() error { podCgroups.Run(ctx, tenant.ScanInterval); return nil })
 	}
 	passDue := make(chan struct{}, 1)
@@ -536,4 +529,23 @@ func nodeLabel(nodeName string) string {
 	}
 	host, _ := os.Hostname()
 	return host
+}
+
+// podCgroupScanner scans for the node's pod cgroups once, before the first
+// discovery pass, so that the processes of a running pod are one tenant
+// from their first key (internal/tenant); nil where the host's cgroup v2
+// hierarchy cannot be found (every cgroup is then a tenant of its own).
+func podCgroupScanner(procPath string, objs *bpfobj.Objects, log *slog.Logger) *tenant.Scanner {
+	dir, err := tenant.FindDir(procPath)
+	if err != nil {
+		log.Info("no pod cgroups: every cgroup is a tenant of its own", "err", err)
+		return nil
+	}
+	s := &tenant.Scanner{Dir: dir, Roots: tenant.MapRoots{Map: objs.TenantRoots}, Log: log}
+	if n, _, err := s.Scan(); err != nil {
+		log.Warn("pod cgroups: first scan failed; retrying", "dir", dir, "err", err)
+	} else {
+		log.Info("pod cgroups", "dir", dir, "pods", n)
+	}
+	return s
 }

@@ -6,7 +6,7 @@
 // hijacked return came out wrong, or a seccomp filter killed the process in
 // the return probe's system call (bpf/exit.c). Every other fault death is
 // counted and nothing happens. In proportion: a first attributed crash
-// leaves that file unprobed in the dead process's tenant (its cgroup); one
+// leaves that file unprobed in the dead process's tenant (its pod, else its cgroup); one
 // in a second tenant takes the file's probes off node-wide. Quarantines lift
 // by themselves after --quarantine-lift, doubling each time the file is
 // quarantined again (0: never). ARCHITECTURE.md, "Crash circuit breaker".

@@ -47,6 +47,11 @@ type StatusSource struct {
 	Quarantined func() []status.Quarantine
 	// KernelLog is the kernel log reader's state; nil when it is off.
 	KernelLog func() kmsg.Stats
+	// Tenant is the tenant a process's keys are admitted under
+	// (pid_quotas); nil: not reported.
+	Tenant func(pid int) (uint64, bool)
+	// PodCgroups is what the scan for pod cgroups found; nil: none.
+	PodCgroups func() *status.PodCgroups
 }
 
 // Document assembles /status from the current state.
@@ -79,6 +84,9 @@ func (s *StatusSource) Document() status.Doc {
 		}
 		ps := processStatus(p, s.Config.NodeName != "")
 		ps.Layers = layers[p.Meta.PID]
+		if s.Tenant != nil {
+			ps.Tenant, _ = s.Tenant(p.Meta.PID)
+		}
 		for op, n := range ps.Calls {
 			ops[op] += n
 		}
@@ -171,6 +179,9 @@ func (s *StatusSource) Document() status.Doc {
 	if s.KernelLog != nil {
 		k := status.KernelLog(s.KernelLog())
 		doc.KernelLog = &k
+	}
+	if s.PodCgroups != nil {
+		doc.PodCgroups = s.PodCgroups()
 	}
 	if s.FileDescriptors != nil {
 		if fds, err := s.FileDescriptors(); err == nil {

@@ -17,7 +17,11 @@ type Doc struct {
 	// FileDescriptors are the agent's open descriptors and its limit
 	// (RLIMIT_NOFILE, raised to the hard limit at start by Go): the
 	// headroom for more links (also process_open_fds, process_max_fds).
-	FileDescriptors *FileDescriptors  `json:"file_descriptors,omitempty"`
+	FileDescriptors *FileDescriptors `json:"file_descriptors,omitempty"`
+	// PodCgroups are the node's pod cgroups the agent found, each pod's
+	// processes one tenant of the shared maps (docs/METRICS.md, "Shares of
+	// the shared maps"); absent without a cgroup v2 hierarchy.
+	PodCgroups      *PodCgroups       `json:"pod_cgroups,omitempty"`
 	LastDiscovery   time.Time         `json:"last_discovery"`
 	TrackedPIDs     []int             `json:"tracked_pids"`
 	EventsProcessed uint64            `json:"events_processed"`
@@ -86,7 +90,7 @@ type Quarantine struct {
 	// ("sigsegv", "sigill", "sigbus", "sigtrap", "sigfpe", "sigsys").
 	Reason string `json:"reason"`
 	// Scope: "tenant" (the file is left unprobed in the processes of
-	// Tenant, the dead process's cgroup v2 id) or "node" (its probes are
+	// Tenant, the dead process's pod's cgroup v2 id, else its own cgroup's) or "node" (its probes are
 	// off on the node).
 	Scope  string `json:"scope"`
 	Tenant uint64 `json:"tenant,omitempty"`
@@ -337,7 +341,11 @@ type Layer struct {
 
 // ProcessStatus is one process with data, as the aggregator labels it.
 type ProcessStatus struct {
-	PID       int    `json:"pid"`
+	PID int `json:"pid"`
+	// Tenant is the tenant BPF admits the process's new keys under: its
+	// pod's cgroup id, else its own cgroup's, or 2^63 + PID for a process
+	// in the root cgroup; absent before its first key.
+	Tenant    uint64 `json:"tenant,omitempty"`
 	Comm      string `json:"comm"`
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
@@ -564,4 +572,12 @@ type XidProcess struct {
 type FileDescriptors struct {
 	Open  int    `json:"open"`
 	Limit uint64 `json:"limit"`
+}
+
+// PodCgroups is what the agent's last scan for pod cgroups found.
+type PodCgroups struct {
+	Dir      string    `json:"dir"`  // the host's cgroup v2 hierarchy as the agent reads it
+	Pods     int       `json:"pods"` // pod cgroups in tenant_roots
+	LastScan time.Time `json:"last_scan"`
+	Error    string    `json:"error,omitempty"`
 }

@@ -15,12 +15,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/profi-dev/profi/internal/k8s"
+	"github.com/profi-dev/profi/internal/status"
 )
 
 // Roots is the BPF map of pod cgroups (tenant_roots), keyed by cgroup id.
@@ -53,23 +55,40 @@ type Scanner struct {
 	Roots Roots
 	Log   *slog.Logger
 	known map[uint64]string // cgroup id → path, what Roots holds
+
+	mu     sync.Mutex
+	status status.PodCgroups // for /status, after each scan
+}
+
+// Status is what the last scan found (/status pod_cgroups); a nil
+// Scanner (no cgroup v2 hierarchy found) reports none.
+func (s *Scanner) Status() *status.PodCgroups {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	return &st
 }
 
 // FindDir returns where the host's cgroup v2 hierarchy is, seen through
 // procRoot (the host's /proc: --proc-path): PID 1's root, at the mount
 // point PID 1's mountinfo gives for cgroup2 (/sys/fs/cgroup, or
-// /sys/fs/cgroup/unified on a hybrid node); where PID 1's root cannot be
-// read (a sandbox that hides it), the agent's own mount of it.
+// /sys/fs/cgroup/unified on a hybrid node). Where PID 1 cannot be read
+// (an init that is not dumpable, as a microVM's can be), kthreadd's (PID
+// 2: a kernel thread, in the host's first mount namespace), then the
+// agent's own mount of it.
 func FindDir(procRoot string) (string, error) {
 	var errs []error
-	for _, pid := range []string{"1", "self"} {
+	for _, pid := range []string{"1", "2", "self"} {
 		mnt, err := cgroup2Mount(filepath.Join(procRoot, pid, "mountinfo"))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		dir := mnt
-		if pid == "1" {
+		if pid != "self" {
 			dir = filepath.Join(procRoot, pid, "root", mnt)
 		}
 		if _, err := os.ReadDir(dir); err != nil {
@@ -155,6 +174,14 @@ func (s *Scanner) Scan() (added, removed int, err error) {
 		}
 	}
 	walk(s.Dir, 0, false)
+	defer func() {
+		s.mu.Lock()
+		s.status = status.PodCgroups{Dir: s.Dir, Pods: len(s.known), LastScan: time.Now()}
+		if err != nil {
+			s.status.Error = err.Error()
+		}
+		s.mu.Unlock()
+	}()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -187,7 +187,7 @@ func die(t *testing.T, w *testutil.Workload, c crash) {
 }
 
 // A probed process that dies of a fault a probe explains (issue 42 items
-// 1 to 3) quarantines its runtime file for its tenant (its cgroup): a
+// 1 to 3) quarantines its runtime file for its tenant (its pod, else its cgroup): a
 // process of the same tenant is left unprobed there (its calls stop
 // counting, /status says why), a healthy process of another tenant stays
 // exact. The same crash in a third tenant takes the file's probes off

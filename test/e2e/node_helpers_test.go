@@ -21,6 +21,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	pstatus "github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/certtest"
 	"github.com/profi-dev/profi/internal/testutil/kubetest"
@@ -844,4 +846,52 @@ func logRolloutGap(t *testing.T, a *testutil.Agent, upgrade time.Time) {
 		}
 		t.Logf("rollout gap of %s (%d processes): at most %v", f.Path, len(f.PIDs), gap.Round(time.Millisecond))
 	}
+}
+
+// requirePodTenants checks that the agent admits each container's process
+// under its pod's cgroup (/status processes[].tenant; issue 47: the pod
+// is the tenant), the cgroup kubelet made for the pod: the parent of the
+// process's own in the host's cgroup v2 hierarchy (its "0::" line), its
+// id that directory's inode. Containers of one pod share it.
+func requirePodTenants(t *testing.T, a *testutil.Agent, cts []container) {
+	t.Helper()
+	root := cgroup2Root(t)
+	want := map[int]uint64{}
+	for _, ct := range cts {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", ct.pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var path string
+		for _, line := range strings.Split(string(b), "\n") {
+			if p, ok := strings.CutPrefix(line, "0::"); ok {
+				path = p
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(root, filepath.Dir(path)), &st); err != nil {
+			t.Fatalf("%s: the pod cgroup of %q: %v", ct, path, err)
+		}
+		want[ct.pid] = st.Ino
+	}
+	var doc pstatus.Doc
+	err := testenv.Eventually(10*time.Second, func() error {
+		if err := a.Status(&doc); err != nil {
+			return err
+		}
+		got := map[int]uint64{}
+		for _, p := range doc.Processes {
+			got[p.PID] = p.Tenant
+		}
+		for _, ct := range cts {
+			if got[ct.pid] != want[ct.pid] {
+				return fmt.Errorf("%s (pid %d): tenant %d, want its pod's cgroup %d", ct, ct.pid, got[ct.pid], want[ct.pid])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v (pod cgroups: %+v)", err, doc.PodCgroups)
+	}
+	t.Logf("every container's process admitted under its pod's cgroup (%d pod cgroups in %s)", doc.PodCgroups.Pods, doc.PodCgroups.Dir)
 }

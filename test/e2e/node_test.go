@@ -130,6 +130,9 @@ func TestNode(t *testing.T) {
 	for i, ct := range cts {
 		t.Logf("%s (pid %d): %d calls, %d launches, counted exactly with its labels", ct, ct.pid, gts[i].TotalCalls(), gts[i].Launches)
 	}
+	// Deployed as the chart deploys it, the agent finds the pods' cgroups:
+	// batch/two's two containers are one tenant.
+	requirePodTenants(t, a, cts)
 	requireKernelLog(t, a, kmsg.SyslogPath, "")
 
 	t.Run("crash loop", func(t *testing.T) {
