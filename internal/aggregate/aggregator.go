@@ -237,6 +237,8 @@ type Aggregator struct {
 	expired, badComms uint64
 	// graphRefused counts graphs whose expansion was refused, by reason.
 	graphRefused map[string]uint64
+	// graphWork is each process's graph expansion bound this drain (graphWorkShare).
+	graphWork int
 	// tenants are the tenants refused keys (tenants.go), at most
 	// maxTenants of them apart; tenantsOther sums those past it.
 	tenants      map[uint64]*tenantState
@@ -408,6 +410,13 @@ func (a *Aggregator) Drain() error {
 	if err := a.readGraphs(get, func(pid uint32) *pidData { return byPID[int(pid)] }); err != nil {
 		return fmt.Errorf("read graph maps: %w", err)
 	}
+	withGraphs := 0
+	for _, d := range byPID {
+		if d.graph != nil {
+			withGraphs++
+		}
+	}
+	a.graphWork = graphWorkShare(withGraphs)
 	// One map's failed walk must not fail the drain (issue 30): the
 	// communicator table is kept as it was, the failure counted.
 	if seen, err := a.readComms(); err != nil {

@@ -56,7 +56,22 @@ const (
 	// merged into their parents' plus keys added for its replays (each
 	// of those is an entry of the drain's graph tables).
 	maxGraphWork = 1 << 18
+	// maxNodeGraphWork bounds the expansion work of all processes per
+	// drain (issue 47 item 3: many processes with moderate graphs add up):
+	// four processes at maxGraphWork. Past four processes with graphs,
+	// each gets an equal share of it (graphWorkShare).
+	maxNodeGraphWork = 1 << 20
 )
+
+// graphWorkShare is each process's expansion work bound for a drain in
+// which procs processes have graphs: maxGraphWork, or an equal share of
+// maxNodeGraphWork when that is less.
+func graphWorkShare(procs int) int {
+	if procs <= 0 || procs*maxGraphWork <= maxNodeGraphWork {
+		return maxGraphWork
+	}
+	return max(maxNodeGraphWork/procs, 1)
+}
 
 // Reasons a graph's expansion is refused (the reason label).
 const (
@@ -64,6 +79,9 @@ const (
 	GraphRefusedDepth = "depth" // child graphs nested deeper than maxGraphDepth
 	GraphRefusedNodes = "nodes" // more than maxGraphNodes nodes per replay
 	GraphRefusedWork  = "work"  // the process's expansion work for this drain used up
+	// GraphRefusedNodeWork: the process's share of the node's expansion
+	// work for this drain used up (more than four processes with graphs).
+	GraphRefusedNodeWork = "node_work"
 )
 
 // graphNode is one node key of a graph and its value.
@@ -137,7 +155,7 @@ func (a *Aggregator) expandGraphs(d *pidData, refused func(graph uint64, reason 
 		keys = append(keys, rk)
 	}
 	sort.Slice(keys, func(i, j int) bool { return replayLess(keys[i], keys[j]) })
-	e := newExpander(s)
+	e := newExpander(s, a.graphWork)
 	told := map[uint64]bool{}
 	for _, rk := range keys {
 		n := s.replays[rk]
@@ -148,7 +166,7 @@ func (a *Aggregator) expandGraphs(d *pidData, refused func(graph uint64, reason 
 		}
 		f := e.flat(rk.Graph)
 		if f.refused == "" && !e.spend(len(f.leaves)) {
-			f = &flatGraph{refused: GraphRefusedWork}
+			f = &flatGraph{refused: e.refusal()}
 		}
 		if f.refused != "" {
 			st.RefusedReplays = satAdd(st.RefusedReplays, n)
@@ -215,20 +233,33 @@ type expander struct {
 	memo   map[uint64]*flatGraph
 	active map[uint64]bool // graphs being expanded: one met again is a cycle
 	work   int
+	limit  int // the work bound (graphWorkShare; 0: maxGraphWork)
 }
 
-func newExpander(s *graphState) *expander {
-	return &expander{s: s, memo: map[uint64]*flatGraph{}, active: map[uint64]bool{}}
+func newExpander(s *graphState, limit int) *expander {
+	if limit <= 0 {
+		limit = maxGraphWork
+	}
+	return &expander{s: s, memo: map[uint64]*flatGraph{}, active: map[uint64]bool{}, limit: limit}
 }
 
 // spend takes n units of the work bound; false once it is used up.
 func (e *expander) spend(n int) bool {
-	if e.work+n > maxGraphWork {
-		e.work = maxGraphWork
+	if e.work+n > e.limit {
+		e.work = e.limit
 		return false
 	}
 	e.work += n
 	return true
+}
+
+// refusal is the reason of a refusal for work: the node's share when the
+// bound was less than a process's own.
+func (e *expander) refusal() string {
+	if e.limit < maxGraphWork {
+		return GraphRefusedNodeWork
+	}
+	return GraphRefusedWork
 }
 
 // flat is graph expanded, or refused with the reason. Every graph is
@@ -277,7 +308,7 @@ func (e *expander) flat(graph uint64) *flatGraph {
 			size += len(c.f.leaves)
 		}
 		if !e.spend(size) {
-			f.refused = GraphRefusedWork
+			f.refused = e.refusal()
 		}
 	}
 	if f.refused != "" {

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -250,6 +251,47 @@ func TestGraphExpansionBounds(t *testing.T) {
 			}
 			if !reflect.DeepEqual(a.Snapshot().GraphRefusals, tc.reasons) {
 				t.Errorf("second drain: refusals %v, want %v", a.Snapshot().GraphRefusals, tc.reasons)
+			}
+		})
+	}
+}
+
+// The node's bound (issue 47 item 3): the work-bound graph of
+// TestGraphExpansionBounds (1,024 node keys, replayed on 300 streams) in
+// each of procs processes. With four, each gets maxGraphWork: 255 streams
+// expanded, as alone. With eight, each gets an eighth of
+// maxNodeGraphWork, 131,072: 1,024 for the expansion and 1,024 per
+// replay key, so 127 streams each, 173 refused, each graph counted once
+// as node_work. Worked out by hand.
+func TestGraphExpansionNodeBound(t *testing.T) {
+	for _, tc := range []struct {
+		procs, streams int
+		reason         string
+	}{{4, 255, GraphRefusedWork}, {8, 127, GraphRefusedNodeWork}} {
+		t.Run(strconv.Itoa(tc.procs), func(t *testing.T) {
+			src := newFakeSource()
+			live := map[int]fakeProc{}
+			for p := range tc.procs {
+				h := hostileGraphs{src, uint32(100 + p)}
+				for fn := uint64(1); fn <= 1023; fn++ {
+					h.kernel(1, fn, 1)
+				}
+				for s := uint64(1); s <= 300; s++ {
+					h.replay(1, 0x1000+s, 1)
+				}
+				live[100+p] = fakeProc{"graphs", 1}
+			}
+			a := New(Options{Source: src, Procs: newFakeProcs(live)})
+			if err := a.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range a.Snapshot().Processes {
+				if g := p.Graphs; g == nil || g.Kernels != uint64(tc.streams*1023) || g.RefusedReplays != uint64(300-tc.streams) {
+					t.Errorf("pid %d: %+v, want %d kernels, %d refused replays", p.Meta.PID, g, tc.streams*1023, 300-tc.streams)
+				}
+			}
+			if got := a.Snapshot().GraphRefusals; !reflect.DeepEqual(got, map[string]uint64{tc.reason: uint64(tc.procs)}) {
+				t.Errorf("refusals %v, want %s: %d", got, tc.reason, tc.procs)
 			}
 		})
 	}

@@ -163,7 +163,7 @@ func New(data Data) *Collector {
 		k8sPods:          d("profi_system_k8s_pods", "Pods of this node in the watch's cache.", nil, nil),
 		rejectedLabels:   d("profi_system_rejected_label_values_total", "Label values taken from a process that were not believed or had to be cleaned: gpu_uuid (CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES entries not in NVIDIA's UUID format, values over 16 KiB), comm (invalid UTF-8, control characters).", []string{"label"}, nil),
 		expiredSeries:    d("profi_system_retained_series_expired_total", "Series of exited processes dropped 15 minutes after the last process of their label set exited: latency histograms, and the folded pid=\"\" series of a container with no live process.", nil, nil),
-		limitRefusals:    d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
+		limitRefusals:    d("profi_system_limit_refusals_total", "Work refused at a bound that keeps one tenant from exhausting the agent (docs/SECURITY.md): graph_cycle, graph_depth, graph_nodes, graph_work, graph_node_work (CUDA graphs whose replays were not expanded, each once); attached_files_per_pid, attached_files (library files not attached at --max-attached-files-per-pid, --max-attached-files, each once while mapped).", []string{"limit"}, nil),
 		readFailures:     d("profi_system_map_read_failures_total", "Drains that went on without a BPF map that could not be read after retries (nccl_comms: a walk aborted by concurrent deletions three times; the communicator table of the last drain was kept).", []string{"map"}, nil),
 		switchGaps:       d("profi_system_probe_switch_gaps_total", "Switches of a library's probe links between one set for every process and per-process sets (--probe-traced-processes) that left its entry-only probes (anonymous-mode launches, ncclGroupStart, NVTX, kernel names) detached for a moment in the processes still probed: calls entering them then are not counted (docs/OPERATIONS.md, \"Traced processes\").", []string{"library"}, nil),
 		switchGapTime:    d("profi_system_probe_switch_gap_seconds_total", "Total time the switches of profi_system_probe_switch_gaps_total left the entry-only probes detached: the window whose calls are not counted.", []string{"library"}, nil),
@@ -463,7 +463,7 @@ func (c *Collector) collectNCCL(ch chan<- prometheus.Metric, p *aggregate.Proces
 // /status, by limit label; every label is present (0 when none).
 func Refusals(s *aggregate.Snapshot, att attach.Counters) map[string]uint64 {
 	r := map[string]uint64{}
-	for _, reason := range []string{aggregate.GraphRefusedCycle, aggregate.GraphRefusedDepth, aggregate.GraphRefusedNodes, aggregate.GraphRefusedWork} {
+	for _, reason := range []string{aggregate.GraphRefusedCycle, aggregate.GraphRefusedDepth, aggregate.GraphRefusedNodes, aggregate.GraphRefusedWork, aggregate.GraphRefusedNodeWork} {
 		r["graph_"+reason] = s.GraphRefusals[reason]
 	}
 	for _, limit := range []string{attach.LimitFilesPerPID, attach.LimitFiles} {

@@ -92,7 +92,7 @@ func TestStatus(t *testing.T) {
 		if doc.UptimeSeconds < 60 {
 			t.Errorf("UptimeSeconds = %v, want at least 60", doc.UptimeSeconds)
 		}
-		if want := map[string]uint64{"graph_cycle": 0, "graph_depth": 0, "graph_nodes": 0, "graph_work": 0, "attached_files_per_pid": 0, "attached_files": 0}; !reflect.DeepEqual(doc.Refusals, want) {
+		if want := map[string]uint64{"graph_cycle": 0, "graph_depth": 0, "graph_nodes": 0, "graph_work": 0, "graph_node_work": 0, "attached_files_per_pid": 0, "attached_files": 0}; !reflect.DeepEqual(doc.Refusals, want) {
 			t.Errorf("Refusals = %v, want %v", doc.Refusals, want)
 		}
 		doc.UptimeSeconds, doc.Drops, doc.Refusals = 0, nil, nil
