@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Per-process admission to the shared maps (pid_quotas, pid_streams):
- * lookup_or_admit for the counters, store_admitted and delete_admitted
- * for the state maps, and malloc_sizes' tracking.
+ * Admission to the shared maps by tenant (tenant_of, take_shared;
+ * pid_quotas, tenant_quotas, pid_streams): lookup_or_admit for the
+ * counters, store_admitted and delete_admitted for the state maps, and
+ * malloc_sizes' tracking.
  */
 #pragma once
 
@@ -150,17 +151,17 @@ static __noinline struct pid_quota *quota_of(u32 pid)
 }
 
 /*
- * Per-process quotas on the shared maps (issue 17: one process calling
- * with thousands of fake stream handles or return codes must not fill a
- * map every other process needs). Paid only when a key is new: the hot
- * path, a key that exists, is one lookup as before (lookup_or_admit).
+ * Shares of the shared maps (issues 17, 30, 47: a process calling with
+ * thousands of fake stream handles or return codes must not fill a map
+ * every other process needs). Paid only when a key is new: the hot path,
+ * a key that exists, is one lookup as before (lookup_or_admit).
  *
- * Units are taken before the insert and given back when it fails, so a
- * process never holds more than its share. Two CPUs that race to insert
- * the same new key (a per-CPU hash's key is shared by all CPUs: one
- * BPF_NOEXIST insert wins, the other gets -EEXIST) both hold a unit for a
- * moment: a third new key of that process at the edge of its share may be
- * refused meanwhile. That over-count is conservative and transient.
+ * Units are taken before the insert and given back when it fails, so no
+ * bound is passed. Two CPUs that race to insert the same new key (a
+ * per-CPU hash's key is shared by all CPUs: one BPF_NOEXIST insert wins,
+ * the other gets -EEXIST) both hold a unit for a moment: a new key at the
+ * edge may be refused meanwhile. That over-count is conservative and
+ * transient.
  */
 #define EEXIST 17
 
