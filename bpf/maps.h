@@ -326,6 +326,8 @@ struct {
  * stream are folded into STREAM_OTHER in BPF (userspace labels it
  * "other"), so fake stream handles cannot multiply a process's keys.
  * A full map folds too. Deleted by userspace when the process exits.
+ * Sized at load as aggregated and launch_agg together, at least 16384
+ * (internal/bpfobj PIDStreamsSize).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -164,6 +164,16 @@ func TenantGuarantee(maxEntries uint32) uint32 {
 	return Reserve(maxEntries) / 2
 }
 
+// MinPIDStreams is pid_streams' size with the default map sizes.
+const MinPIDStreams = 16384
+
+// PIDStreamsSize is pid_streams' size for aggregated and launch_agg of
+// these sizes: their keys together, at least MinPIDStreams. A full
+// pid_streams admits no new stream (its calls count under "other").
+func PIDStreamsSize(aggregated, launchAgg uint32) uint32 {
+	return max(MinPIDStreams, aggregated+launchAgg)
+}
+
 // Phase is the NVTX phase id BPF records in launch_key.phase (enum phase).
 type Phase = ProfiPhase
 

@@ -142,6 +142,11 @@ func Load(opts Options) (*Objects, error) {
 			spec.Maps[name].MaxEntries = n
 		}
 	}
+	// Every admitted stream is named by a key of aggregated or launch_agg:
+	// pid_streams holds as many, so that raising those sizes for many
+	// streams (bench/scale_test.go: four processes of 12,500 streams)
+	// admits them, instead of folding the later processes' into "other".
+	spec.Maps[ProfiMapPidStreams].MaxEntries = PIDStreamsSize(spec.Maps[ProfiMapAggregated].MaxEntries, spec.Maps[ProfiMapLaunchAgg].MaxEntries)
 	if opts.MaxStreamsPerPID > 0 {
 		if err := spec.Variables[ProfiVarMaxStreamsPerPid].Set(opts.MaxStreamsPerPID); err != nil {
 			return nil, fmt.Errorf("set max_streams_per_pid: %w", err)

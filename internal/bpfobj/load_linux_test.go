@@ -13,32 +13,44 @@ import (
 func TestLoadSizes(t *testing.T) {
 	testutil.RequireBPF(t)
 	tests := []struct {
-		name  string
-		sizes Options
-		want  Options // resulting max_entries
+		name    string
+		sizes   Options
+		want    Options // resulting max_entries
+		streams uint32  // pid_streams' max_entries
 	}{
 		{
-			name:  "defaults",
-			sizes: Options{},
-			want:  Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			name:    "defaults",
+			sizes:   Options{},
+			want:    Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			streams: 16384,
 		},
 		{
-			name:  "custom",
-			sizes: Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
-			want:  Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			// make bench-scale's: 4 processes of 12,500 streams.
+			name:    "many streams",
+			sizes:   Options{LaunchAgg: 65536},
+			want:    Options{Aggregated: 2048, LaunchAgg: 65536, Inflight: 10240, MallocSizes: 131072},
+			streams: 67584,
 		},
 		{
-			name:  "partly custom",
-			sizes: Options{LaunchAgg: 16},
-			want:  Options{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
+			name:    "custom",
+			sizes:   Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			want:    Options{Aggregated: 100, LaunchAgg: 200, Inflight: 300, MallocSizes: 400},
+			streams: 16384,
+		},
+		{
+			name:    "partly custom",
+			sizes:   Options{LaunchAgg: 16},
+			want:    Options{Aggregated: 2048, LaunchAgg: 16, Inflight: 10240, MallocSizes: 131072},
+			streams: 16384,
 		},
 		{
 			// Every optional code path loaded: the NVTX phase lookup, hit
 			// counting, detailed launches, sampling, the crash breaker
 			// (its CO-RE read of task_struct resolved against this kernel).
-			name:  "nvtx and every option",
-			sizes: Options{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
-			want:  Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			name:    "nvtx and every option",
+			sizes:   Options{NVTX: true, CountHits: true, Detailed: true, SampleRate: 10, CrashBreaker: true},
+			want:    Options{Aggregated: 2048, LaunchAgg: 8192, Inflight: 10240, MallocSizes: 131072},
+			streams: 16384,
 		},
 	}
 	for _, tc := range tests {
@@ -58,6 +70,7 @@ func TestLoadSizes(t *testing.T) {
 				{"inflight", objs.Inflight, tc.want.Inflight},
 				{"malloc_sizes", objs.MallocSizes, tc.want.MallocSizes},
 				{"drops", objs.Drops, uint32(NumDrops)},
+				{"pid_streams", objs.PidStreams, tc.streams},
 			} {
 				if got := m.m.MaxEntries(); got != m.want {
 					t.Errorf("%s MaxEntries = %d, want %d", m.name, got, m.want)
