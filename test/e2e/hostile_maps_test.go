@@ -273,22 +273,11 @@ func TestHostileTenantCgroup(t *testing.T) {
 	cgB, idB := newCgroup(t, "hostile-b")
 	hostileCgs := []testutil.Option{cgA, cgB}
 	victimCg := inNewCgroup(t, "victim")
-	var hs []*testutil.Workload
+	var cgs []testutil.Option
 	for i := range hostiles {
-		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, hostileCgs[i%2]))
+		cgs = append(cgs, hostileCgs[i%2])
 	}
-	victim := startWorkload(t, fixtures.Workload, defaultArgs, victimCg)
-	for _, h := range hs {
-		waitAttached(t, a, h.PID)
-	}
-	waitAttached(t, a, victim.PID)
-	for _, h := range hs {
-		if got, err := h.RunHostile(); err != nil || got.N != n {
-			t.Fatalf("hostile run: %+v %v", got, err)
-		}
-	}
-	gt := runPhase(t, victim)
-	want := expected([]*testutil.GroundTruth{gt})
+	hs, victim, want := hostilesThenVictim(t, a, n, cgs, victimCg)
 
 	const aggregatedSize = 2048 // --aggregated-size's default
 	room, guarantee := float64(bpfobj.NodeRoom(aggregatedSize)), float64(bpfobj.TenantGuarantee(aggregatedSize))
@@ -315,18 +304,7 @@ func TestHostileTenantCgroup(t *testing.T) {
 				}
 				addTimed(w, op, v)
 			}
-			// The process's aggregated keys: one per copy stream but the
-			// default, one per error code (on the default stream), cudaMalloc's.
-			k := float64(f.errorCodes)
-			for s := range f.copyStreams {
-				if s != "default" {
-					k++
-				}
-			}
-			if f.mallocCalls > 0 {
-				k++
-			}
-			keys[i%2] += k
+			keys[i%2] += f.aggregatedKeys()
 		}
 		got := observed(mfs, victim.PID)
 		victimCalls, victimWant = 0, 0

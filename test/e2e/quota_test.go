@@ -85,6 +85,22 @@ func (f hostileFigures) String() string {
 		f.drops["aggregated"], f.drops["launch_agg"], f.drops["malloc_sizes"], f.drops["pid_quota"])
 }
 
+// aggregatedKeys are the hostile process's keys in aggregated, from its
+// series: one per copy stream but the default, one per error code (on the
+// default stream), and cudaMalloc's.
+func (f hostileFigures) aggregatedKeys() float64 {
+	k := float64(f.errorCodes)
+	for s := range f.copyStreams {
+		if s != "default" {
+			k++
+		}
+	}
+	if f.mallocCalls > 0 {
+		k++
+	}
+	return k
+}
+
 func sum(m map[string]float64) (n float64) {
 	for _, v := range m {
 		n += v

@@ -133,22 +133,7 @@ func TestPodTenant(t *testing.T) {
 	pod, opts := podCgroups(t, uid, "c1", "c2/nested/deeper")
 	a := startAgent(t) // after the pod's cgroup: its first scan sees it
 	const n = 3000
-	var hs []*testutil.Workload
-	for _, o := range opts {
-		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, o))
-	}
-	victim := startWorkload(t, fixtures.Workload, defaultArgs, inNewCgroup(t, "victim"))
-	for _, h := range hs {
-		waitAttached(t, a, h.PID)
-	}
-	waitAttached(t, a, victim.PID)
-	for _, h := range hs {
-		if got, err := h.RunHostile(); err != nil || got.N != n {
-			t.Fatalf("hostile run: %+v %v", got, err)
-		}
-	}
-	gt := runPhase(t, victim)
-	want := expected([]*testutil.GroundTruth{gt})
+	hs, victim, want := hostilesThenVictim(t, a, n, opts, inNewCgroup(t, "victim"))
 	room := float64(bpfobj.NodeRoom(2048)) // --aggregated-size's default
 	var keys [2]float64
 	var victimDiff string
@@ -169,17 +154,7 @@ func TestPodTenant(t *testing.T) {
 					addTimed(w, op, v)
 				}
 			}
-			// Aggregated keys: one per copy stream but the default, one per error code, cudaMalloc's.
-			k := float64(f.errorCodes)
-			for s := range f.copyStreams {
-				if s != "default" {
-					k++
-				}
-			}
-			if f.mallocCalls > 0 {
-				k++
-			}
-			keys[i] = k
+			keys[i] = f.aggregatedKeys()
 			drops = f.drops["pid_quota"]
 		}
 		refused = refusalsOf(mfs, pod)
@@ -198,4 +173,28 @@ func TestPodTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hostilesThenVictim starts one hostile workload of n per option in
+// hostiles (each in that cgroup) and a victim workload in victimCg, waits
+// until all are attached, runs the hostile ones one after the other, then
+// the victim's phase, and returns the hostile workloads, the victim and
+// its expected series.
+func hostilesThenVictim(t *testing.T, a *testutil.Agent, n int, hostiles []testutil.Option, victimCg testutil.Option) ([]*testutil.Workload, *testutil.Workload, values) {
+	t.Helper()
+	var hs []*testutil.Workload
+	for _, o := range hostiles {
+		hs = append(hs, startWorkload(t, fixtures.Hostile, []string{strconv.Itoa(n)}, o))
+	}
+	victim := startWorkload(t, fixtures.Workload, defaultArgs, victimCg)
+	for _, h := range hs {
+		waitAttached(t, a, h.PID)
+	}
+	waitAttached(t, a, victim.PID)
+	for _, h := range hs {
+		if got, err := h.RunHostile(); err != nil || got.N != n {
+			t.Fatalf("hostile run: %+v %v", got, err)
+		}
+	}
+	return hs, victim, expected([]*testutil.GroundTruth{runPhase(t, victim)})
 }
