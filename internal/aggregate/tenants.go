@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 )
@@ -34,8 +35,9 @@ const OtherTenant = 0
 // the last read (a tenant entry userspace deleted and BPF created again
 // counts from 0) and the total since the agent started.
 type tenantState struct {
-	last [bpfobj.NumQuotaMaps]uint32
-	sum  *tenantState // past maxTenants: the OtherTenant entry its refusals go to
+	last   [bpfobj.NumQuotaMaps]uint32
+	seenAt time.Time    // the last drain that found it in tenant_quotas
+	sum    *tenantState // past maxTenants: the OtherTenant entry its refusals go to
 	TenantRefusals
 }
 
@@ -51,11 +53,10 @@ func (a *Aggregator) otherTenant() *tenantState {
 // (tenant_quotas) and labels the tenant by one of its live processes
 // (pid_quotas). Called before the drain deletes exited processes'
 // quotas, so that a tenant is read once more after its last process
-// exits. A tenant BPF forgot keeps its totals.
+// exits. A tenant BPF forgot keeps its totals for RetainedExpiry.
 func (a *Aggregator) readTenants(snap *Snapshot) error {
-	seen := map[uint64]bool{}
+	now := a.opts.Now()
 	err := a.opts.Source.Tenants(func(tenant uint64, q *bpfobj.ProfiTenantQuota) {
-		seen[tenant] = true
 		t := a.tenants[tenant]
 		if t == nil {
 			if q.Refused == ([bpfobj.NumQuotaMaps]uint32{}) {
@@ -67,6 +68,7 @@ func (a *Aggregator) readTenants(snap *Snapshot) error {
 			}
 			a.tenants[tenant] = t
 		}
+		t.seenAt = now
 		to := &t.TenantRefusals
 		if t.sum != nil {
 			to = &t.sum.TenantRefusals
@@ -83,9 +85,11 @@ func (a *Aggregator) readTenants(snap *Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("read tenant_quotas: %w", err)
 	}
-	// Those past the bound that BPF forgot: their totals are in OtherTenant's.
+	// Tenants BPF forgot (no process left, nothing held): those past the
+	// bound at once (their totals are in OtherTenant's), the others'
+	// series RetainedExpiry later, as exited processes' are.
 	for tenant, t := range a.tenants {
-		if t.sum != nil && !seen[tenant] {
+		if gone := t.seenAt != now; gone && (t.sum != nil || now.Sub(t.seenAt) > RetainedExpiry) {
 			delete(a.tenants, tenant)
 		}
 	}

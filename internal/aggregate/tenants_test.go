@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"testing"
+	"time"
 
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
@@ -12,11 +13,13 @@ import (
 // userspace deleted the tenant's entry and BPF created it again (its count
 // starting from 0); labelled by one of its processes; tenants that were
 // refused nothing make no entry; past maxTenants, refusals go to
-// OtherTenant. Values worked out by hand.
+// OtherTenant; a tenant BPF forgot keeps its series RetainedExpiry.
+// Values worked out by hand.
 func TestTenantRefusals(t *testing.T) {
 	src := newFakeSource()
 	procs := newFakeProcs(map[int]fakeProc{7: {"server", 1}})
-	a := New(Options{Source: src, Procs: procs})
+	clock := &fakeClock{t: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)}
+	a := New(Options{Source: src, Procs: procs, Now: clock.now})
 	const tenant = 4242
 	src.add(akey(7, ops.OpCudaGraphLaunch, 0, 0, 0), bpfobj.ProfiAggVal{Count: 1}) // makes pid 7 known
 	src.quotas = map[uint32]bpfobj.ProfiPidQuota{7: {Tenant: tenant}}
@@ -55,5 +58,15 @@ func TestTenantRefusals(t *testing.T) {
 	}
 	if len(s.TenantRefusals) != maxTenants+1 || other != 11 || sum != 6+maxTenants+10 {
 		t.Fatalf("%d tenants, other %d, sum %d; want %d, 11, %d", len(s.TenantRefusals), other, sum, maxTenants+1, 6+maxTenants+10)
+	}
+	// BPF forgets them all: their series stay RetainedExpiry, other's for good.
+	clear(src.tenants)
+	clock.t = clock.t.Add(time.Second)
+	if n := len(drain(t, a).TenantRefusals); n != maxTenants+1 {
+		t.Fatalf("just forgotten: %d tenants, want %d", n, maxTenants+1)
+	}
+	clock.t = clock.t.Add(RetainedExpiry + time.Second)
+	if got := drain(t, a).TenantRefusals; len(got) != 1 || got[0].Tenant != OtherTenant || got[0].Refused[bpfobj.QuotaAggregated] != 11 {
+		t.Fatalf("after RetainedExpiry: %+v, want only other's 11", got)
 	}
 }
