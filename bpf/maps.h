@@ -220,7 +220,7 @@ struct {
 /*
  * Events recorded on a capturing stream: waiting on one joins its capture.
  * Not LRU, so that no process can evict another's: each event holds a unit
- * of its process's share until it is recorded again outside a capture, or
+ * of its tenant's share until it is recorded again outside a capture, or
  * the process exits (events are not tracked to their destruction).
  */
 struct {
@@ -386,7 +386,7 @@ struct {
 /*
  * Communicators seen at init, per process: rank, size, unique id. Not LRU,
  * so that no process can evict another's: each holds a unit of its
- * process's share until the process exits.
+ * tenant's share until the process exits.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -272,7 +272,7 @@ static __always_inline u32 full_drop(u32 qm)
  * A key that is not in map qm yet. Its stream (NULL: the key has none)
  * beyond the process's admitted streams is folded into STREAM_OTHER, and
  * that key looked up again; a key still new is inserted within the
- * process's share of the map, else dropped and counted (DROP_PID_QUOTA)
+ * tenant's share of the map, else dropped and counted (DROP_PID_QUOTA)
  * without touching any other process's keys. Every key begins with its
  * u32 pid. Not inlined: one copy serves every map.
  */
@@ -324,7 +324,7 @@ static __always_inline void *lookup_or_admit(void *map, void *key, u64 *stream, 
 }
 
 /*
- * Records a live allocation in malloc_sizes within the process's share;
+ * Records a live allocation in malloc_sizes within its tenant's share;
  * false when it is not tracked (counted). An address handed out again
  * while its entry is still there (its free was not seen) replaces the
  * entry and takes no unit.

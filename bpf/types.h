@@ -33,7 +33,7 @@ enum drop {
 	DROP_GRAPH_QUOTA = 15,	 /* a process's graphs or executable graphs beyond their cap */
 	DROP_GRAPH_REPLAYS = 16, /* graph_replays full: a replay is not expanded */
 	DROP_CAPTURE = 17,	 /* a capture map full: a stream's capture state is lost */
-	DROP_PID_QUOTA = 18,  /* a process's share of a shared map used up (or pid_quotas full) */
+	DROP_PID_QUOTA = 18,	 /* a new shared-map key refused (take_shared) */
 	DROP_RT_LEARN = 19,   /* rt_sites or rt_ops full, or rt_learned: a runtime file's launches
 				 stay counted by its own probes (two traps) until a pass hands
 				 them over, nothing is lost */
