@@ -7,14 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/ops"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
@@ -27,7 +25,7 @@ import (
 // after it; the victim's launches, captured launches and graph kernels
 // must stay exact, the hostile process (in a cgroup of its own: another
 // tenant), alone on the node while it fills the map, must hold exactly
-// the node's room (bpfobj.NodeRoom of the map: issue 47's work-conserving
+// the node's room (share[size] of the map: issue 47's work-conserving
 // shares, the reserve past it kept for tenants below their guarantee) and
 // every refused key be counted in
 // profi_system_bpf_map_drops_total{map="pid_quota"}.
@@ -142,7 +140,7 @@ func TestHostileOpenCaptures(t *testing.T) {
 	}
 	var gt testutil.GraphsTruth
 	pid := victim.run(t, a, &gt)
-	room := float64(bpfobj.NodeRoom(capturesSize))
+	room := share[capturesSize].room
 	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
 		switch {
 		case f.hostileCalls["cudaStreamBeginCapture"] != n:
@@ -172,7 +170,7 @@ func TestHostileGraphHandles(t *testing.T) {
 	}
 	var gt testutil.GraphsTruth
 	pid := victim.run(t, a, &gt)
-	room := float64(bpfobj.NodeRoom(graphIDsSize))
+	room := share[graphIDsSize].room
 	requireGraphsBeside(t, a, mode{ops.KernelModeAnonymous, ops.ProfileFull}, pid, hostile.PID, gt, func(f hostileGraphFigures) error {
 		switch {
 		case f.hostileCalls["cudaStreamBeginCaptureToGraph"] != n || f.hostileCalls["cudaStreamEndCapture"] != n:
@@ -236,22 +234,16 @@ func newCgroup(t *testing.T, name string) (testutil.Option, uint64) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = os.Remove(dir)
-		t.Fatal(err)
-	}
-	// Registered first, so it runs after the workloads' cleanups.
+	// Registered first, so it runs after the workloads' cleanups (and
+	// after intoCgroup's close): the last process may still be leaving.
 	t.Cleanup(func() {
-		unix.Close(fd)
-		// The last process may still be leaving the cgroup.
 		_ = testenv.Eventually(5*time.Second, func() error { return os.Remove(dir) })
 	})
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := unix.Stat(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}), st.Ino
+	return intoCgroup(t, dir), st.Ino
 }
 
 // Issue 30 item 3 and issue 47: copies of the hostile workload in two
@@ -280,7 +272,7 @@ func TestHostileTenantCgroup(t *testing.T) {
 	hs, victim, want := hostilesThenVictim(t, a, n, cgs, victimCg)
 
 	const aggregatedSize = 2048 // --aggregated-size's default
-	room, guarantee := float64(bpfobj.NodeRoom(aggregatedSize)), float64(bpfobj.TenantGuarantee(aggregatedSize))
+	room, guarantee := share[aggregatedSize].room, share[aggregatedSize].guarantee
 	var figures []hostileFigures
 	var victimDiff string
 	var victimCalls, victimWant float64

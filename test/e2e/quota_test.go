@@ -9,7 +9,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/testutil"
 	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
@@ -114,7 +113,7 @@ func sum(m map[string]float64) (n float64) {
 // copies returning 3,000 distinct error codes, beside a victim in another
 // cgroup (another tenant), with maps of 2,048 entries. The victim's counts
 // stay exact; the hostile process, alone on the node until the victim's
-// first call, holds exactly the node's room (bpfobj.NodeRoom: issue 47's
+// first call, holds exactly the node's room (share: issue 47's
 // work-conserving shares) of aggregated and malloc_sizes, its streams
 // beyond --max-streams-per-pid (32) are counted under stream="other", and
 // everything refused is counted as map="pid_quota".
@@ -136,7 +135,7 @@ func TestHostileTenantQuotas(t *testing.T) {
 
 	const streams = 32 // --max-streams-per-pid's default
 	// The victim makes no call before its phase (workload.c): the hostile process is alone.
-	room := float64(bpfobj.NodeRoom(quotaMapSize))
+	room := share[quotaMapSize].room
 	n := float64(h.N)
 	var last hostileFigures
 	var victimDiff string

@@ -17,6 +17,16 @@ import (
 	"github.com/profi-dev/profi/internal/testutil/testenv"
 )
 
+// share is the room and the guarantee of a shared map of the given size,
+// written out from docs/METRICS.md, "Shares of the shared maps" (the room
+// seven eighths of the map, the guarantee half of the last eighth), not
+// computed by the code under test (bpfobj.NodeRoom, TestShares).
+var share = map[uint32]struct{ room, guarantee float64 }{
+	2048:  {1792, 128},
+	4096:  {3584, 256},
+	65536: {57344, 4096},
+}
+
 // Issue 47 item 3: a process whose own runtime accepts cudaSetDevice for
 // any ordinal made every ordinal a new key (3,000 ordinals: 6,000 keys
 // of aggregated's 2,048); with hostile processes in two cgroups a victim
@@ -95,12 +105,7 @@ func podCgroups(t *testing.T, uid string, dirs ...string) (uint64, []testutil.Op
 		if d == "" {
 			continue
 		}
-		fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		opts = append(opts, testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}))
+		opts = append(opts, intoCgroup(t, path))
 	}
 	// Registered first, so it runs after the workloads' cleanups: deepest first.
 	t.Cleanup(func() {
@@ -134,7 +139,7 @@ func TestPodTenant(t *testing.T) {
 	a := startAgent(t) // after the pod's cgroup: its first scan sees it
 	const n = 3000
 	hs, victim, want := hostilesThenVictim(t, a, n, opts, inNewCgroup(t, "victim"))
-	room := float64(bpfobj.NodeRoom(2048)) // --aggregated-size's default
+	room := share[2048].room // --aggregated-size's default
 	var keys [2]float64
 	var victimDiff string
 	var refused, drops float64
@@ -197,4 +202,17 @@ func hostilesThenVictim(t *testing.T, a *testutil.Agent, n int, hostiles []testu
 		}
 	}
 	return hs, victim, expected([]*testutil.GroundTruth{runPhase(t, victim)})
+}
+
+// intoCgroup returns the option that starts a workload in the cgroup v2
+// directory dir (clone3 CLONE_INTO_CGROUP: in it from its first
+// instruction, so its tenant is fixed by that cgroup from its first key).
+func intoCgroup(t *testing.T, dir string) testutil.Option {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return testutil.WithSysProcAttr(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd})
 }
