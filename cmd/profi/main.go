@@ -142,6 +142,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	attacher := attach.New(attach.Options{
 		MaxFilesPerPID: cfg.MaxAttachedFilesPerPID,
 		MaxFiles:       cfg.MaxAttachedFiles,
+		MaxDescriptors: attach.MaxDescriptors(cfg.MaxProbeDescriptors),
+		MaxTeardown:    cfg.MaxTeardown,
 		Programs:       objs.Programs(),
 		KernelMode:     cfg.KernelMode,
 		Profile:        cfg.ProbeProfile,

@@ -135,6 +135,15 @@ type Options struct {
 	// (inflight, nccl_inflight): a process's entries are deleted when its
 	// probes come back after it was left unprobed. May be empty.
 	Inflight []*ebpf.Map
+	// MaxDescriptors (--max-probe-descriptors) caps the descriptors every
+	// link holds; MaxTeardown (--max-teardown) the estimated time to
+	// release them all, from LinkRelease, the time one link takes to go
+	// (uprobe.Linker.MeasureRelease; refined by each release). New files
+	// and per-process sets past either are refused (cost.go). 0: no cap
+	// (LinkRelease 0: the teardown cap waits for a first release).
+	MaxDescriptors int
+	MaxTeardown    time.Duration
+	LinkRelease    time.Duration
 }
 
 // Limit labels of the file caps (profi_system_limit_refusals_total).
@@ -142,6 +151,10 @@ const (
 	LimitFilesPerPID = "attached_files_per_pid"
 	LimitFiles       = "attached_files"
 )
+
+// Limits are the limit labels of every cap the Attacher applies, for the
+// self metrics (each always present).
+var Limits = []string{LimitFilesPerPID, LimitFiles, LimitDescriptors, LimitTeardown}
 
 type attached struct {
 	id   uint32                 // goes into every probe's cookie
@@ -248,6 +261,15 @@ type Attacher struct {
 	// counted once in limitRefused, by limit).
 	capped       map[FileKey]bool
 	limitRefused map[string]uint64
+	// linkCapped are the files and per-process sets the link caps refuse
+	// (cost.go), each counted once in limitRefused; releasing counts the
+	// links being released in the background; linkRelease is the time
+	// one link takes to go (nanoseconds; 0: not known), lastRelease the
+	// last batch released.
+	linkCapped  map[capKey]int
+	releasing   atomic.Int64
+	linkRelease atomic.Int64
+	lastRelease atomic.Pointer[releaseRecord]
 	// ho is the runtime->driver handover (handover.go); a.files are its
 	// host's (handover_host.go).
 	ho *handover
@@ -285,8 +307,20 @@ func New(opts Options) *Attacher {
 		gone:         map[uint32]Target{},
 		capped:       map[FileKey]bool{},
 		limitRefused: map[string]uint64{},
+		linkCapped:   map[capKey]int{},
 	}
 	a.linker = &uprobe.Linker{Programs: opts.Programs, Multi: opts.UprobeMulti, Log: a.log}
+	a.linkRelease.Store(int64(opts.LinkRelease))
+	if opts.MaxTeardown > 0 && opts.LinkRelease == 0 {
+		// The teardown cap needs what one link takes to go here: two
+		// trial links, about 0.2 s with classic uprobes (cost.go).
+		if d, err := a.linker.MeasureRelease(2); err != nil {
+			a.log.Warn("could not measure a link's release: the teardown cap waits for a first release", "err", err)
+		} else {
+			a.linkRelease.Store(int64(d))
+			a.log.Info("link release measured", "per_link", d.String(), "uprobe_multi", opts.UprobeMulti, "max_teardown", opts.MaxTeardown.String())
+		}
+	}
 	a.ho = newHandover(opts.Handover, opts.KernelMode, a.log)
 	a.lastPass.Store(time.Now().UnixNano())
 	return a
@@ -357,12 +391,25 @@ func (a *Attacher) Sync(targets []Target) {
 			}
 		}
 		delete(a.capped, t.Key)
-		held.add(t)
+		ck := capKey{file: t.Key}
+		if est, ok := a.linkCapped[ck]; ok && a.overLinkCap(est) != "" {
+			continue // refused and counted already; not opened again (prepare)
+		}
 		p := prepared[t.Key]
 		delete(prepared, t.Key)
 		if p == nil {
 			p = a.open(t) // the state changed since prepare: rare, still bounded
 		}
+		if p.err == nil {
+			est := estimateLinks(a.probes(t.Lib, a.opts.KernelMode), p.syms, a.opts.UprobeMulti, a.ho.candidate(t))
+			if limit := a.overLinkCap(est); limit != "" {
+				a.refuseLinks(ck, est, limit, "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
+				p.close()
+				continue
+			}
+		}
+		delete(a.linkCapped, ck)
+		held.add(t)
 		a.attach(t, p, now)
 	}
 	var released []*attached
@@ -394,6 +441,11 @@ func (a *Attacher) Sync(targets []Target) {
 	for key := range a.capped {
 		if !seen[key] {
 			delete(a.capped, key)
+		}
+	}
+	for key := range a.linkCapped {
+		if !seen[key.file] {
+			delete(a.linkCapped, key)
 		}
 	}
 	a.syncFilters()
@@ -602,12 +654,23 @@ func (a *Attacher) release(files []*attached) {
 	if len(files) == 0 {
 		return
 	}
+	// Counted as releasing until each file's links are gone: they hold
+	// their descriptors until then (cost.go).
+	n := 0
+	for _, f := range files {
+		n += f.allLinks()
+	}
+	a.releasing.Add(int64(n))
 	a.closing.Add(1)
 	go func() {
 		defer a.closing.Done()
+		began := time.Now()
 		for _, f := range files {
+			links := f.allLinks()
 			f.closeLinks()
+			a.releasing.Add(-int64(links))
 		}
+		a.released(n, time.Since(began))
 	}()
 }
 
@@ -616,7 +679,9 @@ func (a *Attacher) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Files close in parallel: each detach waits for RCU grace periods,
-	// and an agent that tracked hundreds of files would stop for minutes.
+	// and an agent that tracked hundreds of files would stop for minutes
+	// (classic links still go one at a time in the kernel: cost.go).
+	links, began := a.heldLinks(), time.Now()
 	var wg sync.WaitGroup
 	for key, f := range a.files {
 		for pid := range f.upgrades {
@@ -630,5 +695,6 @@ func (a *Attacher) Close() error {
 	a.closing.Wait()
 	a.linker.Close()
 	a.closed = true
+	a.log.Info("every probe detached", "links", links, "took", time.Since(began).String(), "estimate", a.teardown(links).String())
 	return nil
 }

@@ -64,7 +64,7 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		ls := &linkSet{}
 		for _, k := range []int{kindTimed, kindEntry} {
 			if reason, err := a.linkKind(att, ls, set, k); err != nil {
-				ls.close()
+				a.closeSetLater(ls)
 				a.ho.dropCounted(att)
 				return nil, reason, err
 			}
@@ -89,7 +89,9 @@ func (a *Attacher) attachFile(t Target, p *opened) (*attached, string, error) {
 		}
 	}
 	if len(att.probes) == 0 {
-		att.closeLinks()
+		for _, ls := range att.sets {
+			a.closeSetLater(ls)
+		}
 		a.ho.dropCounted(att)
 		if len(att.refused) > 0 {
 			return nil, ReasonProbeRefused, &allRefusedError{path: t.Path, refused: att.refused}

@@ -35,8 +35,11 @@ type Counters struct {
 	// LimitRefusals count the files the caps refused, each once while it
 	// stays mapped, by limit (LimitFilesPerPID, LimitFiles).
 	LimitRefusals map[string]uint64
-	// CappedFiles are the files the caps refuse now.
+	// CappedFiles are the files the caps refuse now, the link caps'
+	// included.
 	CappedFiles int
+	// Links are what every link costs against the link caps (cost.go).
+	Links LinkBudget
 	// SwitchGaps are the entry-only gaps of link-set switches by library
 	// (profi_system_probe_switch_gaps_total, ..._gap_seconds_total).
 	SwitchGaps map[discover.Library]SwitchGaps
@@ -60,6 +63,12 @@ func (a *Attacher) counters() Counters {
 	c.LimitRefusals = maps.Clone(a.limitRefused)
 	c.SwitchGaps = maps.Clone(a.gaps)
 	c.CappedFiles = len(a.capped)
+	for k := range a.linkCapped {
+		if k.pid == 0 {
+			c.CappedFiles++
+		}
+	}
+	c.Links = a.linkBudget()
 	pids := map[int]bool{}
 	for _, f := range a.files {
 		if !profiled(f.target.Lib) {

@@ -44,6 +44,9 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 		if _, ok := a.failed[t.Key]; !ok && a.overCap(t, held) != "" {
 			continue // not opened: Sync counts it
 		}
+		if est, ok := a.linkCapped[capKey{file: t.Key}]; ok && a.overLinkCap(est) != "" {
+			continue // refused by a link cap at an earlier pass, still over it
+		}
 		held.add(t)
 		todo = append(todo, t)
 	}

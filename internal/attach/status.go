@@ -43,13 +43,15 @@ type Status struct {
 	LoaderHooks []LoaderHook    `json:"loader_hooks"`
 	Failed      []FailureStatus `json:"attach_failures"`
 	LastSync    time.Time       `json:"last_sync"`
+	// ProbeLinks are what every link costs against the link caps (cost.go).
+	ProbeLinks LinkBudget `json:"probe_links"`
 }
 
 // Status returns a copy of the attach state, sorted by path.
 func (a *Attacher) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync}
+	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync, ProbeLinks: a.linkBudget()}
 	for key, f := range a.files {
 		if !profiled(f.target.Lib) {
 			if len(f.sets) > 0 { // off while a traced process maps it (traced.go)
@@ -71,9 +73,10 @@ func (a *Attacher) Status() Status {
 			UprobeMulti:    f.multi(),
 			AttachedAt:     f.attachedAt,
 			ProbedPIDs:     a.probedPIDs(f),
-			Unprobed:       unprobedOf(f),
+			Unprobed:       a.unprobedOf(f),
 			FilterSwitches: f.switches,
 			Links:          f.allLinks(),
+			Descriptors:    a.descriptors(f.allLinks()),
 		}
 		for _, p := range f.probes {
 			sym := f.syms[p.Symbol]

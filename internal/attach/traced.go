@@ -37,6 +37,9 @@ const (
 const (
 	ReasonTraced      = "traced"
 	ReasonQuarantined = "quarantined"
+	// ReasonLinkCap: the process's own set of a file a traced process
+	// maps would go past a link cap (cost.go).
+	ReasonLinkCap = "link_cap"
 )
 
 // quarantinedTenant is tracerOf's answer for a process of a quarantined
@@ -156,6 +159,11 @@ func (a *Attacher) syncFilters() {
 // breakpoint for that.
 func (a *Attacher) switchFilters(f *attached) {
 	want := a.wantFilters(&f.target)
+	for k := range a.linkCapped {
+		if k.file == f.target.Key && k.pid > 0 && !k.upgrade && !slices.Contains(want, k.pid) {
+			delete(a.linkCapped, k) // its process is gone, or one set serves all
+		}
+	}
 	var add, drop []int
 	for _, pid := range want {
 		if f.sets[pid] == nil {
@@ -181,7 +189,16 @@ func (a *Attacher) switchFilters(f *attached) {
 		} else {
 			defer done()
 			sets = map[int]func() (string, error){}
+			links := a.setLinks(f)
 			for _, pid := range add {
+				// Each per-process set costs a whole set's links: a
+				// process that traces itself must not take the node's.
+				ck := capKey{file: f.target.Key, pid: pid}
+				if limit := a.overLinkCap(links * (1 + len(added))); limit != "" {
+					a.refuseLinks(ck, links, limit, "lib", f.target.Lib, "path", f.target.Path, "pid", pid)
+					continue
+				}
+				delete(a.linkCapped, ck)
 				set := a.set(ex, f.target, f.syms, f.id, pid)
 				ls := &linkSet{}
 				if _, err := a.linkKind(f, ls, set, kindTimed); err != nil {
@@ -287,11 +304,8 @@ func sortedKeys[V any](m map[int]V) []int {
 }
 
 // unprobedOf is f's /status list of processes left unprobed.
-func unprobedOf(f *attached) []Unprobed {
-	if len(f.unprobed) == 0 {
-		return nil
-	}
-	out := make([]Unprobed, 0, len(f.unprobed))
+func (a *Attacher) unprobedOf(f *attached) []Unprobed {
+	var out []Unprobed
 	for _, pid := range sortedKeys(f.unprobed) {
 		if tr := f.unprobed[pid]; tr == quarantinedTenant {
 			out = append(out, Unprobed{PID: pid, Reason: ReasonQuarantined})
@@ -299,6 +313,22 @@ func unprobedOf(f *attached) []Unprobed {
 			out = append(out, Unprobed{PID: pid, Reason: ReasonTraced, TracerPID: tr})
 		}
 	}
+	for _, pid := range a.setsCapped(f) {
+		out = append(out, Unprobed{PID: pid, Reason: ReasonLinkCap})
+	}
+	return out
+}
+
+// setsCapped are the processes whose per-process set of f a link cap
+// refused, in order.
+func (a *Attacher) setsCapped(f *attached) []int {
+	var out []int
+	for k := range a.linkCapped {
+		if k.file == f.target.Key && k.pid > 0 && !k.upgrade {
+			out = append(out, k.pid)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

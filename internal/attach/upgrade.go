@@ -69,10 +69,21 @@ func (a *Attacher) syncUpgrades() {
 				a.dropUpgrade(f, pid)
 			}
 		}
+		for k := range a.linkCapped {
+			if k.file == f.target.Key && k.upgrade && !want[k.pid] {
+				delete(a.linkCapped, k)
+			}
+		}
 		for pid := range want {
 			if _, ok := f.upgrades[pid]; ok {
 				continue
 			}
+			ck := capKey{file: f.target.Key, pid: pid, upgrade: true}
+			if n := estimateLinks(a.upgradeProbes(f.target.Lib), f.syms, a.opts.UprobeMulti, false); a.overLinkCap(n) != "" {
+				a.refuseLinks(ck, n, a.overLinkCap(n), "lib", f.target.Lib, "path", f.target.Path, "pid", pid, "full_mode", true)
+				continue
+			}
+			delete(a.linkCapped, ck)
 			if err := a.upgrade(f, pid); err != nil {
 				a.log.Warn("full-mode upgrade failed; retried at the next scan", "lib", f.target.Lib, "pid", pid, "err", err)
 			}

@@ -78,22 +78,24 @@ type Collector struct {
 	launchDrops, mapDrops, probeMisses           *prometheus.Desc
 	tenantRefusals                               *prometheus.Desc
 	attachFailures, attachedLibs, uptime, series *prometheus.Desc
-	processLayers                                *prometheus.Desc
-	scanProblems, loadSkips                      *prometheus.Desc
-	mapEntries, mapCapacity, launchEvents        *prometheus.Desc
-	nameFailures                                 *prometheus.Desc
-	trapCost, hitCost, probeCPU, probeShare      *prometheus.Desc
-	samplingRatio, pausedFiles                   *prometheus.Desc
-	ncclCalls, ncclBytes, ncclHangs, ncclStale   *prometheus.Desc
-	ncclOldest, ncclStraggler, ncclCommInfo      *prometheus.Desc
-	ncclCommCalls, ncclCommBytes                 *prometheus.Desc
-	ncclRankEntered, ncclRankReturned            *prometheus.Desc
-	ncclDurations                                latencyFamilies
-	k8sSynced, k8sErrors, k8sPods                *prometheus.Desc
-	rejectedLabels, expiredSeries, coalesced     *prometheus.Desc
-	limitRefusals, readFailures                  *prometheus.Desc
-	switchGaps, switchGapTime                    *prometheus.Desc
-	handoverWakeups                              *prometheus.Desc
+	// The links' cost against the link caps (attach.LinkBudget).
+	probeLinks, probeDescriptors, probeDescriptorsMax, teardownEstimate, teardownMax *prometheus.Desc
+	processLayers                                                                    *prometheus.Desc
+	scanProblems, loadSkips                                                          *prometheus.Desc
+	mapEntries, mapCapacity, launchEvents                                            *prometheus.Desc
+	nameFailures                                                                     *prometheus.Desc
+	trapCost, hitCost, probeCPU, probeShare                                          *prometheus.Desc
+	samplingRatio, pausedFiles                                                       *prometheus.Desc
+	ncclCalls, ncclBytes, ncclHangs, ncclStale                                       *prometheus.Desc
+	ncclOldest, ncclStraggler, ncclCommInfo                                          *prometheus.Desc
+	ncclCommCalls, ncclCommBytes                                                     *prometheus.Desc
+	ncclRankEntered, ncclRankReturned                                                *prometheus.Desc
+	ncclDurations                                                                    latencyFamilies
+	k8sSynced, k8sErrors, k8sPods                                                    *prometheus.Desc
+	rejectedLabels, expiredSeries, coalesced                                         *prometheus.Desc
+	limitRefusals, readFailures                                                      *prometheus.Desc
+	switchGaps, switchGapTime                                                        *prometheus.Desc
+	handoverWakeups                                                                  *prometheus.Desc
 }
 
 // tenantLabel is the tenant label of BPF's tenant id: its cgroup v2 id,
@@ -128,7 +130,12 @@ func New(data Data) *Collector {
 		probeMisses: d("profi_system_bpf_probe_misses_total", "Probe hits not counted on their own: a return without its entry (orphan_return: attached mid-call or evicted), a probed call inside another on the same thread (nested: counted once, as the outer call), a driver launch made by a runtime launch (runtime_to_driver: counted once, as the runtime launch).", []string{"reason"}, nil),
 		attachFailures: d("profi_system_attach_failures_total", "Failed attaches by library and reason; symbol_not_found counts each missing symbol, probe_refused each function the kernel refuses a uprobe on, once per library file.",
 			[]string{"library", "reason"}, nil),
-		attachedLibs: d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		attachedLibs:        d("profi_system_discovery_attached_libraries", "Library files (dev/inode) with probes currently attached.", []string{"library"}, nil),
+		probeLinks:          d("profi_system_probe_links", "Links the probes hold: every file's, the per-process sets of files a traced process maps, the full-mode upgrades and those being released. Addition.", nil, nil),
+		probeDescriptors:    d("profi_system_probe_link_descriptors", "File descriptors the probes' links hold (two per classic uprobe, one per uprobe_multi link). Addition.", nil, nil),
+		probeDescriptorsMax: d("profi_system_probe_link_descriptors_max", "The cap on profi_system_probe_link_descriptors (--max-probe-descriptors; 0: none): a new file or per-process set past it is not linked (profi_system_limit_refusals_total{limit=\"probe_descriptors\"}). Addition.", nil, nil),
+		teardownEstimate:    d("profi_system_probe_teardown_estimate_seconds", "Estimated time to release every probe link at exit, from the time one link takes to go on this kernel (classic uprobes go one after the other). Addition.", nil, nil),
+		teardownMax:         d("profi_system_probe_teardown_max_seconds", "The cap on profi_system_probe_teardown_estimate_seconds (--max-teardown; 0: none): a new file or per-process set past it is not linked (profi_system_limit_refusals_total{limit=\"teardown\"}). Addition.", nil, nil),
 		processLayers: d("profi_system_process_layers", "1 for each layer (runtime, driver, nccl, nvtx) of each tracked process, by what profi sees of it: probed, static, partial, blind, unprobed or absent.",
 			[]string{"pid", "layer", "state"}, nil),
 		uptime:           d("profi_system_uptime_seconds", "Seconds since the agent started.", nil, nil),
@@ -181,7 +188,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{
 		c.durations.bucket, c.durations.sum, c.durations.count, c.durations.hist, c.tracked, c.ringDrops, c.ringDropRate, c.cardDrops,
-		c.launchDrops, c.mapDrops, c.tenantRefusals, c.probeMisses, c.attachFailures, c.attachedLibs, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
+		c.launchDrops, c.mapDrops, c.tenantRefusals, c.probeMisses, c.attachFailures, c.attachedLibs, c.probeLinks, c.probeDescriptors, c.probeDescriptorsMax, c.teardownEstimate, c.teardownMax, c.processLayers, c.uptime, c.series, c.scanProblems, c.loadSkips,
 		c.kernelDurations.bucket, c.kernelDurations.sum, c.kernelDurations.count, c.kernelDurations.hist,
 		c.nameFailures, c.mapEntries, c.mapCapacity, c.launchEvents,
 		c.trapCost, c.hitCost, c.probeCPU, c.probeShare, c.samplingRatio, c.pausedFiles,
@@ -333,6 +340,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, lib := range libraries {
 		gauge(c.attachedLibs, float64(att.Attached[lib]), string(lib))
 	}
+	gauge(c.probeLinks, float64(att.Links.Links))
+	gauge(c.probeDescriptors, float64(att.Links.Descriptors))
+	gauge(c.probeDescriptorsMax, float64(att.Links.MaxDescriptors))
+	gauge(c.teardownEstimate, att.Links.TeardownSeconds)
+	gauge(c.teardownMax, att.Links.MaxTeardownSeconds)
 	for pid, layers := range att.Layers {
 		for _, l := range layers {
 			gauge(c.processLayers, 1, strconv.Itoa(pid), l.Layer, l.State)
@@ -466,7 +478,7 @@ func Refusals(s *aggregate.Snapshot, att attach.Counters) map[string]uint64 {
 	for _, reason := range []string{aggregate.GraphRefusedCycle, aggregate.GraphRefusedDepth, aggregate.GraphRefusedNodes, aggregate.GraphRefusedWork, aggregate.GraphRefusedNodeWork} {
 		r["graph_"+reason] = s.GraphRefusals[reason]
 	}
-	for _, limit := range []string{attach.LimitFilesPerPID, attach.LimitFiles} {
+	for _, limit := range attach.Limits {
 		r[limit] = att.LimitRefusals[limit]
 	}
 	return r

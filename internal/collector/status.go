@@ -183,6 +183,8 @@ func (s *StatusSource) Document() status.Doc {
 	if s.PodCgroups != nil {
 		doc.PodCgroups = s.PodCgroups()
 	}
+	links := st.ProbeLinks
+	doc.ProbeLinks = &links
 	if s.FileDescriptors != nil {
 		if fds, err := s.FileDescriptors(); err == nil {
 			doc.FileDescriptors = &fds
@@ -207,8 +209,8 @@ func (s *StatusSource) Document() status.Doc {
 	// A file a cap refuses leaves the processes that map it unprobed there
 	// (issue 47: a victim behind those who took every slot).
 	if c.CappedFiles > 0 {
-		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("%d library files not attached: a cap was reached (--max-attached-files %d, --max-attached-files-per-pid %d; profi_system_limit_refusals_total)",
-			c.CappedFiles, s.Config.MaxAttachedFiles, s.Config.MaxAttachedFilesPerPID))
+		doc.DegradedReasons = append(doc.DegradedReasons, fmt.Sprintf("%d library files not attached: a cap was reached (--max-attached-files %d, --max-attached-files-per-pid %d, --max-probe-descriptors %d, --max-teardown %s; profi_system_limit_refusals_total)",
+			c.CappedFiles, s.Config.MaxAttachedFiles, s.Config.MaxAttachedFilesPerPID, c.Links.MaxDescriptors, s.Config.MaxTeardown))
 	}
 	doc.Degraded = len(doc.DegradedReasons) > 0
 	return doc

@@ -92,7 +92,7 @@ func TestStatus(t *testing.T) {
 		if doc.UptimeSeconds < 60 {
 			t.Errorf("UptimeSeconds = %v, want at least 60", doc.UptimeSeconds)
 		}
-		if want := map[string]uint64{"graph_cycle": 0, "graph_depth": 0, "graph_nodes": 0, "graph_work": 0, "graph_node_work": 0, "attached_files_per_pid": 0, "attached_files": 0}; !reflect.DeepEqual(doc.Refusals, want) {
+		if want := map[string]uint64{"graph_cycle": 0, "graph_depth": 0, "graph_nodes": 0, "graph_work": 0, "graph_node_work": 0, "attached_files_per_pid": 0, "attached_files": 0, "probe_descriptors": 0, "teardown": 0}; !reflect.DeepEqual(doc.Refusals, want) {
 			t.Errorf("Refusals = %v, want %v", doc.Refusals, want)
 		}
 		doc.UptimeSeconds, doc.Drops, doc.Refusals = 0, nil, nil
@@ -107,7 +107,7 @@ func TestStatus(t *testing.T) {
 			LoaderHooks: []status.LoaderHook{}, LastDiscovery: lastSync,
 			TrackedPIDs: []int{4242}, EventsProcessed: 1234, ExportedSeries: 17, LastDrain: snap.Time,
 			AttachFailureTotals: map[string]uint64{}, Operations: map[string]uint64{}, Processes: []status.ProcessStatus{},
-			KernelFeatures: &status.KernelFeatures{}, Quarantined: []status.Quarantine{},
+			KernelFeatures: &status.KernelFeatures{}, Quarantined: []status.Quarantine{}, ProbeLinks: &status.ProbeLinks{},
 		}
 		if !reflect.DeepEqual(doc, want) {
 			t.Errorf("Status =\n%+v\nwant\n%+v", doc, want)
@@ -330,7 +330,7 @@ func TestStatusDegraded(t *testing.T) {
 	}
 	// Files a cap refuses (issue 47): degraded, with the caps.
 	capped := source(&config.Config{KernelMode: "anonymous", MaxAttachedFiles: 1024, MaxAttachedFilesPerPID: 64}, time.Now(), &aggregate.Snapshot{}, attach.Status{}, attach.Counters{CappedFiles: 3})
-	want = []string{"3 library files not attached: a cap was reached (--max-attached-files 1024, --max-attached-files-per-pid 64; profi_system_limit_refusals_total)"}
+	want = []string{"3 library files not attached: a cap was reached (--max-attached-files 1024, --max-attached-files-per-pid 64, --max-probe-descriptors 0, --max-teardown 0s; profi_system_limit_refusals_total)"}
 	if doc := capped.Document(); !doc.Degraded || !reflect.DeepEqual(doc.DegradedReasons, want) {
 		t.Errorf("with capped files: degraded %v %q, want true %q", doc.Degraded, doc.DegradedReasons, want)
 	}

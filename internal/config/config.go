@@ -105,6 +105,8 @@ type Config struct {
 	MaxKernelsPerPID       int           // --max-kernels-per-pid
 	MaxAttachedFilesPerPID int           // --max-attached-files-per-pid
 	MaxAttachedFiles       int           // --max-attached-files: node-wide
+	MaxProbeDescriptors    int           // --max-probe-descriptors; 0 = three quarters of the agent's descriptor limit
+	MaxTeardown            time.Duration // --max-teardown; 0 = no cap
 	SampleRate             int           // --sample-rate; 1 = no sampling
 	EntriesSize            uint32        // --entries-size
 	AggregatedSize         uint32        // --aggregated-size
@@ -229,6 +231,8 @@ type cli struct {
 	MaxKernelsPerPID       int     `name:"max-kernels-per-pid" default:"512" placeholder:"N" help:"Per-PID cap on distinct kernels."`
 	MaxAttachedFilesPerPID int     `name:"max-attached-files-per-pid" default:"64" placeholder:"N" help:"A new library file is not attached when every process mapping it has N attached (or retried) files already."`
 	MaxAttachedFiles       int     `name:"max-attached-files" default:"1024" placeholder:"N" help:"Node-wide cap on library files attached (or retried)."`
+	MaxProbeDescriptors    int     `name:"max-probe-descriptors" default:"0" placeholder:"N" help:"Cap on the file descriptors the probes' links hold, every file, traced process and full-mode upgrade; a new file or per-process link set past it is not linked. 0: three quarters of the agent's descriptor limit (RLIMIT_NOFILE)."`
+	MaxTeardown            int     `name:"max-teardown" default:"0" placeholder:"SECS" help:"Cap on the estimated time to release every probe link at exit (one classic uprobe takes tens of milliseconds to go, one after the other), so that the agent stops within its termination grace period; a new file or per-process link set past it is not linked. 0: no cap (the chart sets it from terminationGracePeriodSeconds)."`
 	SampleRate             int     `name:"sample-rate" default:"1" placeholder:"N" help:"Measure the duration of one call in N; 1 means no sampling."`
 	EntriesSize            int64   `name:"entries-size" default:"10240" placeholder:"N" help:"max_entries of the in-flight BPF map."`
 	AggregatedSize         int64   `name:"aggregated-size" default:"2048" placeholder:"N" help:"max_entries of the CUDA aggregation BPF map."`
@@ -488,6 +492,7 @@ func (p *parser) build(raw *cli) *Config {
 		MaxKernelsPerPID:       raw.MaxKernelsPerPID,
 		MaxAttachedFilesPerPID: raw.MaxAttachedFilesPerPID,
 		MaxAttachedFiles:       raw.MaxAttachedFiles,
+		MaxProbeDescriptors:    raw.MaxProbeDescriptors,
 		SampleRate:             raw.SampleRate,
 		DetailedLaunches:       raw.DetailedLaunches,
 		NoUprobeMulti:          raw.NoUprobeMulti,
@@ -527,6 +532,8 @@ func (p *parser) build(raw *cli) *Config {
 	p.checkMin("max-kernels-per-pid", raw.MaxKernelsPerPID, 1)
 	p.checkMin("max-attached-files-per-pid", raw.MaxAttachedFilesPerPID, 1)
 	p.checkMin("max-attached-files", raw.MaxAttachedFiles, 1)
+	p.checkMin("max-probe-descriptors", raw.MaxProbeDescriptors, 0)
+	cfg.MaxTeardown = p.seconds("max-teardown", raw.MaxTeardown, 0)
 	p.checkMin("sample-rate", raw.SampleRate, 1)
 	if raw.OverheadBudget < 0 || raw.OverheadBudget > 100 || math.IsNaN(raw.OverheadBudget) {
 		p.errorf("%s: must be a percentage from 0 (off) to 100, got %v", p.source("overhead-budget"), raw.OverheadBudget)

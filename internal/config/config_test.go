@@ -142,6 +142,8 @@ func TestFlags(t *testing.T) {
 		{"max-kernels-per-pid", []string{"--max-kernels-per-pid=64"}, func(c *Config) { c.MaxKernelsPerPID = 64 }},
 		{"max-attached-files-per-pid", []string{"--max-attached-files-per-pid=8"}, func(c *Config) { c.MaxAttachedFilesPerPID = 8 }},
 		{"max-attached-files", []string{"--max-attached-files=100"}, func(c *Config) { c.MaxAttachedFiles = 100 }},
+		{"max-probe-descriptors", []string{"--max-probe-descriptors=20000"}, func(c *Config) { c.MaxProbeDescriptors = 20000 }},
+		{"max-teardown", []string{"--max-teardown=60"}, func(c *Config) { c.MaxTeardown = time.Minute }},
 		{"sample-rate", []string{"--sample-rate=10"}, func(c *Config) { c.SampleRate = 10 }},
 		{"entries-size", []string{"--entries-size=1"}, func(c *Config) { c.EntriesSize = 1 }},
 		{"aggregated-size", []string{"--aggregated-size=4096"}, func(c *Config) { c.AggregatedSize = 4096 }},

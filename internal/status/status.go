@@ -18,6 +18,9 @@ type Doc struct {
 	// (RLIMIT_NOFILE, raised to the hard limit at start by Go): the
 	// headroom for more links (also process_open_fds, process_max_fds).
 	FileDescriptors *FileDescriptors `json:"file_descriptors,omitempty"`
+	// ProbeLinks are the links the probes hold, their descriptors and the
+	// estimated time to release them, against the link caps.
+	ProbeLinks *ProbeLinks `json:"probe_links,omitempty"`
 	// PodCgroups are the node's pod cgroups the agent found, each pod's
 	// processes one tenant of the shared maps (docs/METRICS.md, "Shares of
 	// the shared maps"); absent without a cgroup v2 hierarchy.
@@ -287,6 +290,9 @@ type LibraryStatus struct {
 	// upgrades): a classic link costs the agent two descriptors (the
 	// perf event and the BPF link), a uprobe_multi link one.
 	Links int `json:"links"`
+	// Descriptors are the file descriptors those links hold (two per
+	// classic link, one per uprobe_multi link).
+	Descriptors int `json:"descriptors"`
 }
 
 // Unprobed is a process profi leaves unprobed.
@@ -566,6 +572,34 @@ type XidProcess struct {
 	// of its oldest timed CUDA call in progress, by operation; -1 when the
 	// call's start was not sampled (--sample-rate).
 	CUDAInFlight map[string]float64 `json:"cuda_inflight,omitempty"`
+}
+
+// ProbeLinks are what the probes' links cost the node against the link
+// caps (docs/OPERATIONS.md, "Descriptors and teardown").
+type ProbeLinks struct {
+	Links       int `json:"links"`
+	Descriptors int `json:"descriptors"`
+	// Releasing are links being released in the background (counted
+	// above too).
+	Releasing      int `json:"releasing"`
+	MaxDescriptors int `json:"max_descriptors"` // --max-probe-descriptors; 0: no cap
+	// LinkReleaseSeconds is the time one link takes to go, measured at
+	// start and by each release since; 0: not known, the teardown cap
+	// is not applied yet.
+	LinkReleaseSeconds float64 `json:"link_release_seconds"`
+	// TeardownSeconds is the estimated time to release every link;
+	// MaxTeardownSeconds its cap (--max-teardown; 0: none).
+	TeardownSeconds    float64 `json:"teardown_estimate_seconds"`
+	MaxTeardownSeconds float64 `json:"max_teardown_seconds"`
+	// LastRelease is the last batch of links released in the background
+	// and how long it took; nil before the first.
+	LastRelease *LinkRelease `json:"last_release,omitempty"`
+}
+
+// LinkRelease is a batch of links released and its time.
+type LinkRelease struct {
+	Links   int     `json:"links"`
+	Seconds float64 `json:"seconds"`
 }
 
 // FileDescriptors are the agent's descriptors in use and its limit.

@@ -895,3 +895,33 @@ func requirePodTenants(t *testing.T, a *testutil.Agent, cts []container) {
 	}
 	t.Logf("every container's process admitted under its pod's cgroup (%d pod cgroups in %s)", doc.PodCgroups.Pods, doc.PodCgroups.Dir)
 }
+
+// requireLinkCaps: the chart's link caps reach the agent (issue 47,
+// docs/OPERATIONS.md "Descriptors and teardown"): the teardown cap is the
+// chart's terminationGracePeriodSeconds (75 in deploy/profi/values.yaml)
+// less 15, the descriptor cap three quarters of the agent's descriptor
+// limit, and the time one link takes to go was measured at start.
+func requireLinkCaps(t *testing.T, a *testutil.Agent) {
+	t.Helper()
+	var doc pstatus.Doc
+	if err := a.Status(&doc); err != nil {
+		t.Fatal(err)
+	}
+	l, fds := doc.ProbeLinks, doc.FileDescriptors
+	if l == nil || fds == nil {
+		t.Fatalf("/status has no probe_links (%v) or file_descriptors (%v)", l, fds)
+	}
+	const grace, shutdown = 75, 15
+	if l.MaxTeardownSeconds != grace-shutdown || uint64(l.MaxDescriptors) != fds.Limit/4*3 || l.LinkReleaseSeconds == 0 {
+		t.Errorf("probe_links %+v with descriptor limit %d: want max_teardown %d s, max_descriptors %d, a measured link release", *l, fds.Limit, grace-shutdown, fds.Limit/4*3)
+	}
+	files := 0
+	for _, lib := range doc.AttachedLibraries {
+		files += lib.Descriptors
+	}
+	if files == 0 || files > l.Descriptors || l.Descriptors > fds.Open {
+		t.Errorf("probe links hold %d descriptors, the attached files %d, the agent has %d open: want 0 < files <= links <= open", l.Descriptors, files, fds.Open)
+	}
+	t.Logf("probe links: %d links, %d descriptors (%d of the attached files'), %d open of %d; one link released in %.3f s, teardown estimate %.3f s of %.0f",
+		l.Links, l.Descriptors, files, fds.Open, fds.Limit, l.LinkReleaseSeconds, l.TeardownSeconds, l.MaxTeardownSeconds)
+}

@@ -133,6 +133,7 @@ func TestNode(t *testing.T) {
 	// Deployed as the chart deploys it, the agent finds the pods' cgroups:
 	// batch/two's two containers are one tenant.
 	requirePodTenants(t, a, cts)
+	requireLinkCaps(t, a)
 	requireKernelLog(t, a, kmsg.SyslogPath, "")
 
 	t.Run("crash loop", func(t *testing.T) {

@@ -134,6 +134,8 @@ Validation of value combinations the agent would reject at startup
 - {{ printf "--max-kernels-per-pid=%v" $p.cardinality.maxKernelsPerPid | quote }}
 - {{ printf "--max-attached-files-per-pid=%v" $p.cardinality.maxAttachedFilesPerPid | quote }}
 - {{ printf "--max-attached-files=%v" $p.cardinality.maxAttachedFiles | quote }}
+- {{ printf "--max-probe-descriptors=%v" $p.cardinality.maxProbeDescriptors | quote }}
+- {{ printf "--max-teardown=%v" (max 1 (sub (int .Values.terminationGracePeriodSeconds) 15)) | quote }}
 - {{ printf "--sample-rate=%v" $p.cardinality.sampleRate | quote }}
 {{- if $p.cardinality.detailedLaunches }}
 - "--detailed-launches"

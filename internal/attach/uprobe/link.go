@@ -42,6 +42,18 @@ type Linker struct {
 	// trial is the empty uprobe_multi program findRefused tries addresses
 	// with; loaded on first use.
 	trial *ebpf.Program
+	// closing are the partial links of failed Links being released in
+	// the background (closeLater).
+	closing sync.WaitGroup
+}
+
+// closeLater releases the links a failed Link made, in the background: a
+// classic link takes about 83 ms to go (release.go), so a file failing
+// after a hundred links held its caller for seconds; Close waits for them.
+func (l *Linker) closeLater(links *Links) {
+	if links.Len() > 0 {
+		l.closing.Go(links.Close)
+	}
 }
 
 // Refusals are the probe addresses (file offsets) of one file the kernel
@@ -160,7 +172,7 @@ func (l *Linker) Link(s Set, probes []ops.Probe) (links *Links, reason string, e
 				continue
 			}
 			if err != nil {
-				links.Close()
+				l.closeLater(links)
 				return nil, classify(err), fmt.Errorf("attach return probe %s in %s: %w", p.Symbol, s.Path, err)
 			}
 			ret = r
@@ -168,13 +180,13 @@ func (l *Linker) Link(s Set, probes []ops.Probe) (links *Links, reason string, e
 		e, err := s.Exe.Uprobe(p.Symbol, l.Programs[p.Entry], opts)
 		if err != nil {
 			if ret != nil {
-				_ = ret.Close()
+				l.closeLater(&Links{Returns: []link.Link{ret}})
 			}
 			if isRefusal(err) {
 				l.refuse(s, fn.ProbeAddr(), fmt.Errorf("%s: %w", p.Symbol, err))
 				continue
 			}
-			links.Close()
+			l.closeLater(links)
 			return nil, classify(err), fmt.Errorf("attach probe %s in %s: %w", p.Symbol, s.Path, err)
 		}
 		if ret != nil {
@@ -223,7 +235,7 @@ func (l *Linker) linkMulti(s Set, probes []ops.Probe) (*Links, error) {
 		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(s.PID)}
 		r, err := s.Exe.UretprobeMulti(g.symbols, l.Programs[g.prog], opts)
 		if err != nil {
-			links.Close()
+			l.closeLater(links)
 			return nil, fmt.Errorf("return probes %v: %w", g.symbols, err)
 		}
 		links.Returns = append(links.Returns, r)
@@ -232,7 +244,7 @@ func (l *Linker) linkMulti(s Set, probes []ops.Probe) (*Links, error) {
 		opts := &link.UprobeMultiOptions{Addresses: g.addrs, Offsets: g.offsets, Cookies: g.cookies, PID: uint32(s.PID)}
 		e, err := s.Exe.UprobeMulti(g.symbols, l.Programs[g.prog], opts)
 		if err != nil {
-			links.Close()
+			l.closeLater(links)
 			return nil, fmt.Errorf("entry probes %v: %w", g.symbols, err)
 		}
 		links.Entries = append(links.Entries, e)
@@ -321,8 +333,10 @@ func (l *Linker) Tried() bool {
 	return l.trial != nil
 }
 
-// Close releases the trial program; the links made stay the caller's.
+// Close waits for the partial links of failed Links to go and releases
+// the trial program; the links made stay the caller's.
 func (l *Linker) Close() {
+	l.closing.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.trial != nil {
