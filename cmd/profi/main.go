@@ -162,6 +162,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		ExcludeTraced:  excludeTraced,
 		Inflight:       []*ebpf.Map{objs.Inflight, objs.NcclInflight},
 		Tenant:         objs.Tenant,
+		TenantOf:       tenant.Of(cfg.ProcPath),
 		NoReturnProbes: noReturn,
 	})
 	features := status.KernelFeatures{UprobeMulti: objs.UprobeMulti, NoReturnProbes: noReturn}

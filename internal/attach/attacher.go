@@ -131,6 +131,10 @@ type Options struct {
 	// cgroup v2 id), false if it has made no probed call yet; for the
 	// crash breaker's tenant quarantines (QuarantineTenant). May be nil.
 	Tenant func(pid int) (uint64, bool)
+	// TenantOf names a process's tenant for the shares of the attach
+	// budget (shares.go): its pod, else its cgroup; "" or nil: the
+	// process alone.
+	TenantOf func(pid int) string
 	// Inflight are the BPF maps of calls in flight keyed by pid_tgid
 	// (inflight, nccl_inflight): a process's entries are deleted when its
 	// probes come back after it was left unprobed. May be empty.
@@ -270,6 +274,8 @@ type Attacher struct {
 	releasing   atomic.Int64
 	linkRelease atomic.Int64
 	lastRelease atomic.Pointer[releaseRecord]
+	// tenantMemo are the tenants of processes read this pass (shares.go).
+	tenantMemo map[int]string
 	// ho is the runtime->driver handover (handover.go); a.files are its
 	// host's (handover_host.go).
 	ho *handover
@@ -392,7 +398,7 @@ func (a *Attacher) Sync(targets []Target) {
 		}
 		delete(a.capped, t.Key)
 		ck := capKey{file: t.Key}
-		if est, ok := a.linkCapped[ck]; ok && a.overLinkCap(est) != "" {
+		if est, ok := a.linkCapped[ck]; ok && a.overLinkCap(est, t.PIDs) != "" {
 			continue // refused and counted already; not opened again (prepare)
 		}
 		p := prepared[t.Key]
@@ -402,7 +408,7 @@ func (a *Attacher) Sync(targets []Target) {
 		}
 		if p.err == nil {
 			est := estimateLinks(a.probes(t.Lib, a.opts.KernelMode), p.syms, a.opts.UprobeMulti, a.ho.candidate(t))
-			if limit := a.overLinkCap(est); limit != "" {
+			if limit := a.overLinkCap(est, t.PIDs); limit != "" {
 				a.refuseLinks(ck, est, limit, "lib", t.Lib, "path", t.Path, "pids", t.PIDs)
 				p.close()
 				continue
@@ -478,11 +484,14 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	return true
 }
 
-// heldFiles are the files attached or being retried, in all and per
-// process: what the caps count.
+// heldFiles are the files attached or being retried, in all, per process
+// and per tenant (a file several tenants map counts for each): what the
+// caps count.
 type heldFiles struct {
-	all    int
-	perPID map[int]int
+	all       int
+	perPID    map[int]int
+	perTenant map[string]int
+	tenantOf  func(pid int) string
 }
 
 func (h *heldFiles) add(t Target) {
@@ -490,11 +499,14 @@ func (h *heldFiles) add(t Target) {
 	for _, pid := range t.PIDs {
 		h.perPID[pid]++
 	}
+	for _, tn := range tenantsOf(t.PIDs, h.tenantOf) {
+		h.perTenant[tn]++
+	}
 }
 
 // held counts the files attached or being retried. Called with a.mu held.
 func (a *Attacher) held() *heldFiles {
-	h := &heldFiles{perPID: map[int]int{}}
+	h := &heldFiles{perPID: map[int]int{}, perTenant: map[string]int{}, tenantOf: a.tenantOf}
 	for _, f := range a.files {
 		h.add(f.target)
 	}
@@ -504,12 +516,15 @@ func (a *Attacher) held() *heldFiles {
 	return h
 }
 
-// overCap is the cap that refuses new file t, or "": the node's, or, when
-// every process that maps it holds its share already, the per-process
-// one (a file a process with room maps is attached: a victim sharing a
+// overCap is the cap that refuses new file t, or "": the node's (past its
+// room, unless a process that maps t belongs to a tenant below its
+// guarantee: shares.go), or, when every process that maps it holds its
+// share already, the per-process one (a file a process with room maps is attached: a victim sharing a
 // file with a process at its cap keeps it). Called with a.mu held.
 func (a *Attacher) overCap(t Target, h *heldFiles) string {
-	if a.opts.MaxFiles > 0 && h.all >= a.opts.MaxFiles {
+	if !shareOf(a.opts.MaxFiles).admits(h.all, 1, func(guarantee int) bool {
+		return a.belowGuarantee(t.PIDs, h.perTenant, guarantee)
+	}) {
 		return LimitFiles
 	}
 	if a.opts.MaxFilesPerPID <= 0 || len(t.PIDs) == 0 {

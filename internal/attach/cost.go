@@ -80,20 +80,47 @@ func (a *Attacher) heldLinks() int {
 	return n
 }
 
-// overLinkCap is the link cap that n more links would go past, or "".
-// Called with a.mu held.
-func (a *Attacher) overLinkCap(n int) string {
+// overLinkCap is the link cap that n more links for processes pids would
+// go past, or "": within each cap's room anyone links; past it, a tenant
+// below its guarantee (shares.go). Called with a.mu held.
+func (a *Attacher) overLinkCap(n int, pids []int) string {
 	if n == 0 {
 		return ""
 	}
 	held := a.heldLinks()
-	if a.opts.MaxDescriptors > 0 && a.descriptors(held+n) > a.opts.MaxDescriptors {
+	var links map[string]int
+	below := func(guarantee int, units func(int) int) bool {
+		if links == nil {
+			links = a.linkHoldings()
+		}
+		for _, pid := range pids {
+			if units(links[a.tenantOf(pid)]) < guarantee {
+				return true
+			}
+		}
+		return false
+	}
+	if !shareOf(a.opts.MaxDescriptors).admits(a.descriptors(held), a.descriptors(n), func(g int) bool { return below(g, a.descriptors) }) {
 		return LimitDescriptors
 	}
-	if a.opts.MaxTeardown > 0 && a.linkRelease.Load() > 0 && a.teardown(held+n) > a.opts.MaxTeardown {
+	if !shareOf(a.teardownLinks()).admits(held, n, func(g int) bool { return below(g, func(l int) int { return l }) }) {
 		return LimitTeardown
 	}
 	return ""
+}
+
+// teardownLinks is how many links --max-teardown allows (at least one),
+// from the time one takes to go; 0: no cap, or that time not known yet.
+func (a *Attacher) teardownLinks() int {
+	per := a.linkRelease.Load()
+	if a.opts.MaxTeardown <= 0 || per <= 0 {
+		return 0
+	}
+	n := int(int64(a.opts.MaxTeardown) / per)
+	if a.opts.UprobeMulti {
+		n *= multiParallel
+	}
+	return max(n, 1)
 }
 
 // estimateLinks is how many links one set of probes takes in a file that

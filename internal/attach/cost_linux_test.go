@@ -129,20 +129,15 @@ func TestLinkCaps(t *testing.T) {
 	t.Logf("uprobe_multi %v: one runtime file, %d links", o.UprobeMulti, per)
 	_ = one.Close()
 
-	// Under the teardown cap of two files' estimate, as many files fit as
-	// have the same estimate: two classic ones, three of 5 uprobe_multi
-	// links (16 overlap).
-	fit := 2
-	for fit < len(paths) && teardownUnits(o, (fit+1)*per) <= teardownUnits(o, 2*per) {
-		fit++
-	}
 	for _, tc := range []struct {
 		name, limit string
 		caps        Options
 		fit         int
 	}{
+		// Caps of two and a half files: their room (seven eighths,
+		// shares.go) holds two, the third would go past the cap.
 		{"descriptors", LimitDescriptors, Options{MaxDescriptors: fd * (2*per + per/2)}, 2},
-		{"teardown", LimitTeardown, Options{MaxTeardown: time.Duration(teardownUnits(o, 2*per)) * time.Second, LinkRelease: time.Second}, fit},
+		{"teardown", LimitTeardown, Options{MaxTeardown: time.Duration(teardownUnits(o, 2*per+per/2)) * time.Second, LinkRelease: time.Second}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := base
@@ -226,5 +221,37 @@ func TestLinkCapPerProcessSets(t *testing.T) {
 	a.Sync([]Target{tg})
 	if l := a.Status().Attached[0]; len(l.Unprobed) != 1 || len(a.linkCapped) != 0 {
 		t.Errorf("after the refused process left: unprobed %+v, %d refusals held; want the traced one, 0", l.Unprobed, len(a.linkCapped))
+	}
+}
+
+// The link caps are shared like the file cap (shares.go): under a cap of
+// eight files' descriptors a hostile tenant mapping ten copies gets the
+// room, seven, and a victim tenant started after it, holding nothing, its
+// file from the reserve (the eighth).
+func TestLinkCapReserve(t *testing.T) {
+	o := linkObjects(t)
+	fd := perDescriptors(o)
+	fx := fixtures(t)
+	paths := copies(t, fx.Cudart, 11)
+	const hostile, victim = 1<<30 + 1, 1<<30 + 2 // tenants only: the links filter on this process
+	probe := New(Options{Programs: o.Programs(), KernelMode: ops.KernelModeAnonymous, PID: os.Getpid(), UprobeMulti: o.UprobeMulti})
+	probe.Sync([]Target{fileTarget(t, discover.LibCudart, paths[10], []int{os.Getpid()}, new(atomic.Int32))})
+	per := probe.Status().ProbeLinks.Links
+	_ = probe.Close()
+	a := New(Options{Programs: o.Programs(), KernelMode: ops.KernelModeAnonymous, PID: os.Getpid(), UprobeMulti: o.UprobeMulti,
+		MaxDescriptors: 8 * fd * per, TenantOf: func(pid int) string { return map[int]string{hostile: "pod:hostile", victim: "pod:victim"}[pid] }})
+	defer a.Close()
+	var tg []Target
+	for _, p := range paths[:9] {
+		tg = append(tg, fileTarget(t, discover.LibCudart, p, []int{hostile}, new(atomic.Int32)))
+	}
+	a.Sync(tg)
+	tg = append(tg, fileTarget(t, discover.LibCudart, paths[9], []int{victim}, new(atomic.Int32)))
+	a.Sync(tg)
+	if got, want := attachedPaths(a), append(slices.Clone(paths[:7]), paths[9]); !slices.Equal(got, want) {
+		t.Errorf("attached %v, want %v (the hostile's first seven, the victim's)", got, want)
+	}
+	if c := a.Counters(); c.LimitRefusals[LimitDescriptors] != 2 || c.Links.Descriptors != 8*fd*per {
+		t.Errorf("refusals %v, %d descriptors; want 2 at %s, %d", c.LimitRefusals, c.Links.Descriptors, LimitDescriptors, 8*fd*per)
 	}
 }

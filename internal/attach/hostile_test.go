@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -125,7 +126,10 @@ func TestAttachFileCaps(t *testing.T) {
 		t.Errorf("second pass: %d opens, refusals %v, %d capped; want 66, 936, 936", opens.Load(), c.LimitRefusals, c.CappedFiles)
 	}
 
-	// Three processes of 64 copies each under a node cap of 100.
+	// Three processes of 64 copies each under a node cap of 100: its room
+	// is 88 (the reserve 100/8 = 12), each process its own tenant here,
+	// the guarantee 6 (shares.go). The first takes 64, the second 24 (the
+	// room), the third, below its guarantee, 6 of the reserve.
 	opens.Store(0)
 	targets = targets[:0]
 	for p := range 3 {
@@ -135,7 +139,60 @@ func TestAttachFileCaps(t *testing.T) {
 	}
 	b := New(Options{KernelMode: ops.KernelModeAnonymous, Now: (&clock{now: t0}).Now, MaxFilesPerPID: 64, MaxFiles: 100})
 	b.Sync(targets)
-	if c := b.Counters(); opens.Load() != 100 || c.LimitRefusals[LimitFiles] != 92 {
-		t.Errorf("node cap: %d opens, refusals %v; want 100, 92 at attached_files", opens.Load(), c.LimitRefusals)
+	if c := b.Counters(); opens.Load() != 64+24+6 || c.LimitRefusals[LimitFiles] != 3*64-94 {
+		t.Errorf("node cap: %d opens, refusals %v; want 94, 98 at attached_files", opens.Load(), c.LimitRefusals)
+	}
+}
+
+// The node's file cap is shared (issue 47: 17 processes mapping 64 copies
+// of a runtime each took all 1,023 attachable files, and a victim started
+// after them was not probed at all). Under --max-attached-files 1024 the
+// room is 896 and the reserve 128, each tenant's guarantee 64: the
+// hostile pod's 17 processes get the room, a second hostile pod its
+// guarantee, and a victim pod, started last, both its files.
+func TestAttachFileShares(t *testing.T) {
+	t.Parallel()
+	var opens atomic.Int32
+	denied := func() (*os.File, error) { return nil, os.ErrPermission } // each a failure kept for retry: held like a file
+	tenants := map[int]string{}
+	var targets []Target
+	for p := range 17 {
+		pid := 100 + p
+		tenants[pid] = "pod:hostile"
+		for i := range 64 {
+			targets = append(targets, target(FileKey{Dev: 1, Inode: uint64(p*1000 + i)}, discover.LibCudart, fmt.Sprintf("/h/%d/%d/libcudart.so.12", p, i), []int{pid}, &opens, denied))
+		}
+	}
+	for p := range 2 {
+		pid := 200 + p
+		tenants[pid] = "pod:second"
+		for i := range 64 {
+			targets = append(targets, target(FileKey{Dev: 2, Inode: uint64(p*1000 + i)}, discover.LibCudart, fmt.Sprintf("/s/%d/%d/libcudart.so.12", p, i), []int{pid}, &opens, denied))
+		}
+	}
+	const victim = 300
+	tenants[victim] = "pod:victim"
+	targets = append(targets,
+		target(FileKey{Dev: 3, Inode: 1}, discover.LibCudart, "/v/libcudart.so.12", []int{victim}, &opens, denied),
+		target(FileKey{Dev: 3, Inode: 2}, discover.LibCuda, "/v/libcuda.so.1", []int{victim}, &opens, denied))
+	a := New(Options{KernelMode: ops.KernelModeAnonymous, Now: (&clock{now: t0}).Now, MaxFilesPerPID: 64, MaxFiles: 1024,
+		TenantOf: func(pid int) string { return tenants[pid] }})
+	for pass := range 2 {
+		a.Sync(targets)
+		if got := opens.Load(); got != 896+64+2 {
+			t.Errorf("pass %d: %d files opened, want 962 (the room 896 to the hostile pod, the guarantee 64 to the second, the victim's 2)", pass, got)
+		}
+		if c := a.Counters(); c.LimitRefusals[LimitFiles] != 17*64-896+2*64-64 {
+			t.Errorf("pass %d: refusals %v, want 256 at attached_files (192 of the hostile pod's, 64 of the second's)", pass, c.LimitRefusals)
+		}
+	}
+	var victimHeld int
+	for _, f := range a.Status().Failed {
+		if slices.Equal(f.PIDs, []int{victim}) {
+			victimHeld++
+		}
+	}
+	if victimHeld != 2 {
+		t.Errorf("the victim's files held: %d, want 2", victimHeld)
 	}
 }

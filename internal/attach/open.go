@@ -24,6 +24,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 		a.mu.Unlock()
 		return nil
 	}
+	a.tenantMemo = map[int]string{} // a pass reads each process's tenant once
 	var todo []Target
 	seen := make(map[FileKey]bool, len(targets)+len(a.static))
 	held := a.held()
@@ -44,7 +45,7 @@ func (a *Attacher) prepare(targets []Target, now time.Time) map[FileKey]*opened 
 		if _, ok := a.failed[t.Key]; !ok && a.overCap(t, held) != "" {
 			continue // not opened: Sync counts it
 		}
-		if est, ok := a.linkCapped[capKey{file: t.Key}]; ok && a.overLinkCap(est) != "" {
+		if est, ok := a.linkCapped[capKey{file: t.Key}]; ok && a.overLinkCap(est, t.PIDs) != "" {
 			continue // refused by a link cap at an earlier pass, still over it
 		}
 		held.add(t)

@@ -194,7 +194,7 @@ func (a *Attacher) switchFilters(f *attached) {
 				// Each per-process set costs a whole set's links: a
 				// process that traces itself must not take the node's.
 				ck := capKey{file: f.target.Key, pid: pid}
-				if limit := a.overLinkCap(links * (1 + len(added))); limit != "" {
+				if limit := a.overLinkCap(links*(1+len(added)), []int{pid}); limit != "" {
 					a.refuseLinks(ck, links, limit, "lib", f.target.Lib, "path", f.target.Path, "pid", pid)
 					continue
 				}

@@ -79,8 +79,8 @@ func (a *Attacher) syncUpgrades() {
 				continue
 			}
 			ck := capKey{file: f.target.Key, pid: pid, upgrade: true}
-			if n := estimateLinks(a.upgradeProbes(f.target.Lib), f.syms, a.opts.UprobeMulti, false); a.overLinkCap(n) != "" {
-				a.refuseLinks(ck, n, a.overLinkCap(n), "lib", f.target.Lib, "path", f.target.Path, "pid", pid, "full_mode", true)
+			if n := estimateLinks(a.upgradeProbes(f.target.Lib), f.syms, a.opts.UprobeMulti, false); a.overLinkCap(n, []int{pid}) != "" {
+				a.refuseLinks(ck, n, a.overLinkCap(n, []int{pid}), "lib", f.target.Lib, "path", f.target.Path, "pid", pid, "full_mode", true)
 				continue
 			}
 			delete(a.linkCapped, ck)

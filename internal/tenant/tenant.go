@@ -2,7 +2,8 @@
 // processes of a pod as one tenant of the shared maps however deep they
 // nest cgroups below it (bpf/quota.h tenant_of; docs/METRICS.md, "Shares
 // of the shared maps"). Without Kubernetes it finds none and the tenant
-// stays each process's own cgroup.
+// stays each process's own cgroup. Of names the same tenant from
+// /proc/PID/cgroup for the attacher's shares of the attach budget.
 package tenant
 
 import (
@@ -263,4 +264,34 @@ func (r MapRoots) Delete(id uint64) error {
 		return err
 	}
 	return nil
+}
+
+// Of returns a process's tenant as the attacher's shares name it
+// (internal/attach/shares.go): "pod:<uid>" for a process of a pod
+// (k8s.ParseCgroup, however deep below the pod it nests), else
+// "cgroup:<path>" from its cgroup v2 line (relative to the agent's cgroup
+// namespace: two processes of one cgroup read the same path), read
+// through procRoot; "" when /proc/PID/cgroup cannot be read (the process
+// alone, then).
+func Of(procRoot string) func(pid int) string {
+	return func(pid int) string {
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+		if err != nil {
+			return ""
+		}
+		return Key(b)
+	}
+}
+
+// Key is the tenant of the contents of a /proc/PID/cgroup file (Of).
+func Key(cgroup []byte) string {
+	if c, ok := k8s.ParseCgroup(cgroup); ok {
+		return "pod:" + c.PodUID
+	}
+	for line := range strings.Lines(string(cgroup)) {
+		if p, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "0::"); ok {
+			return "cgroup:" + p
+		}
+	}
+	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -102,6 +103,25 @@ func TestFindDir(t *testing.T) {
 		}
 		if want := filepath.Join(proc, "1", "root", tc.want); err != nil || got != want {
 			t.Errorf("%q: %s %v, want %s", tc.mountinfo, got, err, want)
+		}
+	}
+}
+
+// A process's tenant for the attach shares: its pod, however deep it
+// nests cgroups below its container, else its cgroup v2 path.
+func TestKey(t *testing.T) {
+	const uid = "0b7a3c4e-1f2d-4e5f-8a9b-0c1d2e3f4a5b"
+	ctr := "cri-containerd-" + strings.Repeat("ab", 32) + ".scope"
+	for _, tc := range []struct{ cgroup, want string }{
+		{"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/" + ctr + "\n", "pod:" + uid},
+		{"0::/kubepods/burstable/pod" + uid + "/" + strings.Repeat("cd", 32) + "/nested/deeper\n", "pod:" + uid},
+		{"0::/../../kubepods/pod" + uid + "/" + strings.Repeat("ef", 32) + "\n", "pod:" + uid},
+		{"12:memory:/user.slice\n0::/user.slice/user-1000.slice/session-3.scope\n", "cgroup:/user.slice/user-1000.slice/session-3.scope"},
+		{"0::/\n", "cgroup:/"},
+		{"3:cpu:/legacy\n", ""},
+	} {
+		if got := Key([]byte(tc.cgroup)); got != tc.want {
+			t.Errorf("Key(%q) = %q, want %q", tc.cgroup, got, tc.want)
 		}
 	}
 }
