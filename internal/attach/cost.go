@@ -1,7 +1,9 @@
 package attach
 
 import (
+	"cmp"
 	"log/slog"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -230,9 +232,10 @@ func (a *Attacher) closeSetLater(ls *linkSet) {
 	})
 }
 
-// linkBudget is what the links cost now against the caps. Called with
+// linkBudget is what the links cost now against the caps, with each
+// tenant's share if tenants (/status; not for each scrape). Called with
 // a.mu held.
-func (a *Attacher) linkBudget() LinkBudget {
+func (a *Attacher) linkBudget(tenants bool) LinkBudget {
 	held := a.heldLinks()
 	b := LinkBudget{
 		Links: held, Descriptors: a.descriptors(held), Releasing: int(a.releasing.Load()),
@@ -242,5 +245,15 @@ func (a *Attacher) linkBudget() LinkBudget {
 	if r := a.lastRelease.Load(); r != nil {
 		b.LastRelease = &status.LinkRelease{Links: r.links, Seconds: r.took.Seconds()}
 	}
+	if !tenants {
+		return b
+	}
+	files := a.held().perTenant
+	for tn, n := range a.linkHoldings() {
+		b.Tenants = append(b.Tenants, status.TenantLinks{Tenant: tn, Files: files[tn], Links: n, Descriptors: a.descriptors(n)})
+	}
+	slices.SortFunc(b.Tenants, func(x, y status.TenantLinks) int {
+		return cmp.Or(cmp.Compare(y.Descriptors, x.Descriptors), cmp.Compare(x.Tenant, y.Tenant))
+	})
 	return b
 }

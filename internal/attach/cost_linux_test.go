@@ -14,6 +14,7 @@ import (
 	"github.com/profi-dev/profi/internal/bpfobj"
 	"github.com/profi-dev/profi/internal/discover"
 	"github.com/profi-dev/profi/internal/ops"
+	"github.com/profi-dev/profi/internal/status"
 	"github.com/profi-dev/profi/internal/testutil"
 )
 
@@ -253,5 +254,12 @@ func TestLinkCapReserve(t *testing.T) {
 	}
 	if c := a.Counters(); c.LimitRefusals[LimitDescriptors] != 2 || c.Links.Descriptors != 8*fd*per {
 		t.Errorf("refusals %v, %d descriptors; want 2 at %s, %d", c.LimitRefusals, c.Links.Descriptors, LimitDescriptors, 8*fd*per)
+	}
+	want := []status.TenantLinks{
+		{Tenant: "pod:hostile", Files: 7, Links: 7 * per, Descriptors: 7 * per * fd},
+		{Tenant: "pod:victim", Files: 1, Links: per, Descriptors: per * fd},
+	}
+	if got := a.Status().ProbeLinks.Tenants; !slices.Equal(got, want) {
+		t.Errorf("/status probe_links.tenants %+v, want %+v", got, want)
 	}
 }

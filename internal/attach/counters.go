@@ -68,7 +68,7 @@ func (a *Attacher) counters() Counters {
 			c.CappedFiles++
 		}
 	}
-	c.Links = a.linkBudget()
+	c.Links = a.linkBudget(false)
 	pids := map[int]bool{}
 	for _, f := range a.files {
 		if !profiled(f.target.Lib) {

@@ -51,7 +51,7 @@ type Status struct {
 func (a *Attacher) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync, ProbeLinks: a.linkBudget()}
+	s := Status{Attached: []LibraryStatus{}, LoaderHooks: []LoaderHook{}, Failed: []FailureStatus{}, LastSync: a.lastSync, ProbeLinks: a.linkBudget(true)}
 	for key, f := range a.files {
 		if !profiled(f.target.Lib) {
 			if len(f.sets) > 0 { // off while a traced process maps it (traced.go)

@@ -594,6 +594,18 @@ type ProbeLinks struct {
 	// LastRelease is the last batch of links released in the background
 	// and how long it took; nil before the first.
 	LastRelease *LinkRelease `json:"last_release,omitempty"`
+	// Tenants are what each tenant (pod, else cgroup) holds, most
+	// descriptors first: the files its processes map and their links (a
+	// file several tenants map counts for each).
+	Tenants []TenantLinks `json:"tenants,omitempty"`
+}
+
+// TenantLinks are one tenant's share of the attach budget.
+type TenantLinks struct {
+	Tenant      string `json:"tenant"`
+	Files       int    `json:"files"`
+	Links       int    `json:"links"`
+	Descriptors int    `json:"descriptors"`
 }
 
 // LinkRelease is a batch of links released and its time.
