@@ -24,8 +24,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/profi-dev/profi/internal/aggregate"
 	"github.com/profi-dev/profi/internal/attach"
 	"github.com/profi-dev/profi/internal/bpfobj"
@@ -442,11 +440,11 @@ func podWatch(cfg *config.Config, log *slog.Logger) (*k8s.Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod enrichment (--node-name %s) needs in-cluster credentials or KUBECONFIG: %w", cfg.NodeName, err)
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := k8s.NewClient(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, err
 	}
-	return k8s.NewWatcher(client, cfg.NodeName, log)
+	return k8s.NewWatcher(client.Pods(cfg.NodeName), cfg.NodeName, log)
 }
 
 // startBudget prepares --overhead-budget: BPF run-time statistics and a

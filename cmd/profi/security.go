@@ -6,13 +6,13 @@ import (
 	"net/http"
 	"os"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/profi-dev/profi/internal/auth"
 	"github.com/profi-dev/profi/internal/collector"
 	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/k8s"
 	"github.com/profi-dev/profi/internal/server"
 )
 
@@ -57,12 +57,12 @@ func metricsSecurity(cfg *config.Config, m *collector.HTTP, log *slog.Logger) (*
 		if err != nil {
 			return nil, nil, fmt.Errorf("--metrics-auth-mode=%s needs a Kubernetes client (in-cluster credentials or KUBECONFIG): %w", cfg.MetricsAuth.Mode, err)
 		}
-		client, err := kubernetes.NewForConfig(rc)
+		client, err := k8s.NewClient(rc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+			return nil, nil, err
 		}
-		opts.Reviews = client.AuthenticationV1().TokenReviews()
-		opts.Access = client.AuthorizationV1().SubjectAccessReviews()
+		opts.Reviews = client.TokenReviews()
+		opts.Access = client.SubjectAccessReviews()
 	}
 	a, err := auth.New(opts)
 	if err != nil {

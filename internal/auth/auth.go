@@ -21,8 +21,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 
 	"github.com/profi-dev/profi/internal/config"
 )
@@ -89,6 +87,17 @@ type Metrics struct {
 	Latency  prometheus.Observer    // seconds per TokenReview call
 }
 
+// TokenReviews creates TokenReviews: k8s.Client's, or client-go's typed
+// client (tests).
+type TokenReviews interface {
+	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
+// AccessReviews creates SubjectAccessReviews, as TokenReviews.
+type AccessReviews interface {
+	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
 // Options configure an Authenticator.
 type Options struct {
 	Mode string // config.AuthModeOff, AuthModeBearer or AuthModeMTLSOrBearer
@@ -96,10 +105,10 @@ type Options struct {
 	// against the client CA (--metrics-tls-mode=mtls): a request with a
 	// verified chain is authenticated by it.
 	ClientCerts bool
-	Reviews     authenticationclient.TokenReviewInterface // needed for bearer modes
+	Reviews     TokenReviews // needed for bearer modes
 	// Access, with Authorize, checks each bearer-authenticated request with
 	// a SubjectAccessReview (non-resource URL = request path, verb get).
-	Access    authorizationclient.SubjectAccessReviewInterface
+	Access    AccessReviews
 	Authorize bool
 	Audience  string        // empty: no audience requested or checked
 	CacheTTL  time.Duration // successful reviews; 0 disables that cache

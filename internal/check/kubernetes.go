@@ -7,11 +7,11 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/profi-dev/profi/internal/config"
+	"github.com/profi-dev/profi/internal/k8s"
 )
 
 // kubernetesChecks runs when the agent will talk to the API server: pod
@@ -36,11 +36,11 @@ func kubernetesChecks(ctx context.Context, env *Env) []Result {
 			Fix: "run in a pod with a service account token (automountServiceAccountToken: true), or set KUBECONFIG outside a cluster"}}
 	}
 	rc.Timeout = env.Timeout
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := k8s.NewClient(rc)
 	if err != nil {
 		return []Result{{Name: "kubernetes", Status: Fail, Detail: "client: " + err.Error(), Fix: "correct the kubeconfig"}}
 	}
-	v, err := client.Discovery().ServerVersion()
+	v, err := client.ServerVersion(ctx)
 	if err != nil {
 		return []Result{{Name: "kubernetes", Status: Fail, Detail: fmt.Sprintf("API server %s (%s) unreachable: %v", rc.Host, source, err),
 			Fix: "check that the API server is up and reachable from the node (network policy, KUBERNETES_SERVICE_HOST, firewall); without it pods get no labels and /ready stays false"}}
@@ -61,7 +61,7 @@ func kubernetesChecks(ctx context.Context, env *Env) []Result {
 		if ra.Group != "" {
 			name += "." + ra.Group
 		}
-		ssar, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		ssar, err := client.SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra},
 		}, metav1.CreateOptions{})
 		switch {

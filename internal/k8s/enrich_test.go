@@ -11,8 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 // procTree writes /proc/PID/cgroup files.
@@ -98,7 +101,7 @@ func pod(name string, statuses ...corev1.ContainerStatus) *corev1.Pod {
 // they are known. Init and ephemeral containers are matched too.
 func TestEnricherLabelsWhenThePodArrives(t *testing.T) {
 	client := fake.NewClientset()
-	w, err := NewWatcher(client, "gpu-1", nil)
+	w, err := NewWatcher(clientsetPods(client), "gpu-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +147,21 @@ func TestEnricherLabelsWhenThePodArrives(t *testing.T) {
 	}
 }
 
+// clientsetPods lists and watches the pods of a fake clientset, as
+// Client.Pods does the API server's.
+func clientsetPods(client *fake.Clientset) cache.ListerWatcher {
+	// The fake says it cannot stream a list through a watch (the
+	// reflector's default); the API server can (Client.Pods).
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, client)
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
@@ -158,7 +176,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // an annotation removed later downgrades the process again.
 func TestEnricherFullModeAnnotation(t *testing.T) {
 	client := fake.NewClientset()
-	w, err := NewWatcher(client, "gpu-1", nil)
+	w, err := NewWatcher(clientsetPods(client), "gpu-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

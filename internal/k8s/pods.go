@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/profi-dev/profi/internal/status"
@@ -45,7 +43,6 @@ type Watcher struct {
 	node     string
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
 	synced   atomic.Bool
 	errors   atomic.Uint64
 	mu       sync.Mutex
@@ -53,23 +50,19 @@ type Watcher struct {
 	lastAt   time.Time
 }
 
-// NewWatcher prepares a watch of the pods with spec.nodeName == node.
-func NewWatcher(client kubernetes.Interface, node string, log *slog.Logger) (*Watcher, error) {
+// NewWatcher prepares a watch of the pods lw lists and watches: those
+// with spec.nodeName == node (Client.Pods).
+func NewWatcher(lw cache.ListerWatcher, node string, log *slog.Logger) (*Watcher, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	w := &Watcher{node: node, log: log.With("component", "k8s")}
-	w.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + node }))
-	w.informer = w.factory.Core().V1().Pods().Informer()
-	if err := w.informer.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
+	w.informer = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{uidIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			return []string{string(p.UID)}, nil
 		}
 		return nil, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("pod informer index: %w", err)
-	}
+	}})
 	// Keep only what labels need: a node can run hundreds of pods.
 	if err := w.informer.SetTransform(slim); err != nil {
 		return nil, fmt.Errorf("pod informer transform: %w", err)
@@ -111,13 +104,16 @@ func slim(obj any) (any, error) {
 
 // Run starts the informer and blocks until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.informer.RunWithContext(ctx)
+	}()
 	if cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
 		w.synced.Store(true)
 		w.log.Info("pod watch synced", "node", w.node, "pods", len(w.informer.GetStore().ListKeys()))
 	}
-	<-ctx.Done()
-	w.factory.Shutdown()
+	<-done
 	return nil
 }
 
