@@ -43,3 +43,14 @@ func RequireKernel() error {
 	//nolint:staticcheck // ST1005: "Linux" is a name, and the line starts the operator's error (docs/KERNELS.md)
 	return fmt.Errorf("Linux %s is too old for profi: %w, which needs %s or newer", release, ErrKernelTooOld, MinKernel)
 }
+
+// RunTimeAllocation reports whether the kernel allocates hash map
+// elements safely in uprobe programs: 6.1's BPF memory allocator
+// (bpf_mem_alloc). Before it the verifier accepted a run-time allocated
+// hash map in a tracing program only with a warning that it is unsafe
+// (WARN_ONCE in the kernel log), so the maps stay preallocated there. Told
+// by a helper of the same release (bpf_ktime_get_tai_ns, 6.1), a backport
+// counting.
+func RunTimeAllocation() bool {
+	return features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs) == nil
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/profi-dev/profi/internal/ops"
 )
@@ -58,6 +59,10 @@ type Options struct {
 	// VerifierStats keeps each program's verifier statistics line
 	// (Objects.VerifierStats): for the verifier budget test.
 	VerifierStats bool
+	// Preallocate keeps every hash map preallocated even where the kernel
+	// allocates elements safely at run time (RunTimeAllocation): for the
+	// kernel-memory measurement and tests of kernels before 6.1.
+	Preallocate bool
 }
 
 // kernelModes are kernel_mode's values in bpf/config.h.
@@ -76,6 +81,9 @@ type Objects struct {
 	// NoUprobeMulti is why the kernel's uprobe_multi links are not used
 	// (nil when they are, or when Options.NoUprobeMulti asked for classic).
 	NoUprobeMulti error
+	// RunTimeAlloc: the hash maps allocate their elements as keys arrive
+	// (BPF_F_NO_PREALLOC; RunTimeAllocation), not all at load.
+	RunTimeAlloc bool
 }
 
 // Programs returns every loaded program by its name in the object, so
@@ -219,7 +227,20 @@ func Load(opts Options) (*Objects, error) {
 	} else if err := spec.Variables[ProfiVarKernelMode].Set(mode); err != nil {
 		return nil, fmt.Errorf("set kernel_mode: %w", err)
 	}
-	objs := Objects{UprobeMulti: multi, NoUprobeMulti: noMulti}
+	// A preallocated hash map charges its whole size at load: 62 of the
+	// object's 79 MiB at the default sizes (docs/BENCHMARK.md, "Kernel
+	// memory at load"). Where the kernel allocates elements safely in a
+	// uprobe program they are allocated as keys arrive instead, within the
+	// same max_entries (a failed allocation is a failed insert, counted
+	// as any other).
+	objs := Objects{UprobeMulti: multi, NoUprobeMulti: noMulti, RunTimeAlloc: !opts.Preallocate && RunTimeAllocation()}
+	if objs.RunTimeAlloc {
+		for _, m := range spec.Maps {
+			if m.Type == ebpf.Hash {
+				m.Flags |= unix.BPF_F_NO_PREALLOC
+			}
+		}
+	}
 	var copts *ebpf.CollectionOptions
 	if opts.VerifierStats {
 		copts = &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
