@@ -240,8 +240,15 @@ func TestCrashBreakerQuarantine(t *testing.T) {
 			if unprobed[sibling.PID] != "quarantined" || unprobed[other.PID] != "" {
 				t.Errorf("unprobed in the runtime file %v; want the sibling (pid %d) quarantined, the other tenant's (pid %d) probed", unprobed, sibling.PID, other.PID)
 			}
-			if lines := a.LogLines("probes quarantined for one tenant"); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") {
-				t.Errorf("log lines about the tenant quarantine %q, want one WARN line", lines)
+			// The quarantine shows in /status before its log line is
+			// written and read back from the agent's stderr.
+			if err := testenv.Eventually(10*time.Second, func() error {
+				if lines := a.LogLines("probes quarantined for one tenant"); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") {
+					return fmt.Errorf("log lines about the tenant quarantine %q, want one WARN line", lines)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
 			}
 
 			// The other tenant stays exact; the sibling's calls no longer count.

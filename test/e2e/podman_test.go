@@ -291,16 +291,17 @@ func unhandled(v any, handled map[string]string) []string {
 // constraint the chart grows must be translated (or explained) here.
 var (
 	podFields = map[string]string{
-		"HostPID":            "--pid=host",
-		"Volumes":            "hostPath volumes, mounted by volumeMounts",
-		"InitContainers":     "run first, as the kubelet does",
-		"Containers":         "",
-		"ServiceAccountName": "left out: credentials for the API server, which this test does not run",
-		"RuntimeClassName":   "left out: the NVIDIA runtime injects NVML; no GPU here",
-		"PriorityClassName":  "left out: scheduling",
-		"NodeSelector":       "left out: scheduling",
-		"Tolerations":        "left out: scheduling",
-		"Affinity":           "left out: scheduling",
+		"HostPID":                       "--pid=host",
+		"TerminationGracePeriodSeconds": "--stop-timeout: how long a stop waits before SIGKILL, the agent's teardown budget",
+		"Volumes":                       "hostPath volumes, mounted by volumeMounts",
+		"InitContainers":                "run first, as the kubelet does",
+		"Containers":                    "",
+		"ServiceAccountName":            "left out: credentials for the API server, which this test does not run",
+		"RuntimeClassName":              "left out: the NVIDIA runtime injects NVML; no GPU here",
+		"PriorityClassName":             "left out: scheduling",
+		"NodeSelector":                  "left out: scheduling",
+		"Tolerations":                   "left out: scheduling",
+		"Affinity":                      "left out: scheduling",
 	}
 	containerFields = map[string]string{
 		"Name":            "",
@@ -341,6 +342,9 @@ func podmanRunArgs(t *testing.T, spec *corev1.PodSpec, c corev1.Container, name,
 		}
 	}
 	args := []string{"run", "--rm", "--name", name, "--pull=never", "--network=host", "--ipc=private"}
+	if g := spec.TerminationGracePeriodSeconds; g != nil {
+		args = append(args, fmt.Sprintf("--stop-timeout=%d", *g))
+	}
 	if spec.HostPID {
 		args = append(args, "--pid=host")
 	}
