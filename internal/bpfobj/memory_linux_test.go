@@ -59,10 +59,12 @@ func v2Kernel(dir string) (uint64, error) {
 func openMemCgroup(dir string) (*memCgroup, error) {
 	if _, err := os.Stat(filepath.Join(dir, "memory.kmem.usage_in_bytes")); err == nil {
 		return &memCgroup{
-			dir:        dir,
-			now:        func() (uint64, error) { return readUint(filepath.Join(dir, "memory.kmem.usage_in_bytes")) },
-			peak:       func() (uint64, error) { return readUint(filepath.Join(dir, "memory.kmem.max_usage_in_bytes")) },
-			resetPeak:  func() error { return os.WriteFile(filepath.Join(dir, "memory.kmem.max_usage_in_bytes"), []byte("0"), 0) },
+			dir:  dir,
+			now:  func() (uint64, error) { return readUint(filepath.Join(dir, "memory.kmem.usage_in_bytes")) },
+			peak: func() (uint64, error) { return readUint(filepath.Join(dir, "memory.kmem.max_usage_in_bytes")) },
+			resetPeak: func() error {
+				return os.WriteFile(filepath.Join(dir, "memory.kmem.max_usage_in_bytes"), []byte("0"), 0)
+			},
 			kernelOnly: true,
 		}, nil
 	}
