@@ -519,8 +519,9 @@ func (a *Attacher) held() *heldFiles {
 // overCap is the cap that refuses new file t, or "": the node's (past its
 // room, unless a process that maps t belongs to a tenant below its
 // guarantee: shares.go), or, when every process that maps it holds its
-// share already, the per-process one (a file a process with room maps is attached: a victim sharing a
-// file with a process at its cap keeps it). Called with a.mu held.
+// share already, the per-process one (a file a process with room maps is
+// attached: a victim sharing a file with a process at its cap keeps it).
+// Called with a.mu held.
 func (a *Attacher) overCap(t Target, h *heldFiles) string {
 	if !shareOf(a.opts.MaxFiles).admits(h.all, 1, func(guarantee int) bool {
 		return a.belowGuarantee(t.PIDs, h.perTenant, guarantee)
