@@ -681,11 +681,19 @@ func (a *Attacher) release(files []*attached) {
 	go func() {
 		defer a.closing.Done()
 		began := time.Now()
+		// The files close in parallel, as at Close: when a batch job's
+		// processes exit together, a thousand uprobe_multi files closed
+		// one after the other took 40 s (classic links still go one at a
+		// time in the kernel).
+		var wg sync.WaitGroup
 		for _, f := range files {
-			links := f.allLinks()
-			f.closeLinks()
-			a.releasing.Add(-int64(links))
+			wg.Go(func() {
+				links := f.allLinks()
+				f.closeLinks()
+				a.releasing.Add(-int64(links))
+			})
 		}
+		wg.Wait()
 		a.released(n, time.Since(began))
 	}()
 }

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if dir := os.Getenv(mapperEnv); dir != "" {
+		return mapFiles(dir)
+	}
 	if why := testutil.BPFUnavailable(); why == "" {
 		var err error
 		if fixtures, err = testutil.TestFixtures(); err != nil {
