@@ -484,12 +484,14 @@ func (a *Attacher) wantsAttach(t Target, now time.Time) bool {
 	return true
 }
 
-// heldFiles are the files attached or being retried, in all, per process
-// and per tenant (a file several tenants map counts for each): what the
-// caps count.
+// heldFiles are the files attached or being retried, in all and per
+// process, and, once a cap past its room asks (tenants), per tenant (a
+// file several tenants map counts for each): what the caps count. The
+// tenants are read from /proc only then, not at every pass.
 type heldFiles struct {
 	all       int
 	perPID    map[int]int
+	pids      [][]int // each file's processes, for tenants
 	perTenant map[string]int
 	tenantOf  func(pid int) string
 }
@@ -499,14 +501,32 @@ func (h *heldFiles) add(t Target) {
 	for _, pid := range t.PIDs {
 		h.perPID[pid]++
 	}
-	for _, tn := range tenantsOf(t.PIDs, h.tenantOf) {
+	h.pids = append(h.pids, t.PIDs)
+	if h.perTenant != nil {
+		h.count(t.PIDs)
+	}
+}
+
+func (h *heldFiles) count(pids []int) {
+	for _, tn := range tenantsOf(pids, h.tenantOf) {
 		h.perTenant[tn]++
 	}
 }
 
+// tenants are the files each tenant holds.
+func (h *heldFiles) tenants() map[string]int {
+	if h.perTenant == nil {
+		h.perTenant = map[string]int{}
+		for _, pids := range h.pids {
+			h.count(pids)
+		}
+	}
+	return h.perTenant
+}
+
 // held counts the files attached or being retried. Called with a.mu held.
 func (a *Attacher) held() *heldFiles {
-	h := &heldFiles{perPID: map[int]int{}, perTenant: map[string]int{}, tenantOf: a.tenantOf}
+	h := &heldFiles{perPID: map[int]int{}, tenantOf: a.tenantOf}
 	for _, f := range a.files {
 		h.add(f.target)
 	}
@@ -524,7 +544,7 @@ func (a *Attacher) held() *heldFiles {
 // Called with a.mu held.
 func (a *Attacher) overCap(t Target, h *heldFiles) string {
 	if !shareOf(a.opts.MaxFiles).admits(h.all, 1, func(guarantee int) bool {
-		return a.belowGuarantee(t.PIDs, h.perTenant, guarantee)
+		return a.belowGuarantee(t.PIDs, h.tenants(), guarantee)
 	}) {
 		return LimitFiles
 	}

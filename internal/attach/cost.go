@@ -248,7 +248,7 @@ func (a *Attacher) linkBudget(tenants bool) LinkBudget {
 	if !tenants {
 		return b
 	}
-	files := a.held().perTenant
+	files := a.held().tenants()
 	for tn, n := range a.linkHoldings() {
 		b.Tenants = append(b.Tenants, status.TenantLinks{Tenant: tn, Files: files[tn], Links: n, Descriptors: a.descriptors(n)})
 	}

@@ -2,7 +2,6 @@ package attach
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,17 +28,7 @@ func copies(t *testing.T, src string, n int) []string {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		in, err := os.Open(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := os.Create(p)
-		if err == nil {
-			_, err = io.Copy(o, in)
-			o.Close()
-		}
-		in.Close()
-		if err != nil {
+		if err := testutil.CopyFile(src, p); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, p)

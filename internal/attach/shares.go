@@ -1,6 +1,10 @@
 package attach
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/profi-dev/profi/internal/bpfobj"
+)
 
 // Shares of the attach budget (issue 47 item 1; docs/OPERATIONS.md,
 // "Shares of the attach budget"). The node's caps on files
@@ -15,12 +19,14 @@ import "strconv"
 // (Options.TenantOf reads it from /proc: a process whose library is not
 // attached has made no probed call, so BPF has not seen it).
 
-// share is one cap's room and guarantee; a cap of 0 is none.
+// share is one cap's room and guarantee, by the rule of the BPF maps'
+// shares (bpfobj.Share) with a reserve of at least one; a cap of 0 is
+// none, a room of 0 shares nothing (the cap alone).
 type share struct{ cap, room, guarantee int }
 
 func shareOf(limit int) share {
-	reserve := max(limit/8, 1)
-	return share{cap: limit, room: limit - reserve, guarantee: max(reserve/2, 1)}
+	room, reserve := bpfobj.Share(uint64(max(limit, 0)), 1)
+	return share{cap: limit, room: int(room), guarantee: max(int(reserve)/2, 1)}
 }
 
 // admits reports whether n more units fit when held are held: within the
@@ -32,6 +38,8 @@ func (s share) admits(held, n int, below func(guarantee int) bool) bool {
 		return true
 	case held+n > s.cap:
 		return false
+	case s.room == 0:
+		return true
 	default:
 		return below(s.guarantee)
 	}

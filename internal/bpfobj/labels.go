@@ -141,7 +141,21 @@ const MinReserve = 64
 // MinReserve (two newcomers' guarantees; the rest of the map is there
 // for whoever needs it).
 func Reserve(maxEntries uint32) uint32 {
-	return max(maxEntries/8, MinReserve)
+	_, reserve := Share(uint64(maxEntries), MinReserve)
+	return uint32(reserve)
+}
+
+// Share is the rule of every bound shared by tenants, the BPF maps' keys
+// here and the attacher's files and links (internal/attach/shares.go):
+// the last eighth of limit, at least minReserve, is a reserve for tenants
+// below their guarantee (half of it), the rest the room anyone takes.
+// room 0: the reserve would be all of limit, nothing is shared.
+func Share(limit, minReserve uint64) (room, reserve uint64) {
+	reserve = max(limit/8, minReserve)
+	if reserve >= limit {
+		return 0, reserve
+	}
+	return limit - reserve, reserve
 }
 
 // NodeRoom is how many keys of a shared map of maxEntries the node fills

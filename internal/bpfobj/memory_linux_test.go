@@ -79,28 +79,24 @@ func openMemCgroup(dir string) (*memCgroup, error) {
 	return nil, fmt.Errorf("%s has neither cgroup v1 kmem counters nor cgroup v2 memory.peak", dir)
 }
 
-// newMemCgroup makes a memory cgroup for the helper: cgroup v1's memory
-// hierarchy, else a child of the cgroup v2 root with memory enabled.
+// newMemCgroup makes a memory cgroup for the helper: in cgroup v1's
+// memory hierarchy (its kmem counters), else below the cgroup v2 root
+// where it enables the memory controller for its children.
 func newMemCgroup(t *testing.T, n int) (string, error) {
-	name := fmt.Sprintf("profi-load-memory-%d-%d", os.Getpid(), n)
-	for _, parent := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
-		if _, err := os.Stat(filepath.Join(parent, "memory.kmem.usage_in_bytes")); err != nil && parent != "/sys/fs/cgroup" {
-			continue
+	parent := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(parent, "memory.kmem.usage_in_bytes")); err != nil {
+		parent = "/sys/fs/cgroup"
+		ctl, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
+		if err != nil || !strings.Contains(string(ctl), "memory") {
+			return "", fmt.Errorf("no cgroup v1 memory hierarchy, and no memory controller for a child of %s (%q, %v)", parent, ctl, err)
 		}
-		if parent == "/sys/fs/cgroup" {
-			ctl, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
-			if err != nil || !strings.Contains(string(ctl), "memory") {
-				return "", fmt.Errorf("no memory controller for a child of %s (%q, %v)", parent, ctl, err)
-			}
-		}
-		dir := filepath.Join(parent, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return "", err
-		}
-		t.Cleanup(func() { _ = os.Remove(dir) })
-		return dir, nil
 	}
-	return "", fmt.Errorf("no memory cgroup hierarchy")
+	dir := filepath.Join(parent, fmt.Sprintf("profi-load-memory-%d-%d", os.Getpid(), n))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	return dir, nil
 }
 
 func TestLoadKernelMemory(t *testing.T) {

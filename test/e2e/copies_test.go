@@ -70,10 +70,6 @@ func TestVictimAfterRuntimeCopies(t *testing.T) {
 	const procs, copies, room = 16, 64, 896 // room: 1024 less its eighth, the explicit share of docs/OPERATIONS.md
 	a := startAgent(t, "--max-attached-files", "1024", "--max-attached-files-per-pid", "64")
 	dir := t.TempDir()
-	src, err := os.ReadFile(fixtures.Cudart)
-	if err != nil {
-		t.Fatal(err)
-	}
 	hostileCg := inNewCgroup(t, "copies-hostile")
 	hostile := map[int]bool{}
 	var hostiles []*testutil.Workload
@@ -84,7 +80,7 @@ func TestVictimAfterRuntimeCopies(t *testing.T) {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(path, src, 0o755); err != nil {
+			if err := testutil.CopyFile(fixtures.Cudart, path); err != nil {
 				t.Fatal(err)
 			}
 		}
