@@ -612,12 +612,12 @@ func (bc *bench) setup(c *config, dir string) error {
 		// profi as the agent runs it: its attacher, the kernel mode, the
 		// default probe profile, no PID filter (--pid unset).
 		opts := attach.Options{
-			Programs:    bc.profiPrograms(c),
-			KernelMode:  c.mode,
-			Profile:     ops.ProfileLean,
-			PIDFiles:    bc.objs.PidFiles,
-			RuntimeText: bc.objs.RtText,
-			UprobeMulti: c.multi,
+			Programs:      bc.profiPrograms(c),
+			KernelMode:    c.mode,
+			Profile:       ops.ProfileLean,
+			PIDFiles:      bc.objs.PidFiles,
+			RuntimeRanges: true,
+			UprobeMulti:   c.multi,
 		}
 		if c.handover {
 			opts.Handover = attach.HandoverMaps{Sites: bc.objs.RtSites, Ops: bc.objs.RtOps, Counted: bc.objs.RtCounted}
@@ -879,7 +879,7 @@ func (bc *bench) measure(c *config) (ns float64, err error) {
 
 // syncProfi syncs c's attacher with the loop's targets, as a discovery
 // pass does: it attaches the libraries on the first run and, on every
-// run, writes pid_files and rt_text (the runtime→driver guard's range)
+// run, writes pid_files (with the runtime→driver guard's range)
 // for the new process. Then it checks that its libraries (both CUDA
 // stubs, or libnccl) are attached without failures, as uprobe_multi
 // links exactly when c says so, and, from the attacher's Status (what

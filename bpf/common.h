@@ -62,3 +62,7 @@ enum {
 #endif
 
 #include <bpf/bpf_core_read.h>
+
+/* The errors the programs tell apart (the same numbers on x86-64 and arm64). */
+#define EBUSY  16
+#define EEXIST 17

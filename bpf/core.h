@@ -81,15 +81,13 @@ static __always_inline struct thread_state *thread_state(void)
 	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 }
 
-/*
- * The current thread's state, created when it has none (dev: its device
- * so far, DEV_NONE for a new one); NULL without kernel memory for it.
- */
-static __always_inline struct thread_state *thread_state_new(u32 dev)
-{
-	struct thread_state init = {.dev = dev};
+/* A new thread's state: no marker, no device. In .rodata, not on the caller's stack. */
+static const struct thread_state new_thread_state = {.dev = DEV_NONE};
 
-	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), &init,
+/* The current thread's state, created when it has none; NULL without kernel memory for it. */
+static __always_inline struct thread_state *thread_state_new(void)
+{
+	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), (void *)&new_thread_state,
 				    BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 

@@ -8,7 +8,9 @@
  * 0). The uprobe out-of-line page ([uprobes]: the copies of probed
  * instructions and the return probe trampoline) is mm's xol_area; a
  * thread's pending return probes are its utask's return_instances, each
- * with the stack address of the return address it hijacked.
+ * with the stack address of the return address it hijacked. do_exit
+ * counts the exiting thread out of signal->live before the tracepoint too:
+ * 0 there means the whole process has exited.
  */
 struct xol_area___profi {
 	unsigned long vaddr;
@@ -30,8 +32,15 @@ struct uprobe_task___profi {
 	struct return_instance___profi *return_instances;
 } __attribute__((preserve_access_index));
 
+struct signal_struct___profi {
+	struct {
+		int counter;
+	} live;
+} __attribute__((preserve_access_index));
+
 struct task_struct___profi {
 	int exit_code;
+	struct signal_struct___profi *signal;
 	struct mm_struct___profi *mm;
 	struct uprobe_task___profi *utask;
 } __attribute__((preserve_access_index));
@@ -88,16 +97,19 @@ static __always_inline u8 fault_evidence(u32 sig, u64 ip, u64 sp)
  * the kernel raised counts (si_code > 0: never kill, tgkill or sigqueue,
  * whose codes are 0 or negative; a process may queue itself a positive
  * code, but not make its instruction pointer explain it). It is kept, the
- * process's latest, with the evidence that ties it to a probe, for the
- * exit to report: a handler may run first and raise the signal again
- * with kill (Python's faulthandler does), which is not kept. Signals of
- * unprobed processes cost one map lookup.
+ * process's latest, with the evidence that ties it to a probe and the
+ * faulting thread's latest probe hit, for the exit to report: a handler
+ * may run first and raise the signal again with kill (Python's
+ * faulthandler does), which is not kept. A thread that never trapped
+ * cannot have been made to fault by a probe: its fault keeps no evidence.
+ * Signals of unprobed processes cost one map lookup.
  */
 SEC("raw_tracepoint/signal_deliver")
 int fault_deliver(u64 *ctx)
 {
 	u32 sig = (u32)ctx[0], pid = bpf_get_current_pid_tgid() >> 32;
 	const void *info = (const void *)ctx[1];
+	struct thread_state *t;
 	struct last_hit *h;
 	struct pt_regs r;
 	s32 code = 0;
@@ -118,24 +130,27 @@ int fault_deliver(u64 *ctx)
 	h->fault_addr = addr;
 	h->fault_code = code;
 	h->fault_sig = sig;
-	h->fault_why = fault_evidence(sig, UREGS_IP(&r), UREGS_SP(&r));
+	t = thread_state();
+	h->file = t ? t->hit_file : 0;
+	h->ns = t ? t->hit_ns : 0;
+	h->fault_why = h->file ? fault_evidence(sig, UREGS_IP(&r), UREGS_SP(&r)) : 0;
 	return 0;
 }
 
 /*
- * A thread of a process with a probe hit on record exits. If a fault
- * signal killed it, the first such thread sends one crash_events record
+ * A thread of a process with a crash record exits. If a fault signal
+ * killed it, the first such thread sends one crash_events record
  * (deleting the entry decides which: the others find it gone), with the
  * evidence fault_deliver kept; the breaker in userspace decides whether a
- * probe explains the death. A group
- * leader that exits otherwise (exit, SIGKILL, SIGTERM) drops the entry:
- * a later hit of a thread still running writes it again.
+ * probe explains the death. A process that exits otherwise (exit,
+ * SIGKILL, SIGTERM) drops the entry with its last thread.
  */
 static __always_inline void note_exit(u64 id)
 {
 	struct task_struct___profi *task = (void *)bpf_get_current_task();
 	u32 pid = id >> 32, key = 0;
 	struct last_hit *h, fault;
+	struct thread_state *t;
 	struct crash_event *e;
 	struct pt_regs r;
 	u64 hit_ns, *lost;
@@ -148,7 +163,7 @@ static __always_inline void note_exit(u64 id)
 	code = BPF_CORE_READ(task, exit_code);
 	sig = code & 0x7f;
 	if (!fault_signal(sig)) {
-		if ((u32)id == pid)
+		if (!BPF_CORE_READ(task, signal, live.counter))
 			bpf_map_delete_elem(&pid_last_hit, &pid);
 		return;
 	}
@@ -159,10 +174,13 @@ static __always_inline void note_exit(u64 id)
 	 * A seccomp filter kills without delivering a signal: one that
 	 * blocks the return probe's system call kills in it (x86-64 from
 	 * 6.11; docs/KERNELS.md). The killed thread exits first, the others
-	 * only once woken by the kill, so it is the one reporting.
+	 * only once woken by the kill, so it is the one reporting, with its
+	 * own latest hit.
 	 */
 	if (sig == SIGSYS && NR_URETPROBE >= 0 && !user_regs(&r) &&
-	    UREGS_SYSCALL(&r) == NR_URETPROBE) {
+	    UREGS_SYSCALL(&r) == NR_URETPROBE && (t = thread_state()) && t->hit_file) {
+		file = t->hit_file;
+		hit_ns = t->hit_ns;
 		fault.fault_ip = UREGS_IP(&r);
 		fault.fault_addr = 0;
 		fault.fault_code = 0;
@@ -207,13 +225,9 @@ int thread_exit(void *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 	u32 pid = id >> 32;
 
-	/* An unseen process's range goes with it; userspace's entries are its own to delete. */
-	if ((u32)id == pid) {
-		struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
-
-		if (text && text->unseen)
-			bpf_map_delete_elem(&rt_text, &pid);
-	}
+	/* An unseen process's range (BPF's own, rt_text) goes with it. */
+	if ((u32)id == pid)
+		bpf_map_delete_elem(&rt_text, &pid);
 	delete_admitted(&nccl_inflight, &id, id >> 32, QUOTA_NCCL_INFLIGHT);
 	if (nvtx_enabled)
 		delete_admitted(&nvtx_stack, &id, id >> 32, QUOTA_NVTX_STACK);

@@ -57,8 +57,6 @@ static long vma_found_cb(void *task, struct vm_area_struct___profi *vma, void *d
 	return 0;
 }
 
-#define EBUSY 16
-
 /*
  * The mapping of the current process that holds addr, if it maps a file:
  * false for anonymous memory (JIT code), and when the process's mappings
@@ -88,7 +86,7 @@ static __always_inline bool find_mapping(u64 addr, struct vma_found *out)
  */
 __noinline int write_unseen_text(u32 pid, u64 addr, u32 file)
 {
-	struct text_range t = {.unseen = 1};
+	struct text_range t = {};
 	struct vma_found m = {};
 	u32 *noted;
 
@@ -124,23 +122,39 @@ __noinline int note_inode(u64 addr, u32 file)
 	return 0;
 }
 
-/* The rt_text entry of unseen process pid (write_unseen_text); NULL if none. */
-static __always_inline struct text_range *unseen_text(u32 pid, u64 addr, u32 file)
+/*
+ * The runtime range of the current process (pid) into *out, and whether it
+ * has one: a registered process's is in its pid_files value v (PF_RT_TEXT),
+ * so no lookup; an unseen one's (PF_UNSEEN in flags) is rt_text's, found
+ * from addr's mapping if not there yet (write_unseen_text: file 0 for a
+ * driver launch's return address). handed is then the file's (file_facts).
+ */
+static __always_inline bool process_text(const struct pid_file_val *v, u32 flags, u32 pid, u64 addr,
+					 u32 file, struct text_range *out)
 {
-	if (!write_unseen_text(pid, addr, file))
-		return NULL;
-	return bpf_map_lookup_elem(&rt_text, &pid);
-}
-
-/* Whether some launch ops of text's file are counted at the driver. */
-static __always_inline bool text_handed(const struct text_range *text)
-{
+	struct text_range *t;
 	u8 *f;
 
-	if (!text->unseen)
-		return text->handed;
-	f = bpf_map_lookup_elem(&file_facts, &text->file);
-	return f && (*f & PF_HANDED);
+	if (v && (v->flags & PF_RT_TEXT)) {
+		out->start = v->rt_start;
+		out->end = v->rt_end;
+		out->file = v->rt_file;
+		out->handed = !!(v->flags & PF_HANDED);
+		return true;
+	}
+	if (!(flags & PF_UNSEEN))
+		return false;
+	t = bpf_map_lookup_elem(&rt_text, &pid);
+	if (!t && write_unseen_text(pid, addr, file))
+		t = bpf_map_lookup_elem(&rt_text, &pid);
+	if (!t)
+		return false;
+	out->start = t->start;
+	out->end = t->end;
+	out->file = t->file;
+	f = bpf_map_lookup_elem(&file_facts, &out->file);
+	out->handed = f && (*f & PF_HANDED);
+	return true;
 }
 
 /* The marker in thread state t (thread_state); NULL when it has none. */
@@ -207,7 +221,7 @@ static __always_inline void mark_runtime_launch(struct pt_regs *ctx, struct thre
 	if (learn && old && old->learn && !old->merged)
 		rt_op_add(file, old->learn - 1, 1, 0);
 	if (!t)
-		t = thread_state_new(DEV_NONE);
+		t = thread_state_new();
 	if (!t) {
 		count_drop(DROP_RT_MARKER);
 		return;
@@ -247,20 +261,17 @@ static __always_inline void rt_learn(struct text_range *text, u32 drv_op, u64 re
  * the driver), RT_NESTED (the runtime made it, and the runtime's probe
  * counted it), or the runtime op whose launches the driver counts at that
  * site (rt_counted). ret: the driver launch's return address
- * (decode_launch). Inside the runtime's range the return address proves
+ * (decode_launch); text: the process's runtime range (process_text), NULL
+ * if it has none. Inside the runtime's range the return address proves
  * who made the call; the marker only says which runtime op, so no time
  * window applies there: every marking launch replaces the thread's marker.
  */
-static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret, u32 op, u32 flags,
-					    struct thread_state *t)
+static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 ret, u32 op,
+					    struct thread_state *t, struct text_range *text)
 {
-	u32 pid = id >> 32;
-	struct text_range *text = bpf_map_lookup_elem(&rt_text, &pid);
 	struct rt_launch *m;
 	bool nested;
 
-	if (!text && (flags & PF_UNSEEN))
-		text = unseen_text(pid, ret, 0);
 	if (text) {
 		struct rt_site k = {.file = text->file, .drv_op = op, .off = ret - text->start};
 		bool handed;
@@ -268,7 +279,7 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
 
 		if (ret < text->start || ret >= text->end)
 			return op;
-		handed = text_handed(text);
+		handed = text->handed;
 		m = thread_marker(t);
 		nested = m && !m->merged && entry_sp(ctx) < m->sp;
 		as = handed ? bpf_map_lookup_elem(&rt_counted, &k) : NULL;
@@ -326,12 +337,11 @@ static __always_inline u32 driver_launch_op(struct pt_regs *ctx, u64 id, u64 ret
  * place for the driver launch below both), and every counted runtime
  * launch leaves one.
  */
-static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret, u32 flags, u32 op,
-					   u32 file, struct thread_state *t)
+static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 ret, u32 flags, u32 op,
+					   u32 file, struct thread_state *t,
+					   const struct text_range *text)
 {
-	u32 pid = id >> 32;
 	u32 learn = flags & PF_RT_MARK ? op + 1 : 0;
-	struct text_range *text;
 	struct rt_launch *m = thread_marker(t);
 
 	/*
@@ -358,7 +368,6 @@ static __always_inline bool runtime_nested(struct pt_regs *ctx, u64 id, u64 ret,
 		return false;
 	}
 	if (flags & PF_RT_SHARED) {
-		text = bpf_map_lookup_elem(&rt_text, &pid);
 		if (!text || ret < text->start || ret >= text->end) {
 			if (learn)
 				mark_runtime_launch(ctx, t, file, learn, ret, false);

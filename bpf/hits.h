@@ -6,56 +6,99 @@
  */
 #pragma once
 
-/*
- * Records that the probe of ctx's attached file trapped in process pid now.
- * The clock is read at most once a tick per process: the tick count
- * (bpf_jiffies64) is a load, while bpf_ktime_get_ns reads the clock source,
- * 120-170 ns a call on the benchmark's kvm-clock VM (docs/BENCHMARK.md,
- * "Crash circuit breaker"). The breaker's window is seconds, so a hit time
- * up to a tick early changes nothing it decides.
- */
-static __always_inline void note_hit(struct pt_regs *ctx, u32 pid)
-{
-	u32 file = COOKIE_FILE(bpf_get_attach_cookie(ctx));
-	u32 tick = (u32)bpf_jiffies64();
-	struct last_hit *h, v = {.file = file, .tick = tick};
+static const struct last_hit zero_last_hit;
 
-	h = bpf_map_lookup_elem(&pid_last_hit, &pid);
-	if (!h) {
-		v.ns = bpf_ktime_get_ns();
-		bpf_map_update_elem(&pid_last_hit, &pid, &v, BPF_ANY);
-		return;
+/*
+ * A thread's first probe hit: creates its state and, if it is its
+ * process's first, the process's crash record. Global: verified once, not
+ * in every program's paths.
+ */
+__noinline int note_first_hit(u32 pid)
+{
+	long err;
+
+	if (!thread_state_new()) {
+		count_drop(DROP_BREAKER_HIT);
+		return 0;
 	}
-	/* Only on a change: threads on other CPUs rarely write the same line. */
-	if (h->tick != tick) {
-		h->ns = bpf_ktime_get_ns();
-		h->tick = tick;
+	err = bpf_map_update_elem(&pid_last_hit, &pid, &zero_last_hit, BPF_NOEXIST);
+	if (err && err != -EEXIST)
+		count_drop(DROP_BREAKER_HIT);
+	return 0;
+}
+
+/*
+ * Records that the probe of attached file file trapped in the current
+ * thread of process pid now, in the thread's state (threads), and returns
+ * that state. The breaker ties a fault to the latest hit of the thread
+ * that faulted: a probe can only make the thread it trapped fault. The
+ * launch path looks the thread's state up anyway, so there the hit costs
+ * no lookup of its own (issue 44). A thread's first hit creates its
+ * process's crash record (pid_last_hit), which signal delivery and exits
+ * look up. The clock is read at most once a tick per thread: the tick
+ * count (bpf_jiffies64) is a load, while bpf_ktime_get_ns reads the clock
+ * source, 120-170 ns a call on the benchmark's kvm-clock VM
+ * (docs/BENCHMARK.md, "Crash circuit breaker"). The breaker's window is
+ * seconds, so a hit time up to a tick early changes nothing it decides.
+ */
+static __always_inline struct thread_state *note_hit(u32 pid, u32 file)
+{
+	u32 tick = (u32)bpf_jiffies64();
+	struct thread_state *t = thread_state();
+
+	if (!t) {
+		note_first_hit(pid);
+		t = thread_state();
+		if (!t)
+			return NULL;
 	}
-	if (h->file != file)
-		h->file = file;
+	/* The thread's own line: written unconditionally, the clock once a tick. */
+	if (t->hit_tick != tick) {
+		t->hit_ns = bpf_ktime_get_ns();
+		t->hit_tick = tick;
+	}
+	t->hit_file = file;
+	return t;
+}
+
+/* note_hit for programs that keep no thread state: verified once, a small frame. */
+__noinline int note_hit_call(u32 pid, u32 file)
+{
+	note_hit(pid, file);
+	return 0;
 }
 
 /*
  * Counts a probe hit (a trap) of process pid. Every probe program calls it
  * once per run, with its context named ctx: the crash breaker needs the
- * attached file from the cookie.
+ * attached file from the cookie. count_hit_thread also returns the
+ * thread's state when the breaker looked it up (else NULL: thread_state).
  */
-#define count_hit(pid) count_hit_at(ctx, (pid))
+#define count_hit(pid)	      ((void)count_hit_at(ctx, (pid), false))
+#define count_hit_thread(pid) count_hit_at(ctx, (pid), true)
 
-static __always_inline void count_hit_at(struct pt_regs *ctx, u32 pid)
+static __always_inline struct thread_state *count_hit_at(struct pt_regs *ctx, u32 pid, bool thread)
 {
+	struct thread_state *t = NULL;
 	u64 one = 1;
 	u64 *n;
 
-	if (crash_breaker)
-		note_hit(ctx, pid);
+	if (crash_breaker) {
+		u32 file = COOKIE_FILE(bpf_get_attach_cookie(ctx));
+
+		if (thread)
+			t = note_hit(pid, file);
+		else
+			note_hit_call(pid, file);
+	}
 	if (!count_hits)
-		return;
+		return t;
 	n = bpf_map_lookup_elem(&pid_hits, &pid);
 	if (n)
 		PCPU_ADD(*n, 1);
 	else
 		bpf_map_update_elem(&pid_hits, &pid, &one, BPF_NOEXIST);
+	return t;
 }
 
 struct kernfs_node___profi {
@@ -119,21 +162,30 @@ __noinline int note_unseen(u32 pid)
 
 /*
  * Whether this attachment (file) counts the current hit of process pid: 0
- * if not, else its pid_file_flag bits (PF_OWN at least). A process
- * userspace has seen costs one lookup when the file is its own (the common
- * case), two when it is an alias's; an unseen one (PF_UNSEEN) four, until
- * the next pass.
+ * if not, else its pid_file_flag bits (PF_OWN at least); with val, *val is
+ * then the process's pid_files value for the file (NULL for an unseen
+ * process). A
+ * process userspace has seen costs one lookup when the file is its own
+ * (the common case), two when it is an alias's; an unseen one (PF_UNSEEN)
+ * four, until the next pass.
  */
-static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
+static __always_inline u32 hit_state(struct pt_regs *ctx, u32 pid, u32 file,
+				     struct pid_file_val **val)
 {
 	struct pid_file k = {.pid = pid, .file = file};
 	struct claim_key ck = {.pid = pid, .ip = probe_ip(ctx)};
+	struct pid_file_val *v;
 	u32 *owner;
 	u8 *f;
 
-	f = bpf_map_lookup_elem(&pid_files, &k);
-	if (f)
-		return *f | PF_OWN;
+	if (val)
+		*val = NULL;
+	v = bpf_map_lookup_elem(&pid_files, &k);
+	if (v) {
+		if (val)
+			*val = v;
+		return v->flags | PF_OWN;
+	}
 	k.file = 0;
 	if (bpf_map_lookup_elem(&pid_files, &k))
 		return 0; /* known to userspace, and this file is not its own */
@@ -150,4 +202,10 @@ static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
 	/* Not registered yet: its runtime facts are the file's. */
 	f = bpf_map_lookup_elem(&file_facts, &file);
 	return PF_OWN | PF_UNSEEN | (f ? *f & (PF_RT_SHARED | PF_RT_MARK) : 0);
+}
+
+/* hit_state without the value. */
+static __always_inline u32 hit_flags(struct pt_regs *ctx, u32 pid, u32 file)
+{
+	return hit_state(ctx, pid, file, NULL);
 }

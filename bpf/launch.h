@@ -99,7 +99,7 @@ static __always_inline void decode_launch(struct pt_regs *ctx, u32 op, struct la
  */
 __noinline int note_launcher(u64 id)
 {
-	struct thread_state *t = thread_state_new(DEV_NONE);
+	struct thread_state *t = thread_state_new();
 	u32 tid = (u32)id, pid = id >> 32;
 
 	if (!t) {

@@ -51,15 +51,15 @@ struct {
  * (written by userspace from /proc/PID/maps) says which attachments are a
  * process's own; in a process userspace has not seen yet, each probed
  * address is claimed by the first attachment that fires there (pid_claim).
- * The value (enum pid_file_flag) also says whether full-mode upgrade probes
- * serve the process (PF_FULL) and whether rt_text knows its runtime
- * (PF_RT_TEXT): one lookup per hit answers all three.
+ * The value (struct pid_file_val) also says whether full-mode upgrade probes
+ * serve the process (PF_FULL) and where its runtime's code is (PF_RT_TEXT):
+ * one lookup per hit answers all of them.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct pid_file);
-	__type(value, u8); /* enum pid_file_flag */
+	__type(value, struct pid_file_val);
 } pid_files SEC(".maps");
 
 struct {
@@ -97,8 +97,9 @@ struct {
 } drops SEC(".maps");
 
 /*
- * libcudart's code in each process, written by userspace from each scan:
- * a driver launch whose return address lies there was made by the runtime.
+ * libcudart's code in each unseen process, found by BPF (unseen_text in
+ * handover.h): a driver launch whose return address lies there was made
+ * by the runtime. A registered process's range is in its pid_files values.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

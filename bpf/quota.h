@@ -163,7 +163,6 @@ static __noinline struct pid_quota *quota_of(u32 pid)
  * edge may be refused meanwhile. That over-count is conservative and
  * transient.
  */
-#define EEXIST 17
 
 /*
  * Takes one of the n units counted in *used; false (none taken) when all

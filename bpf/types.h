@@ -48,7 +48,10 @@ enum drop {
 	DROP_LAUNCH_THREADS =
 	    24, /* launch_threads full, or no memory for the thread's state: a thread that
 		   launches kernels is not in the launching threads' CPU time */
-	DROP_MAX = 25,
+	DROP_BREAKER_HIT = 25, /* no memory for a thread's state, or for its process's crash record
+				  (pid_last_hit): a fault in that thread is not tied to a probe, so
+				  it cannot quarantine a file */
+	DROP_MAX = 26,
 };
 
 /* Latency buckets: 13 finite inclusive upper bounds + the +Inf bucket. */
@@ -238,15 +241,17 @@ struct name_event {
 	char name[NAME_LEN];
 };
 
-/* The executable mapping of libcudart in a process (from /proc/PID/maps). */
+/*
+ * The executable mapping of libcudart in a process: rt_text's value for an
+ * unseen process (found by BPF), and what driver_launch_op reads from a
+ * registered one's pid_files value.
+ */
 struct text_range {
 	u64 start;
 	u64 end;
 	u32 file;   /* the runtime file's id (rt_sites and rt_counted keys) */
-	u32 handed; /* some of its launch ops are counted at the driver (rt_counted) */
-	u32 unseen; /* written by BPF for a process userspace has not registered
-		       (unseen_text): handed is then the file's (file_facts) */
-	u32 pad;
+	u32 handed; /* some of its launch ops are counted at the driver (rt_counted): in
+		       rt_text, unused (file_facts says it) */
 };
 
 /* One launch, sent on the events ring buffer with --detailed-launches. */
@@ -274,6 +279,10 @@ struct thread_state {
 	struct rt_launch rt; /* the marker of its last counted runtime launch; rt.sp 0: none */
 	u32 dev;	     /* the device its last successful cudaSetDevice set; DEV_NONE: none */
 	u32 launcher;	     /* 1: it launched a kernel and was noted in launch_threads */
+	/* Its latest probe hit (the crash breaker, note_hit; read at its fault). */
+	u64 hit_ns; /* bpf_ktime_get_ns of the tick's first hit: at most a tick before the latest */
+	u32 hit_file; /* the attached file whose probe trapped last (its cookie's file id) */
+	u32 hit_tick; /* low 32 bits of bpf_jiffies64 when hit_ns was read */
 };
 
 /*
@@ -347,11 +356,14 @@ enum fault_why {
 	FAULT_URETPROBE_SYS = 8, /* killed (SIGSYS) in the return probe's system call */
 };
 
-/* pid_last_hit's value: a process's latest probe hit (the crash breaker). */
+/*
+ * pid_last_hit's value: a probed process's crash record (the crash
+ * breaker), created by the first probe hit of each of its threads.
+ */
 struct last_hit {
-	u64 ns;	  /* bpf_ktime_get_ns of the tick's first hit: at most a tick before the latest */
-	u32 file; /* the attached file whose probe trapped last (its cookie's file id) */
-	u32 tick; /* low 32 bits of bpf_jiffies64 when ns was read */
+	u64 ns;	  /* the faulting thread's latest hit (thread_state.hit_ns) */
+	u32 file; /* the attached file of that hit; 0: the thread had none, nothing to tie */
+	u32 pad0;
 	/* The process's latest fault the kernel raised (si_code > 0), as delivered. */
 	u64 fault_ip;	/* the user instruction pointer */
 	u64 fault_addr; /* si_addr */
@@ -382,13 +394,26 @@ struct crash_event {
 
 /*
  * Key of pid_files: (pid, file) says the process maps that attached file;
- * (pid, 0) says the process is known to userspace at all. The value is a
- * set of enum pid_file_flag, so one lookup answers everything a launch
- * needs to know about its process and file.
+ * (pid, 0) says the process is known to userspace at all.
  */
 struct pid_file {
 	u32 pid;
 	u32 file;
+};
+
+/*
+ * Value of pid_files: everything a probe needs to know about its process
+ * and file, so that one lookup answers it (issue 44): the flags, and with
+ * PF_RT_TEXT the process's runtime code range, in the value of every file
+ * the process maps (a driver launch reads it from the driver's entry).
+ * Written whole by userspace, so the range and the flags saying it is
+ * there never disagree.
+ */
+struct pid_file_val {
+	u32 flags;    /* enum pid_file_flag */
+	u32 rt_file;  /* PF_RT_TEXT: the runtime file's id (rt_sites and rt_counted keys) */
+	u64 rt_start; /* PF_RT_TEXT: the executable mapping of that runtime in the process */
+	u64 rt_end;
 };
 
 /* Bits of a pid_files value (written by internal/attach). */
@@ -396,8 +421,8 @@ enum pid_file_flag {
 	PF_OWN = 1,	  /* the process maps this attached file (always set) */
 	PF_FULL = 2,	  /* full-mode upgrade probes serve this (pid, file): launch_entry leaves
 			     its launches to them; graph kernel nodes are named */
-	PF_RT_TEXT = 4,	  /* a runtime file, and rt_text holds the process's runtime code range:
-			     its launches need no marker for the runtime->driver guard */
+	PF_RT_TEXT = 4,	  /* the value holds the process's runtime code range: a driver launch
+			     returning into it was made by the runtime (no marker needed) */
 	PF_RT_SHARED = 8, /* that runtime is a shared library, not linked into the executable:
 			     a runtime launch returning into its range was made by the runtime */
 	PF_RT_MARK = 16,  /* its launch entries leave a marker with their op: the file learns
@@ -406,8 +431,8 @@ enum pid_file_flag {
 			     so (ARCHITECTURE.md, "One trap per launch") */
 	PF_UNSEEN = 32,	  /* never stored: hit_flags says userspace has not registered the
 			     process; its runtime facts are its file's (file_facts) */
-	PF_HANDED = 64,	  /* file_facts only: some of the runtime file's launch ops are
-			     counted at the driver (text_range.handed of unseen processes) */
+	PF_HANDED = 64,	  /* some launch ops of the process's runtime file (with PF_RT_TEXT; in
+			     file_facts, that file's) are counted at the driver (rt_counted) */
 };
 
 /*

@@ -150,7 +150,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RetryMax:       5 * time.Minute,
 		Logger:         log,
 		PIDFiles:       objs.PidFiles,
-		RuntimeText:    objs.RtText,
+		RuntimeRanges:  true,
 		FileFacts:      objs.FileFacts,
 		RuntimeInodes:  objs.RtInodes,
 		Handover:       attach.HandoverMaps{Sites: objs.RtSites, Ops: objs.RtOps, Counted: objs.RtCounted},

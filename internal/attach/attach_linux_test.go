@@ -61,7 +61,7 @@ func pidFiles(t *testing.T, m *ebpf.Map) []bpfobj.ProfiPidFile {
 	var (
 		out []bpfobj.ProfiPidFile
 		k   bpfobj.ProfiPidFile
-		v   uint8
+		v   bpfobj.ProfiPidFileVal
 	)
 	it := m.Iterate()
 	for it.Next(&k, &v) {
@@ -309,12 +309,12 @@ func testFullModeUpgrade(t *testing.T, multi bool) {
 		res.Processes = append(res.Processes, r.Processes...)
 	}
 	a := New(Options{
-		Programs:    objs.Programs(),
-		KernelMode:  ops.KernelModeAnonymous,
-		Profile:     ops.ProfileLean,
-		PIDFiles:    objs.PidFiles,
-		RuntimeText: objs.RtText,
-		UprobeMulti: multi,
+		Programs:      objs.Programs(),
+		KernelMode:    ops.KernelModeAnonymous,
+		Profile:       ops.ProfileLean,
+		PIDFiles:      objs.PidFiles,
+		RuntimeRanges: true,
+		UprobeMulti:   multi,
 	})
 	defer a.Close()
 	a.SetFullModePIDs([]int{up.PID})
@@ -395,12 +395,12 @@ func fullFlagged(t *testing.T, m *ebpf.Map) map[uint32]int {
 	t.Helper()
 	var (
 		k bpfobj.ProfiPidFile
-		v uint8
+		v bpfobj.ProfiPidFileVal
 	)
 	out := map[uint32]int{}
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if v&uint8(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
+		if v.Flags&uint32(bpfobj.ProfiPidFileFlagPF_FULL) != 0 {
 			out[k.Pid]++
 		}
 	}
@@ -473,12 +473,12 @@ func testPauseDetachesOnlyHotProbes(t *testing.T, multi bool) {
 		t.Fatal(err)
 	}
 	a := New(Options{
-		Programs:    objs.Programs(),
-		KernelMode:  ops.KernelModeAnonymous,
-		PID:         w.PID,
-		PIDFiles:    objs.PidFiles,
-		RuntimeText: objs.RtText,
-		UprobeMulti: multi,
+		Programs:      objs.Programs(),
+		KernelMode:    ops.KernelModeAnonymous,
+		PID:           w.PID,
+		PIDFiles:      objs.PidFiles,
+		RuntimeRanges: true,
+		UprobeMulti:   multi,
 	})
 	defer a.Close()
 	a.Sync(Targets(res, "/proc"))

@@ -82,12 +82,11 @@ type Options struct {
 	// PIDFiles is the BPF map of which attached files each process maps
 	// (see pid_files in bpf/maps.h); nil in tests without BPF. Its values
 	// also say which (pid, file) full-mode upgrade probes serve (PF_FULL)
-	// and which runtime files' processes have their range in rt_text
-	// (PF_RT_TEXT).
+	// and where a process's libcudart code is (PF_RT_TEXT).
 	PIDFiles *ebpf.Map
-	// RuntimeText is the BPF map of libcudart's code range per process
-	// (rt_text), for the runtime->driver launch guard; may be nil.
-	RuntimeText *ebpf.Map
+	// RuntimeRanges writes each process's libcudart code range into its
+	// pid_files values, for the runtime->driver launch guard.
+	RuntimeRanges bool
 	// FileFacts (file_facts) are the runtime facts of each attached
 	// runtime file, what a process gets before a pass registers it;
 	// RuntimeInodes (rt_inodes) name the runtime file of an inode, noted
@@ -243,7 +242,7 @@ type Attacher struct {
 	// scanProblems counts malformed or unreadable per-process procfs data.
 	scanProblems uint64
 	nextID       uint32
-	maps         *processMaps       // pid_files and rt_text, and their mirrors
+	maps         *processMaps       // pid_files and file_facts, and their mirrors
 	fullMode     func(pid int) bool // processes upgraded to full mode; nil: none
 	// refused are the probe addresses the kernel refused when tried, per
 	// file seen at the last pass: never offered again while the file
@@ -305,7 +304,7 @@ func New(opts Options) *Attacher {
 		failed:  map[FileKey]*failure{},
 		counts:  map[failureKey]uint64{},
 		gaps:    map[discover.Library]SwitchGaps{},
-		maps:    newProcessMaps(opts.PIDFiles, opts.RuntimeText, opts.FileFacts, opts.RuntimeInodes),
+		maps:    newProcessMaps(opts.PIDFiles, opts.FileFacts, opts.RuntimeInodes),
 		refused: map[FileKey]uprobe.Refusals{},
 
 		quarantined:  map[FileKey]bool{},

@@ -11,7 +11,7 @@
 //
 // Where to probe inside a file and how a probe set becomes links, per
 // architecture, is package uprobe's. The Attacher writes the maps that say
-// which processes and runtime ranges it serves (pid_files, rt_text), reads
+// which processes and runtime ranges it serves (pid_files), reads
 // only the handover's learning maps (rt_sites, rt_ops: handover.go) and
 // two rings, the loader's (WatchLoads) and the handover's wake-ups
 // (WatchLearning), and never an aggregation map (package

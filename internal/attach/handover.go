@@ -51,23 +51,25 @@ type HandoverMaps struct {
 // owns only what it decides: which launch ops are handed over
 // (launchProbe.handed), the rt_counted entries written for them
 // (attached.counted), whether a file settled, and what released files
-// learned. The links, the files and rt_text stay the attacher's.
+// learned. The links, the files and the runtime ranges stay the attacher's.
 
 // handoverHost is what the handover needs from the attacher: the attached
-// files, the rt_text mirror, and the links of one runtime launch probe.
+// files, the processes' runtime ranges, and the links of one runtime
+// launch probe.
 // The Attacher implements it (handover_host.go).
 type handoverHost interface {
 	// attachedFiles are every attached file, driver and runtime. The
 	// handover reads their targets (library, PIDs), ids, pause state and
 	// launch probes, and writes their handover fields.
 	attachedFiles() iter.Seq[*attached]
-	// runtimeText reports whether rt_text holds pid's range, and which.
+	// runtimeText reports whether pid's pid_files values carry its
+	// runtime range, and which.
 	runtimeText(pid uint32) (rtRange, bool)
 	// linkLaunch attaches f's runtime launch probe of op again;
 	// unlinkLaunch detaches it.
 	linkLaunch(f *attached, op ops.Op) error
 	unlinkLaunch(f *attached, op ops.Op)
-	// putRuntimeText writes rt_text's entries again, their handed flag as
+	// putRuntimeText writes the pid_files values again, their handed flag as
 	// attached.handedAny says now; it returns the writes that failed.
 	putRuntimeText() (failed int)
 }
@@ -225,7 +227,7 @@ type handoverPlan struct {
 
 // decide is the handover rule for one runtime file. probes are its
 // runtime launch ops; driverOK: every process that maps it has a probed
-// driver and its range in rt_text. Pure, for tests.
+// driver and its range in its pid_files values. Pure, for tests.
 func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps, driverOK bool) handoverPlan {
 	plan := handoverPlan{handed: map[ops.Op]bool{}, counted: map[rtSite]ops.Op{}, tails: map[ops.Op]bool{}}
 	own := map[ops.Op][]rtSite{} // the sites of each op; nil when one is shared
@@ -283,8 +285,8 @@ func decide(probes []ops.Op, stats map[ops.Op]opStats, sites map[rtSite]siteOps,
 }
 
 // sync applies decide to every candidate runtime file of host. Called
-// from syncProcessMaps: after rt_text's new entries are written (they
-// carry the file id), before pid_files (PF_RT_MARK follows the plan).
+// from syncProcessMaps: after the new ranges are written (they carry the
+// file id), before the new pid_files values (PF_RT_MARK follows the plan).
 func (h *handover) sync(host handoverHost) {
 	if h.store == nil {
 		return
@@ -357,14 +359,14 @@ func (h *handover) apply(host handoverHost, f *attached, plan handoverPlan) {
 		taken++
 		h.log.Info("runtime launches counted by the runtime's probe again", "path", f.target.Path, "op", lp.probe.Symbol)
 	}
-	// Probes attached again: rt_text says at once, before any site goes,
+	// Probes attached again: pid_files says at once, before any site goes,
 	// whether ops are still handed over. Left "handed" until the next
 	// pass, the driver would judge a launch at a site no longer counted
 	// by its marker's liveness alone, which arm64 cannot prove without
 	// frame records: counted twice (bpf/handover.h, driver_launch_op).
 	if taken > 0 {
 		if n := host.putRuntimeText(); n > 0 {
-			h.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
+			h.log.Warn("could not update the pid_files map; runtime launches fall back to markers", "failures", n)
 		}
 	}
 	// Sites: add the plan's, then remove those of ops no longer handed.
@@ -391,14 +393,14 @@ func (h *handover) apply(host handoverHost, f *attached, plan handoverPlan) {
 		}
 		delete(f.counted, k)
 	}
-	// The driver looks rt_counted up only for a process whose rt_text
-	// entry says the file has ops handed over: set before any detaches.
+	// The driver looks rt_counted up only for a process whose pid_files
+	// value says the file has ops handed over: set before any detaches.
 	for _, op := range give {
 		f.launches[op].handed = true
 	}
 	if len(give) > 0 {
 		if n := host.putRuntimeText(); n > 0 {
-			h.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", n)
+			h.log.Warn("could not update the pid_files map; runtime launches fall back to markers", "failures", n)
 		}
 	}
 	for _, op := range give {

@@ -9,7 +9,7 @@ import (
 )
 
 // The Attacher is the handover's host (handoverHost): it keeps the
-// files, rt_text and every link; the handover decides which runtime
+// files, the runtime ranges and every link; the handover decides which runtime
 // launch probes are linked.
 
 func (a *Attacher) attachedFiles() iter.Seq[*attached] { return maps.Values(a.files) }
@@ -17,7 +17,7 @@ func (a *Attacher) attachedFiles() iter.Seq[*attached] { return maps.Values(a.fi
 func (a *Attacher) runtimeText(pid uint32) (rtRange, bool) { return a.maps.hasText(pid) }
 
 // putRuntimeText writes the handed flags of the registered processes
-// (rt_text) and of the unseen ones (file_facts).
+// (pid_files) and of the unseen ones (file_facts).
 func (a *Attacher) putRuntimeText() int {
 	return a.maps.putText(a.wantRuntimeText()) + a.maps.putFacts(a.wantFileFacts())
 }

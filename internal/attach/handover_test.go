@@ -223,7 +223,7 @@ func (l *handoverLog) take() []string {
 	return got
 }
 
-// fakeHost is an attacher for the handover: files, rt_text and links as
+// fakeHost is an attacher for the handover: files, runtime ranges and links as
 // plain values; linking fails with linkErr.
 type fakeHost struct {
 	log     *handoverLog
@@ -255,7 +255,7 @@ func (h *fakeHost) unlinkLaunch(f *attached, op ops.Op) {
 func (h *fakeHost) putRuntimeText() int {
 	for _, f := range h.files {
 		if len(f.launches) > 0 {
-			h.log.add("rt_text %d handed=%v", f.id, f.handedAny())
+			h.log.add("pid_files %d handed=%v", f.id, f.handedAny())
 		}
 	}
 	return 0
@@ -298,7 +298,7 @@ func (s *fakeStore) forgetSite(k rtSite) {
 
 // TestHandoverOrder drives the handover through fakes of the attacher and
 // of its BPF maps, and checks the order the BPF side relies on: an op's
-// sites are in rt_counted and rt_text says "handed" before its probe
+// sites are in rt_counted and the pid_files values say "handed" before its probe
 // detaches; its probe is attached again before its sites go; a probe that
 // cannot be attached again keeps its sites. A released file's learning is
 // kept (and forgotten in BPF), and its next attachment starts handed over.
@@ -340,14 +340,14 @@ func TestHandoverOrder(t *testing.T) {
 	}
 
 	h.sync(host)
-	step("hand over", "count 1/0x10", "rt_text 1 handed=true", "unlink 1 cudaLaunchKernel")
+	step("hand over", "count 1/0x10", "pid_files 1 handed=true", "unlink 1 cudaLaunchKernel")
 	if !rt.launches[launch].handed || rt.launches[ptsz].handed || !maps.Equal(store.counted, map[rtSite]ops.Op{launchSite: launch}) {
 		t.Fatalf("after hand over: handed %v/%v, rt_counted %v", rt.launches[launch].handed, rt.launches[ptsz].handed, store.counted)
 	}
 	h.sync(host)
 	step("nothing new")
 
-	// The process loses its rt_text entry (a process without a probed
+	// The process loses its runtime range (a process without a probed
 	// driver would do the same): the driver can no longer count the op.
 	delete(host.text, 100)
 	host.linkErr = errors.New("no link")
@@ -358,13 +358,13 @@ func TestHandoverOrder(t *testing.T) {
 	}
 	host.linkErr = nil
 	h.sync(host)
-	step("take back", "link 1 cudaLaunchKernel", "rt_text 1 handed=false", "uncount 1/0x10")
+	step("take back", "link 1 cudaLaunchKernel", "pid_files 1 handed=false", "uncount 1/0x10")
 	if rt.launches[launch].handed || len(store.counted) != 0 {
 		t.Fatalf("after take back: handed %v, rt_counted %v", rt.launches[launch].handed, store.counted)
 	}
 	host.text[100] = rtRange{file: 1}
 	h.sync(host)
-	step("hand over again", "count 1/0x10", "rt_text 1 handed=true", "unlink 1 cudaLaunchKernel")
+	step("hand over again", "count 1/0x10", "pid_files 1 handed=true", "unlink 1 cudaLaunchKernel")
 
 	// Release: rt_counted at once; the learning at the next pass, which
 	// forgets it in BPF.

@@ -9,40 +9,41 @@ import (
 	"github.com/profi-dev/profi/internal/discover"
 )
 
-// The process maps, pid_files and rt_text: processMaps writes them and
-// keeps their mirrors, in the one order the BPF side relies on (apply);
-// the Attacher's wantPIDFiles and wantRuntimeText say what they should
-// hold, and syncProcessMaps moves them there at each pass.
+// The process map pid_files (and the runtime files' facts): processMaps
+// writes it and keeps its mirror; the Attacher's wantPIDFiles and
+// wantRuntimeText say what it should hold, and syncProcessMaps moves it
+// there at each pass.
 
-// rtRange is a process's rt_text entry: its libcudart's code range and
-// which attached file it is.
+// rtRange is a process's runtime range: its libcudart's code range and
+// which attached file it is, carried in the pid_files value of every file
+// the process maps (PF_RT_TEXT).
 type rtRange struct {
 	TextRange
 	file   uint32
 	handed bool // some of the file's launch ops are counted at the driver
 }
 
-// processMaps owns the pid_files and rt_text maps and their mirrors (what
-// was last written), and writes both in the one order the BPF side relies
-// on (apply). Either map may be nil (tests without BPF): its writes are
-// then skipped and its mirror stays empty.
+// processMaps owns the pid_files map and its mirror (what was last
+// written), the runtime ranges its values carry, and file_facts; it writes
+// them in the one order the BPF side relies on (apply). A nil map (tests
+// without BPF) skips its writes and leaves its mirror empty.
 type processMaps struct {
 	pidFilesMap *ebpf.Map
-	rtTextMap   *ebpf.Map
-	factsMap    *ebpf.Map                     // file_facts
-	inodesMap   *ebpf.Map                     // rt_inodes: BPF writes, pruneInodes deletes
-	pidFiles    map[bpfobj.ProfiPidFile]uint8 // key → enum pid_file_flag bits
-	rtText      map[uint32]rtRange            // pid → range
-	facts       map[uint32]uint8              // file id → enum pid_file_flag bits
+	factsMap    *ebpf.Map                                      // file_facts
+	inodesMap   *ebpf.Map                                      // rt_inodes: BPF writes, pruneInodes deletes
+	pidFiles    map[bpfobj.ProfiPidFile]bpfobj.ProfiPidFileVal // what pid_files holds
+	flags       map[bpfobj.ProfiPidFile]uint8                  // its values' flags, as wanted (without the range's)
+	rtText      map[uint32]rtRange                             // pid → range its values carry
+	facts       map[uint32]uint8                               // file id → enum pid_file_flag bits
 }
 
-func newProcessMaps(pidFiles, rtText, facts, inodes *ebpf.Map) *processMaps {
+func newProcessMaps(pidFiles, facts, inodes *ebpf.Map) *processMaps {
 	return &processMaps{
 		pidFilesMap: pidFiles,
-		rtTextMap:   rtText,
 		factsMap:    facts,
 		inodesMap:   inodes,
-		pidFiles:    map[bpfobj.ProfiPidFile]uint8{},
+		pidFiles:    map[bpfobj.ProfiPidFile]bpfobj.ProfiPidFileVal{},
+		flags:       map[bpfobj.ProfiPidFile]uint8{},
 		rtText:      map[uint32]rtRange{},
 		facts:       map[uint32]uint8{},
 	}
@@ -50,40 +51,34 @@ func newProcessMaps(pidFiles, rtText, facts, inodes *ebpf.Map) *processMaps {
 
 // mapFailures counts the writes apply could not make, per map.
 type mapFailures struct {
-	rtTextPut, rtTextDelete, pidFiles, facts int
+	pidFiles, facts int
 }
 
-// apply moves both maps to their wanted state, in this order:
+// apply moves the maps to their wanted state, in this order:
 //
-//  1. rt_text entries added and changed (text);
-//  2. files called: its answer, the wanted pid_files, may depend on which
-//     rt_text entries now exist (hasText: PF_RT_TEXT says "rt_text holds
-//     this process's range"), and it may run what must come between
-//     (the handover: its plan sets PF_RT_MARK, it rewrites rt_text's
-//     handed flags through putText);
-//  3. pid_files: each process's per-file values, then its "known" marker
+//  1. the runtime ranges (text) into the values already there (putText);
+//  2. files called: its answer, the wanted pid_files flags, may depend on
+//     which processes have a range (hasText), and it may run what must
+//     come between (the handover: its plan sets PF_RT_MARK, it rewrites
+//     the values' handed flags through putText);
+//  3. file_facts added and changed;
+//  4. pid_files: each process's per-file values, then its "known" marker
 //     (file 0); markers removed, then per-file values;
-//  4. rt_text entries not in text deleted.
+//  5. file_facts not wanted deleted, and the inodes of their files.
 //
-// So an rt_text entry is there before any pid_files value says it is and
-// goes only after none does: a runtime launch that skips its marker always
-// finds the range at the driver (driver_launch_op in bpf/handover.h); and
-// a process is "known" only while its own files' values are there
-// (hit_flags in bpf/hits.h).
-//
-// file_facts, what unseen processes get, follow the same plan: the
-// handover's handed flags through putFacts with rt_text's (putText), the
-// rest with pid_files (step 3); a file's facts and its inodes go after
-// its processes' pid_files values.
+// A value carries the range and the flag saying so together, so a driver
+// launch never sees one without the other (driver_launch_op in
+// bpf/handover.h); a process is "known" only while its own files' values
+// are there (hit_state in bpf/hits.h); and a file's facts and inodes, what
+// unseen processes get, go only after its processes' values.
 func (m *processMaps) apply(text map[uint32]rtRange, files func() map[bpfobj.ProfiPidFile]uint8, facts func() map[uint32]uint8) mapFailures {
 	var f mapFailures
-	f.rtTextPut = m.putText(text)
+	f.pidFiles = m.putText(text)
 	wantFiles := files()
 	wantFacts := facts()
 	f.facts = m.putFacts(wantFacts)
-	f.pidFiles = m.syncFiles(wantFiles)
+	f.pidFiles += m.syncFiles(wantFiles)
 	f.facts += m.deleteFacts(wantFacts)
-	f.rtTextDelete = m.deleteText(text)
 	return f
 }
 
@@ -154,97 +149,94 @@ func (m *processMaps) pruneInodes() (failed int) {
 	return failed
 }
 
-// hasText reports whether rt_text holds pid's range, and which.
+// hasText reports whether pid's values carry a runtime range, and which.
 func (m *processMaps) hasText(pid uint32) (rtRange, bool) {
 	r, ok := m.rtText[pid]
 	return r, ok
 }
 
-// putText adds and changes the rt_text entries of want (step 1 of apply;
-// also the handover's, which sets handed before it detaches a probe).
+// value is what pid_files should hold for k with flags: the flags, and
+// the process's runtime range with PF_RT_TEXT (and PF_HANDED) where it has
+// one. The known marker (file 0) carries flags alone.
+func (m *processMaps) value(k bpfobj.ProfiPidFile, flags uint8) bpfobj.ProfiPidFileVal {
+	v := bpfobj.ProfiPidFileVal{Flags: uint32(flags)}
+	r, ok := m.rtText[k.Pid]
+	if !ok || k.File == 0 {
+		return v
+	}
+	v.Flags |= uint32(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
+	if r.handed {
+		v.Flags |= uint32(bpfobj.ProfiPidFileFlagPF_HANDED)
+	}
+	v.RtFile, v.RtStart, v.RtEnd = r.file, r.Start, r.End
+	return v
+}
+
+// putText makes want the processes' runtime ranges and rewrites the
+// values already there whose range or handed flag changed (step 1 of
+// apply; also the handover's, which sets handed before it detaches a
+// probe). A process without a range any more loses it here too.
 func (m *processMaps) putText(want map[uint32]rtRange) (failed int) {
-	if m.rtTextMap == nil {
-		return 0
-	}
-	for pid, r := range want {
-		if cur, ok := m.rtText[pid]; ok && cur == r {
-			continue
-		}
-		v := bpfobj.ProfiTextRange{Start: r.Start, End: r.End, File: r.file}
-		if r.handed {
-			v.Handed = 1
-		}
-		if err := m.rtTextMap.Update(pid, &v, ebpf.UpdateAny); err != nil {
+	m.rtText = want
+	for k, flags := range m.flags {
+		if err := m.put(k, flags); err != nil {
 			failed++
-			continue
 		}
-		m.rtText[pid] = r
 	}
 	return failed
 }
 
-// deleteText deletes the rt_text entries not in want (step 4 of apply).
-func (m *processMaps) deleteText(want map[uint32]rtRange) (failed int) {
-	if m.rtTextMap == nil {
-		return 0
+// put writes k's value for flags where it differs from what is there.
+func (m *processMaps) put(k bpfobj.ProfiPidFile, flags uint8) error {
+	v := m.value(k, flags)
+	if cur, ok := m.pidFiles[k]; ok && cur == v {
+		return nil
 	}
-	for pid := range m.rtText {
-		if _, ok := want[pid]; ok {
-			continue
+	if m.pidFilesMap != nil {
+		if err := m.pidFilesMap.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return err
 		}
-		if err := m.rtTextMap.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			failed++
-			continue
-		}
-		delete(m.rtText, pid)
+		m.pidFiles[k] = v
 	}
-	return failed
+	m.flags[k] = flags
+	return nil
 }
 
-// fileFlags is the value pid_files holds for k; ok false when none.
+// fileFlags are the flags wanted for k (without the range's); ok false
+// when it has no value.
 func (m *processMaps) fileFlags(k bpfobj.ProfiPidFile) (uint8, bool) {
-	v, ok := m.pidFiles[k]
+	v, ok := m.flags[k]
 	return v, ok
 }
 
 // putFile writes one pid_files value (a full-mode upgrade's PF_FULL).
-func (m *processMaps) putFile(k bpfobj.ProfiPidFile, v uint8) error {
-	if m.pidFilesMap == nil {
-		return nil
-	}
-	if err := m.pidFilesMap.Update(&k, v, ebpf.UpdateAny); err != nil {
-		return err
-	}
-	m.pidFiles[k] = v
-	return nil
+func (m *processMaps) putFile(k bpfobj.ProfiPidFile, flags uint8) error {
+	return m.put(k, flags)
 }
 
-// syncFiles moves pid_files to want (step 3 of apply).
+// syncFiles moves pid_files to want (step 4 of apply).
 func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int) {
-	if m.pidFilesMap == nil {
-		return 0
-	}
-	put := func(k bpfobj.ProfiPidFile, v uint8) {
-		if err := m.putFile(k, v); err != nil {
-			failed++
-		}
-	}
 	del := func(k bpfobj.ProfiPidFile) {
-		if err := m.pidFilesMap.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			failed++
-			return
+		if m.pidFilesMap != nil {
+			if err := m.pidFilesMap.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				failed++
+				return
+			}
+			delete(m.pidFiles, k)
 		}
-		delete(m.pidFiles, k)
+		delete(m.flags, k)
 	}
 	for _, known := range []bool{false, true} {
 		for k, v := range want {
-			if cur, ok := m.pidFiles[k]; (!ok || cur != v) && (k.File == 0) == known {
-				put(k, v)
+			if (k.File == 0) == known {
+				if err := m.put(k, v); err != nil {
+					failed++
+				}
 			}
 		}
 	}
 	for _, known := range []bool{true, false} {
-		for k := range m.pidFiles {
+		for k := range m.flags {
 			if _, ok := want[k]; !ok && (k.File == 0) == known {
 				del(k)
 			}
@@ -254,11 +246,12 @@ func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int)
 }
 
 // wantRuntimeText is where libcudart's code is mapped in every process that
-// maps an attached libcudart: what rt_text should hold, so a driver launch
-// can tell whether the runtime made it (driver_launch_op in bpf/handover.h).
+// maps an attached libcudart: the range its pid_files values carry, so a
+// driver launch can tell whether the runtime made it (driver_launch_op in
+// bpf/handover.h).
 func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 	want := map[uint32]rtRange{}
-	if a.opts.RuntimeText == nil {
+	if !a.opts.RuntimeRanges {
 		return want
 	}
 	for _, f := range a.files {
@@ -274,11 +267,11 @@ func (a *Attacher) wantRuntimeText() map[uint32]rtRange {
 	return want
 }
 
-// syncProcessMaps moves pid_files and rt_text to what the attached files
-// say, in processMaps.apply's order; with handover, the runtime->driver
-// handover runs where apply allows it: after rt_text's new entries (they
-// carry the file id), before pid_files (PF_RT_MARK follows its plan).
-// Called with a.mu held.
+// syncProcessMaps moves pid_files and file_facts to what the attached
+// files say, in processMaps.apply's order; with handover, the
+// runtime->driver handover runs where apply allows it: after the new
+// ranges (they carry the file id), before the new pid_files values
+// (PF_RT_MARK follows its plan). Called with a.mu held.
 func (a *Attacher) syncProcessMaps(handover bool) {
 	f := a.maps.apply(a.wantRuntimeText(), func() map[bpfobj.ProfiPidFile]uint8 {
 		if handover {
@@ -286,14 +279,8 @@ func (a *Attacher) syncProcessMaps(handover bool) {
 		}
 		return a.wantPIDFiles()
 	}, a.wantFileFacts)
-	if f.rtTextPut > 0 {
-		a.log.Warn("could not update the rt_text map; runtime launches fall back to the timing guard", "failures", f.rtTextPut)
-	}
 	if f.pidFiles > 0 {
-		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice", "failures", f.pidFiles)
-	}
-	if f.rtTextDelete > 0 {
-		a.log.Warn("could not delete from the rt_text map", "failures", f.rtTextDelete)
+		a.log.Warn("could not update the pid_files map; aliased library files may count calls twice, runtime launches fall back to markers", "failures", f.pidFiles)
 	}
 	if f.facts > 0 {
 		a.log.Warn("could not update the file_facts or rt_inodes map; processes not registered yet count handed-over runtime launches as the driver's", "failures", f.facts)
@@ -310,7 +297,7 @@ func (a *Attacher) wantFileFacts() map[uint32]uint8 {
 		handed   = uint8(bpfobj.ProfiPidFileFlagPF_HANDED)
 	)
 	want := map[uint32]uint8{}
-	if a.opts.RuntimeText == nil {
+	if !a.opts.RuntimeRanges {
 		return want // no range, no facts: unseen processes use markers
 	}
 	for _, f := range a.files {
@@ -332,18 +319,17 @@ func (a *Attacher) wantFileFacts() map[uint32]uint8 {
 	return want
 }
 
-// wantPIDFiles is what pid_files should hold: which attached files each
-// process maps, so that a file attached under two keys counts every call
-// once (hit_flags in bpf/hits.h), and in the same value whether full-mode upgrade probes
-// serve the (pid, file) (PF_FULL: set by upgrade once its links exist,
-// cleared by dropUpgrade before they close; kept here) and whether rt_text
-// holds a runtime file's process's range (PF_RT_TEXT: only once the
-// entry is written, processMaps.apply).
+// wantPIDFiles are the flags pid_files should hold: which attached files
+// each process maps, so that a file attached under two keys counts every
+// call once (hit_state in bpf/hits.h), and in the same value whether
+// full-mode upgrade probes serve the (pid, file) (PF_FULL: set by upgrade
+// once its links exist, cleared by dropUpgrade before they close; kept
+// here) and how a runtime file's launches are told apart when the process
+// has a range (processMaps.value adds the range itself).
 func (a *Attacher) wantPIDFiles() map[bpfobj.ProfiPidFile]uint8 {
 	const (
 		own      = uint8(bpfobj.ProfiPidFileFlagPF_OWN)
 		full     = uint8(bpfobj.ProfiPidFileFlagPF_FULL)
-		rtText   = uint8(bpfobj.ProfiPidFileFlagPF_RT_TEXT)
 		rtShared = uint8(bpfobj.ProfiPidFileFlagPF_RT_SHARED)
 		rtMark   = uint8(bpfobj.ProfiPidFileFlagPF_RT_MARK)
 	)
@@ -358,7 +344,6 @@ func (a *Attacher) wantPIDFiles() map[bpfobj.ProfiPidFile]uint8 {
 				v |= full
 			}
 			if _, ok := a.maps.hasText(uint32(pid)); ok && f.target.Lib == discover.LibCudart {
-				v |= rtText
 				if !f.target.Static {
 					v |= rtShared
 				}

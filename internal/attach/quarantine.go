@@ -59,8 +59,8 @@ func (a *Attacher) Quarantine(id uint32) (q QuarantinedFile, ok bool) {
 	delete(a.failed, q.Key)
 	a.ho.dropCounted(f)
 	// Hits of the links until they are gone are refused in BPF: the file
-	// id leaves pid_files here (and a runtime file's rt_text entries after
-	// it, in apply's order).
+	// id leaves pid_files here (and with a runtime file, its processes'
+	// ranges from their other files' values).
 	a.syncProcessMaps(false)
 	a.mu.Unlock()
 	f.closeLinks()

@@ -63,7 +63,7 @@ func (a *Attacher) WatchLoads(ctx context.Context, ring *ebpf.Map, procRoot stri
 
 // needsPass reports whether pid maps a profiled library file the attacher
 // does not know yet, or an attached one without knowing that pid maps it:
-// until a pass writes its pid_files and rt_text entries, its hits there
+// until a pass writes its pid_files values, its hits there
 // are refused and the runtime->driver guard falls back to its time marker.
 func (a *Attacher) needsPass(procRoot string, pid int) bool {
 	res, err := (&discover.Scanner{ProcRoot: procRoot, PID: pid, NVTX: a.opts.NVTX, Tracers: a.opts.ExcludeTraced}).Scan()

@@ -115,8 +115,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 			"DROP_PID_QUOTA": uint64(DropPIDQuota), "DROP_RT_LEARN": uint64(DropRuntimeLearn),
 			"DROP_NCCL_COMMS": uint64(DropNCCLComms), "DROP_THREAD_DEVICE": uint64(DropThreadDevice),
 			"DROP_RT_MARKER": uint64(DropRuntimeMark), "DROP_RT_TEXT": uint64(DropRuntimeText),
-			"DROP_LAUNCH_THREADS": uint64(DropLaunchThread),
-			"DROP_MAX":            uint64(NumDrops),
+			"DROP_LAUNCH_THREADS": uint64(DropLaunchThread), "DROP_BREAKER_HIT": uint64(DropBreakerHit),
+			"DROP_MAX": uint64(NumDrops),
 		}},
 		{"quota_map", map[string]uint64{
 			"QUOTA_AGGREGATED": uint64(QuotaAggregated), "QUOTA_LAUNCH_AGG": uint64(QuotaLaunchAgg),

@@ -50,6 +50,7 @@ const (
 	DropRuntimeMark  Drop = ProfiDropDROP_RT_MARKER
 	DropRuntimeText  Drop = ProfiDropDROP_RT_TEXT
 	DropLaunchThread Drop = ProfiDropDROP_LAUNCH_THREADS
+	DropBreakerHit   Drop = ProfiDropDROP_BREAKER_HIT
 	NumDrops         Drop = ProfiDropDROP_MAX
 )
 

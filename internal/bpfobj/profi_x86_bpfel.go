@@ -105,7 +105,8 @@ const (
 	ProfiDropDROP_RT_MARKER      ProfiDrop = 22
 	ProfiDropDROP_RT_TEXT        ProfiDrop = 23
 	ProfiDropDROP_LAUNCH_THREADS ProfiDrop = 24
-	ProfiDropDROP_MAX            ProfiDrop = 25
+	ProfiDropDROP_BREAKER_HIT    ProfiDrop = 25
+	ProfiDropDROP_MAX            ProfiDrop = 26
 )
 
 type ProfiGraphNodeKey struct {
@@ -169,7 +170,7 @@ type ProfiLastHit struct {
 	_         structs.HostLayout
 	Ns        uint64
 	File      uint32
-	Tick      uint32
+	Pad0      uint32
 	FaultIp   uint64
 	FaultAddr uint64
 	FaultCode int32
@@ -633,6 +634,14 @@ const (
 	ProfiPidFileFlagPF_HANDED    ProfiPidFileFlag = 64
 )
 
+type ProfiPidFileVal struct {
+	_       structs.HostLayout
+	Flags   uint32
+	RtFile  uint32
+	RtStart uint64
+	RtEnd   uint64
+}
+
 type ProfiPidQuota struct {
 	_       structs.HostLayout
 	Graphs  uint32
@@ -736,8 +745,6 @@ type ProfiTextRange struct {
 	End    uint64
 	File   uint32
 	Handed uint32
-	Unseen uint32
-	Pad    uint32
 }
 
 type ProfiThreadState struct {
@@ -752,6 +759,9 @@ type ProfiThreadState struct {
 	}
 	Dev      uint32
 	Launcher uint32
+	HitNs    uint64
+	HitFile  uint32
+	HitTick  uint32
 }
 
 // Names of all BPF objects in the ELF.

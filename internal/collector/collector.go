@@ -293,6 +293,7 @@ var mapDropNames = map[bpfobj.Drop]string{
 	bpfobj.DropRuntimeMark:  "rt_launches",
 	bpfobj.DropRuntimeText:  "rt_text",
 	bpfobj.DropLaunchThread: "launch_threads",
+	bpfobj.DropBreakerHit:   "breaker_hits",
 }
 
 // snapshot is the scrape's snapshot: the pinned one, else the latest.

@@ -81,6 +81,7 @@ func TestStatus(t *testing.T) {
 			"thread_device":     uint64(bpfobj.DropThreadDevice) + 1,
 			"rt_text":           uint64(bpfobj.DropRuntimeText) + 1,
 			"launch_threads":    uint64(bpfobj.DropLaunchThread) + 1,
+			"breaker_hits":      uint64(bpfobj.DropBreakerHit) + 1,
 			"rt_launches":       uint64(bpfobj.DropRuntimeMark) + 1,
 		}
 		if !reflect.DeepEqual(doc.Drops, wantDrops) {
