@@ -549,8 +549,16 @@ func classicPrograms(objs *bpfobj.Objects, breaker bool) (*bpfobj.Objects, error
 	if err := spec.Variables[bpfobj.ProfiVarCrashBreaker].Set(breaker); err != nil {
 		return nil, fmt.Errorf("set crash_breaker: %w", err)
 	}
+	// The maps are objs' own, as bpfobj.Load made them (its hash maps
+	// BPF_F_NO_PREALLOC where the kernel allows it): the specs must say so.
+	maps := objs.Maps()
+	for name, m := range spec.Maps {
+		if r, ok := maps[name]; ok {
+			m.Flags = r.Flags()
+		}
+	}
 	var out bpfobj.Objects
-	if err := spec.LoadAndAssign(&out.ProfiPrograms, &ebpf.CollectionOptions{MapReplacements: objs.Maps()}); err != nil {
+	if err := spec.LoadAndAssign(&out.ProfiPrograms, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
 		return nil, fmt.Errorf("load classic programs: %w", err)
 	}
 	return &out, nil
