@@ -179,15 +179,16 @@ func (m *processMaps) value(k bpfobj.ProfiPidFile, flags uint8) bpfobj.ProfiPidF
 func (m *processMaps) putText(want map[uint32]rtRange) (failed int) {
 	m.rtText = want
 	for k, flags := range m.flags {
-		if err := m.put(k, flags); err != nil {
+		if err := m.putFile(k, flags); err != nil {
 			failed++
 		}
 	}
 	return failed
 }
 
-// put writes k's value for flags where it differs from what is there.
-func (m *processMaps) put(k bpfobj.ProfiPidFile, flags uint8) error {
+// putFile writes k's value for flags where it differs from what is there
+// (also a full-mode upgrade's PF_FULL).
+func (m *processMaps) putFile(k bpfobj.ProfiPidFile, flags uint8) error {
 	v := m.value(k, flags)
 	if cur, ok := m.pidFiles[k]; ok && cur == v {
 		return nil
@@ -209,11 +210,6 @@ func (m *processMaps) fileFlags(k bpfobj.ProfiPidFile) (uint8, bool) {
 	return v, ok
 }
 
-// putFile writes one pid_files value (a full-mode upgrade's PF_FULL).
-func (m *processMaps) putFile(k bpfobj.ProfiPidFile, flags uint8) error {
-	return m.put(k, flags)
-}
-
 // syncFiles moves pid_files to want (step 4 of apply).
 func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int) {
 	del := func(k bpfobj.ProfiPidFile) {
@@ -229,7 +225,7 @@ func (m *processMaps) syncFiles(want map[bpfobj.ProfiPidFile]uint8) (failed int)
 	for _, known := range []bool{false, true} {
 		for k, v := range want {
 			if (k.File == 0) == known {
-				if err := m.put(k, v); err != nil {
+				if err := m.putFile(k, v); err != nil {
 					failed++
 				}
 			}

@@ -308,7 +308,8 @@ func TestCrashBreakerQuarantine(t *testing.T) {
 // the process's own code right after a probed call (a NULL store, an
 // undefined instruction), every fault signal a process sends itself with
 // kill, tgkill and sigqueue, one queued with a kernel fault's code and an
-// address in the uprobe page (rt_sigqueueinfo), and a crash loop of 100
+// address in the uprobe page (rt_sigqueueinfo), a fault in the uprobe page
+// on a thread that made no probed call, and a crash loop of 100
 // processes, all sharing the runtime file with a healthy process, which
 // stays exact. Each is counted once, attributed="false"; exit(0), SIGKILL
 // and SIGTERM are not fault deaths and are not counted.
@@ -325,6 +326,13 @@ func TestCrashBreakerIgnoresUnattributed(t *testing.T) {
 		}
 	}
 	deaths = append(deaths, crash{"send forge 11", syscall.SIGSEGV, "sigsegv"})
+	// A fault in the uprobe page on a thread that never hit a probe: the
+	// probes cannot have made that thread fault.
+	xolThread := crash{"xol-thread", syscall.SIGSEGV, "sigsegv"}
+	if runtime.GOARCH == "arm64" {
+		xolThread = crash{"xol-thread", syscall.SIGILL, "sigill"}
+	}
+	deaths = append(deaths, xolThread)
 	for range 100 {
 		deaths = append(deaths, crash{"segv", syscall.SIGSEGV, "sigsegv"})
 	}

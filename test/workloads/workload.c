@@ -34,6 +34,7 @@
  * how many calls it makes meanwhile; --spin-us N: N microseconds on the CPU
  * after each iteration, without a call); "segv", "ill" or "nullstore" -> dies
  * of that fault; "xol" or "tramp" -> dies of a fault in the uprobe page;
+ * "xol-thread" -> the same fault on a thread that made no probed call;
  * "send HOW SIG" -> sends itself SIG (HOW: kill, tgkill, sigqueue, forge);
  * "exit" or EOF -> exit 0.
  *
@@ -1632,6 +1633,41 @@ static void die_in_uprobes_page(int tramp)
 	die("still alive after the jump into [uprobes]");
 }
 
+/* The jump of die_in_uprobes_page("xol"), on a thread that made no probed call. */
+static void *jump_into_uprobes_page(void *page)
+{
+	uintptr_t at = (uintptr_t)page + (uintptr_t)sysconf(_SC_PAGESIZE) - 16;
+
+#if defined(__x86_64__)
+	__asm__ volatile("xor %%eax, %%eax\n\tjmp *%0" : : "r"(at) : "rax", "memory");
+#else
+	((void (*)(void))at)();
+#endif
+	return NULL;
+}
+
+/*
+ * "xol-thread": the same fault in the [uprobes] page, raised by a thread
+ * that never hit a probe (the main thread made the probed call). A probe
+ * can only make the thread it trapped fault: the breaker must not count
+ * it as the probes' doing.
+ */
+static void die_in_uprobes_page_other_thread(void)
+{
+	void *p = NULL;
+	uintptr_t page;
+	pthread_t tid;
+
+	CUDA(cudaMalloc)(&p, 64);
+	page = uprobes_page();
+	if (!page)
+		die("no [uprobes] page after a probed call");
+	if (pthread_create(&tid, NULL, jump_into_uprobes_page, (void *)page))
+		die("pthread_create");
+	pthread_join(tid, NULL);
+	die("still alive after the thread's jump into [uprobes]");
+}
+
 /*
  * Fault signals that are not faults: one probed call, then signal sig sent
  * to the process itself with kill, tgkill or sigqueue, or "forge": queued
@@ -1752,6 +1788,10 @@ int main(int argc, char **argv)
 			die_of_fault(line[0] == 's', 1);
 		} else if (!strcmp(line, "nullstore")) {
 			die_of_fault(1, 0);
+		} else if (!strcmp(line, "xol-thread")) {
+			if (needs_load && !loaded)
+				die("\"xol-thread\" before \"load\"");
+			die_in_uprobes_page_other_thread();
 		} else if (!strcmp(line, "xol") || !strcmp(line, "tramp")) {
 			if (needs_load && !loaded)
 				die("\"xol\"/\"tramp\" before \"load\"");
